@@ -1,0 +1,1 @@
+//! The RealClient: setup/teardown, put/get families, sessions, registration.

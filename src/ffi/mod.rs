@@ -1,0 +1,1 @@
+//! The C surface (`mc_*` and Mooncake's `mooncake_store_*`).

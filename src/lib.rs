@@ -1,0 +1,15 @@
+//! mooncake-rs: the Mooncake Store client layer in Rust, exported as a C ABI.
+//!
+//! Module map (see `../shared/DESIGN.md`): [`ffi`] is the C surface; [`client`] is the
+//! RealClient; [`master`] keeps metadata; [`transfer`] moves bytes; [`rpc`] is the only
+//! module that knows the wire.
+
+pub mod client;
+pub mod error;
+pub mod ffi;
+pub mod master;
+pub mod rpc;
+pub mod transfer;
+pub mod types;
+
+pub use error::{ErrorCode, Result};

@@ -1,0 +1,207 @@
+//! Data types shared by the master, the client and the wire: identifiers, replica
+//! descriptors, segments and the replicate configuration. All are plain values
+//! (`Clone + Send + Sync`), serialisable for the RPC layer.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The version string the master returns from `service_ready`; clients require an exact match
+/// (Mooncake's `MOONCAKE_STORE_VERSION`).
+pub const STORE_VERSION: &str = "2.0.0";
+
+/// Largest slice Mooncake moves in one piece (`kMaxSliceSize` = 16 MiB − 16).
+pub const MAX_SLICE_SIZE: u64 = 16 * 1024 * 1024 - 16;
+
+/// A 128-bit identifier (Mooncake's `UUID = pair<u64,u64>`), used for clients and segments.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub struct Uuid {
+    /// High 64 bits.
+    pub hi: u64,
+    /// Low 64 bits.
+    pub lo: u64,
+}
+
+impl Uuid {
+    /// A random identifier (not all-zero).
+    pub fn random() -> Uuid {
+        loop {
+            let id = Uuid {
+                hi: fastrand::u64(..),
+                lo: fastrand::u64(..),
+            };
+            if id != Uuid::default() {
+                return id;
+            }
+        }
+    }
+}
+
+impl fmt::Display for Uuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}-{:016x}", self.hi, self.lo)
+    }
+}
+
+/// Identifies a client process (one `Client` instance) to the master.
+pub type ClientId = Uuid;
+/// Identifies one mounted segment.
+pub type SegmentId = Uuid;
+
+/// What a write does to the object's soft pin (Mooncake's `SoftPinAction`).
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SoftPinAction {
+    /// Keep whatever pin state the object has (a new object is not pinned).
+    #[default]
+    Preserve = 0,
+    /// Soft-pin the object for `soft_pin_ttl_ms` (or the master default) once readable.
+    Enable = 1,
+    /// Clear the soft pin.
+    Disable = 2,
+}
+
+/// How to place an object's replicas (Mooncake's `ReplicateConfig`, the fields the client
+/// layer uses).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicateConfig {
+    /// Number of memory replicas wanted; best effort, each on a distinct segment name. 0 is
+    /// rejected with `INVALID_PARAMS`.
+    pub replica_num: u64,
+    /// Soft pin action applied by the write.
+    pub soft_pin_action: SoftPinAction,
+    /// Soft pin duration; only valid with `SoftPinAction::Enable`.
+    pub soft_pin_ttl_ms: Option<u64>,
+    /// Never evicted; fixed at creation.
+    pub with_hard_pin: bool,
+    /// Segment names tried first, in order.
+    pub preferred_segments: Vec<String>,
+    /// Deprecated single preferred segment; when non-empty it replaces `preferred_segments`.
+    pub preferred_segment: String,
+    /// Rejected by every client put path (`INVALID_PARAMS`), as in Mooncake.
+    pub prefer_alloc_in_same_node: bool,
+}
+
+impl Default for ReplicateConfig {
+    fn default() -> Self {
+        ReplicateConfig {
+            replica_num: 1,
+            soft_pin_action: SoftPinAction::Preserve,
+            soft_pin_ttl_ms: None,
+            with_hard_pin: false,
+            preferred_segments: Vec::new(),
+            preferred_segment: String::new(),
+            prefer_alloc_in_same_node: false,
+        }
+    }
+}
+
+impl ReplicateConfig {
+    /// The preferred segment names in the order placement tries them.
+    pub fn preferred(&self) -> Vec<&str> {
+        if self.preferred_segment.is_empty() {
+            self.preferred_segments.iter().map(String::as_str).collect()
+        } else {
+            vec![self.preferred_segment.as_str()]
+        }
+    }
+}
+
+/// Where one replica's bytes live: `size` bytes at the absolute virtual address
+/// `buffer_address` inside the process that owns segment `transport_endpoint`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BufferDescriptor {
+    /// Length in bytes.
+    pub size: u64,
+    /// Virtual address in the owner process.
+    pub buffer_address: u64,
+    /// Transport protocol of the owner ("tcp", "rdma", "local").
+    pub protocol: String,
+    /// The owner's segment name (its `local_hostname`).
+    pub transport_endpoint: String,
+}
+
+/// Replica life cycle (Mooncake's `ReplicaStatus`).
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplicaStatus {
+    /// Not set.
+    Undefined = 0,
+    /// Allocated, not yet written.
+    Initialized = 1,
+    /// Being written.
+    Processing = 2,
+    /// Readable.
+    Complete = 3,
+    /// Removed.
+    Removed = 4,
+    /// Write failed.
+    Failed = 5,
+}
+
+/// One replica of an object, as the master hands it out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaDescriptor {
+    /// Replica id, unique within the master's lifetime.
+    pub id: u64,
+    /// Location of the bytes.
+    pub buffer: BufferDescriptor,
+    /// State at the time of the answer.
+    pub status: ReplicaStatus,
+}
+
+/// Answer to a replica query (`GetReplicaList`): the readable replicas and the read lease
+/// just granted (the lease runs `lease_ttl_ms` from the moment the client sent the request).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryResult {
+    /// Object size in bytes.
+    pub size: u64,
+    /// COMPLETE replicas whose segment is mounted.
+    pub replicas: Vec<ReplicaDescriptor>,
+    /// Lease length granted with this answer.
+    pub lease_ttl_ms: u64,
+}
+
+/// A pinned object: its replicas stay allocated and unchanged until `unpin(pin_id)` or the
+/// pinning client's death, whatever removal or eviction happens meanwhile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedObject {
+    /// Handle to release the pin with.
+    pub pin_id: u64,
+    /// Object size and replicas, as `QueryResult`.
+    pub query: QueryResult,
+}
+
+/// A segment a client contributes to the pool: `size` bytes at `base` in the owner process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    /// Identifier chosen by the client.
+    pub id: SegmentId,
+    /// Segment name: the owner's `local_hostname` (also the transport endpoint).
+    pub name: String,
+    /// Base virtual address in the owner process.
+    pub base: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Transport protocol ("tcp" …).
+    pub protocol: String,
+}
+
+/// What the master says to a ping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientStatus {
+    /// The master knows the client and its segments.
+    Ok,
+    /// The master does not know the client (restarted, or expired it): remount segments.
+    NeedRemount,
+}
+
+/// Answer to `ping`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PingResponse {
+    /// Master's view version (changes when the master restarts).
+    pub view_version: u64,
+    /// Whether the client must remount.
+    pub status: ClientStatus,
+}
