@@ -8,8 +8,10 @@ pub mod client;
 pub mod error;
 pub mod ffi;
 pub mod master;
+mod process;
 pub mod rpc;
 pub mod transfer;
 pub mod types;
 
 pub use error::{ErrorCode, Result};
+pub use process::{init_logging, wait_for_termination};

@@ -1,1 +1,28 @@
-//! The RealClient: setup/teardown, put/get families, sessions, registration.
+//! The RealClient as a safe Rust API: [`Client::setup`], the put/upsert/get families,
+//! sessions, ranges, removal and registration. Return conventions follow Mooncake
+//! (`../shared/spec/mooncake-api.md` §1, §8), expressed as `Result`s: a batch returns one
+//! result per key, in order.
+//!
+//! Thread-safety: a [`Client`] is `Send + Sync + Clone`; all methods take `&self`.
+//! Buffers passed in are borrowed for the duration of the call only.
+
+mod buffer;
+mod config;
+mod core;
+mod heartbeat;
+mod local_buffer;
+mod memory;
+mod metrics;
+mod pins;
+mod plan;
+mod ranges;
+mod read;
+mod remove;
+mod sessions;
+mod write;
+
+pub use buffer::BufferHandle;
+pub use config::{parse_size, SetupConfig, EMBEDDED_MASTER, P2P_HANDSHAKE};
+pub use core::{health, Client};
+pub use metrics::ClientMetrics;
+pub use ranges::RangeRequest;

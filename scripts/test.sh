@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs every test of the project on a fresh machine: installs the Debian packages the C/C++
+# tests need (when missing), then cargo fmt/clippy checks, cargo tests, and the ctest suites
+# (plain and AddressSanitizer builds).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for pkg in cmake g++ libgtest-dev; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "== installing ${need[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --locked --release
+if [ -f CMakeLists.txt ]; then
+  echo "== ctest (plain)"
+  cmake --preset default >/dev/null
+  cmake --build --preset default -j 2
+  ctest --preset default
+  echo "== ctest (AddressSanitizer)"
+  cmake --preset asan >/dev/null
+  cmake --build --preset asan -j 2
+  ctest --preset asan
+fi

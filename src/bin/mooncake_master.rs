@@ -1,0 +1,174 @@
+//! `mooncake_master`: the metadata server. Flags use Mooncake's names and defaults
+//! (`../shared/spec/mooncake-api.md` §4.11); an unknown flag is an error with exit code 2.
+
+use clap::Parser;
+use mooncake_rs::master::{MasterConfig, MasterService};
+use mooncake_rs::rpc::{HttpRequest, HttpResponse, HttpServer, MetadataStore, RpcServer};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+
+#[derive(Parser, Debug)]
+#[command(name = "mooncake_master", version, about = "Mooncake Store master (mooncake-rs)")]
+struct Flags {
+    /// RPC port (deprecated spelling).
+    #[arg(long = "port", default_value_t = 50051)]
+    port: u16,
+    /// RPC port; 0 means use --port.
+    #[arg(long = "rpc_port", default_value_t = 0)]
+    rpc_port: u16,
+    /// Address the RPC server binds.
+    #[arg(long = "rpc_address", default_value = "0.0.0.0")]
+    rpc_address: String,
+    /// RPC worker threads (accepted for compatibility; the server sizes itself).
+    #[arg(long = "rpc_thread_num", alias = "max_threads", default_value_t = 0)]
+    rpc_thread_num: u32,
+    /// Read lease length: milliseconds, or a number with ms/s/m/h.
+    #[arg(long = "default_kv_lease_ttl", default_value = "10000")]
+    default_kv_lease_ttl: String,
+    /// Default soft pin length (ms, or with a unit).
+    #[arg(long = "default_kv_soft_pin_ttl", default_value = "1800000")]
+    default_kv_soft_pin_ttl: String,
+    /// Longest soft pin a request may ask for (ms, or with a unit).
+    #[arg(long = "max_kv_soft_pin_ttl", default_value = "86400000")]
+    max_kv_soft_pin_ttl: String,
+    /// Whether eviction may take soft-pinned objects in its second pass.
+    #[arg(long = "allow_evict_soft_pinned_objects", default_value = "true", num_args = 0..=1, default_missing_value = "true")]
+    allow_evict_soft_pinned_objects: bool,
+    /// Fraction of evictable objects freed per eviction round.
+    #[arg(long = "eviction_ratio", default_value_t = 0.05)]
+    eviction_ratio: f64,
+    /// Used-space fraction above which eviction starts.
+    #[arg(long = "eviction_high_watermark_ratio", default_value_t = 0.90)]
+    eviction_high_watermark_ratio: f64,
+    /// Seconds without a ping after which a client is declared dead.
+    #[arg(long = "client_ttl", default_value_t = 10)]
+    client_ttl: u64,
+    /// Seconds after which another writer may take over an unfinished put.
+    #[arg(long = "put_start_discard_timeout_sec", default_value_t = 30)]
+    put_start_discard_timeout_sec: u64,
+    /// Seconds after which the space of an unfinished put is reclaimed.
+    #[arg(long = "put_start_release_timeout_sec", default_value_t = 600)]
+    put_start_release_timeout_sec: u64,
+    /// Serve Mooncake's HTTP metadata service (`/metadata?key=`).
+    #[arg(long = "enable_http_metadata_server", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    enable_http_metadata_server: bool,
+    /// Port of the HTTP metadata service.
+    #[arg(long = "http_metadata_server_port", default_value_t = 8080)]
+    http_metadata_server_port: u16,
+    /// Address of the HTTP metadata service.
+    #[arg(long = "http_metadata_server_host", default_value = "0.0.0.0")]
+    http_metadata_server_host: String,
+    /// Serve `/health` and `/metrics` over HTTP.
+    #[arg(long = "enable_metric_reporting", default_value = "true", num_args = 0..=1, default_missing_value = "true")]
+    enable_metric_reporting: bool,
+    /// Port of `/health` and `/metrics`.
+    #[arg(long = "metrics_port", default_value_t = 9003)]
+    metrics_port: u16,
+    /// Address of `/health` and `/metrics`.
+    #[arg(long = "metrics_host", default_value = "0.0.0.0")]
+    metrics_host: String,
+    /// Cluster id (metadata key prefix).
+    #[arg(long = "cluster_id", default_value = "mooncake_cluster")]
+    cluster_id: String,
+    /// CENTRALIZED (the master places replicas) or P2P (routing only).
+    #[arg(long = "deployment_mode", default_value = "CENTRALIZED", value_parser = ["CENTRALIZED", "P2P"])]
+    deployment_mode: String,
+    /// Segment allocator; `offset` is built.
+    #[arg(long = "memory_allocator", default_value = "offset", value_parser = ["offset"])]
+    memory_allocator: String,
+    /// Replica placement; `random` is built.
+    #[arg(long = "allocation_strategy", default_value = "random", value_parser = ["random"])]
+    allocation_strategy: String,
+}
+
+/// Parses Mooncake's duration strings: plain milliseconds, or a number with ms/s/m/h.
+fn parse_ms(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: u64 = number.parse().map_err(|_| format!("bad duration '{text}'"))?;
+    let factor = match unit {
+        "" | "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        other => return Err(format!("bad duration unit '{other}' in '{text}'")),
+    };
+    value.checked_mul(factor).ok_or_else(|| format!("duration '{text}' too large"))
+}
+
+fn socket(host: &str, port: u16) -> Result<SocketAddr, String> {
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}:{port}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("no address for {host}:{port}"))
+}
+
+fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
+    let config = MasterConfig {
+        default_kv_lease_ttl_ms: parse_ms(&flags.default_kv_lease_ttl)?,
+        default_kv_soft_pin_ttl_ms: parse_ms(&flags.default_kv_soft_pin_ttl)?,
+        max_kv_soft_pin_ttl_ms: parse_ms(&flags.max_kv_soft_pin_ttl)?,
+        allow_evict_soft_pinned_objects: flags.allow_evict_soft_pinned_objects,
+        eviction_ratio: flags.eviction_ratio,
+        eviction_high_watermark_ratio: flags.eviction_high_watermark_ratio,
+        client_ttl_s: flags.client_ttl,
+        put_start_discard_timeout_s: flags.put_start_discard_timeout_sec,
+        put_start_release_timeout_s: flags.put_start_release_timeout_sec,
+        cluster_id: flags.cluster_id.clone(),
+        ..MasterConfig::default()
+    };
+    config.validate().map_err(|e| format!("invalid master configuration: {e}"))?;
+    Ok(config)
+}
+
+fn run(flags: Flags) -> Result<(), String> {
+    if flags.deployment_mode == "P2P" {
+        return Err("deployment mode P2P is not available in this build yet; use CENTRALIZED".into());
+    }
+    let config = config_from(&flags)?;
+    let service = MasterService::new(config);
+    let port = if flags.rpc_port != 0 { flags.rpc_port } else { flags.port };
+    let rpc = RpcServer::start(socket(&flags.rpc_address, port)?, service.clone())
+        .map_err(|e| format!("cannot start the RPC server on {}:{port}: {e}", flags.rpc_address))?;
+    let _metrics = if flags.enable_metric_reporting {
+        let service = Arc::clone(&service);
+        let stats = rpc.stats();
+        let handler = move |request: &HttpRequest| match request.path() {
+            "/health" => HttpResponse::text(200, "OK\n"),
+            "/metrics" => HttpResponse::text(200, &(service.prometheus_text() + &stats.prometheus_text())),
+            _ => HttpResponse::text(404, "not found\n"),
+        };
+        Some(
+            HttpServer::start(socket(&flags.metrics_host, flags.metrics_port)?, Arc::new(handler))
+                .map_err(|e| format!("cannot serve metrics on port {}: {e}", flags.metrics_port))?,
+        )
+    } else {
+        None
+    };
+    let _metadata = if flags.enable_http_metadata_server {
+        let store = Arc::new(MetadataStore::default());
+        let handler = move |request: &HttpRequest| store.handle(request);
+        Some(
+            HttpServer::start(socket(&flags.http_metadata_server_host, flags.http_metadata_server_port)?, Arc::new(handler))
+                .map_err(|e| format!("cannot serve metadata on port {}: {e}", flags.http_metadata_server_port))?,
+        )
+    } else {
+        None
+    };
+    tracing::info!(rpc = %rpc.local_addr(), "mooncake_master ready");
+    mooncake_rs::wait_for_termination();
+    rpc.shutdown();
+    service.shutdown();
+    Ok(())
+}
+
+fn main() {
+    mooncake_rs::init_logging();
+    let flags = Flags::parse();
+    if let Err(message) = run(flags) {
+        eprintln!("mooncake_master: {message}");
+        std::process::exit(1);
+    }
+}

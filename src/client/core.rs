@@ -1,0 +1,284 @@
+//! [`Client`]: one set-up client (Mooncake's RealClient after `setup_real`), its resources and
+//! its life cycle. The operations live in sibling modules as further `impl Client` blocks.
+
+use super::config::{env_bool, env_u64, MetadataMode, SetupConfig};
+use super::heartbeat::Heartbeat;
+use super::local_buffer::LocalBuffer;
+use super::memory::MappedRegion;
+use super::metrics::ClientCounters;
+use super::sessions::Sessions;
+use crate::error::{fail, ErrorCode, Result};
+use crate::master::{MasterApi, MasterConfig, MasterService};
+use crate::rpc;
+use crate::transfer::{DirectResolver, EngineConfig, SegmentResolver, TransferEngine};
+use crate::types::{ClientId, Segment, Uuid};
+use parking_lot::Mutex;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// `health_check` answers (Mooncake's `HealthCheckStatus`).
+pub mod health {
+    /// Set up, and the last master ping (if any) succeeded.
+    pub const HEALTHY: i32 = 0;
+    /// Not set up, or torn down.
+    pub const NOT_INITIALIZED: i32 = 1;
+    /// The last master ping failed.
+    pub const MASTER_UNREACHABLE: i32 = 2;
+}
+
+/// A set-up client. Cheap to clone (an `Arc`); every method takes `&self` and is safe to call
+/// from many threads at once. After [`Client::teardown`] every operation fails with
+/// `INVALID_PARAMS`; memory that in-flight operations still use stays mapped until they end.
+#[derive(Clone)]
+pub struct Client {
+    pub(super) core: Arc<ClientCore>,
+}
+
+/// The client's state, shared by its clones and its heartbeat thread.
+pub(super) struct ClientCore {
+    pub(super) id: ClientId,
+    pub(super) hostname: String,
+    pub(super) master: Arc<dyn MasterApi>,
+    embedded_master: Option<Arc<MasterService>>,
+    pub(super) engine: Arc<TransferEngine>,
+    segment: Option<(Segment, MappedRegion)>,
+    pub(super) local_buffer: Option<Arc<LocalBuffer>>,
+    pub(super) sessions: Sessions,
+    pub(super) counters: ClientCounters,
+    pub(super) master_reachable: AtomicBool,
+    closed: AtomicBool,
+    heartbeat: Mutex<Option<Heartbeat>>,
+    metadata: Option<rpc::HttpMetadataClient>,
+}
+
+impl Client {
+    /// Sets up a client: connects to (or creates) the master, starts the transfer engine,
+    /// mounts a `global_segment_size` segment and registers a `local_buffer_size` local buffer.
+    ///
+    /// Errors: `INVALID_PARAMS` for bad arguments (see [`SetupConfig::validate`]);
+    /// `INTERNAL_ERROR` when no port could be bound; RPC errors / `INVALID_VERSION` from the
+    /// master connection.
+    pub fn setup(config: SetupConfig) -> Result<Client> {
+        let metadata_mode = config.validate()?;
+        let embedded = config.is_embedded();
+        let (master, embedded_master): (Arc<dyn MasterApi>, _) = if embedded {
+            let service = MasterService::new(MasterConfig::default());
+            (service.clone(), Some(service))
+        } else {
+            (rpc::connect_master(config.master_server_addr.trim())?, None)
+        };
+        let (hostname, listener) = if embedded {
+            (config.local_hostname.trim().to_string(), None)
+        } else {
+            let (name, listener) = bind_endpoint(config.local_hostname.trim())?;
+            (name, Some(listener))
+        };
+        let (resolver, metadata): (Arc<dyn SegmentResolver>, _) = match &metadata_mode {
+            MetadataMode::P2pHandshake => (Arc::new(DirectResolver::default()), None),
+            MetadataMode::Http(url) => (
+                Arc::new(rpc::HttpMetadataResolver::new(url)?),
+                Some(rpc::HttpMetadataClient::new(url)?),
+            ),
+        };
+        let engine = TransferEngine::new(EngineConfig {
+            local_name: hostname.clone(),
+            listener,
+            resolver,
+            memcpy_enabled: env_bool("MC_STORE_MEMCPY").unwrap_or(true),
+        })?;
+        let id = Uuid::random();
+        let local_buffer = match config.local_buffer_size {
+            0 => None,
+            size => Some(Arc::new(LocalBuffer::new(size, &engine)?)),
+        };
+        let segment = match config.global_segment_size {
+            0 => None,
+            size => {
+                let region = MappedRegion::new(size)?;
+                engine.register(region.addr(), region.len(), true)?;
+                let segment = Segment {
+                    id: Uuid::random(),
+                    name: hostname.clone(),
+                    base: region.addr() as u64,
+                    size,
+                    protocol: "tcp".into(),
+                };
+                Some((segment, region))
+            }
+        };
+        if let (Some(meta), Some(addr)) = (&metadata, engine.listen_addr()) {
+            let buffers = segment.iter().map(|(s, _)| (s.base, s.size)).collect::<Vec<_>>();
+            meta.publish_segment(&hostname, addr, &buffers)?;
+        }
+        let core = Arc::new(ClientCore {
+            id,
+            hostname,
+            master,
+            embedded_master,
+            engine,
+            segment,
+            local_buffer,
+            sessions: Sessions::default(),
+            counters: ClientCounters::default(),
+            master_reachable: AtomicBool::new(true),
+            closed: AtomicBool::new(false),
+            heartbeat: Mutex::new(None),
+            metadata,
+        });
+        if let Some((segment, _)) = &core.segment {
+            if let Err(e) = core.master.mount_segment(core.id, segment.clone()) {
+                core.shutdown();
+                return Err(e);
+            }
+            if !embedded {
+                *core.heartbeat.lock() = Some(Heartbeat::start(&core));
+            }
+        }
+        tracing::info!(name = %core.hostname, client = %core.id, embedded, "client set up");
+        Ok(Client { core })
+    }
+
+    /// Mooncake's `initAll(protocol, device_name, mount_segment_size)`: an embedded client
+    /// named `localhost` with a 1 GiB local buffer.
+    pub fn init_all(protocol: &str, device_name: &str, mount_segment_size: u64) -> Result<Client> {
+        Client::setup(SetupConfig {
+            local_hostname: "localhost".into(),
+            metadata_server: super::config::P2P_HANDSHAKE.into(),
+            global_segment_size: mount_segment_size,
+            local_buffer_size: 1 << 30,
+            protocol: protocol.into(),
+            device_name: device_name.into(),
+            master_server_addr: super::config::EMBEDDED_MASTER.into(),
+        })
+    }
+
+    /// Unmounts the segment (its objects disappear cluster-wide), stops the heartbeat and the
+    /// transfer engine. Idempotent; always succeeds.
+    pub fn teardown(&self) {
+        self.core.shutdown();
+    }
+
+    /// 0 healthy, 1 torn down, 2 the last master ping failed.
+    pub fn health_check(&self) -> i32 {
+        if self.core.closed.load(Ordering::Acquire) {
+            health::NOT_INITIALIZED
+        } else if self.core.master_reachable.load(Ordering::Acquire) {
+            health::HEALTHY
+        } else {
+            health::MASTER_UNREACHABLE
+        }
+    }
+
+    /// This client's segment name (`host:port` once a port was chosen).
+    pub fn get_hostname(&self) -> String {
+        self.core.hostname.clone()
+    }
+
+    /// This client's identity at the master.
+    pub fn id(&self) -> ClientId {
+        self.core.id
+    }
+
+    /// Registers caller memory `[addr, addr + len)` for zero-copy use (not remotely
+    /// accessible). `INVALID_PARAMS` on NULL, zero length or overlap with a registered range.
+    pub fn register_buffer(&self, addr: usize, len: usize) -> Result<()> {
+        self.core.check_open()?;
+        if addr == 0 || len == 0 {
+            return fail(ErrorCode::InvalidParams, "register_buffer: NULL buffer or zero size");
+        }
+        self.core.engine.register(addr, len, false)
+    }
+
+    /// Undoes [`Client::register_buffer`]; `INVALID_PARAMS` for an unknown address.
+    pub fn unregister_buffer(&self, addr: usize) -> Result<()> {
+        self.core.check_open()?;
+        self.core.engine.unregister(addr)
+    }
+}
+
+impl ClientCore {
+    /// `INVALID_PARAMS` once torn down.
+    pub(super) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return fail(ErrorCode::InvalidParams, "client is not set up (torn down)");
+        }
+        Ok(())
+    }
+
+    /// The mounted segment, if any (for the heartbeat's remount).
+    pub(super) fn segment(&self) -> Option<&Segment> {
+        self.segment.as_ref().map(|(s, _)| s)
+    }
+
+    fn shutdown(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(heartbeat) = self.heartbeat.lock().take() {
+            heartbeat.stop();
+        }
+        if let Some((segment, _)) = &self.segment {
+            if let Err(e) = self.master.unmount_segment(self.id, segment.id) {
+                tracing::warn!(error = %e, "unmount at teardown failed");
+            }
+        }
+        if let Some(meta) = &self.metadata {
+            meta.remove_segment(&self.hostname);
+        }
+        self.engine.shutdown();
+        if let Some(master) = &self.embedded_master {
+            master.shutdown();
+        }
+        tracing::info!(name = %self.hostname, "client torn down");
+    }
+}
+
+impl Drop for ClientCore {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Binds the data listener for `local_hostname`: its own port when it has one, else a free
+/// port in `[MC_STORE_CLIENT_MIN_PORT, MC_STORE_CLIENT_MAX_PORT]` (random start, up to
+/// `MC_STORE_CLIENT_SETUP_RETRIES` tries). Returns the final `host:port` name.
+fn bind_endpoint(local_hostname: &str) -> Result<(String, TcpListener)> {
+    if let Some((host, port)) = local_hostname.rsplit_once(':') {
+        if let Ok(port) = port.parse::<u16>() {
+            let listener = bind(host, port)?;
+            return Ok((local_hostname.to_string(), listener));
+        }
+    }
+    let min = env_u64("MC_STORE_CLIENT_MIN_PORT", 12300).min(65535) as u16;
+    let max = env_u64("MC_STORE_CLIENT_MAX_PORT", 14300).clamp(min as u64, 65535) as u16;
+    let retries = env_u64("MC_STORE_CLIENT_SETUP_RETRIES", 20).max(1);
+    for _ in 0..retries {
+        let port = fastrand::u16(min..=max);
+        if let Ok(listener) = bind(local_hostname, port) {
+            return Ok((format!("{local_hostname}:{port}"), listener));
+        }
+    }
+    fail(
+        ErrorCode::InternalError,
+        format!("no free port for {local_hostname} in [{min}, {max}] after {retries} tries"),
+    )
+}
+
+fn bind(host: &str, port: u16) -> Result<TcpListener> {
+    let addrs: Vec<SocketAddr> = match (host, port).to_socket_addrs() {
+        Ok(a) => a.collect(),
+        Err(e) => return fail(ErrorCode::InvalidParams, format!("cannot resolve '{host}': {e}")),
+    };
+    let mut last = None;
+    for addr in addrs.iter().filter(|a| a.is_ipv4()).chain(addrs.iter().filter(|a| a.is_ipv6())) {
+        match TcpListener::bind(addr) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    fail(
+        ErrorCode::InternalError,
+        format!("cannot bind {host}:{port}: {}", last.map(|e| e.to_string()).unwrap_or_default()),
+    )
+}

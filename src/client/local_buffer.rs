@@ -1,0 +1,72 @@
+//! The registered local buffer: memory the copying `put` stages values in and `get_buffer`
+//! returns objects in. Allocations are RAII [`LocalAlloc`] values.
+
+use super::memory::MappedRegion;
+use crate::error::{fail, ErrorCode, Result};
+use crate::master::OffsetAllocator;
+use crate::transfer::TransferEngine;
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+/// A pre-faulted, engine-registered region with an offset allocator. Thread-safe.
+pub(super) struct LocalBuffer {
+    region: MappedRegion,
+    allocator: Mutex<OffsetAllocator>,
+}
+
+impl LocalBuffer {
+    /// Maps `size` bytes and registers them with `engine` (not remotely accessible).
+    pub(super) fn new(size: u64, engine: &TransferEngine) -> Result<LocalBuffer> {
+        let region = MappedRegion::new(size)?;
+        engine.register(region.addr(), region.len(), false)?;
+        Ok(LocalBuffer {
+            allocator: Mutex::new(OffsetAllocator::new(region.len() as u64)),
+            region,
+        })
+    }
+
+    /// Reserves `len` bytes; `INVALID_PARAMS` when the buffer has no room (Mooncake's code).
+    pub(super) fn allocate(self: &Arc<Self>, len: u64) -> Result<LocalAlloc> {
+        match self.allocator.lock().allocate(len) {
+            Some(offset) => Ok(LocalAlloc {
+                buffer: Arc::clone(self),
+                offset,
+                len,
+            }),
+            None => fail(
+                ErrorCode::InvalidParams,
+                format!("local buffer has no room for {len} bytes"),
+            ),
+        }
+    }
+}
+
+/// `len` bytes of the local buffer, returned to it on drop. Keeps the buffer mapped.
+pub struct LocalAlloc {
+    buffer: Arc<LocalBuffer>,
+    offset: u64,
+    len: u64,
+}
+
+impl LocalAlloc {
+    /// Address of the first byte.
+    pub fn addr(&self) -> usize {
+        self.buffer.region.addr() + self.offset as usize
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True for a zero-length allocation.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for LocalAlloc {
+    fn drop(&mut self) {
+        self.buffer.allocator.lock().free(self.offset);
+    }
+}

@@ -1,0 +1,115 @@
+//! `get_into_ranges`: a buffer-major gather of byte ranges of many objects into a few large
+//! buffers, with one master query for all keys and one engine batch for all fragments.
+
+use super::core::Client;
+use super::plan::Fragment;
+use super::read::ReadJob;
+use crate::error::{fail, ErrorCode, Result};
+use std::collections::HashMap;
+
+/// Where each fragment of a `get_into_ranges` call goes: for buffer `i`, key `j`, fragment
+/// `k`, copy object bytes `[src_offsets[i][j][k], + sizes[i][j][k])` of `keys[i][j]` to
+/// `buffers[i] + dst_offsets[i][j][k]`.
+pub struct RangeRequest<'a> {
+    /// Keys per buffer.
+    pub keys: &'a [Vec<String>],
+    /// Destination offsets inside `buffers[i]`.
+    pub dst_offsets: &'a [Vec<Vec<u64>>],
+    /// Source offsets inside the object.
+    pub src_offsets: &'a [Vec<Vec<u64>>],
+    /// Fragment lengths.
+    pub sizes: &'a [Vec<Vec<u64>>],
+}
+
+impl Client {
+    /// Runs a [`RangeRequest`] into `buffers`. Returns, per `[i][j][k]`, the bytes copied or
+    /// an error: `INVALID_PARAMS` (shape mismatch, a range past the buffer or the object),
+    /// the key's query error, `LEASE_EXPIRED`, `TRANSFER_FAIL`. The result has the shape of
+    /// `sizes` (a shape mismatch at `[i]` or `[i][j]` gives one `INVALID_PARAMS` entry there).
+    pub fn get_into_ranges(&self, buffers: &mut [&mut [u8]], request: &RangeRequest<'_>) -> Vec<Vec<Vec<Result<u64>>>> {
+        let core = &self.core;
+        let shape_ok = |i: usize, j: usize| {
+            let n = request.sizes[i][j].len();
+            request.dst_offsets[i][j].len() == n && request.src_offsets[i][j].len() == n
+        };
+        let n = request.keys.len();
+        let top_ok = buffers.len() == n && request.dst_offsets.len() == n && request.src_offsets.len() == n && request.sizes.len() == n;
+        let row_ok = |i: usize| {
+            let m = request.keys[i].len();
+            request.dst_offsets[i].len() == m && request.src_offsets[i].len() == m && request.sizes[i].len() == m
+        };
+        let bad = || vec![Err(ErrorCode::InvalidParams)];
+        if let Err(e) = core.check_open() {
+            return request.keys.iter().map(|row| row.iter().map(|_| vec![Err(e)]).collect()).collect();
+        }
+        if !top_ok {
+            let _ = fail::<()>(ErrorCode::InvalidParams, "get_into_ranges: top-level lengths differ");
+            return request.keys.iter().map(|row| row.iter().map(|_| bad()).collect()).collect();
+        }
+        let mut unique: Vec<&str> = Vec::new();
+        let mut slot: HashMap<&str, usize> = HashMap::new();
+        for key in request.keys.iter().flatten() {
+            slot.entry(key.as_str()).or_insert_with(|| {
+                unique.push(key.as_str());
+                unique.len() - 1
+            });
+        }
+        let answers = core.query(&unique);
+        let mut results: Vec<Vec<Vec<Result<u64>>>> = Vec::with_capacity(n);
+        let mut jobs = Vec::new();
+        let mut job_at = Vec::new();
+        for i in 0..n {
+            if !row_ok(i) {
+                results.push(request.keys[i].iter().map(|_| bad()).collect());
+                continue;
+            }
+            let base = buffers[i].as_mut_ptr() as usize;
+            let capacity = buffers[i].len() as u64;
+            let mut row = Vec::with_capacity(request.keys[i].len());
+            for (j, key) in request.keys[i].iter().enumerate() {
+                if !shape_ok(i, j) {
+                    row.push(bad());
+                    continue;
+                }
+                let leased = &answers[slot[key.as_str()]];
+                let mut fragments = Vec::new();
+                let mut cell = Vec::with_capacity(request.sizes[i][j].len());
+                for k in 0..request.sizes[i][j].len() {
+                    let (dst, src, len) = (request.dst_offsets[i][j][k], request.src_offsets[i][j][k], request.sizes[i][j][k]);
+                    let outcome = leased.as_ref().map_err(|e| *e).and_then(|l| {
+                        let fits = |off: u64, limit: u64| off.checked_add(len).is_some_and(|end| end <= limit);
+                        if !fits(dst, capacity) || !fits(src, l.query.size) {
+                            return fail(ErrorCode::InvalidParams, format!("fragment [{i}][{j}][{k}] is out of range"));
+                        }
+                        Ok(len)
+                    });
+                    if outcome.is_ok() && len > 0 {
+                        fragments.push(Fragment { local: base + dst as usize, len, offset: src });
+                    }
+                    cell.push(outcome);
+                }
+                if let (Ok(l), false) = (leased, fragments.is_empty()) {
+                    jobs.push(ReadJob { replicas: core.ordered(&l.query), fragments });
+                    job_at.push((i, j, slot[key.as_str()]));
+                }
+                row.push(cell);
+            }
+            results.push(row);
+        }
+        let outcomes = core.read_jobs(&jobs);
+        for (&(i, j, s), outcome) in job_at.iter().zip(outcomes) {
+            let expired = answers[s].as_ref().is_ok_and(|l| l.expired());
+            let failure: Option<ErrorCode> = match outcome {
+                Err(e) => Some(e),
+                Ok(()) if expired => Some(ErrorCode::LeaseExpired),
+                Ok(()) => None,
+            };
+            if let Some(e) = failure {
+                for cell in results[i][j].iter_mut().filter(|c| c.is_ok()) {
+                    *cell = Err(e);
+                }
+            }
+        }
+        results
+    }
+}

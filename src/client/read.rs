@@ -1,0 +1,213 @@
+//! The get family: one master query (which grants a read lease), then bytes move straight
+//! from the best replica into the caller's memory — local replica first, the others as
+//! fallbacks — and a read that ends after the lease is reported as `LEASE_EXPIRED`.
+
+use super::core::{Client, ClientCore};
+use super::metrics::ClientCounters;
+use super::plan::{self, Buf, Fragment};
+use crate::error::{fail, ErrorCode, Result};
+use crate::transfer::TransferOp;
+use crate::types::{QueryResult, ReplicaDescriptor};
+use std::time::{Duration, Instant};
+
+/// A key's answer from the master together with the moment its lease runs out.
+#[derive(Clone, Debug)]
+pub(super) struct Leased {
+    pub query: QueryResult,
+    pub deadline: Instant,
+}
+
+impl Leased {
+    pub(super) fn expired(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+}
+
+/// One key to read: which replicas (best first) and where its bytes go.
+pub(super) struct ReadJob<'a> {
+    pub replicas: Vec<&'a ReplicaDescriptor>,
+    pub fragments: Vec<Fragment>,
+}
+
+impl Client {
+    /// Reads `key` into `buf`; returns the object size. `INVALID_PARAMS` if `buf` is smaller
+    /// than the object, `OBJECT_NOT_FOUND`, `REPLICA_IS_NOT_READY`, `LEASE_EXPIRED`,
+    /// `TRANSFER_FAIL`.
+    pub fn get_into(&self, key: &str, buf: &mut [u8]) -> Result<u64> {
+        let mut out = self.core.get_into(&[key], vec![vec![Buf::of_mut(buf)]], false);
+        out.pop().unwrap_or(Err(ErrorCode::InternalError))
+    }
+
+    /// Batch `get_into` with one master query; one result per key (all `INVALID_PARAMS` on a
+    /// length mismatch). A key listed twice is read into each of its buffers.
+    pub fn batch_get_into<K: AsRef<str>>(&self, keys: &[K], bufs: &mut [&mut [u8]]) -> Vec<Result<u64>> {
+        let bufs = bufs.iter_mut().map(|b| vec![Buf::of_mut(b)]).collect();
+        self.core.get_into(keys, bufs, false)
+    }
+
+    /// Reads each key's object scattered over its buffers in order. The buffer sizes must add
+    /// up to the object size exactly: less is `INVALID_PARAMS`, more is `TRANSFER_FAIL`
+    /// (Mooncake's behaviour).
+    pub fn batch_get_into_multi_buffers<K: AsRef<str>>(&self, keys: &[K], bufs: &mut [Vec<&mut [u8]>]) -> Vec<Result<u64>> {
+        let bufs = bufs.iter_mut().map(|list| list.iter_mut().map(|b| Buf::of_mut(b)).collect()).collect();
+        self.core.get_into(keys, bufs, true)
+    }
+
+    /// Whether `key` has a readable replica (grants a read lease when it does).
+    pub fn is_exist(&self, key: &str) -> Result<bool> {
+        self.batch_is_exist(&[key]).pop().unwrap_or(Err(ErrorCode::InternalError))
+    }
+
+    /// `is_exist` for many keys with one master call.
+    pub fn batch_is_exist<K: AsRef<str>>(&self, keys: &[K]) -> Vec<Result<bool>> {
+        if let Err(e) = self.core.check_open() {
+            return vec![Err(e); keys.len()];
+        }
+        let names = keys.iter().map(|k| k.as_ref().to_string()).collect();
+        per_key(self.core.master.batch_exist_key(names), keys.len())
+    }
+
+    /// Size of `key`'s object (grants a read lease).
+    pub fn get_size(&self, key: &str) -> Result<u64> {
+        self.core.check_open()?;
+        let mut answers = self.core.query(&[key]);
+        answers.pop().unwrap_or(Err(ErrorCode::InternalError)).map(|l| l.query.size)
+    }
+}
+
+/// Spreads a batch answer over `n` keys (a whole-batch error or a short answer fails all).
+pub(super) fn per_key<T: Clone>(answer: Result<Vec<Result<T>>>, n: usize) -> Vec<Result<T>> {
+    match answer {
+        Ok(list) if list.len() == n => list,
+        Ok(_) => vec![fail(ErrorCode::RpcFail, "master answered with the wrong number of entries"); n],
+        Err(e) => vec![Err(e); n],
+    }
+}
+
+impl ClientCore {
+    /// One master query for all keys; each answer carries its lease deadline, measured from
+    /// before the request was sent.
+    pub(super) fn query<K: AsRef<str>>(&self, keys: &[K]) -> Vec<Result<Leased>> {
+        let started = Instant::now();
+        let names = keys.iter().map(|k| k.as_ref().to_string()).collect();
+        per_key(self.master.batch_get_replica_list(names), keys.len())
+            .into_iter()
+            .map(|answer| {
+                answer.map(|query| Leased {
+                    deadline: started + Duration::from_millis(query.lease_ttl_ms),
+                    query,
+                })
+            })
+            .collect()
+    }
+
+    /// Replicas in the order to try them: ours first, then the master's order.
+    pub(super) fn ordered<'a>(&self, query: &'a QueryResult) -> Vec<&'a ReplicaDescriptor> {
+        let (mut local, remote): (Vec<_>, Vec<_>) = query
+            .replicas
+            .iter()
+            .partition(|r| self.engine.is_local(&r.buffer.transport_endpoint));
+        local.extend(remote);
+        local
+    }
+
+    fn get_into<K: AsRef<str>>(&self, keys: &[K], bufs: Vec<Vec<Buf>>, exact: bool) -> Vec<Result<u64>> {
+        let n = keys.len();
+        if let Err(e) = self.check_open() {
+            return vec![Err(e); n];
+        }
+        if bufs.len() != n {
+            let _ = fail::<()>(ErrorCode::InvalidParams, format!("{n} keys but {} buffer lists", bufs.len()));
+            return vec![Err(ErrorCode::InvalidParams); n];
+        }
+        let answers = self.query(keys);
+        let mut results: Vec<Result<u64>> = Vec::with_capacity(n);
+        let mut jobs = Vec::new();
+        let mut job_index = Vec::new();
+        for (i, answer) in answers.iter().enumerate() {
+            let prepared = answer.clone().and_then(|leased| {
+                let size = leased.query.size;
+                let capacity = plan::total_len(&bufs[i])?;
+                if capacity < size {
+                    return fail(ErrorCode::InvalidParams, format!("user buffer of {capacity} bytes is too small for {size} bytes"));
+                }
+                if exact && capacity > size {
+                    return fail(ErrorCode::TransferFail, format!("buffers hold {capacity} bytes but the object has {size}"));
+                }
+                Ok(size)
+            });
+            if let (Ok(size), Ok(leased)) = (&prepared, answer) {
+                job_index.push(i);
+                jobs.push(ReadJob {
+                    replicas: self.ordered(&leased.query),
+                    fragments: plan::truncate(plan::contiguous(&bufs[i]), *size),
+                });
+            }
+            results.push(prepared);
+        }
+        let outcomes = self.read_jobs(&jobs);
+        for (&i, outcome) in job_index.iter().zip(outcomes) {
+            let leased = answers[i].as_ref().ok();
+            results[i] = match (outcome, leased) {
+                (Err(e), _) => Err(e),
+                (Ok(()), Some(l)) if l.expired() => fail(ErrorCode::LeaseExpired, "the read finished after its lease"),
+                (Ok(()), _) => results[i],
+            };
+        }
+        self.count_reads(&results);
+        results
+    }
+
+    pub(super) fn count_reads(&self, results: &[Result<u64>]) {
+        for r in results {
+            match r {
+                Ok(bytes) => {
+                    ClientCounters::add(&self.counters.objects_read, 1);
+                    ClientCounters::add(&self.counters.bytes_read, *bytes);
+                }
+                Err(_) => ClientCounters::add(&self.counters.failed_ops, 1),
+            }
+        }
+    }
+
+    /// Reads every job's fragments, trying its replicas in order: round `r` issues, in one
+    /// engine batch, the `r`-th replica of every job that has not succeeded yet.
+    pub(super) fn read_jobs(&self, jobs: &[ReadJob<'_>]) -> Vec<Result<()>> {
+        let mut results: Vec<Result<()>> = jobs
+            .iter()
+            .map(|j| {
+                if j.replicas.is_empty() {
+                    fail(ErrorCode::ReplicaIsNotReady, "no readable replica")
+                } else {
+                    Err(ErrorCode::TransferFail)
+                }
+            })
+            .collect();
+        let rounds = jobs.iter().map(|j| j.replicas.len()).max().unwrap_or(0);
+        for round in 0..rounds {
+            let mut requests = Vec::new();
+            let mut spans = Vec::new();
+            for (j, job) in jobs.iter().enumerate() {
+                if results[j].is_ok() || job.replicas.len() <= round {
+                    continue;
+                }
+                let start = requests.len();
+                requests.extend(plan::requests(TransferOp::Read, &job.fragments, job.replicas[round]));
+                spans.push((j, start..requests.len()));
+            }
+            if spans.is_empty() {
+                break;
+            }
+            // SAFETY: fragments point into caller buffers (or our local buffer) valid and
+            // writable for the whole call, and fragments of one call never overlap.
+            let done = unsafe { self.engine.transfer(&requests) };
+            for (j, span) in spans {
+                results[j] = done[span].iter().copied().find(|r| r.is_err()).unwrap_or(Ok(()));
+                if results[j].is_err() && round + 1 < jobs[j].replicas.len() {
+                    tracing::debug!(round, "replica read failed; trying the next replica");
+                }
+            }
+        }
+        results
+    }
+}

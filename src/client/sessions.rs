@@ -1,0 +1,340 @@
+//! Layer-wise sessions: a get session resolves keys once (one master query) so each later
+//! ranged read needs no master call; a put session reserves objects once, takes ranged writes
+//! per layer, then commits or revokes them together.
+
+use super::core::Client;
+use super::plan::{self, Buf, Fragment};
+use super::read::{per_key, ReadJob};
+use crate::error::{fail, ErrorCode, Result};
+use crate::types::{ReplicaDescriptor, ReplicateConfig};
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The client's session tables. Thread-safe; locks are never held across a transfer.
+#[derive(Default)]
+pub(super) struct Sessions {
+    get: Mutex<HashMap<String, GetSession>>,
+    put: Mutex<HashMap<String, Arc<PutSession>>>,
+}
+
+#[derive(Clone)]
+struct GetSession {
+    replica: ReplicaDescriptor,
+    size: u64,
+    deadline: Instant,
+}
+
+struct PutSession {
+    replicas: Vec<ReplicaDescriptor>,
+    size: u64,
+    state: Mutex<PutState>,
+    idle: Condvar,
+}
+
+#[derive(Default)]
+struct PutState {
+    sealed: bool,
+    in_flight: usize,
+}
+
+impl PutSession {
+    /// Registers a ranged write unless the session is sealed.
+    fn enter(&self) -> Result<()> {
+        let mut state = self.state.lock();
+        if state.sealed {
+            return fail(ErrorCode::InvalidParams, "put session is sealed");
+        }
+        state.in_flight += 1;
+        Ok(())
+    }
+
+    fn leave(&self) {
+        let mut state = self.state.lock();
+        state.in_flight -= 1;
+        if state.in_flight == 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    /// Seals the session and waits for ranged writes in flight (each is bounded by the
+    /// transfer timeout).
+    fn seal_and_drain(&self) {
+        let mut state = self.state.lock();
+        state.sealed = true;
+        while state.in_flight > 0 {
+            self.idle.wait(&mut state);
+        }
+    }
+}
+
+fn session_fragments(bufs: &[Buf], offsets: &[u64], size: u64) -> Result<Vec<Fragment>> {
+    if bufs.len() != offsets.len() {
+        return fail(ErrorCode::InvalidParams, format!("{} buffers but {} offsets", bufs.len(), offsets.len()));
+    }
+    let fragments: Vec<Fragment> = bufs
+        .iter()
+        .zip(offsets)
+        .filter(|(b, _)| b.len > 0)
+        .map(|(b, &offset)| Fragment { local: b.addr, len: b.len, offset })
+        .collect();
+    plan::check_within(&fragments, size)?;
+    Ok(fragments)
+}
+
+fn lengths_match(n: usize, others: &[usize]) -> Result<()> {
+    if others.iter().all(|&m| m == n) {
+        Ok(())
+    } else {
+        fail(ErrorCode::InvalidParams, "argument lists have different lengths")
+    }
+}
+
+impl Client {
+    /// Starts get sessions: one master query for all keys. Per key: 0, the query error,
+    /// `LEASE_EXPIRED`, or `INVALID_REPLICA` when no replica is readable. Restarting a key
+    /// replaces its session.
+    pub fn batch_get_session_start<K: AsRef<str>>(&self, keys: &[K]) -> Vec<Result<()>> {
+        let core = &self.core;
+        if let Err(e) = core.check_open() {
+            return vec![Err(e); keys.len()];
+        }
+        let answers = core.query(keys);
+        let mut table = core.sessions.get.lock();
+        keys.iter()
+            .zip(answers)
+            .map(|(key, answer)| {
+                let leased = answer?;
+                if leased.expired() {
+                    return fail(ErrorCode::LeaseExpired, "lease expired before the session started");
+                }
+                let Some(replica) = core.ordered(&leased.query).first().map(|r| (*r).clone()) else {
+                    return fail(ErrorCode::InvalidReplica, "no readable memory replica");
+                };
+                table.insert(key.as_ref().to_string(), GetSession { replica, size: leased.query.size, deadline: leased.deadline });
+                Ok(())
+            })
+            .collect()
+    }
+
+    /// Ranged reads within get sessions, no master call: `bufs[i][j]` receives object bytes
+    /// `[src_offsets[i][j], + len)`. Per key: bytes read, `INVALID_PARAMS` (no session, shape
+    /// mismatch, range past the object) or `LEASE_EXPIRED` (the session is then ended).
+    pub fn batch_get_into_multi_buffer_ranges<K: AsRef<str>>(&self, keys: &[K], bufs: &mut [Vec<&mut [u8]>], src_offsets: &[Vec<u64>]) -> Vec<Result<u64>> {
+        let core = &self.core;
+        let n = keys.len();
+        if let Err(e) = core.check_open().and(lengths_match(n, &[bufs.len(), src_offsets.len()])) {
+            return vec![Err(e); n];
+        }
+        let sessions: Vec<Option<GetSession>> = {
+            let table = core.sessions.get.lock();
+            keys.iter().map(|k| table.get(k.as_ref()).cloned()).collect()
+        };
+        let mut results: Vec<Result<u64>> = Vec::with_capacity(n);
+        let mut jobs = Vec::new();
+        let mut job_index = Vec::new();
+        for i in 0..n {
+            let prepared = match &sessions[i] {
+                None => fail(ErrorCode::InvalidParams, format!("no get session for '{}'", keys[i].as_ref())),
+                Some(s) if Instant::now() >= s.deadline => fail(ErrorCode::LeaseExpired, "get session lease expired"),
+                Some(s) => {
+                    let list: Vec<Buf> = bufs[i].iter_mut().map(|b| Buf::of_mut(b)).collect();
+                    session_fragments(&list, &src_offsets[i], s.size)
+                }
+            };
+            match prepared {
+                Ok(fragments) => {
+                    let bytes = fragments.iter().map(|f| f.len).sum();
+                    if let Some(session) = &sessions[i] {
+                        job_index.push(i);
+                        jobs.push(ReadJob { replicas: vec![&session.replica], fragments });
+                    }
+                    results.push(Ok(bytes));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        let outcomes = core.read_jobs(&jobs);
+        for (&i, outcome) in job_index.iter().zip(outcomes) {
+            if let Err(e) = outcome {
+                results[i] = Err(e);
+            }
+        }
+        let mut table = core.sessions.get.lock();
+        for i in 0..n {
+            let expired = sessions[i].as_ref().is_some_and(|s| Instant::now() >= s.deadline);
+            if expired {
+                table.remove(keys[i].as_ref());
+                if results[i].is_ok() || results[i] == Err(ErrorCode::LeaseExpired) {
+                    results[i] = fail(ErrorCode::LeaseExpired, "get session lease expired");
+                }
+            }
+        }
+        drop(table);
+        core.count_reads(&results);
+        results
+    }
+
+    /// Ends get sessions (idempotent; always 0).
+    pub fn batch_get_session_end<K: AsRef<str>>(&self, keys: &[K]) -> Result<()> {
+        let mut table = self.core.sessions.get.lock();
+        for key in keys {
+            table.remove(key.as_ref());
+        }
+        Ok(())
+    }
+
+    /// Starts put sessions: reserves `sizes[i]` bytes for `keys[i]` (master `PutStart`; an
+    /// existing key is `OBJECT_ALREADY_EXISTS` here). Per key: 0 or the error;
+    /// `INVALID_PARAMS` for a key with an open session.
+    pub fn batch_put_session_start<K: AsRef<str>>(&self, keys: &[K], sizes: &[u64], config: &ReplicateConfig) -> Vec<Result<()>> {
+        let core = &self.core;
+        let n = keys.len();
+        if let Err(e) = core.check_open().and(lengths_match(n, &[sizes.len()])) {
+            return vec![Err(e); n];
+        }
+        let mut results: Vec<Result<()>> = vec![Ok(()); n];
+        let mut start = Vec::new();
+        {
+            let table = core.sessions.put.lock();
+            for (i, key) in keys.iter().enumerate() {
+                if table.contains_key(key.as_ref()) {
+                    results[i] = fail(ErrorCode::InvalidParams, format!("put session for '{}' already open", key.as_ref()));
+                } else {
+                    start.push(i);
+                }
+            }
+        }
+        if start.is_empty() {
+            return results;
+        }
+        let names: Vec<String> = start.iter().map(|&i| keys[i].as_ref().to_string()).collect();
+        let answer = core.master.batch_put_start(core.id, names.clone(), start.iter().map(|&i| sizes[i]).collect(), config.clone());
+        let mut no_replica = Vec::new();
+        let mut table = core.sessions.put.lock();
+        for ((&i, name), outcome) in start.iter().zip(names).zip(per_key(answer, start.len())) {
+            match outcome {
+                Ok(replicas) if replicas.is_empty() => {
+                    results[i] = fail(ErrorCode::InvalidReplica, "no memory replica allocated");
+                    no_replica.push(name);
+                }
+                Ok(replicas) => {
+                    let session = PutSession { replicas, size: sizes[i], state: Mutex::default(), idle: Condvar::new() };
+                    table.insert(name, Arc::new(session));
+                }
+                Err(e) => results[i] = Err(e),
+            }
+        }
+        drop(table);
+        if !no_replica.is_empty() {
+            let _ = core.master.batch_put_revoke(core.id, no_replica);
+        }
+        results
+    }
+
+    /// Ranged writes within put sessions, no master call: `bufs[i][j]` goes to object offset
+    /// `dst_offsets[i][j]` on every replica. Per key: logical bytes written or an error
+    /// (`INVALID_PARAMS` for no/sealed session, shape mismatch, overflow; transfer errors).
+    pub fn batch_put_from_multi_buffer_ranges<K: AsRef<str>>(&self, keys: &[K], bufs: &[Vec<&[u8]>], dst_offsets: &[Vec<u64>]) -> Vec<Result<u64>> {
+        let core = &self.core;
+        let n = keys.len();
+        if let Err(e) = core.check_open().and(lengths_match(n, &[bufs.len(), dst_offsets.len()])) {
+            return vec![Err(e); n];
+        }
+        let sessions: Vec<Option<Arc<PutSession>>> = {
+            let table = core.sessions.put.lock();
+            keys.iter().map(|k| table.get(k.as_ref()).cloned()).collect()
+        };
+        let mut results: Vec<Result<u64>> = Vec::with_capacity(n);
+        let mut writes = Vec::new();
+        let mut entered = Vec::new();
+        for i in 0..n {
+            let prepared = match &sessions[i] {
+                None => fail(ErrorCode::InvalidParams, format!("no put session for '{}'", keys[i].as_ref())),
+                Some(s) => {
+                    let list: Vec<Buf> = bufs[i].iter().map(|b| Buf::of(b)).collect();
+                    session_fragments(&list, &dst_offsets[i], s.size).and_then(|f| s.enter().map(|()| f))
+                }
+            };
+            match (prepared, &sessions[i]) {
+                (Ok(fragments), Some(session)) => {
+                    results.push(Ok(fragments.iter().map(|f| f.len).sum()));
+                    entered.push(Arc::clone(session));
+                    writes.push((i, session.replicas.clone(), fragments));
+                }
+                (Err(e), _) => results.push(Err(e)),
+                (Ok(_), None) => results.push(Err(ErrorCode::InternalError)),
+            }
+        }
+        let outcomes = core.write_replicas(&writes);
+        for session in entered {
+            session.leave();
+        }
+        for ((i, _, _), outcome) in writes.iter().zip(outcomes) {
+            if let Err(e) = outcome {
+                results[*i] = Err(e);
+            }
+        }
+        results
+    }
+
+    /// Seals put sessions, waits for their ranged writes and commits them. Per key: 0 (the
+    /// session ends), `INVALID_PARAMS` (no session), or the master's error (the session is
+    /// kept so the caller can retry or revoke).
+    pub fn batch_put_session_end<K: AsRef<str>>(&self, keys: &[K]) -> Vec<Result<()>> {
+        self.finish_put_sessions(keys, true)
+    }
+
+    /// Seals put sessions, waits for their ranged writes and revokes them. Per key: 0 (also
+    /// when the master no longer knows the key), `INVALID_PARAMS` (no session) or the master's
+    /// error (session kept).
+    pub fn batch_put_session_revoke<K: AsRef<str>>(&self, keys: &[K]) -> Vec<Result<()>> {
+        self.finish_put_sessions(keys, false)
+    }
+
+    fn finish_put_sessions<K: AsRef<str>>(&self, keys: &[K], commit: bool) -> Vec<Result<()>> {
+        let core = &self.core;
+        let n = keys.len();
+        if let Err(e) = core.check_open() {
+            return vec![Err(e); n];
+        }
+        let sessions: Vec<Option<Arc<PutSession>>> = {
+            let table = core.sessions.put.lock();
+            keys.iter().map(|k| table.get(k.as_ref()).cloned()).collect()
+        };
+        let mut results: Vec<Result<()>> = vec![Ok(()); n];
+        let mut names = Vec::new();
+        let mut index = Vec::new();
+        for (i, session) in sessions.iter().enumerate() {
+            match session {
+                None => results[i] = fail(ErrorCode::InvalidParams, format!("no put session for '{}'", keys[i].as_ref())),
+                Some(s) => {
+                    s.seal_and_drain();
+                    names.push(keys[i].as_ref().to_string());
+                    index.push(i);
+                }
+            }
+        }
+        if names.is_empty() {
+            return results;
+        }
+        let answer = if commit {
+            core.master.batch_put_end(core.id, names.clone())
+        } else {
+            core.master.batch_put_revoke(core.id, names.clone())
+        };
+        let mut table = core.sessions.put.lock();
+        for ((&i, name), outcome) in index.iter().zip(names).zip(per_key(answer, index.len())) {
+            let outcome = match outcome {
+                Err(ErrorCode::ObjectNotFound) if !commit => Ok(()),
+                other => other,
+            };
+            if outcome.is_ok() {
+                table.remove(&name);
+            }
+            results[i] = outcome;
+        }
+        results
+    }
+}

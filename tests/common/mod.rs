@@ -1,0 +1,152 @@
+//! Test harness for multi-process scenarios on 127.0.0.1: the real `mooncake_master` and
+//! `mooncake_client` binaries, started on free ports and killed on drop. Every wait is bounded.
+
+#![allow(dead_code)]
+
+use mooncake_rs::client::{Client, SetupConfig};
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Polls `check` every 20 ms until it is true or `limit` passes; returns whether it became true.
+pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check()
+}
+
+/// A running `mooncake_master`.
+pub struct Master {
+    child: Child,
+    pub port: u16,
+    pub metrics_port: u16,
+    pub extra: Vec<String>,
+}
+
+impl Master {
+    /// Starts a master with test-friendly timing (client_ttl 2 s) plus `extra` flags.
+    pub fn start(extra: &[&str]) -> Master {
+        Master::start_on(free_port(), extra)
+    }
+
+    /// Starts a master on `port` (used to restart one in place).
+    pub fn start_on(port: u16, extra: &[&str]) -> Master {
+        let metrics_port = free_port();
+        let mut args = vec![
+            format!("--rpc_port={port}"),
+            "--rpc_address=127.0.0.1".into(),
+            format!("--metrics_port={metrics_port}"),
+            "--metrics_host=127.0.0.1".into(),
+            "--client_ttl=2".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let child = Command::new(env!("CARGO_BIN_EXE_mooncake_master"))
+            .args(&args)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn mooncake_master");
+        let ready = wait_until(Duration::from_secs(10), || TcpStream::connect(("127.0.0.1", port)).is_ok());
+        assert!(ready, "master did not start listening on {port}");
+        Master { child, port, metrics_port, extra: extra.iter().map(|s| s.to_string()).collect() }
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILLs the master.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// GETs `path` from the metrics port.
+    pub fn http_get(&self, path: &str) -> String {
+        use std::io::{Read, Write};
+        let mut stream = TcpStream::connect(("127.0.0.1", self.metrics_port)).expect("connect metrics");
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut text = String::new();
+        let _ = stream.read_to_string(&mut text);
+        text
+    }
+}
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A running `mooncake_client` process contributing a segment.
+pub struct PeerClient {
+    child: Child,
+    pub name: String,
+}
+
+impl PeerClient {
+    /// Starts a peer with a `segment` of the given size (e.g. "64 MB").
+    pub fn start(master: &str, segment: &str) -> PeerClient {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mooncake_client"))
+            .args([
+                format!("--master_server_address={master}"),
+                "--host=127.0.0.1".into(),
+                format!("--global_segment_size={segment}"),
+                "--local_buffer_size=0".into(),
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn mooncake_client");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(20)).expect("mooncake_client did not become ready");
+        let name = line.trim().strip_prefix("READY ").unwrap_or_else(|| panic!("unexpected line {line:?}")).to_string();
+        PeerClient { child, name }
+    }
+
+    /// SIGKILLs the peer.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for PeerClient {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An in-process client of `master` with its own segment and local buffer.
+pub fn local_client(master: &str, segment: u64, local_buffer: u64) -> Client {
+    Client::setup(SetupConfig {
+        local_hostname: "127.0.0.1".into(),
+        metadata_server: "P2PHANDSHAKE".into(),
+        global_segment_size: segment,
+        local_buffer_size: local_buffer,
+        master_server_addr: master.into(),
+        ..SetupConfig::default()
+    })
+    .expect("client setup")
+}
+
+/// Deterministic bytes.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
