@@ -86,7 +86,7 @@ mod tests {
                 lower_bound: 0
             }
         );
-        assert_eq!(targets(10, f64::NAN, 0.9, 0.05).ideal, 0);
+        assert_eq!(targets(10, 0.5, 0.9, f64::NAN).ideal, 0);
         assert_eq!(targets(3, 1.0, 0.0, 1.0).ideal, 3);
     }
 
