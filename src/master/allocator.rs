@@ -7,7 +7,7 @@
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Granularity of every allocation, in bytes.
@@ -15,7 +15,6 @@ pub(crate) const ALIGNMENT: u64 = 64;
 
 /// Free ranges indexed twice: by offset (for coalescing) and by (size, offset) (best fit).
 struct FreeRanges {
-    alive: bool,
     by_offset: BTreeMap<u64, u64>,
     by_size: BTreeSet<(u64, u64)>,
 }
@@ -35,6 +34,8 @@ impl FreeRanges {
 /// The allocator of one mounted segment: hands out ranges of `[0, capacity)`.
 pub(crate) struct OffsetAllocator {
     capacity: u64,
+    /// Cleared (under the `ranges` lock) when the segment is unmounted; read lock-free.
+    alive: AtomicBool,
     used: AtomicU64,
     ranges: Mutex<FreeRanges>,
 }
@@ -44,7 +45,6 @@ impl OffsetAllocator {
     pub(crate) fn new(size: u64) -> Arc<OffsetAllocator> {
         let capacity = size - size % ALIGNMENT;
         let mut ranges = FreeRanges {
-            alive: true,
             by_offset: BTreeMap::new(),
             by_size: BTreeSet::new(),
         };
@@ -53,6 +53,7 @@ impl OffsetAllocator {
         }
         Arc::new(OffsetAllocator {
             capacity,
+            alive: AtomicBool::new(true),
             used: AtomicU64::new(0),
             ranges: Mutex::new(ranges),
         })
@@ -67,7 +68,7 @@ impl OffsetAllocator {
             return None;
         }
         let mut ranges = self.ranges.lock();
-        if !ranges.alive {
+        if !self.is_alive() {
             return None;
         }
         let (free_size, offset) = *ranges.by_size.range((rounded, 0)..).next()?;
@@ -86,7 +87,7 @@ impl OffsetAllocator {
 
     fn free(&self, freed_offset: u64, freed_size: u64) {
         let mut ranges = self.ranges.lock();
-        if !ranges.alive {
+        if !self.is_alive() {
             return;
         }
         let (mut offset, mut size) = (freed_offset, freed_size);
@@ -109,14 +110,14 @@ impl OffsetAllocator {
     /// handles still out is a no-op.
     pub(crate) fn mark_dead(&self) {
         let mut ranges = self.ranges.lock();
-        ranges.alive = false;
+        self.alive.store(false, Ordering::Release);
         ranges.by_offset.clear();
         ranges.by_size.clear();
     }
 
     /// Whether the segment is still mounted.
     pub(crate) fn is_alive(&self) -> bool {
-        self.ranges.lock().alive
+        self.alive.load(Ordering::Acquire)
     }
 
     /// Usable bytes.

@@ -11,11 +11,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Groups of allocations keyed by (deadline, sequence number).
+type Queue = BTreeMap<(Instant, u64), Vec<Arc<Allocation>>>;
+
 /// Allocations held until a deadline.
 #[derive(Default)]
 pub(crate) struct DeferredFrees {
     seq: AtomicU64,
-    queue: Mutex<BTreeMap<(Instant, u64), Vec<Arc<Allocation>>>>,
+    queue: Mutex<Queue>,
 }
 
 impl DeferredFrees {

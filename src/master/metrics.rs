@@ -65,6 +65,9 @@ pub struct MasterMetrics {
     pub deferred_frees_pending: u64,
 }
 
+/// A per-segment series: name, help text and the value it reads.
+type SegmentSeries = (&'static str, &'static str, fn(&SegmentMetrics) -> u64);
+
 fn escape_label(value: &str) -> String {
     value
         .replace('\\', "\\\\")
@@ -144,7 +147,7 @@ impl MasterMetrics {
                 "mooncake_master_{name}{{cluster=\"{cluster}\"}} {value}"
             );
         }
-        let per_segment: [(&str, &str, fn(&SegmentMetrics) -> u64); 2] = [
+        let per_segment: [SegmentSeries; 2] = [
             ("segment_used_bytes", "Allocated bytes per segment", |s| {
                 s.used_bytes
             }),

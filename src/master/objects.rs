@@ -18,6 +18,14 @@ use std::time::{Duration, Instant};
 /// Number of metadata shards (Mooncake's `kNumShards`).
 pub(crate) const NUM_SHARDS: usize = 1024;
 
+/// Longest span a deadline may lie ahead (keeps `Instant` arithmetic from overflowing).
+const MAX_SPAN: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `from + span`, with `span` capped at a century so absurd configured values never panic.
+pub(crate) fn deadline(from: Instant, span: Duration) -> Instant {
+    from.checked_add(span.min(MAX_SPAN)).unwrap_or(from)
+}
+
 /// One replica: its segment, its range (shared with pins and deferred frees) and descriptor.
 pub(crate) struct Replica {
     pub id: u64,
@@ -124,7 +132,7 @@ impl ObjectMeta {
         self.phase = Phase::Complete;
         self.last_access = now;
         if let Some(ttl) = self.pending_soft_pin.take() {
-            self.soft_pin_deadline = Some(now + ttl);
+            self.soft_pin_deadline = Some(deadline(now, ttl));
         }
     }
 
@@ -174,8 +182,8 @@ impl ObjectMeta {
         if replicas.is_empty() {
             return None;
         }
-        let deadline = now + ttl;
-        self.lease_deadline = Some(self.lease_deadline.map_or(deadline, |d| d.max(deadline)));
+        let until = deadline(now, ttl);
+        self.lease_deadline = Some(self.lease_deadline.map_or(until, |d| d.max(until)));
         self.last_access = now;
         Some(QueryResult {
             size: self.size,

@@ -182,7 +182,10 @@ impl SegmentRegistry {
     pub(crate) fn usage(&self) -> (u64, u64) {
         let inner = self.inner.read();
         inner.by_id.values().fold((0, 0), |(used, total), m| {
-            (used + m.allocator.used(), total + m.allocator.capacity())
+            (
+                used.saturating_add(m.allocator.used()),
+                total.saturating_add(m.allocator.capacity()),
+            )
         })
     }
 

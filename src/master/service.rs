@@ -17,7 +17,7 @@ use super::config::MasterConfig;
 use super::deferred::DeferredFrees;
 use super::liveness::ClientTable;
 use super::metrics::{Counters, MasterMetrics};
-use super::objects::{ObjectMeta, ObjectTable, Phase};
+use super::objects::{deadline, ObjectMeta, ObjectTable, Phase};
 use super::pins::PinTable;
 use super::segments::SegmentRegistry;
 use super::workers::Workers;
@@ -113,8 +113,12 @@ impl MasterService {
         MasterMetrics {
             cluster_id: self.config.cluster_id.clone(),
             objects: self.objects.len() as u64,
-            bytes_used: segments.iter().map(|s| s.used_bytes).sum(),
-            bytes_total: segments.iter().map(|s| s.total_bytes).sum(),
+            bytes_used: segments
+                .iter()
+                .fold(0, |n, s| n.saturating_add(s.used_bytes)),
+            bytes_total: segments
+                .iter()
+                .fold(0, |n, s| n.saturating_add(s.total_bytes)),
             segments,
             evicted_objects: load(&self.counters.evicted_objects),
             evicted_bytes: load(&self.counters.evicted_bytes),
@@ -142,7 +146,9 @@ impl MasterService {
     /// them); a complete object's are kept until its read lease ends.
     pub(super) fn retire(&self, meta: &mut ObjectMeta, now: Instant) {
         let due = match meta.phase {
-            Phase::Writing { started } => started + self.config.put_start_release_timeout(),
+            Phase::Writing { started } => {
+                deadline(started, self.config.put_start_release_timeout())
+            }
             Phase::Complete => meta.lease_deadline.unwrap_or(now),
         };
         self.deferred.hold_until(due, now, meta.take_allocations());

@@ -609,3 +609,43 @@ fn concurrent_put_get_remove_smoke() {
     m.remove_all(true).unwrap();
     assert!(wait_until(WAIT, || used(&m) == 0));
 }
+
+#[test]
+fn absurd_values_never_panic() {
+    let config = MasterConfig {
+        default_kv_lease_ttl_ms: u64::MAX,
+        put_start_discard_timeout_ms: Some(0),
+        put_start_release_timeout_ms: Some(u64::MAX),
+        eviction_ratio: f64::NAN,
+        ..MasterConfig::default()
+    };
+    let (m, c, _) = setup(config, 1 << 20);
+    let overflowing = segment("huge", u64::MAX);
+    assert_eq!(
+        m.mount_segment(c, overflowing),
+        Err(ErrorCode::InvalidParams)
+    );
+    let near_max = Segment {
+        base: 1,
+        ..segment("big", u64::MAX - 1)
+    };
+    m.mount_segment(c, near_max).unwrap();
+    assert_eq!(
+        start(&m, c, "k", u64::MAX),
+        Err(ErrorCode::NoAvailableHandle)
+    );
+    start(&m, c, "k", 1 << 40).unwrap();
+    start(&m, c, "k", 1 << 40).unwrap(); // takeover with an unbounded release timeout
+    end(&m, c, "k").unwrap();
+    assert_eq!(get(&m, "k").unwrap().lease_ttl_ms, u64::MAX);
+    remove(&m, "k", true).unwrap();
+    let sizes = vec![u64::MAX; 3];
+    let keys = vec!["a".to_string(), String::new(), "c".to_string()];
+    let answers = m
+        .batch_upsert_start(c, keys, sizes, ReplicateConfig::default())
+        .unwrap();
+    assert_eq!(answers.len(), 3);
+    assert_eq!(answers[1], Err(ErrorCode::InvalidParams));
+    let metrics = m.metrics();
+    assert!(metrics.bytes_total >= metrics.bytes_used);
+}

@@ -56,7 +56,6 @@ impl MasterService {
 
     /// Creates `key` as a new object being written by `client` (any previous entry is
     /// replaced; the caller retired it).
-    #[allow(clippy::too_many_arguments)]
     fn start_new(
         &self,
         shard: &mut Shard,
