@@ -1,6 +1,28 @@
 //! The master: object metadata, segments and their allocators, leases, pins, eviction and
-//! client liveness. [`MasterApi`] is its interface.
+//! client liveness. [`MasterApi`] is its interface; [`MasterService`] the in-process master
+//! (lock order and ownership rules in `service.rs`).
 
+mod allocator;
 mod api;
+mod config;
+mod deferred;
+mod eviction;
+mod liveness;
+mod maintenance;
+mod metrics;
+mod objects;
+mod pins;
+mod reads;
+mod removal;
+mod segments;
+mod service;
+mod workers;
+mod writes;
+
+#[cfg(test)]
+mod tests;
 
 pub use api::{MasterApi, MasterCall, MasterRequest, MasterResponse, RemoteMaster};
+pub use config::MasterConfig;
+pub use metrics::{MasterMetrics, SegmentMetrics};
+pub use service::MasterService;

@@ -1,0 +1,264 @@
+//! Per-segment offset allocator: best fit over free ranges, coalescing on free, sizes rounded
+//! up to [`ALIGNMENT`]. Allocations are RAII [`Allocation`] handles.
+//!
+//! Thread-safety: the free lists sit behind one `parking_lot::Mutex` per allocator, a leaf
+//! lock (nothing else is locked while it is held). Used bytes are mirrored in an atomic so
+//! readers never take the lock.
+
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Granularity of every allocation, in bytes.
+pub(crate) const ALIGNMENT: u64 = 64;
+
+/// Free ranges indexed twice: by offset (for coalescing) and by (size, offset) (best fit).
+struct FreeRanges {
+    by_offset: BTreeMap<u64, u64>,
+    by_size: BTreeSet<(u64, u64)>,
+}
+
+impl FreeRanges {
+    fn insert(&mut self, offset: u64, size: u64) {
+        self.by_offset.insert(offset, size);
+        self.by_size.insert((size, offset));
+    }
+
+    fn remove(&mut self, offset: u64, size: u64) {
+        self.by_offset.remove(&offset);
+        self.by_size.remove(&(size, offset));
+    }
+}
+
+/// The allocator of one mounted segment: hands out ranges of `[0, capacity)`.
+pub(crate) struct OffsetAllocator {
+    capacity: u64,
+    /// Cleared (under the `ranges` lock) when the segment is unmounted; read lock-free.
+    alive: AtomicBool,
+    used: AtomicU64,
+    ranges: Mutex<FreeRanges>,
+}
+
+impl OffsetAllocator {
+    /// An allocator over `size` bytes (rounded down to [`ALIGNMENT`]), all free.
+    pub(crate) fn new(size: u64) -> Arc<OffsetAllocator> {
+        let capacity = size - size % ALIGNMENT;
+        let mut ranges = FreeRanges {
+            by_offset: BTreeMap::new(),
+            by_size: BTreeSet::new(),
+        };
+        if capacity > 0 {
+            ranges.insert(0, capacity);
+        }
+        Arc::new(OffsetAllocator {
+            capacity,
+            alive: AtomicBool::new(true),
+            used: AtomicU64::new(0),
+            ranges: Mutex::new(ranges),
+        })
+    }
+
+    /// Allocates `size` bytes (rounded up to [`ALIGNMENT`]) from the smallest free range that
+    /// fits (lowest offset among equals). `None` when `size` is 0, nothing fits, or the
+    /// allocator is dead.
+    pub(crate) fn allocate(self: &Arc<Self>, size: u64) -> Option<Allocation> {
+        let rounded = size.checked_add(ALIGNMENT - 1)? / ALIGNMENT * ALIGNMENT;
+        if rounded == 0 {
+            return None;
+        }
+        let mut ranges = self.ranges.lock();
+        if !self.is_alive() {
+            return None;
+        }
+        let (free_size, offset) = *ranges.by_size.range((rounded, 0)..).next()?;
+        ranges.remove(offset, free_size);
+        if free_size > rounded {
+            ranges.insert(offset + rounded, free_size - rounded);
+        }
+        self.used.fetch_add(rounded, Ordering::Relaxed);
+        drop(ranges);
+        Some(Allocation {
+            allocator: Arc::clone(self),
+            offset,
+            size: rounded,
+        })
+    }
+
+    fn free(&self, freed_offset: u64, freed_size: u64) {
+        let mut ranges = self.ranges.lock();
+        if !self.is_alive() {
+            return;
+        }
+        let (mut offset, mut size) = (freed_offset, freed_size);
+        if let Some((&prev_offset, &prev_size)) = ranges.by_offset.range(..offset).next_back() {
+            if prev_offset + prev_size == offset {
+                ranges.remove(prev_offset, prev_size);
+                offset = prev_offset;
+                size += prev_size;
+            }
+        }
+        if let Some(&next_size) = ranges.by_offset.get(&(offset + size)) {
+            ranges.remove(offset + size, next_size);
+            size += next_size;
+        }
+        ranges.insert(offset, size);
+        self.used.fetch_sub(freed_size, Ordering::Relaxed);
+    }
+
+    /// Marks the allocator dead (segment unmounted): no more allocations, and dropping the
+    /// handles still out is a no-op.
+    pub(crate) fn mark_dead(&self) {
+        let mut ranges = self.ranges.lock();
+        self.alive.store(false, Ordering::Release);
+        ranges.by_offset.clear();
+        ranges.by_size.clear();
+    }
+
+    /// Whether the segment is still mounted.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Usable bytes.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Allocated bytes (rounded sizes).
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Number of free ranges (fragmentation measure for tests and metrics).
+    #[cfg(test)]
+    pub(crate) fn free_ranges(&self) -> usize {
+        self.ranges.lock().by_offset.len()
+    }
+}
+
+/// One allocated range; dropping it returns the range to its allocator (a no-op once the
+/// segment is unmounted). Shared as `Arc<Allocation>` by an object's replica, pins and
+/// deferred frees: the bytes are free only when the last holder lets go.
+pub(crate) struct Allocation {
+    allocator: Arc<OffsetAllocator>,
+    offset: u64,
+    size: u64,
+}
+
+impl Allocation {
+    /// Offset inside the segment.
+    pub(crate) fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Allocated (rounded) length.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether the owning segment is still mounted.
+    pub(crate) fn is_live(&self) -> bool {
+        self.allocator.is_alive()
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        self.allocator.free(self.offset, self.size);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn rounds_up_and_rejects_zero_and_overflow() {
+        let a = OffsetAllocator::new(1000); // capacity 960
+        assert_eq!(a.capacity(), 960);
+        assert!(a.allocate(0).is_none());
+        assert!(a.allocate(u64::MAX).is_none());
+        let x = a.allocate(1).unwrap();
+        assert_eq!((x.offset(), x.size()), (0, 64));
+        assert_eq!(a.used(), 64);
+        drop(x);
+        assert_eq!(a.used(), 0);
+        assert!(OffsetAllocator::new(10).allocate(1).is_none());
+    }
+
+    #[test]
+    fn best_fit_picks_the_smallest_hole() {
+        let a = OffsetAllocator::new(64 * 100);
+        let blocks: Vec<_> = (0..10).map(|_| a.allocate(64 * 4).unwrap()).collect();
+        let mut blocks: Vec<Option<Allocation>> = blocks.into_iter().map(Some).collect();
+        // Holes: 4 blocks at 1 (256 B), 2 blocks at 3..5 after coalescing (512 B).
+        blocks[1] = None;
+        blocks[3] = None;
+        blocks[4] = None;
+        let small = a.allocate(200).unwrap();
+        assert_eq!(small.offset(), 64 * 4, "fits exactly in the 256-byte hole");
+        let mid = a.allocate(300).unwrap();
+        assert_eq!(mid.offset(), 64 * 12, "512-byte hole, not the large tail");
+        drop(blocks);
+    }
+
+    #[test]
+    fn frees_coalesce_back_to_one_range() {
+        let a = OffsetAllocator::new(64 * 64);
+        let mut blocks: Vec<Option<Allocation>> =
+            (0..64).map(|_| a.allocate(64)).collect::<Vec<_>>();
+        assert!(a.allocate(64).is_none(), "exhausted");
+        for i in (0..64).step_by(2) {
+            blocks[i] = None;
+        }
+        assert_eq!(a.free_ranges(), 32, "fragmented");
+        assert!(a.allocate(128).is_none(), "no two adjacent free blocks");
+        for i in (1..64).step_by(2) {
+            blocks[i] = None;
+        }
+        assert_eq!(a.free_ranges(), 1);
+        assert_eq!(a.used(), 0);
+        assert_eq!(a.allocate(64 * 64).unwrap().offset(), 0);
+    }
+
+    #[test]
+    fn dead_allocator_ignores_frees_and_refuses_allocations() {
+        let a = OffsetAllocator::new(4096);
+        let x = a.allocate(100).unwrap();
+        a.mark_dead();
+        assert!(!x.is_live());
+        drop(x);
+        assert!(a.allocate(64).is_none());
+        assert_eq!(a.free_ranges(), 0);
+    }
+
+    #[test]
+    fn allocation_is_fast() {
+        let a = OffsetAllocator::new(1 << 34);
+        let rounds = 100_000u32;
+        let start = Instant::now();
+        let mut live = Vec::with_capacity(1024);
+        for i in 0..rounds {
+            live.push(a.allocate(64 + u64::from(i % 97) * 64).unwrap());
+            if live.len() == 1024 {
+                // free every other handle first to exercise coalescing
+                let mut keep = Vec::with_capacity(1024);
+                for (j, h) in live.drain(..).enumerate() {
+                    if j % 2 == 0 {
+                        drop(h);
+                    } else {
+                        keep.push(h);
+                    }
+                }
+                drop(keep);
+            }
+        }
+        drop(live);
+        let per_op = start.elapsed() / (2 * rounds);
+        assert!(per_op.as_micros() < 5, "{per_op:?} per alloc/free");
+        assert_eq!(a.used(), 0);
+        assert_eq!(a.free_ranges(), 1);
+    }
+}

@@ -1,0 +1,143 @@
+//! The master's knobs ([`MasterConfig`]): Mooncake's flag names and defaults, plus
+//! millisecond overrides of the second-granularity timeouts (tests, fast fail-over).
+
+use crate::error::{fail, ErrorCode, Result};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Master configuration. Plain data (`Clone + Send + Sync`); [`Default`] gives Mooncake's
+/// `mooncake_master` flag defaults (spec §4.11).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MasterConfig {
+    /// Read lease granted by every query (`--default_kv_lease_ttl`), in ms.
+    pub default_kv_lease_ttl_ms: u64,
+    /// Soft pin length when a write enables the pin without a ttl (`--default_kv_soft_pin_ttl`).
+    pub default_kv_soft_pin_ttl_ms: u64,
+    /// Largest soft pin ttl a write may ask for (`--max_kv_soft_pin_ttl`); above is `INVALID_PARAMS`.
+    pub max_kv_soft_pin_ttl_ms: u64,
+    /// Whether the second eviction pass may evict soft-pinned objects.
+    pub allow_evict_soft_pinned_objects: bool,
+    /// Fraction of the evictable objects one eviction round removes (0..=1).
+    pub eviction_ratio: f64,
+    /// Used/total ratio above which eviction runs (0..=1).
+    pub eviction_high_watermark_ratio: f64,
+    /// A client with no ping for this long is expired (`--client_ttl`), in s.
+    pub client_ttl_s: u64,
+    /// An in-flight put older than this may be taken over by a new put (s).
+    pub put_start_discard_timeout_s: u64,
+    /// Space of a put neither ended nor revoked is reclaimed after this long (s).
+    pub put_start_release_timeout_s: u64,
+    /// Cluster name (`--cluster_id`), reported in metrics.
+    pub cluster_id: String,
+    /// When set, replaces `client_ttl_s` with this many ms.
+    pub client_ttl_ms: Option<u64>,
+    /// When set, replaces `put_start_discard_timeout_s` with this many ms.
+    pub put_start_discard_timeout_ms: Option<u64>,
+    /// When set, replaces `put_start_release_timeout_s` with this many ms.
+    pub put_start_release_timeout_ms: Option<u64>,
+}
+
+impl Default for MasterConfig {
+    fn default() -> Self {
+        MasterConfig {
+            default_kv_lease_ttl_ms: 10_000,
+            default_kv_soft_pin_ttl_ms: 1_800_000,
+            max_kv_soft_pin_ttl_ms: 86_400_000,
+            allow_evict_soft_pinned_objects: true,
+            eviction_ratio: 0.05,
+            eviction_high_watermark_ratio: 0.90,
+            client_ttl_s: 10,
+            put_start_discard_timeout_s: 30,
+            put_start_release_timeout_s: 600,
+            cluster_id: "mooncake_cluster".to_string(),
+            client_ttl_ms: None,
+            put_start_discard_timeout_ms: None,
+            put_start_release_timeout_ms: None,
+        }
+    }
+}
+
+fn pick(seconds: u64, ms_override: Option<u64>) -> Duration {
+    ms_override.map_or(Duration::from_secs(seconds), Duration::from_millis)
+}
+
+impl MasterConfig {
+    /// Checks the knobs: ratios finite and in `[0, 1]`, default soft pin ttl ≤ max, client
+    /// ttl > 0, non-empty cluster id. Errors: `INVALID_PARAMS` with a detail.
+    pub fn validate(&self) -> Result<()> {
+        for (name, ratio) in [
+            ("eviction_ratio", self.eviction_ratio),
+            (
+                "eviction_high_watermark_ratio",
+                self.eviction_high_watermark_ratio,
+            ),
+        ] {
+            if !(0.0..=1.0).contains(&ratio) {
+                return fail(
+                    ErrorCode::InvalidParams,
+                    format!("{name}={ratio} not in [0,1]"),
+                );
+            }
+        }
+        if self.default_kv_soft_pin_ttl_ms > self.max_kv_soft_pin_ttl_ms {
+            return fail(
+                ErrorCode::InvalidParams,
+                "default_kv_soft_pin_ttl exceeds max_kv_soft_pin_ttl",
+            );
+        }
+        if self.client_ttl().is_zero() {
+            return fail(ErrorCode::InvalidParams, "client_ttl must be > 0");
+        }
+        if self.cluster_id.is_empty() {
+            return fail(ErrorCode::InvalidParams, "cluster_id is empty");
+        }
+        Ok(())
+    }
+
+    /// Effective client liveness ttl.
+    pub fn client_ttl(&self) -> Duration {
+        pick(self.client_ttl_s, self.client_ttl_ms)
+    }
+
+    /// Effective age after which an in-flight put may be taken over.
+    pub fn put_start_discard_timeout(&self) -> Duration {
+        pick(
+            self.put_start_discard_timeout_s,
+            self.put_start_discard_timeout_ms,
+        )
+    }
+
+    /// Effective age after which an unfinished put's space is reclaimed.
+    pub fn put_start_release_timeout(&self) -> Duration {
+        pick(
+            self.put_start_release_timeout_s,
+            self.put_start_release_timeout_ms,
+        )
+    }
+
+    /// Read lease length.
+    pub fn lease_ttl(&self) -> Duration {
+        Duration::from_millis(self.default_kv_lease_ttl_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_overrides_apply() {
+        let mut config = MasterConfig::default();
+        assert_eq!(config.validate(), Ok(()));
+        assert_eq!(config.client_ttl(), Duration::from_secs(10));
+        config.client_ttl_ms = Some(20);
+        assert_eq!(config.client_ttl(), Duration::from_millis(20));
+        config.eviction_ratio = f64::NAN;
+        assert_eq!(config.validate(), Err(ErrorCode::InvalidParams));
+        config.eviction_ratio = 1.5;
+        assert_eq!(config.validate(), Err(ErrorCode::InvalidParams));
+        config.eviction_ratio = 0.1;
+        config.client_ttl_ms = Some(0);
+        assert_eq!(config.validate(), Err(ErrorCode::InvalidParams));
+    }
+}

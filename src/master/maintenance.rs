@@ -1,0 +1,115 @@
+//! Background work of [`MasterService`]: deferred frees, abandoned-write reclaim and eviction
+//! (every 10 ms, spec §4.6, §4.9), and client expiry (spec §4.5).
+
+use super::eviction::{self, Candidate};
+use super::metrics::Counters;
+use super::objects::ObjectMeta;
+use super::service::MasterService;
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Longest interval between scans for abandoned writes.
+const RECLAIM_PERIOD: Duration = Duration::from_secs(1);
+
+impl MasterService {
+    /// One round of the eviction thread.
+    pub(super) fn eviction_tick(&self) {
+        let now = Instant::now();
+        self.deferred.release_due(now);
+        self.reclaim_abandoned_writes(now);
+        self.evict_if_needed(now);
+    }
+
+    /// One round of the client monitor: expires clients not seen for `client_ttl`.
+    pub(super) fn client_tick(&self) {
+        let expired = self
+            .clients
+            .expire(Instant::now(), self.config.client_ttl());
+        for client in expired {
+            tracing::info!(%client, "client expired");
+            let mut dead = HashSet::new();
+            for segment in self.segments.segments_of(client) {
+                if let Ok(true) = self.segments.unmount(client, segment) {
+                    dead.insert(segment);
+                }
+            }
+            self.release_pins(self.pins.take_client(client));
+            self.purge(&dead, Some(client));
+            Counters::add(&self.counters.clients_expired, 1);
+        }
+    }
+
+    /// Erases writes neither ended nor revoked within `put_start_release_timeout`, freeing
+    /// their bytes (at most once per `min(timeout, 1 s)`).
+    fn reclaim_abandoned_writes(&self, now: Instant) {
+        let timeout = self.config.put_start_release_timeout();
+        {
+            let mut last = self.last_reclaim.lock();
+            if now.saturating_duration_since(*last) < timeout.min(RECLAIM_PERIOD) {
+                return;
+            }
+            *last = now;
+        }
+        for mut shard in self.objects.shards() {
+            shard.retain(|_, meta| {
+                meta.write_started().map_or(true, |started| {
+                    now.saturating_duration_since(started) < timeout
+                })
+            });
+        }
+    }
+
+    /// Whether eviction may take `meta`: complete, mounted, not hard-pinned, unleased, unpinned.
+    fn is_evictable(meta: &ObjectMeta, now: Instant) -> bool {
+        meta.write_started().is_none()
+            && !meta.hard_pinned
+            && !meta.has_lease(now)
+            && meta.pins == 0
+            && !meta.readable().is_empty()
+    }
+
+    /// Runs an eviction round if usage is above the high watermark or an allocation failed.
+    fn evict_if_needed(&self, now: Instant) {
+        let requested = self.need_eviction.swap(false, Ordering::Relaxed);
+        let (used, total) = self.segments.usage();
+        if total == 0 {
+            return;
+        }
+        let used_ratio = used as f64 / total as f64;
+        let hwm = self.config.eviction_high_watermark_ratio;
+        let ratio = self.config.eviction_ratio;
+        if !(used_ratio > hwm || (requested && ratio > 0.0)) {
+            return;
+        }
+        let allow_soft = self.config.allow_evict_soft_pinned_objects;
+        let mut candidates = Vec::new();
+        for shard in self.objects.shards() {
+            for (key, meta) in shard.iter() {
+                let soft_pinned = meta.is_soft_pinned(now);
+                if Self::is_evictable(meta, now) && (allow_soft || !soft_pinned) {
+                    candidates.push(Candidate {
+                        key: key.clone(),
+                        object_id: meta.id,
+                        last_access: meta.last_access,
+                        soft_pinned,
+                    });
+                }
+            }
+        }
+        let targets = eviction::targets(candidates.len(), used_ratio, hwm, ratio);
+        let (mut objects, mut bytes) = (0, 0);
+        for victim in eviction::choose(candidates, targets) {
+            let mut shard = self.objects.shard(&victim.key);
+            let still = shard
+                .get(&victim.key)
+                .is_some_and(|meta| meta.id == victim.object_id && Self::is_evictable(meta, now));
+            if let Some(meta) = still.then(|| shard.remove(&victim.key)).flatten() {
+                objects += 1;
+                bytes += meta.allocated_bytes();
+            }
+        }
+        Counters::add(&self.counters.evicted_objects, objects);
+        Counters::add(&self.counters.evicted_bytes, bytes);
+    }
+}

@@ -1,0 +1,173 @@
+//! Master counters and their snapshot ([`MasterMetrics`]), with a Prometheus text rendering.
+
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Monotonic event counters, updated lock-free by the service.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub evicted_objects: AtomicU64,
+    pub evicted_bytes: AtomicU64,
+    pub leases_granted: AtomicU64,
+    pub pins_released: AtomicU64,
+    pub clients_expired: AtomicU64,
+}
+
+impl Counters {
+    /// Adds `n` to `counter`.
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Usage of one mounted segment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SegmentMetrics {
+    /// Segment name (owner's hostname).
+    pub name: String,
+    /// Segment id.
+    pub id: String,
+    /// Allocated bytes (64-byte rounded sizes).
+    pub used_bytes: u64,
+    /// Usable capacity.
+    pub total_bytes: u64,
+}
+
+/// A point-in-time snapshot of the master's state and counters. Plain data.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MasterMetrics {
+    /// Cluster name from the configuration.
+    pub cluster_id: String,
+    /// Keys in the object table (readable or being written).
+    pub objects: u64,
+    /// Allocated bytes over all segments.
+    pub bytes_used: u64,
+    /// Capacity over all segments.
+    pub bytes_total: u64,
+    /// Per-segment usage.
+    pub segments: Vec<SegmentMetrics>,
+    /// Objects evicted so far.
+    pub evicted_objects: u64,
+    /// Bytes (allocated) evicted so far.
+    pub evicted_bytes: u64,
+    /// Read leases granted or extended so far.
+    pub leases_granted: u64,
+    /// Pins currently held.
+    pub active_pins: u64,
+    /// Pins released so far (unpin or client expiry).
+    pub pins_released: u64,
+    /// Clients currently considered alive.
+    pub clients_alive: u64,
+    /// Clients expired so far.
+    pub clients_expired: u64,
+    /// Groups of ranges waiting for a lease or timeout before being freed.
+    pub deferred_frees_pending: u64,
+}
+
+/// A per-segment series: name, help text and the value it reads.
+type SegmentSeries = (&'static str, &'static str, fn(&SegmentMetrics) -> u64);
+
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+impl MasterMetrics {
+    /// Prometheus text exposition (`mooncake_master_*` names; per-segment series labelled
+    /// `segment` and `id`).
+    pub fn prometheus_text(&self) -> String {
+        let mut out = String::new();
+        let cluster = escape_label(&self.cluster_id);
+        let scalars: [(&str, &str, &str, u64); 11] = [
+            ("objects", "gauge", "Keys in the object table", self.objects),
+            (
+                "bytes_used",
+                "gauge",
+                "Allocated bytes over all segments",
+                self.bytes_used,
+            ),
+            (
+                "bytes_total",
+                "gauge",
+                "Capacity over all segments",
+                self.bytes_total,
+            ),
+            (
+                "evicted_objects_total",
+                "counter",
+                "Objects evicted",
+                self.evicted_objects,
+            ),
+            (
+                "evicted_bytes_total",
+                "counter",
+                "Bytes evicted",
+                self.evicted_bytes,
+            ),
+            (
+                "leases_granted_total",
+                "counter",
+                "Read leases granted",
+                self.leases_granted,
+            ),
+            ("active_pins", "gauge", "Pins held", self.active_pins),
+            (
+                "pins_released_total",
+                "counter",
+                "Pins released",
+                self.pins_released,
+            ),
+            (
+                "clients_alive",
+                "gauge",
+                "Clients alive",
+                self.clients_alive,
+            ),
+            (
+                "clients_expired_total",
+                "counter",
+                "Clients expired",
+                self.clients_expired,
+            ),
+            (
+                "deferred_frees_pending",
+                "gauge",
+                "Deferred frees waiting",
+                self.deferred_frees_pending,
+            ),
+        ];
+        for (name, kind, help, value) in scalars {
+            let _ = writeln!(out, "# HELP mooncake_master_{name} {help}");
+            let _ = writeln!(out, "# TYPE mooncake_master_{name} {kind}");
+            let _ = writeln!(
+                out,
+                "mooncake_master_{name}{{cluster=\"{cluster}\"}} {value}"
+            );
+        }
+        let per_segment: [SegmentSeries; 2] = [
+            ("segment_used_bytes", "Allocated bytes per segment", |s| {
+                s.used_bytes
+            }),
+            ("segment_total_bytes", "Capacity per segment", |s| {
+                s.total_bytes
+            }),
+        ];
+        for (name, help, value) in per_segment {
+            let _ = writeln!(out, "# HELP mooncake_master_{name} {help}");
+            let _ = writeln!(out, "# TYPE mooncake_master_{name} gauge");
+            for segment in &self.segments {
+                let _ = writeln!(
+                    out,
+                    "mooncake_master_{name}{{cluster=\"{cluster}\",segment=\"{}\",id=\"{}\"}} {}",
+                    escape_label(&segment.name),
+                    escape_label(&segment.id),
+                    value(segment)
+                );
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,254 @@
+//! Object metadata and the sharded object table.
+//!
+//! Thread-safety: 1024 `parking_lot::Mutex` shards selected by key hash. At most one shard
+//! lock is held at a time (see the lock order in `service.rs`).
+
+use super::allocator::Allocation;
+use crate::types::{
+    ClientId, QueryResult, ReplicaDescriptor, ReplicaStatus, ReplicateConfig, SegmentId,
+    SoftPinAction,
+};
+use parking_lot::{Mutex, MutexGuard};
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Number of metadata shards (Mooncake's `kNumShards`).
+pub(crate) const NUM_SHARDS: usize = 1024;
+
+/// Longest span a deadline may lie ahead (keeps `Instant` arithmetic from overflowing).
+const MAX_SPAN: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `from + span`, with `span` capped at a century so absurd configured values never panic.
+pub(crate) fn deadline(from: Instant, span: Duration) -> Instant {
+    from.checked_add(span.min(MAX_SPAN)).unwrap_or(from)
+}
+
+/// One replica: its segment, its range (shared with pins and deferred frees) and descriptor.
+pub(crate) struct Replica {
+    pub id: u64,
+    pub segment: SegmentId,
+    pub allocation: Arc<Allocation>,
+    pub buffer: crate::types::BufferDescriptor,
+}
+
+impl Replica {
+    fn descriptor(&self, status: ReplicaStatus) -> ReplicaDescriptor {
+        ReplicaDescriptor {
+            id: self.id,
+            buffer: self.buffer.clone(),
+            status,
+        }
+    }
+}
+
+/// Where an object is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Replicas PROCESSING since `started`; unreadable.
+    Writing { started: Instant },
+    /// Replicas COMPLETE; readable.
+    Complete,
+}
+
+/// Metadata of one key.
+pub(crate) struct ObjectMeta {
+    /// Generation, unique over the master's life (a key may be re-created).
+    pub id: u64,
+    pub size: u64,
+    /// Client of the latest put/upsert start.
+    pub writer: ClientId,
+    pub phase: Phase,
+    pub replicas: Vec<Replica>,
+    pub lease_deadline: Option<Instant>,
+    /// Last read (or completion): the LRU key of eviction.
+    pub last_access: Instant,
+    /// Soft pin length to apply when the write completes.
+    pub pending_soft_pin: Option<Duration>,
+    pub soft_pin_deadline: Option<Instant>,
+    pub hard_pinned: bool,
+    /// Pins held on this generation.
+    pub pins: u64,
+}
+
+impl ObjectMeta {
+    /// A new object being written by `writer` into `replicas`.
+    pub(crate) fn new(
+        id: u64,
+        size: u64,
+        writer: ClientId,
+        replicas: Vec<Replica>,
+        config: &ReplicateConfig,
+        default_soft_pin: Duration,
+        now: Instant,
+    ) -> ObjectMeta {
+        let mut meta = ObjectMeta {
+            id,
+            size,
+            writer,
+            phase: Phase::Writing { started: now },
+            replicas,
+            lease_deadline: None,
+            last_access: now,
+            pending_soft_pin: None,
+            soft_pin_deadline: None,
+            hard_pinned: config.with_hard_pin,
+            pins: 0,
+        };
+        meta.apply_soft_pin_action(config, default_soft_pin);
+        meta
+    }
+
+    /// Applies the write's soft pin action: ENABLE arms a pin that starts when readable,
+    /// DISABLE clears it, PRESERVE keeps the current state.
+    pub(crate) fn apply_soft_pin_action(&mut self, config: &ReplicateConfig, default: Duration) {
+        match config.soft_pin_action {
+            SoftPinAction::Enable => {
+                self.pending_soft_pin = Some(
+                    config
+                        .soft_pin_ttl_ms
+                        .map_or(default, Duration::from_millis),
+                );
+            }
+            SoftPinAction::Disable => {
+                self.pending_soft_pin = None;
+                self.soft_pin_deadline = None;
+            }
+            SoftPinAction::Preserve => {}
+        }
+    }
+
+    /// Starts a new write by `writer` (upsert): PROCESSING again, lease dropped.
+    pub(crate) fn restart_write(&mut self, writer: ClientId, now: Instant) {
+        self.writer = writer;
+        self.phase = Phase::Writing { started: now };
+        self.lease_deadline = None;
+    }
+
+    /// Makes the object readable; the soft pin, if armed, starts now.
+    pub(crate) fn complete(&mut self, now: Instant) {
+        self.phase = Phase::Complete;
+        self.last_access = now;
+        if let Some(ttl) = self.pending_soft_pin.take() {
+            self.soft_pin_deadline = Some(deadline(now, ttl));
+        }
+    }
+
+    /// When the current write started, if one is in progress.
+    pub(crate) fn write_started(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Writing { started } => Some(started),
+            Phase::Complete => None,
+        }
+    }
+
+    /// Whether a read lease is running at `now`.
+    pub(crate) fn has_lease(&self, now: Instant) -> bool {
+        self.lease_deadline.is_some_and(|deadline| deadline > now)
+    }
+
+    /// Whether the soft pin is running at `now`.
+    pub(crate) fn is_soft_pinned(&self, now: Instant) -> bool {
+        self.soft_pin_deadline
+            .is_some_and(|deadline| deadline > now)
+    }
+
+    /// All replicas, as PROCESSING descriptors (answer to a write start).
+    pub(crate) fn processing_descriptors(&self) -> Vec<ReplicaDescriptor> {
+        let all = self.replicas.iter();
+        all.map(|r| r.descriptor(ReplicaStatus::Processing))
+            .collect()
+    }
+
+    /// The readable replicas (COMPLETE, segment mounted); empty while being written.
+    pub(crate) fn readable(&self) -> Vec<&Replica> {
+        if self.phase != Phase::Complete {
+            return Vec::new();
+        }
+        let live = self.replicas.iter().filter(|r| r.allocation.is_live());
+        live.collect()
+    }
+
+    /// Grants or extends the read lease to `max(old, now + ttl)` and records the access.
+    /// Returns the query answer, or `None` if nothing is readable (no lease granted).
+    pub(crate) fn read(&mut self, now: Instant, ttl: Duration) -> Option<QueryResult> {
+        let replicas: Vec<ReplicaDescriptor> = self
+            .readable()
+            .into_iter()
+            .map(|r| r.descriptor(ReplicaStatus::Complete))
+            .collect();
+        if replicas.is_empty() {
+            return None;
+        }
+        let until = deadline(now, ttl);
+        self.lease_deadline = Some(self.lease_deadline.map_or(until, |d| d.max(until)));
+        self.last_access = now;
+        Some(QueryResult {
+            size: self.size,
+            replicas,
+            lease_ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// Clones of the replicas' allocations (for a pin).
+    pub(crate) fn share_allocations(&self) -> Vec<Arc<Allocation>> {
+        self.replicas
+            .iter()
+            .map(|r| Arc::clone(&r.allocation))
+            .collect()
+    }
+
+    /// Gives up the replicas, returning their allocations.
+    pub(crate) fn take_allocations(&mut self) -> Vec<Arc<Allocation>> {
+        self.replicas.drain(..).map(|r| r.allocation).collect()
+    }
+
+    /// Drops the replicas living on `segments`; returns whether any replica is left.
+    pub(crate) fn drop_replicas_on(&mut self, segments: &HashSet<SegmentId>) -> bool {
+        self.replicas.retain(|r| !segments.contains(&r.segment));
+        !self.replicas.is_empty()
+    }
+
+    /// Allocated bytes of the replicas.
+    pub(crate) fn allocated_bytes(&self) -> u64 {
+        self.replicas.iter().map(|r| r.allocation.size()).sum()
+    }
+}
+
+/// One shard: key → metadata.
+pub(crate) type Shard = HashMap<String, ObjectMeta>;
+
+/// The object table.
+pub(crate) struct ObjectTable {
+    hasher: RandomState,
+    shards: Vec<Mutex<Shard>>,
+}
+
+impl Default for ObjectTable {
+    fn default() -> Self {
+        ObjectTable {
+            hasher: RandomState::new(),
+            shards: (0..NUM_SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
+        }
+    }
+}
+
+impl ObjectTable {
+    /// Locks the shard owning `key`.
+    pub(crate) fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
+        let index = (self.hasher.hash_one(key) % NUM_SHARDS as u64) as usize;
+        self.shards[index].lock()
+    }
+
+    /// Every shard, one at a time (each lock released before the next is taken).
+    pub(crate) fn shards(&self) -> impl Iterator<Item = MutexGuard<'_, Shard>> {
+        self.shards.iter().map(|shard| shard.lock())
+    }
+
+    /// Number of keys.
+    pub(crate) fn len(&self) -> usize {
+        self.shards().map(|shard| shard.len()).sum()
+    }
+}

@@ -1,0 +1,55 @@
+//! Remove paths of [`MasterService`] (spec §4.4): the key disappears at once; bytes still
+//! under a read lease are freed when it ends, pinned bytes when the last pin goes.
+
+use super::service::{check_key, MasterService};
+use crate::error::{fail, ErrorCode, Result};
+use std::time::Instant;
+
+impl MasterService {
+    /// Removes one key. Errors: `OBJECT_NOT_FOUND`, `REPLICA_IS_NOT_READY` (being written,
+    /// even with `force`), `OBJECT_HAS_LEASE` (leased and not `force`).
+    pub(super) fn remove(&self, key: &str, force: bool) -> Result<()> {
+        check_key(key)?;
+        let now = Instant::now();
+        let mut shard = self.objects.shard(key);
+        let Some(meta) = shard.get(key) else {
+            return fail(ErrorCode::ObjectNotFound, key);
+        };
+        if meta.write_started().is_some() {
+            return fail(
+                ErrorCode::ReplicaIsNotReady,
+                format!("{key} is being written"),
+            );
+        }
+        if !force && meta.has_lease(now) {
+            return fail(ErrorCode::ObjectHasLease, key);
+        }
+        if let Some(mut meta) = shard.remove(key) {
+            self.retire(&mut meta, now);
+        }
+        Ok(())
+    }
+
+    /// Removes every complete object whose key satisfies `wanted` and that is unleased (or
+    /// `force`); others are skipped silently. Returns how many were removed.
+    pub(super) fn remove_where(&self, force: bool, wanted: impl Fn(&str) -> bool) -> u64 {
+        let now = Instant::now();
+        let mut removed = 0;
+        for mut shard in self.objects.shards() {
+            let doomed: Vec<String> = shard
+                .iter()
+                .filter(|(key, meta)| {
+                    meta.write_started().is_none() && (force || !meta.has_lease(now)) && wanted(key)
+                })
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in doomed {
+                if let Some(mut meta) = shard.remove(&key) {
+                    self.retire(&mut meta, now);
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
+}

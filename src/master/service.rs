@@ -1,0 +1,308 @@
+//! [`MasterService`]: the in-process master. It owns the object table, the segment registry,
+//! client liveness, pins and deferred frees, and runs two background threads (eviction every
+//! 10 ms, client monitor every second).
+//!
+//! # Lock order
+//! A thread may take locks only in this order, and never more than one of a kind:
+//! 1. one object shard (`ObjectTable::shard`; scans lock shards one after another);
+//! 2. the segment registry (`SegmentRegistry`, a read/write lock);
+//! 3. the pin table, the deferred-free queue or the client table (never two of them);
+//! 4. an allocator's free lists (taken by allocating, or by dropping an `Allocation`).
+//!
+//! Nothing slow runs under a lock: no I/O, no sleeping; scans hold one shard at a time.
+//! Bytes are released by dropping the last `Arc<Allocation>`: replicas, pins and deferred
+//! frees each hold one, so a range is reused only when all of them are gone.
+
+use super::config::MasterConfig;
+use super::deferred::DeferredFrees;
+use super::liveness::ClientTable;
+use super::metrics::{Counters, MasterMetrics};
+use super::objects::{deadline, ObjectMeta, ObjectTable, Phase};
+use super::pins::PinTable;
+use super::segments::SegmentRegistry;
+use super::workers::Workers;
+use super::MasterApi;
+use crate::error::{fail, ErrorCode, Result};
+use crate::types::{
+    ClientId, ClientStatus, PingResponse, PinnedObject, QueryResult, ReplicaDescriptor,
+    ReplicateConfig, Segment, SegmentId, STORE_VERSION,
+};
+use parking_lot::Mutex;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Period of the eviction thread (Mooncake's `kEvictionThreadSleepMs`).
+const EVICTION_PERIOD: Duration = Duration::from_millis(10);
+/// Longest period of the client monitor (Mooncake checks every second).
+const CLIENT_MONITOR_PERIOD: Duration = Duration::from_secs(1);
+
+/// The in-process master. Thread-safe (`Send + Sync`); share it as `Arc<MasterService>`.
+/// Dropping the last `Arc` stops the background threads.
+pub struct MasterService {
+    pub(super) config: MasterConfig,
+    view_version: u64,
+    pub(super) objects: ObjectTable,
+    pub(super) segments: SegmentRegistry,
+    pub(super) clients: ClientTable,
+    pub(super) pins: PinTable,
+    pub(super) deferred: DeferredFrees,
+    pub(super) counters: Counters,
+    /// Set by a failed allocation; the eviction thread runs a round and clears it.
+    pub(super) need_eviction: AtomicBool,
+    /// Last scan for abandoned writes.
+    pub(super) last_reclaim: Mutex<Instant>,
+    next_object_id: AtomicU64,
+    pub(super) next_replica_id: AtomicU64,
+    workers: Workers,
+}
+
+/// Checks a key argument: an empty key is `INVALID_PARAMS`.
+pub(super) fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return fail(ErrorCode::InvalidParams, "empty key");
+    }
+    Ok(())
+}
+
+impl MasterService {
+    /// Creates a master and starts its background threads (they hold only weak references).
+    /// The configuration is used as given; call [`MasterConfig::validate`] first (out-of-range
+    /// ratios only make eviction more or less eager, they never panic).
+    pub fn new(config: MasterConfig) -> Arc<MasterService> {
+        let monitor_period =
+            (config.client_ttl() / 4).clamp(Duration::from_millis(1), CLIENT_MONITOR_PERIOD);
+        let service = Arc::new(MasterService {
+            config,
+            view_version: fastrand::u64(..),
+            objects: ObjectTable::default(),
+            segments: SegmentRegistry::default(),
+            clients: ClientTable::default(),
+            pins: PinTable::default(),
+            deferred: DeferredFrees::default(),
+            counters: Counters::default(),
+            need_eviction: AtomicBool::new(false),
+            last_reclaim: Mutex::new(Instant::now()),
+            next_object_id: AtomicU64::new(1),
+            next_replica_id: AtomicU64::new(1),
+            workers: Workers::default(),
+        });
+        let weak = Arc::downgrade(&service);
+        let workers = &service.workers;
+        workers.spawn(
+            "mc-evict",
+            EVICTION_PERIOD,
+            weak.clone(),
+            Self::eviction_tick,
+        );
+        workers.spawn("mc-clients", monitor_period, weak, Self::client_tick);
+        service
+    }
+
+    /// Stops and joins the background threads. Idempotent. The service keeps answering calls
+    /// afterwards, but nothing is evicted, expired or freed on a timer any more.
+    pub fn shutdown(&self) {
+        self.workers.stop();
+    }
+
+    /// A snapshot of sizes and counters.
+    pub fn metrics(&self) -> MasterMetrics {
+        let segments = self.segments.metrics();
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        MasterMetrics {
+            cluster_id: self.config.cluster_id.clone(),
+            objects: self.objects.len() as u64,
+            bytes_used: segments
+                .iter()
+                .fold(0, |n, s| n.saturating_add(s.used_bytes)),
+            bytes_total: segments
+                .iter()
+                .fold(0, |n, s| n.saturating_add(s.total_bytes)),
+            segments,
+            evicted_objects: load(&self.counters.evicted_objects),
+            evicted_bytes: load(&self.counters.evicted_bytes),
+            leases_granted: load(&self.counters.leases_granted),
+            active_pins: self.pins.len() as u64,
+            pins_released: load(&self.counters.pins_released),
+            clients_alive: self.clients.len() as u64,
+            clients_expired: load(&self.counters.clients_expired),
+            deferred_frees_pending: self.deferred.len() as u64,
+        }
+    }
+
+    /// Prometheus text exposition of [`MasterService::metrics`].
+    pub fn prometheus_text(&self) -> String {
+        self.metrics().prometheus_text()
+    }
+
+    /// A fresh object generation id.
+    pub(super) fn next_object_id(&self) -> u64 {
+        self.next_object_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Releases the replicas of an object leaving the table: an unfinished write's bytes are
+    /// kept until `put_start_release_timeout` after its start (the writer may still be writing
+    /// them); a complete object's are kept until its read lease ends.
+    pub(super) fn retire(&self, meta: &mut ObjectMeta, now: Instant) {
+        let due = match meta.phase {
+            Phase::Writing { started } => {
+                deadline(started, self.config.put_start_release_timeout())
+            }
+            Phase::Complete => meta.lease_deadline.unwrap_or(now),
+        };
+        self.deferred.hold_until(due, now, meta.take_allocations());
+    }
+
+    /// Erases replicas on `dead` segments (objects left without replicas disappear) and, if
+    /// `writer` is given, that client's unfinished writes.
+    pub(super) fn purge(&self, dead: &HashSet<SegmentId>, writer: Option<ClientId>) {
+        let now = Instant::now();
+        for mut shard in self.objects.shards() {
+            let doomed: Vec<String> = shard
+                .iter_mut()
+                .filter_map(|(key, meta)| {
+                    let abandoned =
+                        writer.is_some_and(|w| meta.writer == w) && meta.write_started().is_some();
+                    let left = meta.drop_replicas_on(dead);
+                    (abandoned || !left).then(|| key.clone())
+                })
+                .collect();
+            for key in doomed {
+                if let Some(mut meta) = shard.remove(&key) {
+                    self.retire(&mut meta, now);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for MasterService {
+    fn drop(&mut self) {
+        self.workers.stop();
+    }
+}
+
+/// Runs `op` on each input, in order.
+fn each<T, R>(items: Vec<T>, op: impl FnMut(T) -> Result<R>) -> Result<Vec<Result<R>>> {
+    Ok(items.into_iter().map(op).collect())
+}
+
+fn check_lengths(keys: &[String], sizes: &[u64]) -> Result<()> {
+    if keys.len() != sizes.len() {
+        return fail(
+            ErrorCode::InvalidParams,
+            format!("{} keys but {} sizes", keys.len(), sizes.len()),
+        );
+    }
+    Ok(())
+}
+
+impl MasterApi for MasterService {
+    fn service_ready(&self) -> Result<String> {
+        Ok(STORE_VERSION.to_string())
+    }
+
+    fn ping(&self, client: ClientId) -> Result<PingResponse> {
+        let status = if self.clients.ping(client, Instant::now()) {
+            ClientStatus::Ok
+        } else {
+            ClientStatus::NeedRemount
+        };
+        Ok(PingResponse {
+            view_version: self.view_version,
+            status,
+        })
+    }
+
+    fn mount_segment(&self, client: ClientId, segment: Segment) -> Result<()> {
+        // Registered first so the monitor cannot expire the client between the two steps.
+        self.clients.register(client, Instant::now());
+        self.segments.mount(client, segment)
+    }
+
+    fn remount_segments(&self, client: ClientId, segments: Vec<Segment>) -> Result<()> {
+        self.clients.register(client, Instant::now());
+        let outcomes: Vec<Result<()>> = segments
+            .into_iter()
+            .map(|segment| self.segments.mount(client, segment))
+            .collect();
+        outcomes.into_iter().collect()
+    }
+
+    fn unmount_segment(&self, client: ClientId, segment: SegmentId) -> Result<()> {
+        if self.segments.unmount(client, segment)? {
+            self.purge(&HashSet::from([segment]), None);
+        }
+        Ok(())
+    }
+
+    fn batch_put_start(
+        &self,
+        client: ClientId,
+        keys: Vec<String>,
+        sizes: Vec<u64>,
+        config: ReplicateConfig,
+    ) -> Result<Vec<Result<Vec<ReplicaDescriptor>>>> {
+        check_lengths(&keys, &sizes)?;
+        let pairs = keys.into_iter().zip(sizes).collect();
+        each(pairs, |(key, size)| {
+            self.put_start(client, &key, size, &config)
+        })
+    }
+
+    fn batch_put_end(&self, client: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>> {
+        each(keys, |key| self.put_end(client, &key))
+    }
+
+    fn batch_put_revoke(&self, client: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>> {
+        each(keys, |key| self.put_revoke(client, &key))
+    }
+
+    fn batch_upsert_start(
+        &self,
+        client: ClientId,
+        keys: Vec<String>,
+        sizes: Vec<u64>,
+        config: ReplicateConfig,
+    ) -> Result<Vec<Result<Vec<ReplicaDescriptor>>>> {
+        check_lengths(&keys, &sizes)?;
+        let pairs = keys.into_iter().zip(sizes).collect();
+        each(pairs, |(key, size)| {
+            self.upsert_start(client, &key, size, &config)
+        })
+    }
+
+    fn batch_get_replica_list(&self, keys: Vec<String>) -> Result<Vec<Result<QueryResult>>> {
+        each(keys, |key| self.query(&key))
+    }
+
+    fn batch_exist_key(&self, keys: Vec<String>) -> Result<Vec<Result<bool>>> {
+        each(keys, |key| self.exists(&key))
+    }
+
+    fn batch_remove(&self, keys: Vec<String>, force: bool) -> Result<Vec<Result<()>>> {
+        each(keys, |key| self.remove(&key, force))
+    }
+
+    fn remove_by_regex(&self, pattern: String, force: bool) -> Result<u64> {
+        let regex = match regex::Regex::new(&pattern) {
+            Ok(regex) => regex,
+            Err(error) => return fail(ErrorCode::InvalidParams, error),
+        };
+        Ok(self.remove_where(force, |key| regex.is_match(key)))
+    }
+
+    fn remove_all(&self, force: bool) -> Result<u64> {
+        Ok(self.remove_where(force, |_| true))
+    }
+
+    fn batch_pin(&self, client: ClientId, keys: Vec<String>) -> Result<Vec<Result<PinnedObject>>> {
+        each(keys, |key| self.pin(client, &key))
+    }
+
+    fn unpin(&self, client: ClientId, pin_ids: Vec<u64>) -> Result<()> {
+        self.release_pins(self.pins.take(client, &pin_ids));
+        Ok(())
+    }
+}

@@ -1,0 +1,205 @@
+//! Write paths of [`MasterService`]: put/upsert start, put end and revoke (spec §4.2, §4.9).
+
+use super::objects::{ObjectMeta, Replica, Shard};
+use super::service::{check_key, MasterService};
+use crate::error::{fail, ErrorCode, Result};
+use crate::types::{ClientId, ReplicaDescriptor, ReplicateConfig, SoftPinAction};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+impl MasterService {
+    /// Argument checks shared by put and upsert. Errors: `INVALID_PARAMS`.
+    fn check_write(&self, key: &str, size: u64, config: &ReplicateConfig) -> Result<()> {
+        check_key(key)?;
+        let problem = if size == 0 {
+            "size 0"
+        } else if config.replica_num == 0 {
+            "replica_num 0"
+        } else if config.prefer_alloc_in_same_node {
+            "prefer_alloc_in_same_node is not supported"
+        } else if config.soft_pin_ttl_ms.is_some()
+            && config.soft_pin_action != SoftPinAction::Enable
+        {
+            "soft_pin_ttl_ms without SoftPinAction::Enable"
+        } else if config.soft_pin_ttl_ms > Some(self.config.max_kv_soft_pin_ttl_ms) {
+            "soft_pin_ttl_ms above max_kv_soft_pin_ttl"
+        } else {
+            return Ok(());
+        };
+        fail(ErrorCode::InvalidParams, format!("{key}: {problem}"))
+    }
+
+    fn default_soft_pin(&self) -> Duration {
+        Duration::from_millis(self.config.default_kv_soft_pin_ttl_ms)
+    }
+
+    /// Allocates replicas; `NO_AVAILABLE_HANDLE` (and a request for eviction) if none fit.
+    fn place(&self, size: u64, config: &ReplicateConfig) -> Result<Vec<Replica>> {
+        let placed = self.segments.place(size, config);
+        if placed.is_empty() {
+            if !self.segments.is_empty() {
+                self.need_eviction.store(true, Ordering::Relaxed);
+            }
+            return fail(
+                ErrorCode::NoAvailableHandle,
+                format!("no segment has {size} free bytes"),
+            );
+        }
+        let replicas = placed.into_iter().map(|p| Replica {
+            id: self.next_replica_id.fetch_add(1, Ordering::Relaxed),
+            segment: p.segment,
+            allocation: p.allocation,
+            buffer: p.buffer,
+        });
+        Ok(replicas.collect())
+    }
+
+    /// Creates `key` as a new object being written by `client` (any previous entry is
+    /// replaced; the caller retired it).
+    fn start_new(
+        &self,
+        shard: &mut Shard,
+        client: ClientId,
+        key: &str,
+        size: u64,
+        config: &ReplicateConfig,
+        now: Instant,
+    ) -> Result<Vec<ReplicaDescriptor>> {
+        let replicas = self.place(size, config)?;
+        let id = self.next_object_id();
+        let meta = ObjectMeta::new(
+            id,
+            size,
+            client,
+            replicas,
+            config,
+            self.default_soft_pin(),
+            now,
+        );
+        let descriptors = meta.processing_descriptors();
+        shard.insert(key.to_string(), meta);
+        Ok(descriptors)
+    }
+
+    /// `PutStart` for one key. A complete key, or one being written for less than
+    /// `put_start_discard_timeout`, is `OBJECT_ALREADY_EXISTS`; an older unfinished write is
+    /// discarded (its bytes are held until `put_start_release_timeout` after its start, since
+    /// its writer may still be writing) and the new writer gets fresh space.
+    pub(super) fn put_start(
+        &self,
+        client: ClientId,
+        key: &str,
+        size: u64,
+        config: &ReplicateConfig,
+    ) -> Result<Vec<ReplicaDescriptor>> {
+        self.check_write(key, size, config)?;
+        let now = Instant::now();
+        let mut shard = self.objects.shard(key);
+        match shard.get(key).map(ObjectMeta::write_started) {
+            None => {}
+            Some(None) => return fail(ErrorCode::ObjectAlreadyExists, key),
+            Some(Some(started))
+                if now.saturating_duration_since(started)
+                    < self.config.put_start_discard_timeout() =>
+            {
+                return fail(
+                    ErrorCode::ObjectAlreadyExists,
+                    format!("{key} is being written"),
+                );
+            }
+            Some(Some(_)) => {
+                if let Some(mut stale) = shard.remove(key) {
+                    self.retire(&mut stale, now);
+                }
+            }
+        }
+        self.start_new(&mut shard, client, key, size, config, now)
+    }
+
+    /// `UpsertStart` for one key: see [`crate::master::MasterApi::batch_upsert_start`].
+    /// - absent: as a put;
+    /// - being written: the write is preempted (its bytes retired as for a discarded put);
+    /// - pinned: `OBJECT_REPLICA_BUSY`;
+    /// - same size, unleased, all replicas mounted: rewritten in place;
+    /// - otherwise new replicas are allocated (on failure the old value stays) and the old
+    ///   bytes are freed when the current read lease ends.
+    ///
+    /// The object is unreadable (`REPLICA_IS_NOT_READY`) until `put_end`; its hard pin is kept.
+    pub(super) fn upsert_start(
+        &self,
+        client: ClientId,
+        key: &str,
+        size: u64,
+        config: &ReplicateConfig,
+    ) -> Result<Vec<ReplicaDescriptor>> {
+        self.check_write(key, size, config)?;
+        let now = Instant::now();
+        let mut shard = self.objects.shard(key);
+        if let Some(meta) = shard.get_mut(key) {
+            if meta.write_started().is_none() {
+                if meta.pins > 0 {
+                    return fail(ErrorCode::ObjectReplicaBusy, format!("{key} is pinned"));
+                }
+                let in_place = meta.size == size
+                    && !meta.has_lease(now)
+                    && !meta.replicas.is_empty()
+                    && meta.replicas.iter().all(|r| r.allocation.is_live());
+                if !in_place {
+                    let fresh = self.place(size, config)?;
+                    let old: Vec<_> = std::mem::replace(&mut meta.replicas, fresh)
+                        .into_iter()
+                        .map(|r| r.allocation)
+                        .collect();
+                    let until = meta.lease_deadline.unwrap_or(now);
+                    self.deferred.hold_until(until, now, old);
+                    meta.size = size;
+                }
+                meta.restart_write(client, now);
+                meta.apply_soft_pin_action(config, self.default_soft_pin());
+                return Ok(meta.processing_descriptors());
+            }
+            self.retire(meta, now);
+        }
+        self.start_new(&mut shard, client, key, size, config, now)
+    }
+
+    /// `PutEnd` for one key: the object becomes readable, unleased. Idempotent once complete.
+    /// Errors: `OBJECT_NOT_FOUND`, `ILLEGAL_CLIENT` (not the writer).
+    pub(super) fn put_end(&self, client: ClientId, key: &str) -> Result<()> {
+        check_key(key)?;
+        let now = Instant::now();
+        let mut shard = self.objects.shard(key);
+        let Some(meta) = shard.get_mut(key) else {
+            return fail(ErrorCode::ObjectNotFound, key);
+        };
+        if meta.writer != client {
+            return fail(ErrorCode::IllegalClient, format!("{key}: not the writer"));
+        }
+        if meta.write_started().is_some() {
+            meta.complete(now);
+        }
+        Ok(())
+    }
+
+    /// `PutRevoke` for one key: the unfinished write's replicas are freed at once (the writer
+    /// says it stopped) and the key is erased — also for an upsert, whose old value is then
+    /// gone. Errors: `OBJECT_NOT_FOUND`, `ILLEGAL_CLIENT`, `INVALID_WRITE` (not being written).
+    pub(super) fn put_revoke(&self, client: ClientId, key: &str) -> Result<()> {
+        check_key(key)?;
+        let mut shard = self.objects.shard(key);
+        let Some(meta) = shard.get(key) else {
+            return fail(ErrorCode::ObjectNotFound, key);
+        };
+        if meta.writer != client {
+            return fail(ErrorCode::IllegalClient, format!("{key}: not the writer"));
+        }
+        if meta.write_started().is_none() {
+            return fail(
+                ErrorCode::InvalidWrite,
+                format!("{key}: no write in progress"),
+            );
+        }
+        shard.remove(key);
+        Ok(())
+    }
+}
