@@ -3,15 +3,14 @@
 
 use super::memory::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
-use crate::master::OffsetAllocator;
+use crate::master::{Allocation, OffsetAllocator};
 use crate::transfer::TransferEngine;
-use parking_lot::Mutex;
 use std::sync::Arc;
 
 /// A pre-faulted, engine-registered region with an offset allocator. Thread-safe.
 pub(super) struct LocalBuffer {
     region: MappedRegion,
-    allocator: Mutex<OffsetAllocator>,
+    allocator: Arc<OffsetAllocator>,
 }
 
 impl LocalBuffer {
@@ -20,17 +19,17 @@ impl LocalBuffer {
         let region = MappedRegion::new(size)?;
         engine.register(region.addr(), region.len(), false)?;
         Ok(LocalBuffer {
-            allocator: Mutex::new(OffsetAllocator::new(region.len() as u64)),
+            allocator: OffsetAllocator::new(region.len() as u64),
             region,
         })
     }
 
     /// Reserves `len` bytes; `INVALID_PARAMS` when the buffer has no room (Mooncake's code).
     pub(super) fn allocate(self: &Arc<Self>, len: u64) -> Result<LocalAlloc> {
-        match self.allocator.lock().allocate(len) {
-            Some(offset) => Ok(LocalAlloc {
+        match self.allocator.allocate(len) {
+            Some(allocation) => Ok(LocalAlloc {
                 buffer: Arc::clone(self),
-                offset,
+                allocation,
                 len,
             }),
             None => fail(
@@ -41,17 +40,18 @@ impl LocalBuffer {
     }
 }
 
-/// `len` bytes of the local buffer, returned to it on drop. Keeps the buffer mapped.
+/// `len` bytes of the local buffer, returned to it when dropped (the allocation is RAII).
+/// Keeps the buffer mapped.
 pub struct LocalAlloc {
     buffer: Arc<LocalBuffer>,
-    offset: u64,
+    allocation: Allocation,
     len: u64,
 }
 
 impl LocalAlloc {
     /// Address of the first byte.
     pub fn addr(&self) -> usize {
-        self.buffer.region.addr() + self.offset as usize
+        self.buffer.region.addr() + self.allocation.offset() as usize
     }
 
     /// Length in bytes.
@@ -62,11 +62,5 @@ impl LocalAlloc {
     /// True for a zero-length allocation.
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-}
-
-impl Drop for LocalAlloc {
-    fn drop(&mut self) {
-        self.buffer.allocator.lock().free(self.offset);
     }
 }

@@ -1,0 +1,38 @@
+//! `mc_bench`: measures the hardware limits and the store's scenarios in the same run and
+//! prints each scenario as a ratio to its limit.
+//!
+//! Usage: `mc_bench [--json] [--quick]`. With `--json` every line is one JSON object
+//! `{name, value, unit, limit_name, limit_value, ratio}`. `ratio = value / limit_value`; for
+//! latencies (unit `us`) lower is better, for throughputs higher is better.
+
+mod limits;
+mod redis;
+mod report;
+mod scenarios;
+
+use report::Report;
+
+fn main() {
+    mooncake_rs::init_logging();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--serve-segment") {
+        std::process::exit(scenarios::serve_segment(&args[1..]));
+    }
+    let mut json = false;
+    let mut quick = false;
+    for arg in &args {
+        match arg.as_str() {
+            "--json" => json = true,
+            "--quick" => quick = true,
+            other => {
+                eprintln!("mc_bench: unknown argument '{other}' (use --json, --quick)");
+                std::process::exit(2);
+            }
+        }
+    }
+    let mut report = Report::new(json);
+    if let Err(message) = scenarios::run_all(&mut report, quick) {
+        eprintln!("mc_bench: {message}");
+        std::process::exit(1);
+    }
+}
