@@ -1,1 +1,24 @@
-//! The wire: framing and encoding of master RPCs, the tokio server and the client.
+//! The wire: framing and encoding of master RPCs, the tokio servers and the blocking clients.
+//! No other module knows the byte layout of anything sent over a socket.
+//!
+//! - [`codec`]: `u32` LE length + bincode payload frames, with a size guard.
+//! - [`server::RpcServer`]: serves an `Arc<dyn MasterApi>`; [`stats::RpcStats`] counts calls.
+//! - [`client::RpcMasterClient`]: the [`crate::master::MasterCall`] transport the client
+//!   uses; [`client::connect_master`] gives a ready `Arc<dyn MasterApi>`.
+//! - [`net`]: client timeouts (`MC_RPC_*`) and connecting.
+//! - `serve`: the accept loop and private runtime both servers run on.
+
+pub mod client;
+pub mod codec;
+pub mod net;
+mod serve;
+pub mod server;
+pub mod stats;
+
+#[cfg(test)]
+mod tests;
+
+pub use client::{connect_master, RemoteMasterApi, RpcMasterClient};
+pub use net::Timeouts;
+pub use server::RpcServer;
+pub use stats::RpcStats;
