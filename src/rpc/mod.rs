@@ -5,11 +5,13 @@
 //! - [`server::RpcServer`]: serves an `Arc<dyn MasterApi>`; [`stats::RpcStats`] counts calls.
 //! - [`client::RpcMasterClient`]: the [`crate::master::MasterCall`] transport the client
 //!   uses; [`client::connect_master`] gives a ready `Arc<dyn MasterApi>`.
+//! - [`http`]: a small HTTP/1.1 server and blocking client.
 //! - [`net`]: client timeouts (`MC_RPC_*`) and connecting.
 //! - `serve`: the accept loop and private runtime both servers run on.
 
 pub mod client;
 pub mod codec;
+pub mod http;
 pub mod net;
 mod serve;
 pub mod server;

@@ -5,13 +5,14 @@
 //! one [`MasterResponse`] frame per request, in order. A frame that does not decode closes the
 //! connection (the client sees `RPC_FAIL`).
 //!
-//! `MasterApi` is synchronous; each call runs inline on the runtime worker that read its
-//! request, as Mooncake's coro_rpc runs handlers on its I/O threads. Measured on loopback
-//! (release, 2 vCPUs, `service_ready` p50): inline 8.9 µs against 7.4 µs for a raw 64-byte
-//! tokio echo; `block_in_place` 16.8 µs (it hands the worker's queue to another thread on
-//! every call); `spawn_blocking` 21 µs. A call that blocks holds one worker; the other workers
-//! keep serving (and steal its queued tasks), so size the pool for the number of calls that
-//! may block at once ([`RpcServer::start_with_threads`], Mooncake's `--rpc_thread_num`).
+//! `MasterApi` is synchronous; each call runs inline on the shard thread that read its
+//! request (see the `serve` module), as Mooncake's coro_rpc runs handlers on its I/O threads.
+//! Measured on loopback (release, 2 vCPUs, `service_ready` p50): about 1.5–2.5 µs over a raw
+//! 64-byte tokio echo, where `block_in_place` on a work-stealing runtime added ~8 µs and
+//! `spawn_blocking` ~13 µs. A call that blocks holds only the connections of its own shard;
+//! size the shard count for the calls that may block at once
+//! ([`RpcServer::start_with_threads`], Mooncake's `--rpc_thread_num`).
+
 use super::codec::{self, HEADER_LEN};
 use super::serve::Acceptor;
 use super::stats::RpcStats;
@@ -26,7 +27,7 @@ use tokio::net::TcpStream;
 /// Worker threads of [`RpcServer::start`] (Mooncake's `--max_threads` default).
 pub const DEFAULT_WORKER_THREADS: usize = 16;
 
-/// A running RPC server. Owns its tokio runtime (see [`Acceptor`]); thread-safe;
+/// A running RPC server. Owns its threads (see [`Acceptor`]); thread-safe;
 /// [`RpcServer::shutdown`] is idempotent and also runs on drop.
 pub struct RpcServer {
     acceptor: Acceptor,
@@ -42,8 +43,8 @@ impl RpcServer {
         RpcServer::start_with_threads(addr, api, DEFAULT_WORKER_THREADS)
     }
 
-    /// As [`RpcServer::start`], with `threads` workers (at least 1): at most that many calls
-    /// run at once.
+    /// As [`RpcServer::start`], with `threads` shard threads (at least 1): at most that many
+    /// calls run at once.
     pub fn start_with_threads(
         addr: SocketAddr,
         api: Arc<dyn MasterApi>,
