@@ -6,12 +6,14 @@
 //! - [`client::RpcMasterClient`]: the [`crate::master::MasterCall`] transport the client
 //!   uses; [`client::connect_master`] gives a ready `Arc<dyn MasterApi>`.
 //! - [`http`]: a small HTTP/1.1 server and blocking client.
+//! - [`metadata`]: Mooncake's HTTP metadata service (store, route, publish, resolve).
 //! - [`net`]: client timeouts (`MC_RPC_*`) and connecting.
 //! - `serve`: the accept loop and private runtime both servers run on.
 
 pub mod client;
 pub mod codec;
 pub mod http;
+pub mod metadata;
 pub mod net;
 mod serve;
 pub mod server;
