@@ -1,1 +1,28 @@
-//! The wire: framing and encoding of master RPCs, the tokio server and the client.
+//! The wire: framing and encoding of master RPCs, the tokio servers and the blocking clients.
+//! No other module knows the byte layout of anything sent over a socket.
+//!
+//! - [`codec`]: `u32` LE length + bincode payload frames, with a size guard.
+//! - [`server::RpcServer`]: serves an `Arc<dyn MasterApi>`; [`stats::RpcStats`] counts calls.
+//! - [`client::RpcMasterClient`]: the [`crate::master::MasterCall`] transport the client
+//!   uses; [`client::connect_master`] gives a ready `Arc<dyn MasterApi>`.
+//! - [`http`]: a small HTTP/1.1 server and blocking client.
+//! - [`metadata`]: Mooncake's HTTP metadata service (store, route, publish, resolve).
+//! - [`net`]: client timeouts (`MC_RPC_*`) and connecting.
+//! - `serve`: the accept loop and private runtime both servers run on.
+
+pub mod client;
+pub mod codec;
+pub mod http;
+pub mod metadata;
+pub mod net;
+mod serve;
+pub mod server;
+pub mod stats;
+
+#[cfg(test)]
+mod tests;
+
+pub use client::{connect_master, RemoteMasterApi, RpcMasterClient};
+pub use net::Timeouts;
+pub use server::RpcServer;
+pub use stats::RpcStats;

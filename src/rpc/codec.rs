@@ -1,0 +1,291 @@
+//! Framing and encoding of RPC messages.
+//!
+//! A frame is a `u32` little-endian payload length followed by the payload; the payload is the
+//! bincode encoding (varint integers, little endian, no trailing bytes) of one message. Frames
+//! longer than [`MAX_FRAME_LEN`] are refused on both sides, and a reader never allocates more
+//! than it has actually received plus [`READ_CHUNK`], so a peer announcing a huge frame cannot
+//! make us reserve memory it never sends.
+//!
+//! Every failure is `RPC_FAIL`, except a socket wait that ran past its timeout (`RPC_TIMEOUT`).
+//! Nothing here panics on peer data. All functions are free functions over caller-owned
+//! readers and writers; they hold no state.
+
+use crate::error::{fail, ErrorCode, Result};
+use bincode::Options;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::io::{self, Read};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Largest payload accepted or produced (64 MiB).
+pub const MAX_FRAME_LEN: usize = 64 * 1024 * 1024;
+
+/// Size of the length prefix.
+pub const HEADER_LEN: usize = 4;
+
+/// Payloads up to this size are read into a buffer allocated at once; longer ones grow as
+/// bytes arrive.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// The one encoding both ends use. No bincode size limit: decoding reads from a payload
+/// already bounded by [`MAX_FRAME_LEN`], and encoding checks the length afterwards (a limit
+/// would make bincode measure every message in an extra pass).
+fn options() -> impl Options + Copy {
+    bincode::DefaultOptions::new()
+}
+
+/// Encodes `message` as one complete frame (header and payload), ready for a single write.
+///
+/// Errors: `RPC_FAIL` if the message cannot be encoded or exceeds [`MAX_FRAME_LEN`].
+pub fn encode_frame<T: Serialize>(message: &T) -> Result<Vec<u8>> {
+    let mut frame = vec![0u8; HEADER_LEN];
+    if let Err(err) = options().serialize_into(&mut frame, message) {
+        return fail(ErrorCode::RpcFail, format_args!("encode: {err}"));
+    }
+    let len = frame.len() - HEADER_LEN;
+    let header = match u32::try_from(len) {
+        Ok(header) if len <= MAX_FRAME_LEN => header,
+        _ => return fail(ErrorCode::RpcFail, format_args!("encode: {len} byte frame")),
+    };
+    frame[..HEADER_LEN].copy_from_slice(&header.to_le_bytes());
+    Ok(frame)
+}
+
+/// Decodes one payload (without its header) as a `T`; the whole payload must be consumed.
+///
+/// Errors: `RPC_FAIL` on malformed or trailing bytes.
+pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T> {
+    options()
+        .deserialize(payload)
+        .or_else(|err| fail(ErrorCode::RpcFail, format_args!("decode: {err}")))
+}
+
+/// For the payload of an enum whose variants each hold a `Result<_, ErrorCode>` (every
+/// [`crate::master::MasterResponse`]): the error when that `Result` is `Err`, else `None`.
+/// Reads only the first bytes, without decoding the answer (bincode writes a variant index,
+/// then the `Result` tag, 0 = `Ok`, 1 = `Err`, then the content).
+pub fn enum_result_error(payload: &[u8]) -> Option<ErrorCode> {
+    let prefix = options().allow_trailing_bytes();
+    match prefix.deserialize::<(u32, u32)>(payload) {
+        Ok((_, 1)) => prefix
+            .deserialize::<(u32, u32, ErrorCode)>(payload)
+            .ok()
+            .map(|(_, _, code)| code),
+        _ => None,
+    }
+}
+
+/// Validates a frame header and returns the payload length.
+fn payload_len(header: [u8; HEADER_LEN]) -> Result<usize> {
+    let len = u32::from_le_bytes(header) as usize;
+    if len > MAX_FRAME_LEN {
+        return fail(
+            ErrorCode::RpcFail,
+            format_args!("frame of {len} bytes exceeds the {MAX_FRAME_LEN} byte limit"),
+        );
+    }
+    Ok(len)
+}
+
+/// Maps a socket error to Mooncake's code: a timed-out wait is `RPC_TIMEOUT`, anything else
+/// `RPC_FAIL`. Records `context` and the error as the thread's detail.
+pub fn io_fail<T>(context: &str, err: io::Error) -> Result<T> {
+    let code = match err.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ErrorCode::RpcTimeout,
+        _ => ErrorCode::RpcFail,
+    };
+    fail(code, format_args!("{context}: {err}"))
+}
+
+/// Reads one frame's payload from a blocking reader.
+///
+/// Errors: see [`io_fail`]; end of stream is `RPC_FAIL`; an oversized header is `RPC_FAIL`.
+pub fn read_frame<R: Read>(reader: &mut R) -> Result<Vec<u8>> {
+    let mut header = [0u8; HEADER_LEN];
+    if let Err(err) = reader.read_exact(&mut header) {
+        return io_fail("read frame header", err);
+    }
+    let len = payload_len(header)?;
+    let mut payload = Vec::with_capacity(len.min(READ_CHUNK));
+    match reader.take(len as u64).read_to_end(&mut payload) {
+        Ok(n) if n == len => Ok(payload),
+        Ok(n) => fail(
+            ErrorCode::RpcFail,
+            format_args!("connection closed after {n} of {len} payload bytes"),
+        ),
+        Err(err) => io_fail("read frame payload", err),
+    }
+}
+
+/// Reads one frame's payload from an async reader; `Ok(None)` when the peer closed the stream
+/// cleanly before the first header byte.
+///
+/// Errors: `RPC_FAIL` on I/O errors, a stream cut inside a frame, or an oversized header.
+pub async fn read_frame_async<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option<Vec<u8>>> {
+    let mut header = [0u8; HEADER_LEN];
+    let mut filled = 0;
+    while filled < HEADER_LEN {
+        match reader.read(&mut header[filled..]).await {
+            Ok(0) if filled == 0 => return Ok(None),
+            Ok(0) => {
+                return fail(
+                    ErrorCode::RpcFail,
+                    "connection closed inside a frame header",
+                )
+            }
+            Ok(n) => filled += n,
+            Err(err) => return io_fail("read frame header", err),
+        }
+    }
+    let len = payload_len(header)?;
+    let mut payload = Vec::with_capacity(len.min(READ_CHUNK));
+    match reader.take(len as u64).read_to_end(&mut payload).await {
+        Ok(n) if n == len => Ok(Some(payload)),
+        Ok(n) => fail(
+            ErrorCode::RpcFail,
+            format_args!("connection closed after {n} of {len} payload bytes"),
+        ),
+        Err(err) => io_fail("read frame payload", err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::master::{MasterRequest, MasterResponse};
+    use crate::types::{ReplicateConfig, Uuid};
+
+    fn sample_request() -> MasterRequest {
+        MasterRequest::batch_put_start {
+            client: Uuid { hi: 1, lo: 2 },
+            keys: vec!["a".into(), "key/β".into()],
+            sizes: vec![3, 1 << 40],
+            config: ReplicateConfig::default(),
+        }
+    }
+
+    #[test]
+    fn frames_round_trip_through_sync_and_async_readers() {
+        let frame = encode_frame(&sample_request()).unwrap();
+        let len = u32::from_le_bytes(frame[..4].try_into().unwrap()) as usize;
+        assert_eq!(len, frame.len() - HEADER_LEN);
+
+        let payload = read_frame(&mut &frame[..]).unwrap();
+        let decoded: MasterRequest = decode_payload(&payload).unwrap();
+        assert_eq!(format!("{decoded:?}"), format!("{:?}", sample_request()));
+
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut twice = frame.clone();
+        twice.extend_from_slice(&frame);
+        let mut reader = &twice[..];
+        rt.block_on(async {
+            for _ in 0..2 {
+                let payload = read_frame_async(&mut reader).await.unwrap().unwrap();
+                assert_eq!(payload, frame[HEADER_LEN..]);
+            }
+            assert_eq!(read_frame_async(&mut reader).await.unwrap(), None);
+        });
+    }
+
+    #[test]
+    fn results_inside_responses_round_trip() {
+        let response =
+            MasterResponse::batch_remove(Ok(vec![Ok(()), Err(ErrorCode::ObjectHasLease)]));
+        let frame = encode_frame(&response).unwrap();
+        let decoded: MasterResponse = decode_payload(&frame[HEADER_LEN..]).unwrap();
+        assert_eq!(format!("{decoded:?}"), format!("{response:?}"));
+    }
+
+    #[test]
+    fn the_outcome_of_an_encoded_response_is_read_from_its_prefix() {
+        let outcome = |response: &MasterResponse| {
+            enum_result_error(&encode_frame(response).unwrap()[HEADER_LEN..])
+        };
+        assert_eq!(
+            outcome(&MasterResponse::service_ready(Ok("2.0.0".into()))),
+            None
+        );
+        assert_eq!(
+            outcome(&MasterResponse::batch_remove(Ok(vec![Err(
+                ErrorCode::ObjectHasLease
+            )]))),
+            None
+        );
+        for &code in ErrorCode::ALL {
+            assert_eq!(outcome(&MasterResponse::unpin(Err(code))), Some(code));
+            assert_eq!(outcome(&MasterResponse::remove_all(Err(code))), Some(code));
+        }
+        assert_eq!(enum_result_error(&[]), None);
+    }
+
+    #[test]
+    fn garbage_payloads_are_rejected_without_panicking() {
+        let valid = encode_frame(&sample_request()).unwrap();
+        let payload = &valid[HEADER_LEN..];
+        // Every truncation, a trailing byte, and pseudo-random noise.
+        for cut in 0..payload.len() {
+            assert_eq!(
+                decode_payload::<MasterRequest>(&payload[..cut]).unwrap_err(),
+                ErrorCode::RpcFail
+            );
+        }
+        let mut trailing = payload.to_vec();
+        trailing.push(0);
+        assert!(decode_payload::<MasterRequest>(&trailing).is_err());
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..2000 {
+            let noise: Vec<u8> = (0..rng.usize(0..64)).map(|_| rng.u8(..)).collect();
+            let _ = decode_payload::<MasterRequest>(&noise);
+            let _ = decode_payload::<MasterResponse>(&noise);
+        }
+        // A length prefix claiming a huge string inside a small payload.
+        let huge_string = [7u8, 0xfc, 0xff, 0xff, 0xff, 0x7f];
+        assert!(decode_payload::<MasterRequest>(&huge_string).is_err());
+    }
+
+    #[test]
+    fn oversized_and_truncated_frames_are_rejected() {
+        let oversized = ((MAX_FRAME_LEN + 1) as u32).to_le_bytes();
+        assert_eq!(
+            read_frame(&mut &oversized[..]).unwrap_err(),
+            ErrorCode::RpcFail
+        );
+        // A peer announcing the maximum but sending only a few bytes: no 64 MiB allocation,
+        // just an error at end of stream.
+        let mut short = (MAX_FRAME_LEN as u32).to_le_bytes().to_vec();
+        short.extend_from_slice(b"abc");
+        assert_eq!(read_frame(&mut &short[..]).unwrap_err(), ErrorCode::RpcFail);
+        assert_eq!(
+            read_frame(&mut &[1u8, 0][..]).unwrap_err(),
+            ErrorCode::RpcFail
+        );
+
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            assert!(read_frame_async(&mut &oversized[..]).await.is_err());
+            assert!(read_frame_async(&mut &short[..]).await.is_err());
+            assert!(read_frame_async(&mut &[1u8, 0][..]).await.is_err());
+        });
+    }
+
+    #[test]
+    fn oversized_messages_are_not_encoded() {
+        let big = MasterRequest::remove_by_regex {
+            pattern: "x".repeat(MAX_FRAME_LEN + 1),
+            force: false,
+        };
+        assert_eq!(encode_frame(&big).unwrap_err(), ErrorCode::RpcFail);
+    }
+
+    #[test]
+    fn socket_timeouts_map_to_rpc_timeout() {
+        let timed_out = io::Error::from(io::ErrorKind::WouldBlock);
+        assert_eq!(io_fail::<()>("x", timed_out), Err(ErrorCode::RpcTimeout));
+        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        assert_eq!(io_fail::<()>("x", reset), Err(ErrorCode::RpcFail));
+    }
+}

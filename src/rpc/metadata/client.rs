@@ -1,0 +1,299 @@
+//! The client side: publishing a segment's descriptors and resolving a segment name to the
+//! address of its TCP data port, over Mooncake's HTTP metadata protocol.
+
+use super::{RamEntry, RpcMetaEntry, SegmentDescriptor, TCP_PROTO_VERSION};
+use crate::error::{fail, ErrorCode, Result};
+use crate::rpc::http::{http_request, percent_encode};
+use crate::rpc::net::Timeouts;
+use parking_lot::RwLock;
+use serde::de::DeserializeOwned;
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Talks to a metadata server at a base URL such as `http://host:8080/metadata`. Stateless
+/// apart from its configuration; thread-safe; each call is one blocking HTTP request.
+pub struct HttpMetadataClient {
+    base_url: String,
+    prefix: String,
+    timeouts: Timeouts,
+}
+
+impl HttpMetadataClient {
+    /// A client for `base_url`, with keys prefixed by `MC_METADATA_CLUSTER_ID` when set and
+    /// the `MC_RPC_*` timeouts.
+    ///
+    /// Errors: `INVALID_PARAMS` if `base_url` is not an `http://` URL.
+    pub fn new(base_url: &str) -> Result<HttpMetadataClient> {
+        let cluster_id = std::env::var("MC_METADATA_CLUSTER_ID").ok();
+        HttpMetadataClient::with_cluster_id(base_url, cluster_id.as_deref(), Timeouts::from_env())
+    }
+
+    /// As [`HttpMetadataClient::new`], with an explicit cluster id (`None` or empty: none)
+    /// and timeouts.
+    pub fn with_cluster_id(
+        base_url: &str,
+        cluster_id: Option<&str>,
+        timeouts: Timeouts,
+    ) -> Result<HttpMetadataClient> {
+        if !base_url.starts_with("http://") || base_url.contains('?') {
+            return fail(
+                ErrorCode::InvalidParams,
+                format_args!("bad metadata URL {base_url}"),
+            );
+        }
+        let prefix = match cluster_id.map(|id| id.trim_matches('/')) {
+            Some(id) if !id.is_empty() => format!("mooncake/{id}/"),
+            _ => "mooncake/".to_owned(),
+        };
+        Ok(HttpMetadataClient {
+            base_url: base_url.to_owned(),
+            prefix,
+            timeouts,
+        })
+    }
+
+    /// The key of segment `name`'s descriptor (`mooncake/[cluster/]ram/<name>`).
+    pub fn ram_key(&self, name: &str) -> String {
+        format!("{}ram/{name}", self.prefix)
+    }
+
+    /// The key of segment `name`'s RPC endpoint (`mooncake/[cluster/]rpc_meta/<name>`).
+    pub fn rpc_meta_key(&self, name: &str) -> String {
+        format!("{}rpc_meta/{name}", self.prefix)
+    }
+
+    /// The value of `key`, `None` if the server has none.
+    ///
+    /// Errors: `RPC_FAIL` / `RPC_TIMEOUT` on transport failures or an unexpected status.
+    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let reply = self.send("GET", key, &[])?;
+        match reply.status {
+            200 => Ok(Some(reply.body)),
+            404 => Ok(None),
+            status => fail(
+                ErrorCode::RpcFail,
+                format_args!("GET {key}: status {status}"),
+            ),
+        }
+    }
+
+    /// Stores `value` under `key`. Errors as [`HttpMetadataClient::get`].
+    pub fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.expect_ok("PUT", key, value)
+    }
+
+    /// Removes `key` (absent is fine). Errors as [`HttpMetadataClient::get`].
+    pub fn remove(&self, key: &str) -> Result<()> {
+        self.expect_ok("DELETE", key, &[])
+    }
+
+    /// Publishes segment `name`: its TCP descriptor under [`Self::ram_key`] and its RPC
+    /// endpoint under [`Self::rpc_meta_key`]. Errors as [`HttpMetadataClient::get`].
+    pub fn publish_segment(&self, name: &str, segment: &SegmentDescriptor) -> Result<()> {
+        let ram = RamEntry {
+            name: name.to_owned(),
+            protocol: "tcp".to_owned(),
+            tcp_data_port: segment.tcp_data_port,
+            tcp_proto_version: TCP_PROTO_VERSION,
+            timestamp: timestamp(),
+            buffers: segment.buffers.clone(),
+        };
+        let rpc_meta = RpcMetaEntry {
+            ip_or_host_name: segment.host.clone(),
+            rpc_port: segment.rpc_port,
+        };
+        self.put(&self.ram_key(name), &to_json(&ram)?)?;
+        self.put(&self.rpc_meta_key(name), &to_json(&rpc_meta)?)
+    }
+
+    /// Removes both entries of segment `name`. Errors as [`HttpMetadataClient::get`].
+    pub fn remove_segment(&self, name: &str) -> Result<()> {
+        self.remove(&self.ram_key(name))?;
+        self.remove(&self.rpc_meta_key(name))
+    }
+
+    /// Reads and parses the JSON document at `key`.
+    ///
+    /// Errors: `SEGMENT_NOT_FOUND` if absent, `RPC_FAIL` if malformed, else as `get`.
+    fn get_json<T: DeserializeOwned>(&self, key: &str) -> Result<T> {
+        let Some(body) = self.get(key)? else {
+            return fail(
+                ErrorCode::SegmentNotFound,
+                format_args!("no metadata at {key}"),
+            );
+        };
+        serde_json::from_slice(&body)
+            .or_else(|err| fail(ErrorCode::RpcFail, format_args!("metadata at {key}: {err}")))
+    }
+
+    /// Sends a request that must answer 200 (or 404 for a `DELETE` of an absent key).
+    fn expect_ok(&self, method: &str, key: &str, body: &[u8]) -> Result<()> {
+        let status = self.send(method, key, body)?.status;
+        if status == 200 || (method == "DELETE" && status == 404) {
+            return Ok(());
+        }
+        fail(
+            ErrorCode::RpcFail,
+            format_args!("{method} {key}: status {status}"),
+        )
+    }
+
+    fn send(&self, method: &str, key: &str, body: &[u8]) -> Result<crate::rpc::http::HttpReply> {
+        let url = format!("{}?key={}", self.base_url, percent_encode(key));
+        http_request(method, &url, body, self.timeouts)
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(value).or_else(|err| fail(ErrorCode::InternalError, err))
+}
+
+/// Publication time as `seconds.micros` since the Unix epoch (informational only).
+fn timestamp() -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("{}.{:06}", now.as_secs(), now.subsec_micros())
+}
+
+/// Resolves segment names to the socket address of their TCP data port (host from
+/// `rpc_meta`, port from the descriptor), caching answers. Thread-safe. Call
+/// [`HttpMetadataResolver::invalidate`] after a transfer to the address failed, so the next
+/// resolve asks the metadata server again.
+pub struct HttpMetadataResolver {
+    client: HttpMetadataClient,
+    cache: RwLock<HashMap<String, SocketAddr>>,
+}
+
+impl HttpMetadataResolver {
+    /// A resolver asking through `client`.
+    pub fn new(client: HttpMetadataClient) -> HttpMetadataResolver {
+        HttpMetadataResolver {
+            client,
+            cache: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The data address of `segment_name`.
+    ///
+    /// Errors: `SEGMENT_NOT_FOUND` if either entry is missing or the host does not resolve;
+    /// `RPC_FAIL` / `RPC_TIMEOUT` if the metadata server fails or an entry is malformed.
+    pub fn resolve(&self, segment_name: &str) -> Result<SocketAddr> {
+        if let Some(&addr) = self.cache.read().get(segment_name) {
+            return Ok(addr);
+        }
+        let meta: RpcMetaEntry = self
+            .client
+            .get_json(&self.client.rpc_meta_key(segment_name))?;
+        let ram: RamEntry = self.client.get_json(&self.client.ram_key(segment_name))?;
+        let resolved = (meta.ip_or_host_name.as_str(), ram.tcp_data_port)
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut addrs| addrs.next());
+        let Some(addr) = resolved else {
+            return fail(
+                ErrorCode::SegmentNotFound,
+                format_args!(
+                    "{segment_name}: host {} does not resolve",
+                    meta.ip_or_host_name
+                ),
+            );
+        };
+        self.cache.write().insert(segment_name.to_owned(), addr);
+        Ok(addr)
+    }
+
+    /// Forgets the cached address of `segment_name`.
+    pub fn invalidate(&self, segment_name: &str) {
+        self.cache.write().remove(segment_name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rpc::http::HttpServer;
+    use crate::rpc::metadata::{metadata_handler, BufferEntry, MetadataStore};
+    use std::sync::Arc;
+
+    fn server() -> (HttpServer, Arc<MetadataStore>, String) {
+        let store = Arc::new(MetadataStore::default());
+        let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        let server = HttpServer::start(addr, metadata_handler(Arc::clone(&store))).unwrap();
+        let url = format!("http://{}/metadata", server.local_addr());
+        (server, store, url)
+    }
+
+    fn descriptor(port: u16) -> SegmentDescriptor {
+        SegmentDescriptor {
+            host: "127.0.0.1".into(),
+            rpc_port: 15001,
+            tcp_data_port: port,
+            buffers: vec![BufferEntry {
+                name: "cpu:0".into(),
+                addr: 0x7f00_0000_0000,
+                length: 1 << 20,
+            }],
+        }
+    }
+
+    #[test]
+    fn publishes_mooncake_documents_under_the_cluster_prefix() {
+        let (_server, store, url) = server();
+        let client =
+            HttpMetadataClient::with_cluster_id(&url, Some("c1"), Timeouts::default()).unwrap();
+        client
+            .publish_segment("node:1", &descriptor(15002))
+            .unwrap();
+
+        let ram: serde_json::Value =
+            serde_json::from_slice(&store.get("mooncake/c1/ram/node:1").unwrap()).unwrap();
+        assert_eq!(ram["name"], "node:1");
+        assert_eq!(ram["protocol"], "tcp");
+        assert_eq!(ram["tcp_data_port"], 15002);
+        assert_eq!(ram["tcp_proto_version"], 2);
+        assert!(ram["timestamp"].is_string());
+        assert_eq!(ram["buffers"][0]["addr"], 0x7f00_0000_0000u64);
+        assert_eq!(ram["buffers"][0]["length"], 1 << 20);
+        let meta: serde_json::Value =
+            serde_json::from_slice(&store.get("mooncake/c1/rpc_meta/node:1").unwrap()).unwrap();
+        assert_eq!(
+            meta,
+            serde_json::json!({"ip_or_host_name": "127.0.0.1", "rpc_port": 15001})
+        );
+
+        client.remove_segment("node:1").unwrap();
+        client.remove_segment("node:1").unwrap();
+        assert!(store.is_empty());
+        let plain = HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap();
+        assert_eq!(plain.ram_key("a"), "mooncake/ram/a");
+        assert!(HttpMetadataClient::new("ftp://x").is_err());
+    }
+
+    #[test]
+    fn resolves_caches_and_invalidates() {
+        let (_server, store, url) = server();
+        let client = HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap();
+        client.publish_segment("seg", &descriptor(16001)).unwrap();
+        let resolver = HttpMetadataResolver::new(
+            HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap(),
+        );
+        let expected = SocketAddr::from(([127, 0, 0, 1], 16001));
+        assert_eq!(resolver.resolve("seg").unwrap(), expected);
+
+        // Cached: a republished port is not seen until invalidated.
+        client.publish_segment("seg", &descriptor(16002)).unwrap();
+        assert_eq!(resolver.resolve("seg").unwrap(), expected);
+        resolver.invalidate("seg");
+        assert_eq!(resolver.resolve("seg").unwrap().port(), 16002);
+
+        assert_eq!(
+            resolver.resolve("absent").unwrap_err(),
+            ErrorCode::SegmentNotFound
+        );
+        store.put("mooncake/rpc_meta/junk", b"not json".to_vec());
+        store.put("mooncake/ram/junk", b"{}".to_vec());
+        assert_eq!(resolver.resolve("junk").unwrap_err(), ErrorCode::RpcFail);
+    }
+}
