@@ -225,16 +225,18 @@ impl TransferEngine {
             TransferOp::Read => Opcode::Read,
             TransferOp::Write => Opcode::Write,
         };
-        let what = format!(
-            "{op:?} of {} bytes at {:#x} on {:?}",
-            request.len, request.remote_addr, request.endpoint
-        );
+        let refuse = |problem: &str| {
+            format!(
+                "{op:?} of {} bytes at {:#x} on {:?}: {problem}",
+                request.len, request.remote_addr, request.endpoint
+            )
+        };
         let len = usize::try_from(request.len)
             .ok()
             .filter(|len| request.local_addr != 0 && request.local_addr.checked_add(*len).is_some())
-            .ok_or_else(|| format!("{what}: invalid local buffer {:#x}", request.local_addr))?;
+            .ok_or_else(|| refuse("invalid local buffer"))?;
         if request.remote_addr.checked_add(request.len).is_none() {
-            return Err(format!("{what}: remote range wraps around"));
+            return Err(refuse("remote range wraps around"));
         }
         let local = request.local_addr as *mut u8;
         if self.is_local(request.endpoint) {
@@ -243,13 +245,11 @@ impl TransferEngine {
                 .within(request.remote_addr, request.len)
                 .is_none()
             {
-                return Err(format!(
-                    "{what}: not inside one registered range of this process"
-                ));
+                return Err(refuse("not inside one registered range of this process"));
             }
             let (a, b) = (request.local_addr as u64, request.remote_addr);
             if a < b + request.len && b < a + request.len {
-                return Err(format!("{what}: overlaps the local buffer"));
+                return Err(refuse("overlaps the local buffer"));
             }
             jobs.push(Job {
                 request: index,
@@ -266,7 +266,7 @@ impl TransferEngine {
         let peer = self
             .resolver
             .resolve(request.endpoint)
-            .map_err(|code| format!("{what}: cannot resolve the endpoint ({code})"))?;
+            .map_err(|code| refuse(&format!("cannot resolve the endpoint ({code})")))?;
         for (offset, part) in split(request.len, self.settings.lanes) {
             jobs.push(Job {
                 request: index,
