@@ -138,8 +138,9 @@ impl ConnectionPool {
     ) -> Result<(), Failure> {
         // SAFETY: forwarded from the caller.
         unsafe { exchange(&mut stream, slice) }?;
+        let mut idle = self.idle.lock();
+        // Checked under the lock, so nothing is pooled after `close` cleared the map.
         if !self.closed.load(Ordering::SeqCst) {
-            let mut idle = self.idle.lock();
             let list = idle.entry(peer).or_default();
             if list.len() < MAX_IDLE_PER_PEER {
                 list.push(stream);
@@ -150,18 +151,24 @@ impl ConnectionPool {
 
     /// An idle connection to `peer` (reused = true) or a new one.
     fn checkout(&self, peer: SocketAddr) -> Result<(TcpStream, bool), Failure> {
+        self.ensure_open()?;
         if let Some(stream) = self.idle.lock().get_mut(&peer).and_then(Vec::pop) {
             return Ok((stream, true));
         }
         Ok((self.connect(peer)?, false))
     }
 
-    fn connect(&self, peer: SocketAddr) -> Result<TcpStream, Failure> {
+    fn ensure_open(&self) -> Result<(), Failure> {
         if self.closed.load(Ordering::SeqCst) {
             return Err(Failure::Io(io::Error::other(
                 "transfer engine is shut down",
             )));
         }
+        Ok(())
+    }
+
+    fn connect(&self, peer: SocketAddr) -> Result<TcpStream, Failure> {
+        self.ensure_open()?;
         let timeout = self.settings.io_timeout;
         let stream = TcpStream::connect_timeout(&peer, timeout)?;
         stream.set_nodelay(true)?;
