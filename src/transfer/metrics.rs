@@ -42,11 +42,13 @@ counters! {
     tcp_writes,
     /// Bytes sent by completed TCP WRITE requests.
     tcp_write_bytes,
-    /// Wire READ requests this engine's server completed.
+    /// Wire READ requests this engine's server accepted and answered (counted before the
+    /// data is sent, so the initiator never sees its transfer complete before the count).
     served_reads,
     /// Bytes this engine's server sent for READ requests.
     served_read_bytes,
-    /// Wire WRITE requests this engine's server completed.
+    /// Wire WRITE requests whose payload this engine's server applied (counted before the
+    /// OK status is sent).
     served_writes,
     /// Bytes this engine's server received for WRITE requests.
     served_write_bytes,

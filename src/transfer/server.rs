@@ -160,7 +160,9 @@ async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, context: Arc<
     }
 }
 
-/// Moves the payload of one validated request.
+/// Moves the payload of one validated request. It is counted as served before its last
+/// bytes reach the peer (READ: when accepted; WRITE: once the payload is applied), so an
+/// initiator that saw its transfer complete also sees the server's counters updated.
 async fn serve_request(
     stream: &mut TcpStream,
     header: SessionHeader,
@@ -175,26 +177,26 @@ async fn serve_request(
             // valid while registered (module docs state the unregister-during-transfer rule).
             let target = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
             stream.read_exact(target).await?;
-            if header.v2 {
-                stream.write_all(&Status::Ok.encode()).await?;
-            }
             add(
                 &metrics.served_writes,
                 &metrics.served_write_bytes,
                 header.size,
             );
+            if header.v2 {
+                stream.write_all(&Status::Ok.encode()).await?;
+            }
         }
         Opcode::Read => {
             // SAFETY: as above, for reading.
             let source = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
             let status = Status::Ok.encode();
             let prefix: &[u8] = if header.v2 { &status } else { &[] };
-            write_prefixed(stream, prefix, source).await?;
             add(
                 &metrics.served_reads,
                 &metrics.served_read_bytes,
                 header.size,
             );
+            write_prefixed(stream, prefix, source).await?;
         }
     }
     Ok(())
