@@ -1,2 +1,28 @@
 //! The transfer engine: a table of registered memory and the transports (local copy, TCP)
 //! that move bytes between a local buffer and a (possibly remote) registered address.
+//!
+//! Modules, one job each: `registry` (registered ranges), [`copy`] (the single primitive
+//! that copies caller memory — route every such copy in the crate through it), `wire`
+//! (Mooncake's TCP v2 framing), `server` (serving peers), `pool` (outgoing connections, one
+//! slice at a time), `batch` (slicing and the worker pool), `resolver` (segment name →
+//! socket address), `metrics` (counters), `settings` (environment tunables) and `engine`
+//! ([`TransferEngine`]).
+
+mod batch;
+pub mod copy;
+mod engine;
+mod metrics;
+mod pool;
+mod registry;
+mod resolver;
+mod server;
+mod settings;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use engine::{EngineConfig, TransferEngine, TransferOp, TransferRequest};
+pub use metrics::TransferMetrics;
+pub use registry::MemoryRegion;
+pub use resolver::{DirectResolver, SegmentResolver};

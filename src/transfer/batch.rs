@@ -1,0 +1,217 @@
+//! Running a batch of jobs: splitting requests into slices and executing them on the
+//! caller's thread plus a fixed pool of persistent worker threads.
+//!
+//! The caller thread always works on its own batch, so a single job never leaves the caller's
+//! thread, and a batch completes even when every worker is busy elsewhere. Idle workers are
+//! woken through a crossbeam channel, one wake-up per extra job (up to the pool size); each
+//! claims jobs from the shared batch until none are left.
+
+use super::copy::copy_bytes;
+use super::pool::{ConnectionPool, Slice};
+use super::settings::MIN_SLICE;
+use super::wire::Opcode;
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Where a job's bytes go.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Route {
+    /// `remote` is an address in this process: one local copy.
+    Local,
+    /// `remote` is an address in the process serving at this socket address.
+    Remote(SocketAddr),
+}
+
+/// One unit of work: a slice of request number `request`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Job {
+    pub(crate) request: usize,
+    pub(crate) route: Route,
+    pub(crate) slice: Slice,
+}
+
+/// The `(offset, len)` parts a request of `len` bytes is split into: parts of at least
+/// [`MIN_SLICE`] bytes, at most `lanes` of them, sizes differing by at most one byte.
+pub(crate) fn split(len: u64, lanes: usize) -> impl Iterator<Item = (u64, u64)> {
+    let parts = (len / MIN_SLICE).clamp(1, lanes.max(1) as u64);
+    let (base, extra) = (len / parts, len % parts);
+    (0..parts).map(move |i| {
+        let offset = i * base + i.min(extra);
+        (offset, base + u64::from(i < extra))
+    })
+}
+
+/// Jobs shared between the caller and the workers.
+struct Batch {
+    jobs: Vec<Job>,
+    next: AtomicUsize,
+    state: Mutex<BatchState>,
+    finished: Condvar,
+}
+
+struct BatchState {
+    completed: usize,
+    /// First error per request.
+    errors: Vec<Option<String>>,
+}
+
+// SAFETY: the raw pointers in `jobs` are only dereferenced while executing a claimed job, and
+// `Executor::run` (which the caller keeps the memory valid for) returns only after every job
+// has completed. A worker holding a clone of the `Arc` afterwards claims nothing.
+unsafe impl Send for Batch {}
+// SAFETY: as above; shared state is behind atomics and a mutex.
+unsafe impl Sync for Batch {}
+
+impl Batch {
+    /// Claims and executes jobs until none are left.
+    fn work(&self, pool: &ConnectionPool) {
+        loop {
+            let index = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(job) = self.jobs.get(index) else {
+                return;
+            };
+            // SAFETY: see the `Send` impl; the job's memory is valid until the batch ends.
+            let outcome = unsafe { execute(pool, job) };
+            let mut state = self.state.lock();
+            if let Err(message) = outcome {
+                state.errors[job.request].get_or_insert(message);
+            }
+            state.completed += 1;
+            if state.completed == self.jobs.len() {
+                self.finished.notify_all();
+            }
+        }
+    }
+
+    fn wait(&self) -> Vec<Option<String>> {
+        let mut state = self.state.lock();
+        while state.completed < self.jobs.len() {
+            self.finished.wait(&mut state);
+        }
+        std::mem::take(&mut state.errors)
+    }
+}
+
+/// Executes one job on the calling thread.
+///
+/// # Safety
+/// The job's local range (and, for [`Route::Local`], its `remote` range) must be valid for
+/// the operation and not overlap.
+unsafe fn execute(pool: &ConnectionPool, job: &Job) -> Result<(), String> {
+    let Slice {
+        op,
+        local,
+        len,
+        remote,
+    } = job.slice;
+    match job.route {
+        // SAFETY: the caller guarantees both ranges (the engine checked `remote` against the
+        // registry and that the ranges do not overlap).
+        Route::Local => unsafe {
+            match op {
+                Opcode::Read => copy_bytes(local, remote as usize as *const u8, len),
+                Opcode::Write => copy_bytes(remote as usize as *mut u8, local, len),
+            }
+            Ok(())
+        },
+        // SAFETY: forwarded from the caller.
+        Route::Remote(peer) => unsafe { pool.execute(peer, &job.slice) },
+    }
+}
+
+/// The worker pool. Thread-safe; stopping it is idempotent.
+pub(crate) struct Executor {
+    pool: Arc<ConnectionPool>,
+    wake: Mutex<Option<Sender<Arc<Batch>>>>,
+    workers: usize,
+}
+
+impl Executor {
+    /// Starts `workers` persistent threads that execute jobs through `pool`.
+    pub(crate) fn new(workers: usize, pool: Arc<ConnectionPool>) -> std::io::Result<Executor> {
+        let (sender, receiver) = crossbeam_channel::unbounded::<Arc<Batch>>();
+        for index in 0..workers {
+            let receiver: Receiver<Arc<Batch>> = receiver.clone();
+            let pool = Arc::clone(&pool);
+            std::thread::Builder::new()
+                .name(format!("mc-transfer-{index}"))
+                .spawn(move || {
+                    for batch in receiver {
+                        batch.work(&pool);
+                    }
+                })?;
+        }
+        Ok(Executor {
+            pool,
+            wake: Mutex::new(Some(sender)),
+            workers,
+        })
+    }
+
+    /// Runs every job and returns the first error of each of `requests` requests (`None`:
+    /// all its jobs succeeded). Blocks until all jobs finished.
+    ///
+    /// # Safety
+    /// Every job's memory must be valid for its operation until this returns, and no two
+    /// jobs may write overlapping local memory.
+    pub(crate) unsafe fn run(&self, jobs: Vec<Job>, requests: usize) -> Vec<Option<String>> {
+        let helpers = jobs.len().saturating_sub(1).min(self.workers);
+        let batch = Arc::new(Batch {
+            jobs,
+            next: AtomicUsize::new(0),
+            state: Mutex::new(BatchState {
+                completed: 0,
+                errors: vec![None; requests],
+            }),
+            finished: Condvar::new(),
+        });
+        if helpers > 0 {
+            if let Some(wake) = self.wake.lock().as_ref() {
+                for _ in 0..helpers {
+                    // Workers gone (shut down): the caller does the work alone.
+                    let _ = wake.send(Arc::clone(&batch));
+                }
+            }
+        }
+        batch.work(&self.pool);
+        batch.wait()
+    }
+
+    /// Lets the worker threads exit once they finish what they are doing (bounded by the I/O
+    /// timeout); later batches run on the caller's thread only.
+    pub(crate) fn stop(&self) {
+        self.wake.lock().take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(len: u64, lanes: usize) -> Vec<(u64, u64)> {
+        split(len, lanes).collect()
+    }
+
+    #[test]
+    fn split_uses_big_parts_and_at_most_lanes() {
+        assert_eq!(parts(1, 4), vec![(0, 1)]);
+        assert_eq!(parts(MIN_SLICE * 2 - 1, 4), vec![(0, MIN_SLICE * 2 - 1)]);
+        assert_eq!(
+            parts(MIN_SLICE * 2 + 1, 4),
+            vec![(0, MIN_SLICE + 1), (MIN_SLICE + 1, MIN_SLICE)]
+        );
+        let big = parts(64 * MIN_SLICE + 3, 4);
+        assert_eq!(big.len(), 4);
+        assert_eq!(big.iter().map(|p| p.1).sum::<u64>(), 64 * MIN_SLICE + 3);
+        for w in big.windows(2) {
+            assert_eq!(w[0].0 + w[0].1, w[1].0);
+        }
+        assert_eq!(parts(8 * MIN_SLICE, 1), vec![(0, 8 * MIN_SLICE)]);
+        let huge = parts(5 << 32, 16);
+        assert_eq!(huge.len(), 16);
+        assert_eq!(huge.iter().map(|p| p.1).sum::<u64>(), 5 << 32);
+    }
+}

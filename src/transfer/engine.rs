@@ -1,0 +1,304 @@
+//! [`TransferEngine`]: the public face of the transfer layer. It owns the registry, the
+//! optional TCP server, the connection pool and the worker pool, and turns
+//! [`TransferRequest`]s into local copies or TCP slices.
+
+use super::batch::{split, Executor, Job, Route};
+use super::metrics::{add, bump, Metrics, TransferMetrics};
+use super::pool::{ConnectionPool, Slice};
+use super::registry::{MemoryRegion, Registry};
+use super::resolver::SegmentResolver;
+use super::server::Server;
+use super::settings::Settings;
+use super::wire::Opcode;
+use crate::error::{fail, ErrorCode, Result};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// How to build a [`TransferEngine`].
+pub struct EngineConfig {
+    /// This process's segment name (its `local_hostname`, e.g. `"127.0.0.1:12345"`).
+    /// Requests whose endpoint equals it are local (see [`TransferEngine::is_local`]).
+    pub local_name: String,
+    /// `Some`: serve remote access over TCP on this already-bound listener (the engine takes
+    /// ownership and closes it at shutdown). `None`: no server (embedded mode).
+    pub listener: Option<std::net::TcpListener>,
+    /// Maps a segment name to the data socket address of its server.
+    pub resolver: Arc<dyn SegmentResolver>,
+    /// Requests to our own endpoint are local copies; when `false` they go through TCP to
+    /// ourselves (Mooncake's `MC_STORE_MEMCPY`).
+    pub memcpy_enabled: bool,
+}
+
+/// Direction of a transfer, seen from this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransferOp {
+    /// Remote (or own registered) memory → local buffer.
+    Read,
+    /// Local buffer → remote (or own registered) memory.
+    Write,
+}
+
+/// One transfer between a local buffer and a registered address of segment `endpoint`.
+#[derive(Clone, Copy, Debug)]
+pub struct TransferRequest<'a> {
+    /// Direction.
+    pub op: TransferOp,
+    /// Local buffer (need not be registered).
+    pub local_addr: usize,
+    /// Number of bytes; 0 completes at once with no I/O.
+    pub len: u64,
+    /// Segment name of the process that owns `remote_addr`.
+    pub endpoint: &'a str,
+    /// Absolute virtual address in the `endpoint` process.
+    pub remote_addr: u64,
+}
+
+/// Moves bytes between this process's buffers and registered memory of this or other
+/// processes.
+///
+/// Thread-safe: share it by `Arc` and call it from any number of threads. Dropping the last
+/// `Arc` shuts it down. Threads: the server runtime (2, only with a listener) and
+/// `MC_TCP_LANES_PER_PEER - 1` (at least 1) transfer workers.
+pub struct TransferEngine {
+    local_name: String,
+    memcpy_enabled: bool,
+    resolver: Arc<dyn SegmentResolver>,
+    settings: Settings,
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
+    pool: Arc<ConnectionPool>,
+    executor: Executor,
+    server: Option<Server>,
+}
+
+impl TransferEngine {
+    /// Starts an engine: the worker threads and, with a listener, the TCP server. Tunables
+    /// come from `MC_TRANSFER_TIMEOUT_MS` and `MC_TCP_LANES_PER_PEER`.
+    ///
+    /// Errors: `TRANSFER_FAIL` when a thread, the runtime or the listener cannot be set up.
+    pub fn new(config: EngineConfig) -> Result<Arc<TransferEngine>> {
+        let settings = Settings::from_env();
+        let registry = Arc::new(Registry::default());
+        let metrics = Arc::new(Metrics::default());
+        let pool = Arc::new(ConnectionPool::new(settings, Arc::clone(&metrics)));
+        let workers = settings.lanes.saturating_sub(1).max(1);
+        let executor = match Executor::new(workers, Arc::clone(&pool)) {
+            Ok(executor) => executor,
+            Err(e) => {
+                return fail(
+                    ErrorCode::TransferFail,
+                    format_args!("cannot start transfer workers: {e}"),
+                )
+            }
+        };
+        let server = match config.listener {
+            Some(listener) => {
+                let started = Server::start(listener, Arc::clone(&registry), Arc::clone(&metrics));
+                if started.is_err() {
+                    executor.stop();
+                }
+                Some(started?)
+            }
+            None => None,
+        };
+        Ok(Arc::new(TransferEngine {
+            local_name: config.local_name,
+            memcpy_enabled: config.memcpy_enabled,
+            resolver: config.resolver,
+            settings,
+            registry,
+            metrics,
+            pool,
+            executor,
+            server,
+        }))
+    }
+
+    /// This process's segment name.
+    pub fn local_name(&self) -> &str {
+        &self.local_name
+    }
+
+    /// The address the TCP server listens on (`None` in embedded mode).
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        self.server.as_ref().map(Server::local_addr)
+    }
+
+    /// Registers `[addr, addr+len)`. `remote_accessible` lets peers read and write it over
+    /// TCP (mounted segments); otherwise only this process uses it. The engine never frees
+    /// the memory; the caller keeps it valid until [`unregister`](Self::unregister) and must
+    /// make sure no peer is still transferring into it then.
+    ///
+    /// Errors: `INVALID_PARAMS` for `addr` 0, `len` 0, a range that wraps around, or overlap
+    /// with a registered range.
+    pub fn register(&self, addr: usize, len: usize, remote_accessible: bool) -> Result<()> {
+        self.registry.register(addr, len, remote_accessible)
+    }
+
+    /// Unregisters the range starting at `addr`.
+    ///
+    /// Errors: `INVALID_PARAMS` when no registered range starts at `addr`.
+    pub fn unregister(&self, addr: usize) -> Result<()> {
+        self.registry.unregister(addr)
+    }
+
+    /// The registered range containing `addr`, if any.
+    pub fn region_containing(&self, addr: usize) -> Option<MemoryRegion> {
+        self.registry.containing(addr)
+    }
+
+    /// Whether requests to `endpoint` are local copies: the name equals ours and the memcpy
+    /// path is enabled. Two processes on one host are not local to each other.
+    pub fn is_local(&self, endpoint: &str) -> bool {
+        self.memcpy_enabled && endpoint == self.local_name
+    }
+
+    /// Runs every request and blocks until all have finished; one result per request, in
+    /// order. A single-slice request runs on the calling thread; larger ones are split into
+    /// up to `MC_TCP_LANES_PER_PEER` slices run in parallel on separate connections.
+    ///
+    /// Errors per request: `TRANSFER_FAIL` (detail via `last_error_message` on this thread,
+    /// for the last failed request) when a local request's remote range is not inside one of
+    /// our registered ranges or overlaps the local range, when the endpoint does not resolve,
+    /// when the peer refuses, fails or times out (`MC_TRANSFER_TIMEOUT_MS` per socket
+    /// operation), or after [`shutdown`](Self::shutdown) for remote endpoints.
+    ///
+    /// # Safety
+    /// For every request, `[local_addr, local_addr+len)` is valid memory for the operation
+    /// (readable for Write, writable for Read) until this returns; requests must not overlap
+    /// each other's local ranges for Read.
+    pub unsafe fn transfer(&self, requests: &[TransferRequest<'_>]) -> Vec<Result<()>> {
+        let mut planned: Vec<Option<String>> = vec![None; requests.len()];
+        let mut jobs = Vec::with_capacity(requests.len());
+        for (index, request) in requests.iter().enumerate() {
+            if let Err(message) = self.plan(index, request, &mut jobs) {
+                planned[index] = Some(message);
+            }
+        }
+        // SAFETY: forwarded from the caller; planned jobs stay inside the requests' ranges.
+        let executed = unsafe { self.executor.run(jobs, requests.len()) };
+        requests
+            .iter()
+            .zip(planned.into_iter().zip(executed))
+            .map(
+                |(request, (plan_error, run_error))| match plan_error.or(run_error) {
+                    Some(message) => {
+                        bump(&self.metrics.failed_requests);
+                        fail(ErrorCode::TransferFail, message)
+                    }
+                    None => {
+                        self.count_success(request);
+                        Ok(())
+                    }
+                },
+            )
+            .collect()
+    }
+
+    /// A snapshot of the counters.
+    pub fn metrics(&self) -> TransferMetrics {
+        self.metrics.snapshot()
+    }
+
+    /// Stops the server (closing its listener and connections), closes pooled connections
+    /// and lets the workers exit. Later transfers to remote endpoints fail with
+    /// `TRANSFER_FAIL`; local copies keep working. Idempotent.
+    pub fn shutdown(&self) {
+        if let Some(server) = &self.server {
+            server.shutdown();
+        }
+        self.pool.close();
+        self.executor.stop();
+    }
+
+    /// Checks `request` and appends its jobs (none for zero length).
+    fn plan(
+        &self,
+        index: usize,
+        request: &TransferRequest<'_>,
+        jobs: &mut Vec<Job>,
+    ) -> std::result::Result<(), String> {
+        if request.len == 0 {
+            return Ok(());
+        }
+        let op = match request.op {
+            TransferOp::Read => Opcode::Read,
+            TransferOp::Write => Opcode::Write,
+        };
+        let refuse = |problem: &str| {
+            format!(
+                "{op:?} of {} bytes at {:#x} on {:?}: {problem}",
+                request.len, request.remote_addr, request.endpoint
+            )
+        };
+        let len = usize::try_from(request.len)
+            .ok()
+            .filter(|len| request.local_addr != 0 && request.local_addr.checked_add(*len).is_some())
+            .ok_or_else(|| refuse("invalid local buffer"))?;
+        if request.remote_addr.checked_add(request.len).is_none() {
+            return Err(refuse("remote range wraps around"));
+        }
+        let local = request.local_addr as *mut u8;
+        if self.is_local(request.endpoint) {
+            if self
+                .registry
+                .within(request.remote_addr, request.len)
+                .is_none()
+            {
+                return Err(refuse("not inside one registered range of this process"));
+            }
+            let (a, b) = (request.local_addr as u64, request.remote_addr);
+            if a < b + request.len && b < a + request.len {
+                return Err(refuse("overlaps the local buffer"));
+            }
+            jobs.push(Job {
+                request: index,
+                route: Route::Local,
+                slice: Slice {
+                    op,
+                    local,
+                    len,
+                    remote: request.remote_addr,
+                },
+            });
+            return Ok(());
+        }
+        let peer = self
+            .resolver
+            .resolve(request.endpoint)
+            .map_err(|code| refuse(&format!("cannot resolve the endpoint ({code})")))?;
+        for (offset, part) in split(request.len, self.settings.lanes) {
+            jobs.push(Job {
+                request: index,
+                route: Route::Remote(peer),
+                slice: Slice {
+                    op,
+                    // In range: offset < len and local + len did not overflow.
+                    local: local.wrapping_add(offset as usize),
+                    len: part as usize,
+                    remote: request.remote_addr + offset,
+                },
+            });
+        }
+        Ok(())
+    }
+
+    fn count_success(&self, request: &TransferRequest<'_>) {
+        if request.len == 0 {
+            return;
+        }
+        let m = &self.metrics;
+        let (count, bytes) = match (self.is_local(request.endpoint), request.op) {
+            (true, _) => (&m.local_copies, &m.local_copy_bytes),
+            (false, TransferOp::Read) => (&m.tcp_reads, &m.tcp_read_bytes),
+            (false, TransferOp::Write) => (&m.tcp_writes, &m.tcp_write_bytes),
+        };
+        add(count, bytes, request.len);
+    }
+}
+
+impl Drop for TransferEngine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,153 @@
+//! The table of memory registered with the engine: non-overlapping `[base, base+len)` ranges
+//! kept in a map sorted by base, behind a readers-writer lock. Lookups are O(log n).
+
+use crate::error::{fail, ErrorCode, Result};
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+
+/// One registered range of this process's memory.
+///
+/// The registry records addresses only; it never owns or frees the memory. The registering
+/// caller keeps the range valid until it unregisters it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryRegion {
+    /// First byte of the range.
+    pub base: usize,
+    /// Length in bytes (> 0).
+    pub len: usize,
+    /// Whether remote peers may read and write the range over the network (mounted segments);
+    /// `false` for buffers only this process uses as transfer sources or destinations.
+    pub remote_accessible: bool,
+}
+
+impl MemoryRegion {
+    /// Whether `[addr, addr+len)` lies entirely inside this range (`len` may be 0).
+    fn contains(&self, addr: u64, len: u64) -> bool {
+        let (base, end) = (self.base as u64, self.base as u64 + self.len as u64);
+        addr >= base && addr <= end && len <= end - addr
+    }
+}
+
+/// Thread-safe table of registered ranges. Share it by `Arc`.
+#[derive(Debug, Default)]
+pub struct Registry {
+    regions: RwLock<BTreeMap<usize, MemoryRegion>>,
+}
+
+impl Registry {
+    /// Adds `[addr, addr+len)`.
+    ///
+    /// Errors: `INVALID_PARAMS` when `addr` is 0, `len` is 0, the range wraps around the
+    /// address space, or it overlaps a registered range.
+    pub fn register(&self, addr: usize, len: usize, remote_accessible: bool) -> Result<()> {
+        if addr == 0 || len == 0 {
+            return fail(
+                ErrorCode::InvalidParams,
+                format_args!("cannot register addr {addr:#x} len {len}"),
+            );
+        }
+        let Some(end) = addr.checked_add(len) else {
+            return fail(
+                ErrorCode::InvalidParams,
+                format_args!("range {addr:#x}+{len} overflows the address space"),
+            );
+        };
+        let mut regions = self.regions.write();
+        let before = regions.range(..end).next_back().map(|(_, r)| *r);
+        if let Some(prev) = before.filter(|r| r.base + r.len > addr) {
+            return fail(
+                ErrorCode::InvalidParams,
+                format_args!(
+                    "range {addr:#x}+{len} overlaps registered {:#x}+{}",
+                    prev.base, prev.len
+                ),
+            );
+        }
+        regions.insert(
+            addr,
+            MemoryRegion {
+                base: addr,
+                len,
+                remote_accessible,
+            },
+        );
+        Ok(())
+    }
+
+    /// Removes the range whose base is `addr`.
+    ///
+    /// Errors: `INVALID_PARAMS` when no range starts at `addr`.
+    pub fn unregister(&self, addr: usize) -> Result<()> {
+        match self.regions.write().remove(&addr) {
+            Some(_) => Ok(()),
+            None => fail(
+                ErrorCode::InvalidParams,
+                format_args!("no registered range starts at {addr:#x}"),
+            ),
+        }
+    }
+
+    /// The range containing byte `addr`, if any.
+    pub fn containing(&self, addr: usize) -> Option<MemoryRegion> {
+        self.within(addr as u64, 1)
+    }
+
+    /// The single range that contains all of `[addr, addr+len)` (`len` may be 0), if any. A
+    /// span across two adjacent ranges is not inside one range and gives `None`.
+    pub fn within(&self, addr: u64, len: u64) -> Option<MemoryRegion> {
+        let key = usize::try_from(addr).ok()?;
+        let regions = self.regions.read();
+        let (_, region) = regions.range(..=key).next_back()?;
+        region.contains(addr, len).then_some(*region)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn register_rejects_bad_ranges_and_overlaps() {
+        let r = Registry::default();
+        assert_eq!(r.register(0, 10, true), Err(ErrorCode::InvalidParams));
+        assert_eq!(r.register(100, 0, true), Err(ErrorCode::InvalidParams));
+        assert_eq!(
+            r.register(usize::MAX - 4, 10, true),
+            Err(ErrorCode::InvalidParams)
+        );
+        r.register(100, 50, true).unwrap();
+        for (addr, len) in [(100, 1), (90, 11), (149, 5), (120, 5), (50, 200)] {
+            assert_eq!(r.register(addr, len, false), Err(ErrorCode::InvalidParams));
+        }
+        r.register(150, 10, false).unwrap();
+        r.register(90, 10, false).unwrap();
+    }
+
+    #[test]
+    fn lookups_need_one_containing_range() {
+        let r = Registry::default();
+        r.register(100, 50, true).unwrap();
+        r.register(150, 50, false).unwrap();
+        assert_eq!(r.containing(99), None);
+        assert_eq!(r.containing(100).map(|m| m.base), Some(100));
+        assert_eq!(r.containing(149).map(|m| m.base), Some(100));
+        assert_eq!(r.containing(150).map(|m| m.remote_accessible), Some(false));
+        assert_eq!(r.containing(200), None);
+        assert_eq!(r.within(100, 50).map(|m| m.len), Some(50));
+        assert_eq!(r.within(140, 20), None, "spans two adjacent ranges");
+        assert_eq!(r.within(199, 2), None);
+        assert_eq!(r.within(u64::MAX, 1), None);
+        assert_eq!(r.within(120, u64::MAX), None);
+    }
+
+    #[test]
+    fn unregister_by_base_only() {
+        let r = Registry::default();
+        r.register(100, 50, true).unwrap();
+        assert_eq!(r.unregister(101), Err(ErrorCode::InvalidParams));
+        r.unregister(100).unwrap();
+        assert_eq!(r.unregister(100), Err(ErrorCode::InvalidParams));
+        assert_eq!(r.containing(120), None);
+        r.register(100, 50, true).unwrap();
+    }
+}

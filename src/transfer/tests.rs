@@ -1,0 +1,502 @@
+//! Engine-level tests: local copies, and two engines in one process talking over TCP on
+//! 127.0.0.1.
+
+use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
+use super::*;
+use crate::error::{last_error_message, ErrorCode};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MIB: usize = 1 << 20;
+
+fn serving_engine() -> Arc<TransferEngine> {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    serving_engine_on(listener)
+}
+
+fn serving_engine_on(listener: TcpListener) -> Arc<TransferEngine> {
+    let name = listener.local_addr().unwrap().to_string();
+    TransferEngine::new(EngineConfig {
+        local_name: name,
+        listener: Some(listener),
+        resolver: Arc::new(DirectResolver),
+        memcpy_enabled: true,
+    })
+    .unwrap()
+}
+
+fn embedded_engine() -> Arc<TransferEngine> {
+    TransferEngine::new(EngineConfig {
+        local_name: "embedded:1".into(),
+        listener: None,
+        resolver: Arc::new(DirectResolver),
+        memcpy_enabled: true,
+    })
+    .unwrap()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ (i >> 12) as u8 ^ seed)
+        .collect()
+}
+
+fn request<'a>(
+    op: TransferOp,
+    local: usize,
+    len: usize,
+    endpoint: &'a str,
+    remote: u64,
+) -> TransferRequest<'a> {
+    TransferRequest {
+        op,
+        local_addr: local,
+        len: len as u64,
+        endpoint,
+        remote_addr: remote,
+    }
+}
+
+/// A READ into `buf` (which the transfer writes through a raw pointer).
+fn read_req<'a>(buf: &mut [u8], endpoint: &'a str, remote: u64) -> TransferRequest<'a> {
+    request(
+        TransferOp::Read,
+        buf.as_mut_ptr() as usize,
+        buf.len(),
+        endpoint,
+        remote,
+    )
+}
+
+/// A WRITE from `data`.
+fn write_req<'a>(data: &[u8], endpoint: &'a str, remote: u64) -> TransferRequest<'a> {
+    request(
+        TransferOp::Write,
+        data.as_ptr() as usize,
+        data.len(),
+        endpoint,
+        remote,
+    )
+}
+
+/// Registers all of `buf` with `engine`.
+fn register(engine: &TransferEngine, buf: &mut [u8], remote_accessible: bool) {
+    engine
+        .register(buf.as_mut_ptr() as usize, buf.len(), remote_accessible)
+        .unwrap();
+}
+
+fn one(engine: &TransferEngine, req: TransferRequest<'_>) -> crate::Result<()> {
+    // SAFETY: tests pass buffers they own for the duration of the call.
+    let mut results = unsafe { engine.transfer(&[req]) };
+    assert_eq!(results.len(), 1);
+    results.remove(0)
+}
+
+fn addr_of(buf: &[u8]) -> u64 {
+    buf.as_ptr() as u64
+}
+
+#[test]
+fn local_copies_both_ways_inside_own_registry_only() {
+    let engine = embedded_engine();
+    let mut segment = vec![0u8; 8192];
+    register(&engine, &mut segment, false);
+    let name = engine.local_name().to_owned();
+    assert!(engine.is_local(&name));
+    assert!(!engine.is_local("127.0.0.1:1"));
+
+    let data = pattern(4096, 7);
+    one(&engine, write_req(&data, &name, addr_of(&segment) + 100)).unwrap();
+    assert_eq!(&segment[100..4196], &data[..]);
+    let mut back = vec![0u8; 4096];
+    one(&engine, read_req(&mut back, &name, addr_of(&segment) + 100)).unwrap();
+    assert_eq!(back, data);
+
+    let stranger = vec![0u8; 4096];
+    let err = one(&engine, write_req(&data, &name, addr_of(&stranger)));
+    assert_eq!(err, Err(ErrorCode::TransferFail));
+    assert!(
+        last_error_message().contains("registered"),
+        "{}",
+        last_error_message()
+    );
+    assert!(stranger.iter().all(|&b| b == 0));
+    let past_end = one(
+        &engine,
+        read_req(&mut back, &name, addr_of(&segment) + 5000),
+    );
+    assert_eq!(past_end, Err(ErrorCode::TransferFail));
+    let segment_addr = addr_of(&segment);
+    let overlap = one(
+        &engine,
+        read_req(&mut segment[10..20], &name, segment_addr + 5),
+    );
+    assert_eq!(overlap, Err(ErrorCode::TransferFail));
+
+    let m = engine.metrics();
+    assert_eq!((m.local_copies, m.local_copy_bytes), (2, 8192));
+    assert_eq!(m.failed_requests, 3);
+    assert_eq!(m.connections_opened, 0);
+    assert_eq!(engine.listen_addr(), None);
+}
+
+#[test]
+fn zero_length_requests_do_no_io() {
+    let engine = embedded_engine();
+    let req = TransferRequest {
+        op: TransferOp::Read,
+        local_addr: 0,
+        len: 0,
+        endpoint: "unresolvable",
+        remote_addr: 0,
+    };
+    // SAFETY: zero-length requests touch no memory.
+    let results = unsafe { engine.transfer(&[req, req]) };
+    assert_eq!(results, vec![Ok(()), Ok(())]);
+    assert_eq!(engine.metrics(), TransferMetrics::default());
+}
+
+#[test]
+fn register_errors_and_region_lookup() {
+    let engine = embedded_engine();
+    let mut buf = vec![0u8; 100];
+    let base = buf.as_mut_ptr() as usize;
+    engine.register(base, 100, true).unwrap();
+    assert_eq!(
+        engine.register(base + 50, 10, true),
+        Err(ErrorCode::InvalidParams)
+    );
+    assert_eq!(engine.register(0, 10, true), Err(ErrorCode::InvalidParams));
+    assert_eq!(
+        engine.register(base + 200, 0, true),
+        Err(ErrorCode::InvalidParams)
+    );
+    let region = engine.region_containing(base + 99).unwrap();
+    assert_eq!(
+        (region.base, region.len, region.remote_accessible),
+        (base, 100, true)
+    );
+    assert_eq!(engine.unregister(base + 1), Err(ErrorCode::InvalidParams));
+    engine.unregister(base).unwrap();
+    assert_eq!(engine.region_containing(base), None);
+}
+
+#[test]
+fn tcp_round_trips_are_byte_exact() {
+    let server = serving_engine();
+    let client = embedded_engine();
+    let peer = server.local_name().to_owned();
+    assert!(!client.is_local(&peer));
+    let mut segment = vec![0u8; 64 * MIB + 4096];
+    register(&server, &mut segment, true);
+    let mut expected_bytes = 0u64;
+    for (i, len) in [0, 1, 4096, MIB, 64 * MIB].into_iter().enumerate() {
+        let data = pattern(len, i as u8);
+        let at = addr_of(&segment) + 4096 - (i as u64);
+        one(&client, write_req(&data, &peer, at)).unwrap();
+        let offset = (at - addr_of(&segment)) as usize;
+        assert!(segment[offset..offset + len] == data[..], "write of {len}");
+        let mut back = vec![0u8; len];
+        one(&client, read_req(&mut back, &peer, at)).unwrap();
+        assert!(back == data, "read of {len}");
+        expected_bytes += len as u64;
+    }
+    let m = client.metrics();
+    assert_eq!((m.tcp_writes, m.tcp_write_bytes), (4, expected_bytes));
+    assert_eq!((m.tcp_reads, m.tcp_read_bytes), (4, expected_bytes));
+    assert_eq!(m.failed_requests, 0);
+    let s = server.metrics();
+    assert_eq!(s.served_write_bytes, expected_bytes);
+    assert_eq!(s.served_read_bytes, expected_bytes);
+    assert_eq!(s.rejected_requests, 0);
+}
+
+#[test]
+fn one_mib_read_counts_exactly() {
+    let server = serving_engine();
+    let client = serving_engine();
+    let mut segment = pattern(MIB, 3);
+    register(&server, &mut segment, true);
+    let mut back = vec![0u8; MIB];
+    one(
+        &client,
+        read_req(&mut back, server.local_name(), addr_of(&segment)),
+    )
+    .unwrap();
+    assert_eq!(back, segment);
+    let m = client.metrics();
+    assert_eq!((m.tcp_reads, m.tcp_read_bytes), (1, MIB as u64));
+    assert_eq!(
+        (m.tcp_writes, m.local_copies, m.connections_opened),
+        (0, 0, 1)
+    );
+    let s = server.metrics();
+    assert_eq!((s.served_reads, s.served_read_bytes), (1, MIB as u64));
+    assert_eq!(s.served_writes, 0);
+}
+
+#[test]
+fn batches_mix_local_remote_and_failures() {
+    let server = serving_engine();
+    let client = serving_engine();
+    let mut remote_segment = vec![0u8; 8 * MIB];
+    let mut own_segment = vec![0u8; MIB];
+    register(&server, &mut remote_segment, true);
+    register(&client, &mut own_segment, true);
+    let big = pattern(8 * MIB, 1);
+    let small = pattern(1000, 2);
+    let (peer, me) = (server.local_name(), client.local_name());
+    let requests = [
+        write_req(&big, peer, addr_of(&remote_segment)),
+        write_req(&small, me, addr_of(&own_segment)),
+        write_req(&small, peer, addr_of(&remote_segment) + 8 * MIB as u64),
+        write_req(&small, "nonsense", 1),
+    ];
+    // SAFETY: all buffers live across the call.
+    let results = unsafe { client.transfer(&requests) };
+    assert_eq!(
+        results,
+        vec![
+            Ok(()),
+            Ok(()),
+            Err(ErrorCode::TransferFail),
+            Err(ErrorCode::TransferFail)
+        ]
+    );
+    assert!(remote_segment == big);
+    assert_eq!(&own_segment[..1000], &small[..]);
+    let m = client.metrics();
+    assert_eq!((m.tcp_writes, m.tcp_write_bytes), (1, 8 * MIB as u64));
+    assert_eq!((m.local_copies, m.failed_requests), (1, 2));
+    assert_eq!(server.metrics().served_writes, 4, "8 MiB went as 4 slices");
+    assert_eq!(server.metrics().rejected_requests, 1);
+}
+
+#[test]
+fn refused_requests_leave_memory_unchanged() {
+    let server = serving_engine();
+    let client = embedded_engine();
+    let peer = server.local_name().to_owned();
+    // One allocation split into three adjacent registered ranges.
+    let mut memory = vec![0u8; 3 * 4096];
+    let base = memory.as_mut_ptr() as u64;
+    server.register(base as usize, 4096, true).unwrap();
+    server.register(base as usize + 4096, 4096, true).unwrap();
+    server.register(base as usize + 8192, 4096, false).unwrap();
+    let data = pattern(4096, 9);
+    let outside = vec![0u8; 4096];
+    let cases = [
+        (addr_of(&outside), "unregistered"),
+        (base + 8192, "not remote-accessible"),
+        (base + 2048, "spanning two ranges"),
+        (base + 4097, "past the end of the second range"),
+    ];
+    for (at, why) in cases {
+        let result = one(&client, write_req(&data, &peer, at));
+        assert_eq!(result, Err(ErrorCode::TransferFail), "{why}");
+        let mut sink = vec![0u8; 4096];
+        let result = one(&client, read_req(&mut sink, &peer, at));
+        assert_eq!(result, Err(ErrorCode::TransferFail), "{why}");
+        assert!(sink.iter().all(|&b| b == 0), "{why}");
+    }
+    assert!(memory.iter().all(|&b| b == 0));
+    assert!(outside.iter().all(|&b| b == 0));
+    assert!(
+        last_error_message().contains("refused"),
+        "{}",
+        last_error_message()
+    );
+    assert_eq!(server.metrics().rejected_requests, 8);
+    assert_eq!(server.metrics().served_writes, 0);
+    assert_eq!(client.metrics().failed_requests, 8);
+    // A refused connection is closed; the next request works on a new one.
+    one(&client, write_req(&data, &peer, base)).unwrap();
+    assert_eq!(&memory[..4096], &data[..]);
+}
+
+#[test]
+fn concurrent_transfers_from_four_threads() {
+    let server = serving_engine();
+    let client = embedded_engine();
+    let mut segment = vec![0u8; 4 * 4 * MIB];
+    register(&server, &mut segment, true);
+    let base = addr_of(&segment);
+    let peer = server.local_name().to_owned();
+    std::thread::scope(|scope| {
+        for t in 0..4u64 {
+            let (client, peer) = (&client, &peer);
+            scope.spawn(move || {
+                let area = base + t * 4 * MIB as u64;
+                for round in 0..20usize {
+                    let len = [1, 4096, 100_000, 3 * MIB + 17][round % 4];
+                    let data = pattern(len, (t as usize * 31 + round) as u8);
+                    one(client, write_req(&data, peer, area)).unwrap();
+                    let mut back = vec![0u8; len];
+                    one(client, read_req(&mut back, peer, area)).unwrap();
+                    assert!(back == data, "thread {t} round {round}");
+                }
+            });
+        }
+    });
+    let m = client.metrics();
+    assert_eq!((m.tcp_reads, m.tcp_writes, m.failed_requests), (80, 80, 0));
+}
+
+#[test]
+fn peer_shutdown_mid_transfer_fails_without_hanging() {
+    let server = serving_engine();
+    let client = embedded_engine();
+    let mut segment = vec![0u8; 64 * MIB];
+    register(&server, &mut segment, true);
+    let peer = server.local_name().to_owned();
+    let base = addr_of(&segment);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let worker = {
+        let client = Arc::clone(&client);
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * MIB];
+            let mut completed = 0usize;
+            let result = loop {
+                match one(&client, read_req(&mut buf, &peer, base)) {
+                    Ok(()) => completed += 1,
+                    Err(e) => break e,
+                }
+            };
+            let _ = done_tx.send((result, completed));
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    server.shutdown();
+    server.shutdown();
+    let (error, _) = done_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a transfer hung after the peer shut down");
+    assert_eq!(error, ErrorCode::TransferFail);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    worker.join().unwrap();
+    let mut buf = vec![0u8; 16];
+    let again = one(&client, read_req(&mut buf, server.local_name(), base));
+    assert_eq!(again, Err(ErrorCode::TransferFail));
+}
+
+#[test]
+fn own_shutdown_fails_remote_but_keeps_local() {
+    let server = serving_engine();
+    let client = serving_engine();
+    let mut segment = vec![0u8; 4096];
+    register(&server, &mut segment, true);
+    register(&client, &mut segment, false);
+    let data = pattern(100, 4);
+    one(
+        &client,
+        write_req(&data, server.local_name(), addr_of(&segment)),
+    )
+    .unwrap();
+    client.shutdown();
+    let remote = one(
+        &client,
+        write_req(&data, server.local_name(), addr_of(&segment)),
+    );
+    assert_eq!(remote, Err(ErrorCode::TransferFail));
+    one(
+        &client,
+        write_req(&data, client.local_name(), addr_of(&segment)),
+    )
+    .unwrap();
+    client.shutdown();
+}
+
+#[test]
+fn memcpy_disabled_sends_own_requests_over_tcp() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let engine = TransferEngine::new(EngineConfig {
+        local_name: listener.local_addr().unwrap().to_string(),
+        listener: Some(listener),
+        resolver: Arc::new(DirectResolver),
+        memcpy_enabled: false,
+    })
+    .unwrap();
+    let mut segment = vec![0u8; 4096];
+    register(&engine, &mut segment, true);
+    let name = engine.local_name().to_owned();
+    assert!(!engine.is_local(&name));
+    let data = pattern(4096, 5);
+    one(&engine, write_req(&data, &name, addr_of(&segment))).unwrap();
+    assert_eq!(segment, data);
+    let m = engine.metrics();
+    assert_eq!((m.local_copies, m.tcp_writes, m.served_writes), (0, 1, 1));
+}
+
+#[test]
+fn stale_pooled_connection_is_replaced() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let first = serving_engine_on(listener);
+    let client = embedded_engine();
+    let mut segment = vec![0u8; 4096];
+    register(&first, &mut segment, true);
+    let data = pattern(4096, 6);
+    let name = addr.to_string();
+    one(&client, write_req(&data, &name, addr_of(&segment))).unwrap();
+    drop(first);
+    let second = serving_engine_on(TcpListener::bind(addr).unwrap());
+    register(&second, &mut segment, true);
+    let mut back = vec![0u8; 4096];
+    one(&client, read_req(&mut back, &name, addr_of(&segment))).unwrap();
+    assert_eq!(back, data);
+    assert_eq!(client.metrics().connections_opened, 2);
+}
+
+/// Speaks the wire protocol by hand: v1 requests carry no status frames; bad opcodes and
+/// zero sizes are refused with `AddrRejected` under v2.
+#[test]
+fn server_speaks_v1_and_refuses_malformed_requests() {
+    let server = serving_engine();
+    let mut segment = vec![0u8; 256];
+    register(&server, &mut segment, true);
+    let addr = server.listen_addr().unwrap();
+    let header = |op, size, v2| {
+        SessionHeader {
+            size,
+            addr: addr_of(&segment),
+            opcode: op,
+            v2,
+        }
+        .encode()
+    };
+    let mut conn = TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let data = pattern(256, 8);
+    conn.write_all(&header(Opcode::Write, 256, false)).unwrap();
+    conn.write_all(&data).unwrap();
+    conn.write_all(&header(Opcode::Read, 256, false)).unwrap();
+    let mut back = vec![0u8; 256];
+    conn.read_exact(&mut back).unwrap();
+    assert_eq!(back, data);
+    assert_eq!(segment, data);
+
+    for bad in [
+        {
+            let mut h = header(Opcode::Read, 16, true);
+            h[16] = 0x83;
+            h
+        },
+        header(Opcode::Read, 0, true),
+    ] {
+        let mut conn = TcpStream::connect(addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        conn.write_all(&bad).unwrap();
+        let mut frame = [0u8; STATUS_LEN];
+        conn.read_exact(&mut frame).unwrap();
+        assert_eq!(Status::decode(&frame), Some(Status::AddrRejected));
+        assert_eq!(conn.read(&mut frame).unwrap(), 0, "closed after a refusal");
+    }
+    assert_eq!(server.metrics().rejected_requests, 2);
+    assert_eq!(HEADER_LEN, 24);
+}

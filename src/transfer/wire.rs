@@ -1,0 +1,162 @@
+//! Mooncake's TCP transport framing (protocol v2, spec §5.3): the 24-byte `SessionHeader`
+//! and the 8-byte status frame. Pure encoding and decoding; no I/O.
+
+use std::fmt;
+
+/// Size of an encoded [`SessionHeader`]: `{u64 size; u64 addr; u8 opcode}` plus 7 bytes of
+/// padding (the raw C struct).
+pub const HEADER_LEN: usize = 24;
+/// Size of an encoded status frame.
+pub const STATUS_LEN: usize = 8;
+/// Opcode flag that marks protocol v2 (status frames on both READ and WRITE).
+pub const V2_FLAG: u8 = 0x80;
+/// High 32 bits of every status frame: "MCTV".
+const STATUS_MAGIC: u64 = 0x4D43_5456;
+
+/// Direction of one wire request, as seen by the initiator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opcode {
+    /// The initiator pulls `size` bytes from `addr` in the server process.
+    Read = 0,
+    /// The initiator pushes `size` bytes to `addr` in the server process.
+    Write = 1,
+}
+
+/// One request on the wire. `addr` is an absolute virtual address in the server process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionHeader {
+    /// Number of payload bytes.
+    pub size: u64,
+    /// Target address in the server process.
+    pub addr: u64,
+    /// Request direction.
+    pub opcode: Opcode,
+    /// Whether the v2 flag is set (status frames are exchanged).
+    pub v2: bool,
+}
+
+/// A header whose opcode is neither READ nor WRITE (with or without the v2 flag).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadOpcode(pub u8);
+
+impl fmt::Display for BadOpcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown opcode {:#04x}", self.0)
+    }
+}
+
+impl SessionHeader {
+    /// The header bytes: little-endian size and addr, opcode, zero padding.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut out = [0u8; HEADER_LEN];
+        out[0..8].copy_from_slice(&self.size.to_le_bytes());
+        out[8..16].copy_from_slice(&self.addr.to_le_bytes());
+        out[16] = self.opcode as u8 | if self.v2 { V2_FLAG } else { 0 };
+        out
+    }
+
+    /// Parses header bytes; the padding is ignored. The v2 flag is reported in `v2` even
+    /// when the opcode is unknown, so the server knows whether to answer with a status frame.
+    pub fn decode(bytes: &[u8; HEADER_LEN]) -> Result<SessionHeader, (BadOpcode, bool)> {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&bytes[0..8]);
+        let size = u64::from_le_bytes(word);
+        word.copy_from_slice(&bytes[8..16]);
+        let addr = u64::from_le_bytes(word);
+        let raw = bytes[16];
+        let v2 = raw & V2_FLAG != 0;
+        let opcode = match raw & !V2_FLAG {
+            0 => Opcode::Read,
+            1 => Opcode::Write,
+            _ => return Err((BadOpcode(raw), v2)),
+        };
+        Ok(SessionHeader {
+            size,
+            addr,
+            opcode,
+            v2,
+        })
+    }
+}
+
+/// The code carried by a status frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// The request was accepted (READ: data follows; WRITE: data was applied).
+    Ok,
+    /// The address range is not inside one remotely accessible registered buffer.
+    AddrRejected,
+    /// A well-formed frame with a code this implementation does not know.
+    Other(u32),
+}
+
+impl Status {
+    /// The 8-byte little-endian frame `(MAGIC << 32) | code`.
+    pub fn encode(self) -> [u8; STATUS_LEN] {
+        let code = match self {
+            Status::Ok => 0,
+            Status::AddrRejected => 1,
+            Status::Other(code) => code,
+        };
+        ((STATUS_MAGIC << 32) | u64::from(code)).to_le_bytes()
+    }
+
+    /// Parses a frame; `None` when the magic is missing (a protocol error).
+    pub fn decode(bytes: &[u8; STATUS_LEN]) -> Option<Status> {
+        let word = u64::from_le_bytes(*bytes);
+        if word >> 32 != STATUS_MAGIC {
+            return None;
+        }
+        Some(match word as u32 {
+            0 => Status::Ok,
+            1 => Status::AddrRejected,
+            code => Status::Other(code),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_layout_matches_the_c_struct() {
+        let h = SessionHeader {
+            size: 0x0102_0304_0506_0708,
+            addr: 0x1122_3344_5566_7788,
+            opcode: Opcode::Write,
+            v2: true,
+        };
+        let bytes = h.encode();
+        assert_eq!(&bytes[0..8], &0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(&bytes[8..16], &0x1122_3344_5566_7788u64.to_le_bytes());
+        assert_eq!(bytes[16], 0x81);
+        assert_eq!(&bytes[17..], &[0u8; 7]);
+        assert_eq!(SessionHeader::decode(&bytes), Ok(h));
+        let v1_read = SessionHeader {
+            v2: false,
+            opcode: Opcode::Read,
+            ..h
+        };
+        assert_eq!(v1_read.encode()[16], 0);
+        let mut bad = bytes;
+        bad[16] = 0x85;
+        assert_eq!(SessionHeader::decode(&bad), Err((BadOpcode(0x85), true)));
+    }
+
+    #[test]
+    fn status_frames_round_trip_and_need_the_magic() {
+        assert_eq!(
+            u64::from_le_bytes(Status::Ok.encode()),
+            0x4D43_5456_0000_0000
+        );
+        assert_eq!(
+            u64::from_le_bytes(Status::AddrRejected.encode()),
+            0x4D43_5456_0000_0001
+        );
+        for s in [Status::Ok, Status::AddrRejected, Status::Other(7)] {
+            assert_eq!(Status::decode(&s.encode()), Some(s));
+        }
+        assert_eq!(Status::decode(&1u64.to_le_bytes()), None);
+    }
+}
