@@ -21,7 +21,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     store.put_from("greeting", &value, &config)?;
     let mut out = vec![0u8; 64];
     let n = store.get_into("greeting", &mut out)? as usize;
-    println!("get_into(greeting) -> {} bytes: {:?}", n, String::from_utf8_lossy(&out[..n]));
+    println!(
+        "get_into(greeting) -> {} bytes: {:?}",
+        n,
+        String::from_utf8_lossy(&out[..n])
+    );
 
     let layers: Vec<Vec<u8>> = (0..4).map(|i| vec![i as u8; 4096]).collect();
     let keys: Vec<String> = (0..4).map(|i| format!("layer.{i}")).collect();
@@ -33,7 +37,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let got = store.batch_get_into(&keys, &mut views);
     println!("batch_get_into -> {got:?}, bytes match: {}", outs == layers);
 
-    println!("remove(greeting, force) -> {:?}", store.remove("greeting", true));
+    println!(
+        "remove(greeting, force) -> {:?}",
+        store.remove("greeting", true)
+    );
     println!("is_exist(greeting) -> {:?}", store.is_exist("greeting"));
     let m = store.metrics();
     println!(

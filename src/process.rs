@@ -22,7 +22,10 @@ pub fn init_logging() {
 
 /// Blocks the calling thread until SIGINT or SIGTERM arrives. For binaries only.
 pub fn wait_for_termination() {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "no runtime to wait for signals; waiting forever");

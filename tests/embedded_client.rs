@@ -19,7 +19,9 @@ fn embedded(segment: u64, local_buffer: u64) -> Client {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 fn cfg() -> ReplicateConfig {
@@ -38,26 +40,46 @@ fn round_trips_of_every_size_with_exactly_one_copy_each_way() {
         assert_eq!(client.get_into(&key, &mut out).unwrap(), size as u64);
         assert_eq!(out, value);
         let after = client.metrics().transfer;
-        assert_eq!(after.local_copies - before.local_copies, 2, "one copy in, one copy out");
-        assert_eq!(after.local_copy_bytes - before.local_copy_bytes, 2 * size as u64);
-        assert_eq!(after.tcp_write_bytes + after.tcp_read_bytes, 0, "embedded mode uses no sockets");
+        assert_eq!(
+            after.local_copies - before.local_copies,
+            2,
+            "one copy in, one copy out"
+        );
+        assert_eq!(
+            after.local_copy_bytes - before.local_copy_bytes,
+            2 * size as u64
+        );
+        assert_eq!(
+            after.tcp_write_bytes + after.tcp_read_bytes,
+            0,
+            "embedded mode uses no sockets"
+        );
         let handle = client.get_buffer(&key).unwrap();
         assert_eq!(handle.as_slice(), &value[..]);
     }
     // size 0 is a silent no-op: nothing stored
     client.put_from("empty", &[], &cfg()).unwrap();
     assert_eq!(client.is_exist("empty"), Ok(false));
-    assert_eq!(client.get_into("empty", &mut [0u8; 4]), Err(ErrorCode::ObjectNotFound));
+    assert_eq!(
+        client.get_into("empty", &mut [0u8; 4]),
+        Err(ErrorCode::ObjectNotFound)
+    );
 }
 
 #[test]
 fn mooncake_return_codes_and_quirks() {
     let client = embedded(16 * MIB as u64, 4 * MIB as u64);
     let mut buf = vec![0u8; 64];
-    assert_eq!(client.get_into("missing", &mut buf), Err(ErrorCode::ObjectNotFound));
+    assert_eq!(
+        client.get_into("missing", &mut buf),
+        Err(ErrorCode::ObjectNotFound)
+    );
     assert_eq!(client.get_size("missing"), Err(ErrorCode::ObjectNotFound));
     assert_eq!(client.is_exist("missing"), Ok(false));
-    assert_eq!(client.remove("missing", false), Err(ErrorCode::ObjectNotFound));
+    assert_eq!(
+        client.remove("missing", false),
+        Err(ErrorCode::ObjectNotFound)
+    );
 
     client.put("k", b"first", &cfg()).unwrap();
     // put does not overwrite and does not lease
@@ -73,24 +95,52 @@ fn mooncake_return_codes_and_quirks() {
     assert_eq!(client.is_exist("k"), Ok(false));
 
     client.put("small", b"0123456789", &cfg()).unwrap();
-    assert_eq!(client.get_into("small", &mut [0u8; 9]), Err(ErrorCode::InvalidParams), "buffer too small is -600");
+    assert_eq!(
+        client.get_into("small", &mut [0u8; 9]),
+        Err(ErrorCode::InvalidParams),
+        "buffer too small is -600"
+    );
     assert_eq!(client.get_size("small"), Ok(10));
 
-    let bad = ReplicateConfig { replica_num: 0, ..cfg() };
-    assert_eq!(client.put_from("x", b"abc", &bad), Err(ErrorCode::InvalidParams));
-    let same_node = ReplicateConfig { prefer_alloc_in_same_node: true, ..cfg() };
-    assert_eq!(client.put("x", b"abc", &same_node), Err(ErrorCode::InvalidParams));
-    assert_eq!(client.put_from("", b"abc", &cfg()), Err(ErrorCode::InvalidParams));
+    let bad = ReplicateConfig {
+        replica_num: 0,
+        ..cfg()
+    };
+    assert_eq!(
+        client.put_from("x", b"abc", &bad),
+        Err(ErrorCode::InvalidParams)
+    );
+    let same_node = ReplicateConfig {
+        prefer_alloc_in_same_node: true,
+        ..cfg()
+    };
+    assert_eq!(
+        client.put("x", b"abc", &same_node),
+        Err(ErrorCode::InvalidParams)
+    );
+    assert_eq!(
+        client.put_from("", b"abc", &cfg()),
+        Err(ErrorCode::InvalidParams)
+    );
     // two replicas wanted, one segment: best effort succeeds
-    let two = ReplicateConfig { replica_num: 2, ..cfg() };
+    let two = ReplicateConfig {
+        replica_num: 2,
+        ..cfg()
+    };
     client.put_from("two", b"abc", &two).unwrap();
     assert_eq!(client.get_size("two"), Ok(3));
     // no space
     let huge = vec![1u8; 17 * MIB];
-    assert_eq!(client.put_from("huge", &huge, &cfg()), Err(ErrorCode::NoAvailableHandle));
+    assert_eq!(
+        client.put_from("huge", &huge, &cfg()),
+        Err(ErrorCode::NoAvailableHandle)
+    );
     // copying put larger than the local buffer is -600
     let big = vec![1u8; 5 * MIB];
-    assert_eq!(client.put("big", &big, &cfg()), Err(ErrorCode::InvalidParams));
+    assert_eq!(
+        client.put("big", &big, &cfg()),
+        Err(ErrorCode::InvalidParams)
+    );
 }
 
 #[test]
@@ -98,7 +148,10 @@ fn copying_put_needs_a_local_buffer() {
     let client = embedded(4 * MIB as u64, 0);
     assert_eq!(client.put("k", b"v", &cfg()), Err(ErrorCode::InvalidParams));
     client.put_from("k", b"v", &cfg()).unwrap();
-    assert!(matches!(client.get_buffer("k"), Err(ErrorCode::InvalidParams)));
+    assert!(matches!(
+        client.get_buffer("k"),
+        Err(ErrorCode::InvalidParams)
+    ));
 }
 
 #[test]
@@ -116,17 +169,39 @@ fn batches_mismatches_and_duplicates() {
     let mut ba = vec![0u8; 3000];
     let mut bb = vec![0u8; 2000];
     let mut bc = vec![0u8; 10];
-    let got = client.batch_get_into(&["a", "b", "zz"], &mut [&mut ba[..], &mut bb[..], &mut bc[..]]);
-    assert_eq!(got, vec![Ok(3000), Ok(2000), Err(ErrorCode::ObjectNotFound)]);
+    let got = client.batch_get_into(
+        &["a", "b", "zz"],
+        &mut [&mut ba[..], &mut bb[..], &mut bc[..]],
+    );
+    assert_eq!(
+        got,
+        vec![Ok(3000), Ok(2000), Err(ErrorCode::ObjectNotFound)]
+    );
     assert_eq!(ba, c);
     assert_eq!(bb, b);
     let got = client.batch_get_into(&["a"], &mut []);
     assert_eq!(got, vec![Err(ErrorCode::InvalidParams)]);
-    assert_eq!(client.batch_is_exist(&["a", "q"]), vec![Ok(true), Ok(false)]);
+    assert_eq!(
+        client.batch_is_exist(&["a", "q"]),
+        vec![Ok(true), Ok(false)]
+    );
     assert!(client.batch_is_exist::<&str>(&[]).is_empty());
-    assert_eq!(client.batch_remove(&["a", "a", "q"], true), vec![Ok(()), Err(ErrorCode::ObjectNotFound), Err(ErrorCode::ObjectNotFound)]);
-    assert_eq!(client.put_batch(&["p1", "p2"], &[b"one", b"two"], &cfg()), Ok(()));
-    assert_eq!(client.put_batch(&["p1"], &[b"one", b"two"], &cfg()), Err(ErrorCode::InvalidParams));
+    assert_eq!(
+        client.batch_remove(&["a", "a", "q"], true),
+        vec![
+            Ok(()),
+            Err(ErrorCode::ObjectNotFound),
+            Err(ErrorCode::ObjectNotFound)
+        ]
+    );
+    assert_eq!(
+        client.put_batch(&["p1", "p2"], &[b"one", b"two"], &cfg()),
+        Ok(())
+    );
+    assert_eq!(
+        client.put_batch(&["p1"], &[b"one", b"two"], &cfg()),
+        Err(ErrorCode::InvalidParams)
+    );
     let handles = client.batch_get_buffer(&["p1", "p2", "none"]);
     assert_eq!(handles[0].as_ref().unwrap().as_slice(), b"one");
     assert_eq!(handles[1].as_ref().unwrap().as_slice(), b"two");
@@ -139,14 +214,23 @@ fn multi_buffers_scatter_and_gather() {
     let parts = [pattern(100, 1), pattern(50, 2), pattern(7, 3)];
     let whole: Vec<u8> = parts.concat();
     let lists = vec![parts.iter().map(|p| &p[..]).collect::<Vec<_>>()];
-    assert_eq!(client.batch_put_from_multi_buffers(&["mb"], &lists, &cfg()), vec![Ok(())]);
+    assert_eq!(
+        client.batch_put_from_multi_buffers(&["mb"], &lists, &cfg()),
+        vec![Ok(())]
+    );
     let (mut x, mut y) = (vec![0u8; 150], vec![0u8; 7]);
     let got = client.batch_get_into_multi_buffers(&["mb"], &mut [vec![&mut x[..], &mut y[..]]]);
     assert_eq!(got, vec![Ok(157)]);
     assert_eq!([x.clone(), y.clone()].concat(), whole);
     let (mut short, mut long) = (vec![0u8; 100], vec![0u8; 200]);
-    assert_eq!(client.batch_get_into_multi_buffers(&["mb"], &mut [vec![&mut short[..]]]), vec![Err(ErrorCode::InvalidParams)]);
-    assert_eq!(client.batch_get_into_multi_buffers(&["mb"], &mut [vec![&mut long[..]]]), vec![Err(ErrorCode::TransferFail)]);
+    assert_eq!(
+        client.batch_get_into_multi_buffers(&["mb"], &mut [vec![&mut short[..]]]),
+        vec![Err(ErrorCode::InvalidParams)]
+    );
+    assert_eq!(
+        client.batch_get_into_multi_buffers(&["mb"], &mut [vec![&mut long[..]]]),
+        vec![Err(ErrorCode::TransferFail)]
+    );
 }
 
 #[test]
@@ -157,10 +241,15 @@ fn upsert_overwrites_in_place_or_reallocates() {
     let mut out = vec![0u8; 16];
     assert_eq!(client.get_into("u", &mut out), Ok(4));
     assert_eq!(&out[..4], b"bbbb");
-    client.upsert_parts("u", &[b"cc", b"ccccc"], &cfg()).unwrap();
+    client
+        .upsert_parts("u", &[b"cc", b"ccccc"], &cfg())
+        .unwrap();
     assert_eq!(client.get_into("u", &mut out), Ok(7));
     assert_eq!(&out[..7], b"ccccccc");
-    assert_eq!(client.batch_upsert_from(&["u", "v"], &[b"1", b"22"], &cfg()), vec![Ok(()), Ok(())]);
+    assert_eq!(
+        client.batch_upsert_from(&["u", "v"], &[b"1", b"22"], &cfg()),
+        vec![Ok(()), Ok(())]
+    );
     assert_eq!(client.get_size("u"), Ok(1));
     assert_eq!(client.upsert_batch(&["v"], &[b"333"], &cfg()), Ok(()));
     assert_eq!(client.get_size("v"), Ok(3));
@@ -172,11 +261,18 @@ fn regex_and_remove_all_counts() {
     for key in ["layer.0.k", "layer.0.v", "layer.1.k", "other"] {
         client.put_from(key, b"xyz", &cfg()).unwrap();
     }
-    assert_eq!(client.remove_by_regex("(", false), Err(ErrorCode::InvalidParams));
+    assert_eq!(
+        client.remove_by_regex("(", false),
+        Err(ErrorCode::InvalidParams)
+    );
     assert_eq!(client.remove_by_regex(r"layer\.0", false), Ok(2));
     assert_eq!(client.remove_by_regex("^layer", false), Ok(1));
     assert_eq!(client.is_exist("other"), Ok(true));
-    assert_eq!(client.remove_all(false), Ok(0), "the is_exist lease protects it");
+    assert_eq!(
+        client.remove_all(false),
+        Ok(0),
+        "the is_exist lease protects it"
+    );
     assert_eq!(client.remove_all(true), Ok(1));
     assert_eq!(client.remove_all(true), Ok(0));
 }
@@ -187,9 +283,17 @@ fn get_and_put_sessions_per_layer() {
     let layers = 4usize;
     let page = 4096usize;
     let keys = ["s0", "s1"];
-    assert_eq!(client.batch_put_session_start(&keys, &[(layers * page) as u64; 2], &cfg()), vec![Ok(()), Ok(())]);
-    assert_eq!(client.batch_put_session_start(&["s0"], &[10], &cfg()), vec![Err(ErrorCode::InvalidParams)]);
-    let data: Vec<Vec<u8>> = (0..2).map(|k| pattern(layers * page, k as u8 + 10)).collect();
+    assert_eq!(
+        client.batch_put_session_start(&keys, &[(layers * page) as u64; 2], &cfg()),
+        vec![Ok(()), Ok(())]
+    );
+    assert_eq!(
+        client.batch_put_session_start(&["s0"], &[10], &cfg()),
+        vec![Err(ErrorCode::InvalidParams)]
+    );
+    let data: Vec<Vec<u8>> = (0..2)
+        .map(|k| pattern(layers * page, k as u8 + 10))
+        .collect();
     for layer in 0..layers {
         let range = layer * page..(layer + 1) * page;
         let bufs = vec![vec![&data[0][range.clone()]], vec![&data[1][range.clone()]]];
@@ -198,32 +302,67 @@ fn get_and_put_sessions_per_layer() {
         assert_eq!(done, vec![Ok(page as u64); 2]);
     }
     let past = vec![vec![&data[0][..page]]];
-    assert_eq!(client.batch_put_from_multi_buffer_ranges(&["s0"], &past, &[vec![(layers * page - 1) as u64]]), vec![Err(ErrorCode::InvalidParams)]);
+    assert_eq!(
+        client.batch_put_from_multi_buffer_ranges(
+            &["s0"],
+            &past,
+            &[vec![(layers * page - 1) as u64]]
+        ),
+        vec![Err(ErrorCode::InvalidParams)]
+    );
     assert_eq!(client.is_exist("s0"), Ok(false), "not visible before end");
     assert_eq!(client.batch_put_session_end(&keys), vec![Ok(()), Ok(())]);
-    assert_eq!(client.batch_put_session_end(&keys), vec![Err(ErrorCode::InvalidParams); 2]);
+    assert_eq!(
+        client.batch_put_session_end(&keys),
+        vec![Err(ErrorCode::InvalidParams); 2]
+    );
 
-    assert_eq!(client.batch_get_session_start(&["s0", "s1", "nope"]), vec![Ok(()), Ok(()), Err(ErrorCode::ObjectNotFound)]);
+    assert_eq!(
+        client.batch_get_session_start(&["s0", "s1", "nope"]),
+        vec![Ok(()), Ok(()), Err(ErrorCode::ObjectNotFound)]
+    );
     let before = client.metrics();
     let mut out = vec![vec![0u8; layers * page]; 2];
     for layer in 0..layers {
         let range = layer * page..(layer + 1) * page;
         let (o0, o1) = out.split_at_mut(1);
-        let mut bufs = vec![vec![&mut o0[0][range.clone()]], vec![&mut o1[0][range.clone()]]];
-        let got = client.batch_get_into_multi_buffer_ranges(&keys, &mut bufs, &[vec![range.start as u64], vec![range.start as u64]]);
+        let mut bufs = vec![
+            vec![&mut o0[0][range.clone()]],
+            vec![&mut o1[0][range.clone()]],
+        ];
+        let got = client.batch_get_into_multi_buffer_ranges(
+            &keys,
+            &mut bufs,
+            &[vec![range.start as u64], vec![range.start as u64]],
+        );
         assert_eq!(got, vec![Ok(page as u64); 2]);
     }
     assert_eq!(out, data);
-    assert_eq!(client.metrics().transfer.local_copies - before.transfer.local_copies, (2 * layers) as u64);
+    assert_eq!(
+        client.metrics().transfer.local_copies - before.transfer.local_copies,
+        (2 * layers) as u64
+    );
     client.batch_get_session_end(&keys).unwrap();
     let mut b = vec![0u8; 4];
-    assert_eq!(client.batch_get_into_multi_buffer_ranges(&["s0"], &mut [vec![&mut b[..]]], &[vec![0]]), vec![Err(ErrorCode::InvalidParams)]);
+    assert_eq!(
+        client.batch_get_into_multi_buffer_ranges(&["s0"], &mut [vec![&mut b[..]]], &[vec![0]]),
+        vec![Err(ErrorCode::InvalidParams)]
+    );
 
     // revoke leaves nothing behind
-    assert_eq!(client.batch_put_session_start(&["r"], &[100], &cfg()), vec![Ok(())]);
+    assert_eq!(
+        client.batch_put_session_start(&["r"], &[100], &cfg()),
+        vec![Ok(())]
+    );
     assert_eq!(client.batch_put_session_revoke(&["r"]), vec![Ok(())]);
-    assert_eq!(client.batch_get_session_start(&["r"]), vec![Err(ErrorCode::ObjectNotFound)]);
-    assert_eq!(client.batch_put_session_revoke(&["r"]), vec![Err(ErrorCode::InvalidParams)]);
+    assert_eq!(
+        client.batch_get_session_start(&["r"]),
+        vec![Err(ErrorCode::ObjectNotFound)]
+    );
+    assert_eq!(
+        client.batch_put_session_revoke(&["r"]),
+        vec![Err(ErrorCode::InvalidParams)]
+    );
 }
 
 #[test]
@@ -234,21 +373,50 @@ fn ranges_gather_into_one_buffer() {
     client.put_from("ra", &a, &cfg()).unwrap();
     client.put_from("rb", &b, &cfg()).unwrap();
     let mut big = vec![0u8; 300];
-    let keys = vec![vec!["ra".to_string(), "rb".to_string(), "missing".to_string()]];
+    let keys = vec![vec![
+        "ra".to_string(),
+        "rb".to_string(),
+        "missing".to_string(),
+    ]];
     let dst = vec![vec![vec![0, 100], vec![200], vec![250]]];
     let src = vec![vec![vec![10, 900], vec![0], vec![0]]];
     let sizes = vec![vec![vec![100, 100], vec![100], vec![10]]];
-    let request = RangeRequest { keys: &keys, dst_offsets: &dst, src_offsets: &src, sizes: &sizes };
+    let request = RangeRequest {
+        keys: &keys,
+        dst_offsets: &dst,
+        src_offsets: &src,
+        sizes: &sizes,
+    };
     let got = client.get_into_ranges(&mut [&mut big[..]], &request);
-    assert_eq!(got, vec![vec![vec![Ok(100), Ok(100)], vec![Ok(100)], vec![Err(ErrorCode::ObjectNotFound)]]]);
+    assert_eq!(
+        got,
+        vec![vec![
+            vec![Ok(100), Ok(100)],
+            vec![Ok(100)],
+            vec![Err(ErrorCode::ObjectNotFound)]
+        ]]
+    );
     assert_eq!(&big[..100], &a[10..110]);
     assert_eq!(&big[100..200], &a[900..1000]);
     assert_eq!(&big[200..300], &b[..100]);
     let out_of_range = vec![vec![vec![0], vec![250], vec![0]]];
-    let request = RangeRequest { keys: &keys, dst_offsets: &out_of_range, src_offsets: &src, sizes: &sizes };
+    let request = RangeRequest {
+        keys: &keys,
+        dst_offsets: &out_of_range,
+        src_offsets: &src,
+        sizes: &sizes,
+    };
     let got = client.get_into_ranges(&mut [&mut big[..]], &request);
-    assert_eq!(got[0][0], vec![Err(ErrorCode::InvalidParams)], "shape mismatch at [0][0]");
-    assert_eq!(got[0][1], vec![Err(ErrorCode::InvalidParams)], "250 + 100 > 300");
+    assert_eq!(
+        got[0][0],
+        vec![Err(ErrorCode::InvalidParams)],
+        "shape mismatch at [0][0]"
+    );
+    assert_eq!(
+        got[0][1],
+        vec![Err(ErrorCode::InvalidParams)],
+        "250 + 100 > 300"
+    );
 }
 
 #[test]
@@ -258,7 +426,11 @@ fn pinned_objects_keep_their_bytes_through_forced_removal() {
     client.put_from("pinned", &value, &cfg()).unwrap();
     let pin = client.pin(&["pinned"]).pop().unwrap().unwrap();
     client.remove("pinned", true).unwrap();
-    assert_eq!(client.is_exist("pinned"), Ok(false), "removal hides the key at once");
+    assert_eq!(
+        client.is_exist("pinned"),
+        Ok(false),
+        "removal hides the key at once"
+    );
     // fill the segment: the pinned bytes must not be handed out
     for i in 0..8 {
         let _ = client.put_from(&format!("fill{i}"), &pattern(MIB, 100 + i as u8), &cfg());
@@ -269,7 +441,9 @@ fn pinned_objects_keep_their_bytes_through_forced_removal() {
     client.unpin(&[pin.pin_id]).unwrap();
     client.remove_all(true).unwrap();
     for i in 0..4 {
-        client.put_from(&format!("again{i}"), &pattern(MIB, i), &cfg()).unwrap();
+        client
+            .put_from(&format!("again{i}"), &pattern(MIB, i), &cfg())
+            .unwrap();
     }
 }
 
@@ -281,9 +455,18 @@ fn torn_down_client_refuses_everything() {
     client.teardown();
     client.teardown();
     assert_eq!(client.health_check(), 1);
-    assert_eq!(client.put_from("k", b"v", &cfg()), Err(ErrorCode::InvalidParams));
-    assert_eq!(client.get_into("k", &mut [0u8; 1]), Err(ErrorCode::InvalidParams));
-    assert_eq!(client.batch_is_exist(&["k"]), vec![Err(ErrorCode::InvalidParams)]);
+    assert_eq!(
+        client.put_from("k", b"v", &cfg()),
+        Err(ErrorCode::InvalidParams)
+    );
+    assert_eq!(
+        client.get_into("k", &mut [0u8; 1]),
+        Err(ErrorCode::InvalidParams)
+    );
+    assert_eq!(
+        client.batch_is_exist(&["k"]),
+        vec![Err(ErrorCode::InvalidParams)]
+    );
 }
 
 #[test]
@@ -292,19 +475,56 @@ fn register_and_unregister_buffers() {
     let buf = vec![0u8; 8192];
     let addr = buf.as_ptr() as usize;
     assert_eq!(client.register_buffer(0, 10), Err(ErrorCode::InvalidParams));
-    assert_eq!(client.register_buffer(addr, 0), Err(ErrorCode::InvalidParams));
+    assert_eq!(
+        client.register_buffer(addr, 0),
+        Err(ErrorCode::InvalidParams)
+    );
     client.register_buffer(addr, buf.len()).unwrap();
-    assert_eq!(client.register_buffer(addr + 100, 10), Err(ErrorCode::InvalidParams), "overlap");
+    assert_eq!(
+        client.register_buffer(addr + 100, 10),
+        Err(ErrorCode::InvalidParams),
+        "overlap"
+    );
     client.unregister_buffer(addr).unwrap();
-    assert_eq!(client.unregister_buffer(addr), Err(ErrorCode::InvalidParams));
+    assert_eq!(
+        client.unregister_buffer(addr),
+        Err(ErrorCode::InvalidParams)
+    );
 }
 
 #[test]
 fn setup_validation() {
     let bad = |c: SetupConfig| Client::setup(c).err();
-    let base = SetupConfig { master_server_addr: "embedded".into(), ..SetupConfig::default() };
-    assert_eq!(bad(SetupConfig { local_hostname: String::new(), ..base.clone() }), Some(ErrorCode::InvalidParams));
-    assert_eq!(bad(SetupConfig { global_segment_size: 100, ..base.clone() }), Some(ErrorCode::InvalidParams));
-    assert_eq!(bad(SetupConfig { local_buffer_size: 1, ..base.clone() }), Some(ErrorCode::InvalidParams));
-    assert_eq!(bad(SetupConfig { protocol: "ib".into(), ..base }), Some(ErrorCode::InvalidParams));
+    let base = SetupConfig {
+        master_server_addr: "embedded".into(),
+        ..SetupConfig::default()
+    };
+    assert_eq!(
+        bad(SetupConfig {
+            local_hostname: String::new(),
+            ..base.clone()
+        }),
+        Some(ErrorCode::InvalidParams)
+    );
+    assert_eq!(
+        bad(SetupConfig {
+            global_segment_size: 100,
+            ..base.clone()
+        }),
+        Some(ErrorCode::InvalidParams)
+    );
+    assert_eq!(
+        bad(SetupConfig {
+            local_buffer_size: 1,
+            ..base.clone()
+        }),
+        Some(ErrorCode::InvalidParams)
+    );
+    assert_eq!(
+        bad(SetupConfig {
+            protocol: "ib".into(),
+            ..base
+        }),
+        Some(ErrorCode::InvalidParams)
+    );
 }

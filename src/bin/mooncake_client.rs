@@ -6,7 +6,11 @@ use mooncake_rs::client::{parse_size, Client, SetupConfig};
 use std::io::Write;
 
 #[derive(Parser, Debug)]
-#[command(name = "mooncake_client", version, about = "Mooncake Store standalone client (mooncake-rs)")]
+#[command(
+    name = "mooncake_client",
+    version,
+    about = "Mooncake Store standalone client (mooncake-rs)"
+)]
 struct Flags {
     /// Master address `host:port`.
     #[arg(long = "master_server_address", default_value = "127.0.0.1:50051")]
@@ -49,7 +53,12 @@ fn run(flags: Flags) -> Result<(), String> {
         device_name: flags.device_name.clone(),
         master_server_addr: flags.master_server_address.clone(),
     })
-    .map_err(|e| format!("setup failed: {e}: {}", mooncake_rs::error::last_error_message()))?;
+    .map_err(|e| {
+        format!(
+            "setup failed: {e}: {}",
+            mooncake_rs::error::last_error_message()
+        )
+    })?;
     let mut out = std::io::stdout();
     let _ = writeln!(out, "READY {}", client.get_hostname());
     let _ = out.flush();

@@ -3,12 +3,18 @@
 
 use clap::Parser;
 use mooncake_rs::master::{MasterConfig, MasterService};
-use mooncake_rs::rpc::{HttpRequest, HttpResponse, HttpServer, MetadataStore, RpcServer};
+use mooncake_rs::rpc::{
+    metadata_handler, HttpRequest, HttpResponse, HttpServer, MetadataStore, RpcServer,
+};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
 #[derive(Parser, Debug)]
-#[command(name = "mooncake_master", version, about = "Mooncake Store master (mooncake-rs)")]
+#[command(
+    name = "mooncake_master",
+    version,
+    about = "Mooncake Store master (mooncake-rs)"
+)]
 struct Flags {
     /// RPC port (deprecated spelling).
     #[arg(long = "port", default_value_t = 50051)]
@@ -84,9 +90,13 @@ struct Flags {
 /// Parses Mooncake's duration strings: plain milliseconds, or a number with ms/s/m/h.
 fn parse_ms(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let value: u64 = number.parse().map_err(|_| format!("bad duration '{text}'"))?;
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("bad duration '{text}'"))?;
     let factor = match unit {
         "" | "ms" => 1,
         "s" => 1000,
@@ -94,7 +104,9 @@ fn parse_ms(text: &str) -> Result<u64, String> {
         "h" => 3_600_000,
         other => return Err(format!("bad duration unit '{other}' in '{text}'")),
     };
-    value.checked_mul(factor).ok_or_else(|| format!("duration '{text}' too large"))
+    value
+        .checked_mul(factor)
+        .ok_or_else(|| format!("duration '{text}' too large"))
 }
 
 fn socket(host: &str, port: u16) -> Result<SocketAddr, String> {
@@ -119,40 +131,73 @@ fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
         cluster_id: flags.cluster_id.clone(),
         ..MasterConfig::default()
     };
-    config.validate().map_err(|e| format!("invalid master configuration: {e}"))?;
+    config
+        .validate()
+        .map_err(|e| format!("invalid master configuration: {e}"))?;
     Ok(config)
 }
 
 fn run(flags: Flags) -> Result<(), String> {
     if flags.deployment_mode == "P2P" {
-        return Err("deployment mode P2P is not available in this build yet; use CENTRALIZED".into());
+        return Err(
+            "deployment mode P2P is not available in this build yet; use CENTRALIZED".into(),
+        );
     }
     let config = config_from(&flags)?;
     let service = MasterService::new(config);
-    let port = if flags.rpc_port != 0 { flags.rpc_port } else { flags.port };
-    let rpc = RpcServer::start(socket(&flags.rpc_address, port)?, service.clone())
-        .map_err(|e| format!("cannot start the RPC server on {}:{port}: {e}", flags.rpc_address))?;
+    let port = if flags.rpc_port != 0 {
+        flags.rpc_port
+    } else {
+        flags.port
+    };
+    let threads = match flags.rpc_thread_num {
+        0 => mooncake_rs::rpc::server::DEFAULT_WORKER_THREADS,
+        n => n as usize,
+    };
+    let rpc =
+        RpcServer::start_with_threads(socket(&flags.rpc_address, port)?, service.clone(), threads)
+            .map_err(|e| {
+                format!(
+                    "cannot start the RPC server on {}:{port}: {e}",
+                    flags.rpc_address
+                )
+            })?;
     let _metrics = if flags.enable_metric_reporting {
         let service = Arc::clone(&service);
         let stats = rpc.stats();
-        let handler = move |request: &HttpRequest| match request.path() {
+        let handler = move |request: &HttpRequest| match request.path.as_str() {
             "/health" => HttpResponse::text(200, "OK\n"),
-            "/metrics" => HttpResponse::text(200, &(service.prometheus_text() + &stats.prometheus_text())),
+            "/metrics" => {
+                HttpResponse::text(200, service.prometheus_text() + &stats.prometheus_text())
+            }
             _ => HttpResponse::text(404, "not found\n"),
         };
         Some(
-            HttpServer::start(socket(&flags.metrics_host, flags.metrics_port)?, Arc::new(handler))
-                .map_err(|e| format!("cannot serve metrics on port {}: {e}", flags.metrics_port))?,
+            HttpServer::start(
+                socket(&flags.metrics_host, flags.metrics_port)?,
+                Arc::new(handler),
+            )
+            .map_err(|e| format!("cannot serve metrics on port {}: {e}", flags.metrics_port))?,
         )
     } else {
         None
     };
     let _metadata = if flags.enable_http_metadata_server {
-        let store = Arc::new(MetadataStore::default());
-        let handler = move |request: &HttpRequest| store.handle(request);
+        let handler = metadata_handler(Arc::new(MetadataStore::default()));
         Some(
-            HttpServer::start(socket(&flags.http_metadata_server_host, flags.http_metadata_server_port)?, Arc::new(handler))
-                .map_err(|e| format!("cannot serve metadata on port {}: {e}", flags.http_metadata_server_port))?,
+            HttpServer::start(
+                socket(
+                    &flags.http_metadata_server_host,
+                    flags.http_metadata_server_port,
+                )?,
+                handler,
+            )
+            .map_err(|e| {
+                format!(
+                    "cannot serve metadata on port {}: {e}",
+                    flags.http_metadata_server_port
+                )
+            })?,
         )
     } else {
         None

@@ -42,7 +42,9 @@ impl Client {
     /// Reads `key` into a new local-buffer allocation (exactly one copy). Errors: those of
     /// `get_into`; `INVALID_PARAMS` when the local buffer is absent or full.
     pub fn get_buffer(&self, key: &str) -> Result<BufferHandle> {
-        self.batch_get_buffer(&[key]).pop().unwrap_or(Err(ErrorCode::InternalError))
+        self.batch_get_buffer(&[key])
+            .pop()
+            .unwrap_or(Err(ErrorCode::InternalError))
     }
 
     /// `get_buffer` for many keys with one master query.
@@ -56,15 +58,25 @@ impl Client {
         let mut jobs = Vec::new();
         let mut job_index = Vec::new();
         for (i, answer) in answers.iter().enumerate() {
-            let alloc = answer.as_ref().map_err(|e| *e).and_then(|leased| match &core.local_buffer {
-                Some(buffer) => buffer.allocate(leased.query.size),
-                None => fail(ErrorCode::InvalidParams, "get_buffer needs a local buffer (local_buffer_size is 0)"),
-            });
+            let alloc =
+                answer
+                    .as_ref()
+                    .map_err(|e| *e)
+                    .and_then(|leased| match &core.local_buffer {
+                        Some(buffer) => buffer.allocate(leased.query.size),
+                        None => fail(
+                            ErrorCode::InvalidParams,
+                            "get_buffer needs a local buffer (local_buffer_size is 0)",
+                        ),
+                    });
             if let (Ok(alloc), Ok(leased)) = (&alloc, answer) {
                 job_index.push(i);
                 jobs.push(ReadJob {
                     replicas: core.ordered(&leased.query),
-                    fragments: plan::contiguous(&[Buf { addr: alloc.addr(), len: alloc.len() }]),
+                    fragments: plan::contiguous(&[Buf {
+                        addr: alloc.addr(),
+                        len: alloc.len(),
+                    }]),
                 });
             }
             results.push(alloc.map(|alloc| BufferHandle { alloc }));
@@ -74,11 +86,16 @@ impl Client {
             let expired = answers[i].as_ref().map(|l| l.expired()).unwrap_or(false);
             match outcome {
                 Err(e) => results[i] = Err(e),
-                Ok(()) if expired => results[i] = fail(ErrorCode::LeaseExpired, "the read finished after its lease"),
+                Ok(()) if expired => {
+                    results[i] = fail(ErrorCode::LeaseExpired, "the read finished after its lease")
+                }
                 Ok(()) => {}
             }
         }
-        let sizes: Vec<Result<u64>> = results.iter().map(|r| r.as_ref().map(|h| h.len() as u64).map_err(|e| *e)).collect();
+        let sizes: Vec<Result<u64>> = results
+            .iter()
+            .map(|r| r.as_ref().map(|h| h.len() as u64).map_err(|e| *e))
+            .collect();
         core.count_reads(&sizes);
         results
     }

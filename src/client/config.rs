@@ -123,7 +123,12 @@ pub fn parse_size(text: &str) -> Result<u64> {
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        other => return fail(ErrorCode::InvalidParams, format!("unknown size unit '{other}'")),
+        other => {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!("unknown size unit '{other}'"),
+            )
+        }
     };
     let value: f64 = match number.parse() {
         Ok(v) => v,
@@ -131,7 +136,10 @@ pub fn parse_size(text: &str) -> Result<u64> {
     };
     let bytes = value * multiplier as f64;
     if !(0.0..=u64::MAX as f64).contains(&bytes) {
-        return fail(ErrorCode::InvalidParams, format!("size '{text}' out of range"));
+        return fail(
+            ErrorCode::InvalidParams,
+            format!("size '{text}' out of range"),
+        );
     }
     Ok(bytes as u64)
 }
@@ -178,11 +186,23 @@ mod tests {
             f(&mut c);
             c.validate()
         };
-        assert_eq!(bad(&|c| c.local_hostname.clear()), Err(ErrorCode::InvalidParams));
-        assert_eq!(bad(&|c| c.global_segment_size = 10), Err(ErrorCode::InvalidParams));
+        assert_eq!(
+            bad(&|c| c.local_hostname.clear()),
+            Err(ErrorCode::InvalidParams)
+        );
+        assert_eq!(
+            bad(&|c| c.global_segment_size = 10),
+            Err(ErrorCode::InvalidParams)
+        );
         assert!(bad(&|c| c.global_segment_size = 0).is_ok());
-        assert_eq!(bad(&|c| c.local_buffer_size = 1023), Err(ErrorCode::InvalidParams));
-        assert_eq!(bad(&|c| c.protocol = "rdma".into()), Err(ErrorCode::InvalidParams));
+        assert_eq!(
+            bad(&|c| c.local_buffer_size = 1023),
+            Err(ErrorCode::InvalidParams)
+        );
+        assert_eq!(
+            bad(&|c| c.protocol = "rdma".into()),
+            Err(ErrorCode::InvalidParams)
+        );
         assert_eq!(
             bad(&|c| c.metadata_server = "127.0.0.1:2379".into()),
             Err(ErrorCode::InvalidParams)

@@ -77,7 +77,9 @@ impl Client {
         let (resolver, metadata): (Arc<dyn SegmentResolver>, _) = match &metadata_mode {
             MetadataMode::P2pHandshake => (Arc::new(DirectResolver::default()), None),
             MetadataMode::Http(url) => (
-                Arc::new(rpc::HttpMetadataResolver::new(url)?),
+                Arc::new(rpc::HttpMetadataResolver::new(
+                    rpc::HttpMetadataClient::new(url)?,
+                )),
                 Some(rpc::HttpMetadataClient::new(url)?),
             ),
         };
@@ -108,8 +110,10 @@ impl Client {
             }
         };
         if let (Some(meta), Some(addr)) = (&metadata, engine.listen_addr()) {
-            let buffers = segment.iter().map(|(s, _)| (s.base, s.size)).collect::<Vec<_>>();
-            meta.publish_segment(&hostname, addr, &buffers)?;
+            meta.publish_segment(
+                &hostname,
+                &descriptor(&hostname, addr, segment.as_ref().map(|(s, _)| s)),
+            )?;
         }
         let core = Arc::new(ClientCore {
             id,
@@ -185,7 +189,10 @@ impl Client {
     pub fn register_buffer(&self, addr: usize, len: usize) -> Result<()> {
         self.core.check_open()?;
         if addr == 0 || len == 0 {
-            return fail(ErrorCode::InvalidParams, "register_buffer: NULL buffer or zero size");
+            return fail(
+                ErrorCode::InvalidParams,
+                "register_buffer: NULL buffer or zero size",
+            );
         }
         self.core.engine.register(addr, len, false)
     }
@@ -224,7 +231,9 @@ impl ClientCore {
             }
         }
         if let Some(meta) = &self.metadata {
-            meta.remove_segment(&self.hostname);
+            if let Err(e) = meta.remove_segment(&self.hostname) {
+                tracing::warn!(error = %e, "could not remove our metadata entries");
+            }
         }
         self.engine.shutdown();
         if let Some(master) = &self.embedded_master {
@@ -237,6 +246,31 @@ impl ClientCore {
 impl Drop for ClientCore {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// What this client publishes to an HTTP metadata service: its host, data port and segment.
+fn descriptor(
+    hostname: &str,
+    addr: SocketAddr,
+    segment: Option<&Segment>,
+) -> rpc::SegmentDescriptor {
+    let host = hostname
+        .rsplit_once(':')
+        .map(|(h, _)| h)
+        .unwrap_or(hostname);
+    rpc::SegmentDescriptor {
+        host: host.to_string(),
+        rpc_port: addr.port(),
+        tcp_data_port: addr.port(),
+        buffers: segment
+            .map(|s| rpc::BufferEntry {
+                name: "*".into(),
+                addr: s.base,
+                length: s.size,
+            })
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -268,10 +302,19 @@ fn bind_endpoint(local_hostname: &str) -> Result<(String, TcpListener)> {
 fn bind(host: &str, port: u16) -> Result<TcpListener> {
     let addrs: Vec<SocketAddr> = match (host, port).to_socket_addrs() {
         Ok(a) => a.collect(),
-        Err(e) => return fail(ErrorCode::InvalidParams, format!("cannot resolve '{host}': {e}")),
+        Err(e) => {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!("cannot resolve '{host}': {e}"),
+            )
+        }
     };
     let mut last = None;
-    for addr in addrs.iter().filter(|a| a.is_ipv4()).chain(addrs.iter().filter(|a| a.is_ipv6())) {
+    for addr in addrs
+        .iter()
+        .filter(|a| a.is_ipv4())
+        .chain(addrs.iter().filter(|a| a.is_ipv6()))
+    {
         match TcpListener::bind(addr) {
             Ok(listener) => return Ok(listener),
             Err(e) => last = Some(e),
@@ -279,6 +322,9 @@ fn bind(host: &str, port: u16) -> Result<TcpListener> {
     }
     fail(
         ErrorCode::InternalError,
-        format!("cannot bind {host}:{port}: {}", last.map(|e| e.to_string()).unwrap_or_default()),
+        format!(
+            "cannot bind {host}:{port}: {}",
+            last.map(|e| e.to_string()).unwrap_or_default()
+        ),
     )
 }

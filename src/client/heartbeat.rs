@@ -36,7 +36,9 @@ impl Heartbeat {
             })
             .ok();
         if thread.is_none() {
-            tracing::error!("could not start the heartbeat thread; health_check will not track the master");
+            tracing::error!(
+                "could not start the heartbeat thread; health_check will not track the master"
+            );
         }
         Heartbeat { stop, thread }
     }

@@ -7,7 +7,7 @@ use crate::error::{fail, ErrorCode, Result};
 ///
 /// Thread-safety: the mapping itself is just an address range; concurrent access to its bytes
 /// is coordinated by the master's allocation of disjoint ranges.
-pub struct MappedRegion {
+pub(super) struct MappedRegion {
     base: *mut u8,
     len: usize,
 }
@@ -40,7 +40,10 @@ impl MappedRegion {
         if base == libc::MAP_FAILED {
             return fail(
                 ErrorCode::InternalError,
-                format!("mmap of {len} bytes failed: {}", std::io::Error::last_os_error()),
+                format!(
+                    "mmap of {len} bytes failed: {}",
+                    std::io::Error::last_os_error()
+                ),
             );
         }
         let region = MappedRegion {
@@ -78,11 +81,6 @@ impl MappedRegion {
     pub fn len(&self) -> usize {
         self.len
     }
-
-    /// Always false (a region has at least one byte); present for API symmetry.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 impl Drop for MappedRegion {
@@ -101,7 +99,8 @@ mod tests {
         let region = MappedRegion::new(3 * 4096 + 5).unwrap();
         assert_eq!(region.addr() % 4096, 0);
         // SAFETY: inside the mapping.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(region.addr() as *mut u8, region.len()) };
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(region.addr() as *mut u8, region.len()) };
         assert!(bytes.iter().all(|&b| b == 0));
         bytes[region.len() - 1] = 7;
         assert_eq!(bytes[region.len() - 1], 7);

@@ -31,13 +31,23 @@ impl Client {
         self.core.check_open()?;
         let size = pinned.query.size;
         if (buf.len() as u64) < size {
-            return fail(ErrorCode::InvalidParams, format!("user buffer of {} bytes is too small for {size} bytes", buf.len()));
+            return fail(
+                ErrorCode::InvalidParams,
+                format!(
+                    "user buffer of {} bytes is too small for {size} bytes",
+                    buf.len()
+                ),
+            );
         }
         let job = ReadJob {
             replicas: self.core.ordered(&pinned.query),
             fragments: plan::truncate(plan::contiguous(&[Buf::of_mut(buf)]), size),
         };
-        let outcome = self.core.read_jobs(&[job]).pop().unwrap_or(Err(ErrorCode::InternalError));
+        let outcome = self
+            .core
+            .read_jobs(&[job])
+            .pop()
+            .unwrap_or(Err(ErrorCode::InternalError));
         outcome.map(|()| size)
     }
 }

@@ -42,10 +42,11 @@ impl Buf {
 
 /// Total length of a buffer list; `INVALID_PARAMS` on overflow.
 pub(crate) fn total_len(bufs: &[Buf]) -> Result<u64> {
-    bufs.iter().try_fold(0u64, |acc, b| match acc.checked_add(b.len) {
-        Some(sum) => Ok(sum),
-        None => fail(ErrorCode::InvalidParams, "buffer sizes overflow"),
-    })
+    bufs.iter()
+        .try_fold(0u64, |acc, b| match acc.checked_add(b.len) {
+            Some(sum) => Ok(sum),
+            None => fail(ErrorCode::InvalidParams, "buffer sizes overflow"),
+        })
 }
 
 /// Lays the buffers end to end over object bytes `[0, sum)`, skipping empty buffers.
@@ -131,20 +132,42 @@ mod tests {
         assert_eq!(
             frags,
             vec![
-                Fragment { local: 100, len: 10, offset: 0 },
-                Fragment { local: 200, len: 5, offset: 10 }
+                Fragment {
+                    local: 100,
+                    len: 10,
+                    offset: 0
+                },
+                Fragment {
+                    local: 200,
+                    len: 5,
+                    offset: 10
+                }
             ]
         );
         assert_eq!(
             truncate(frags.clone(), 12),
             vec![
-                Fragment { local: 100, len: 10, offset: 0 },
-                Fragment { local: 200, len: 2, offset: 10 }
+                Fragment {
+                    local: 100,
+                    len: 10,
+                    offset: 0
+                },
+                Fragment {
+                    local: 200,
+                    len: 2,
+                    offset: 10
+                }
             ]
         );
         assert!(check_within(&frags, 15).is_ok());
         assert_eq!(check_within(&frags, 14), Err(ErrorCode::InvalidParams));
-        let overflow = [Buf { addr: 1, len: u64::MAX }, Buf { addr: 2, len: 1 }];
+        let overflow = [
+            Buf {
+                addr: 1,
+                len: u64::MAX,
+            },
+            Buf { addr: 2, len: 1 },
+        ];
         assert_eq!(total_len(&overflow), Err(ErrorCode::InvalidParams));
     }
 }

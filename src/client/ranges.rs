@@ -26,25 +26,45 @@ impl Client {
     /// an error: `INVALID_PARAMS` (shape mismatch, a range past the buffer or the object),
     /// the key's query error, `LEASE_EXPIRED`, `TRANSFER_FAIL`. The result has the shape of
     /// `sizes` (a shape mismatch at `[i]` or `[i][j]` gives one `INVALID_PARAMS` entry there).
-    pub fn get_into_ranges(&self, buffers: &mut [&mut [u8]], request: &RangeRequest<'_>) -> Vec<Vec<Vec<Result<u64>>>> {
+    pub fn get_into_ranges(
+        &self,
+        buffers: &mut [&mut [u8]],
+        request: &RangeRequest<'_>,
+    ) -> Vec<Vec<Vec<Result<u64>>>> {
         let core = &self.core;
         let shape_ok = |i: usize, j: usize| {
             let n = request.sizes[i][j].len();
             request.dst_offsets[i][j].len() == n && request.src_offsets[i][j].len() == n
         };
         let n = request.keys.len();
-        let top_ok = buffers.len() == n && request.dst_offsets.len() == n && request.src_offsets.len() == n && request.sizes.len() == n;
+        let top_ok = buffers.len() == n
+            && request.dst_offsets.len() == n
+            && request.src_offsets.len() == n
+            && request.sizes.len() == n;
         let row_ok = |i: usize| {
             let m = request.keys[i].len();
-            request.dst_offsets[i].len() == m && request.src_offsets[i].len() == m && request.sizes[i].len() == m
+            request.dst_offsets[i].len() == m
+                && request.src_offsets[i].len() == m
+                && request.sizes[i].len() == m
         };
         let bad = || vec![Err(ErrorCode::InvalidParams)];
         if let Err(e) = core.check_open() {
-            return request.keys.iter().map(|row| row.iter().map(|_| vec![Err(e)]).collect()).collect();
+            return request
+                .keys
+                .iter()
+                .map(|row| row.iter().map(|_| vec![Err(e)]).collect())
+                .collect();
         }
         if !top_ok {
-            let _ = fail::<()>(ErrorCode::InvalidParams, "get_into_ranges: top-level lengths differ");
-            return request.keys.iter().map(|row| row.iter().map(|_| bad()).collect()).collect();
+            let _ = fail::<()>(
+                ErrorCode::InvalidParams,
+                "get_into_ranges: top-level lengths differ",
+            );
+            return request
+                .keys
+                .iter()
+                .map(|row| row.iter().map(|_| bad()).collect())
+                .collect();
         }
         let mut unique: Vec<&str> = Vec::new();
         let mut slot: HashMap<&str, usize> = HashMap::new();
@@ -75,21 +95,37 @@ impl Client {
                 let mut fragments = Vec::new();
                 let mut cell = Vec::with_capacity(request.sizes[i][j].len());
                 for k in 0..request.sizes[i][j].len() {
-                    let (dst, src, len) = (request.dst_offsets[i][j][k], request.src_offsets[i][j][k], request.sizes[i][j][k]);
+                    let (dst, src, len) = (
+                        request.dst_offsets[i][j][k],
+                        request.src_offsets[i][j][k],
+                        request.sizes[i][j][k],
+                    );
                     let outcome = leased.as_ref().map_err(|e| *e).and_then(|l| {
-                        let fits = |off: u64, limit: u64| off.checked_add(len).is_some_and(|end| end <= limit);
+                        let fits = |off: u64, limit: u64| {
+                            off.checked_add(len).is_some_and(|end| end <= limit)
+                        };
                         if !fits(dst, capacity) || !fits(src, l.query.size) {
-                            return fail(ErrorCode::InvalidParams, format!("fragment [{i}][{j}][{k}] is out of range"));
+                            return fail(
+                                ErrorCode::InvalidParams,
+                                format!("fragment [{i}][{j}][{k}] is out of range"),
+                            );
                         }
                         Ok(len)
                     });
                     if outcome.is_ok() && len > 0 {
-                        fragments.push(Fragment { local: base + dst as usize, len, offset: src });
+                        fragments.push(Fragment {
+                            local: base + dst as usize,
+                            len,
+                            offset: src,
+                        });
                     }
                     cell.push(outcome);
                 }
                 if let (Ok(l), false) = (leased, fragments.is_empty()) {
-                    jobs.push(ReadJob { replicas: core.ordered(&l.query), fragments });
+                    jobs.push(ReadJob {
+                        replicas: core.ordered(&l.query),
+                        fragments,
+                    });
                     job_at.push((i, j, slot[key.as_str()]));
                 }
                 row.push(cell);

@@ -34,13 +34,19 @@ impl Client {
     /// than the object, `OBJECT_NOT_FOUND`, `REPLICA_IS_NOT_READY`, `LEASE_EXPIRED`,
     /// `TRANSFER_FAIL`.
     pub fn get_into(&self, key: &str, buf: &mut [u8]) -> Result<u64> {
-        let mut out = self.core.get_into(&[key], vec![vec![Buf::of_mut(buf)]], false);
+        let mut out = self
+            .core
+            .get_into(&[key], vec![vec![Buf::of_mut(buf)]], false);
         out.pop().unwrap_or(Err(ErrorCode::InternalError))
     }
 
     /// Batch `get_into` with one master query; one result per key (all `INVALID_PARAMS` on a
     /// length mismatch). A key listed twice is read into each of its buffers.
-    pub fn batch_get_into<K: AsRef<str>>(&self, keys: &[K], bufs: &mut [&mut [u8]]) -> Vec<Result<u64>> {
+    pub fn batch_get_into<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: &mut [&mut [u8]],
+    ) -> Vec<Result<u64>> {
         let bufs = bufs.iter_mut().map(|b| vec![Buf::of_mut(b)]).collect();
         self.core.get_into(keys, bufs, false)
     }
@@ -48,14 +54,23 @@ impl Client {
     /// Reads each key's object scattered over its buffers in order. The buffer sizes must add
     /// up to the object size exactly: less is `INVALID_PARAMS`, more is `TRANSFER_FAIL`
     /// (Mooncake's behaviour).
-    pub fn batch_get_into_multi_buffers<K: AsRef<str>>(&self, keys: &[K], bufs: &mut [Vec<&mut [u8]>]) -> Vec<Result<u64>> {
-        let bufs = bufs.iter_mut().map(|list| list.iter_mut().map(|b| Buf::of_mut(b)).collect()).collect();
+    pub fn batch_get_into_multi_buffers<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: &mut [Vec<&mut [u8]>],
+    ) -> Vec<Result<u64>> {
+        let bufs = bufs
+            .iter_mut()
+            .map(|list| list.iter_mut().map(|b| Buf::of_mut(b)).collect())
+            .collect();
         self.core.get_into(keys, bufs, true)
     }
 
     /// Whether `key` has a readable replica (grants a read lease when it does).
     pub fn is_exist(&self, key: &str) -> Result<bool> {
-        self.batch_is_exist(&[key]).pop().unwrap_or(Err(ErrorCode::InternalError))
+        self.batch_is_exist(&[key])
+            .pop()
+            .unwrap_or(Err(ErrorCode::InternalError))
     }
 
     /// `is_exist` for many keys with one master call.
@@ -71,7 +86,10 @@ impl Client {
     pub fn get_size(&self, key: &str) -> Result<u64> {
         self.core.check_open()?;
         let mut answers = self.core.query(&[key]);
-        answers.pop().unwrap_or(Err(ErrorCode::InternalError)).map(|l| l.query.size)
+        answers
+            .pop()
+            .unwrap_or(Err(ErrorCode::InternalError))
+            .map(|l| l.query.size)
     }
 }
 
@@ -79,7 +97,13 @@ impl Client {
 pub(super) fn per_key<T: Clone>(answer: Result<Vec<Result<T>>>, n: usize) -> Vec<Result<T>> {
     match answer {
         Ok(list) if list.len() == n => list,
-        Ok(_) => vec![fail(ErrorCode::RpcFail, "master answered with the wrong number of entries"); n],
+        Ok(_) => vec![
+            fail(
+                ErrorCode::RpcFail,
+                "master answered with the wrong number of entries"
+            );
+            n
+        ],
         Err(e) => vec![Err(e); n],
     }
 }
@@ -111,13 +135,21 @@ impl ClientCore {
         local
     }
 
-    fn get_into<K: AsRef<str>>(&self, keys: &[K], bufs: Vec<Vec<Buf>>, exact: bool) -> Vec<Result<u64>> {
+    fn get_into<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: Vec<Vec<Buf>>,
+        exact: bool,
+    ) -> Vec<Result<u64>> {
         let n = keys.len();
         if let Err(e) = self.check_open() {
             return vec![Err(e); n];
         }
         if bufs.len() != n {
-            let _ = fail::<()>(ErrorCode::InvalidParams, format!("{n} keys but {} buffer lists", bufs.len()));
+            let _ = fail::<()>(
+                ErrorCode::InvalidParams,
+                format!("{n} keys but {} buffer lists", bufs.len()),
+            );
             return vec![Err(ErrorCode::InvalidParams); n];
         }
         let answers = self.query(keys);
@@ -129,10 +161,16 @@ impl ClientCore {
                 let size = leased.query.size;
                 let capacity = plan::total_len(&bufs[i])?;
                 if capacity < size {
-                    return fail(ErrorCode::InvalidParams, format!("user buffer of {capacity} bytes is too small for {size} bytes"));
+                    return fail(
+                        ErrorCode::InvalidParams,
+                        format!("user buffer of {capacity} bytes is too small for {size} bytes"),
+                    );
                 }
                 if exact && capacity > size {
-                    return fail(ErrorCode::TransferFail, format!("buffers hold {capacity} bytes but the object has {size}"));
+                    return fail(
+                        ErrorCode::TransferFail,
+                        format!("buffers hold {capacity} bytes but the object has {size}"),
+                    );
                 }
                 Ok(size)
             });
@@ -150,7 +188,9 @@ impl ClientCore {
             let leased = answers[i].as_ref().ok();
             results[i] = match (outcome, leased) {
                 (Err(e), _) => Err(e),
-                (Ok(()), Some(l)) if l.expired() => fail(ErrorCode::LeaseExpired, "the read finished after its lease"),
+                (Ok(()), Some(l)) if l.expired() => {
+                    fail(ErrorCode::LeaseExpired, "the read finished after its lease")
+                }
                 (Ok(()), _) => results[i],
             };
         }
@@ -192,7 +232,11 @@ impl ClientCore {
                     continue;
                 }
                 let start = requests.len();
-                requests.extend(plan::requests(TransferOp::Read, &job.fragments, job.replicas[round]));
+                requests.extend(plan::requests(
+                    TransferOp::Read,
+                    &job.fragments,
+                    job.replicas[round],
+                ));
                 spans.push((j, start..requests.len()));
             }
             if spans.is_empty() {
@@ -202,7 +246,11 @@ impl ClientCore {
             // writable for the whole call, and fragments of one call never overlap.
             let done = unsafe { self.engine.transfer(&requests) };
             for (j, span) in spans {
-                results[j] = done[span].iter().copied().find(|r| r.is_err()).unwrap_or(Ok(()));
+                results[j] = done[span]
+                    .iter()
+                    .copied()
+                    .find(|r| r.is_err())
+                    .unwrap_or(Ok(()));
                 if results[j].is_err() && round + 1 < jobs[j].replicas.len() {
                     tracing::debug!(round, "replica read failed; trying the next replica");
                 }

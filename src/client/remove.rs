@@ -8,7 +8,9 @@ impl Client {
     /// Removes `key`. `OBJECT_NOT_FOUND`; `OBJECT_HAS_LEASE` under a read lease unless
     /// `force`; `REPLICA_IS_NOT_READY` while being written.
     pub fn remove(&self, key: &str, force: bool) -> Result<()> {
-        self.batch_remove(&[key], force).pop().unwrap_or(Err(ErrorCode::InternalError))
+        self.batch_remove(&[key], force)
+            .pop()
+            .unwrap_or(Err(ErrorCode::InternalError))
     }
 
     /// Removes many keys; duplicates: the first gets 0, later ones `OBJECT_NOT_FOUND`.

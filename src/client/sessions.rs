@@ -71,13 +71,20 @@ impl PutSession {
 
 fn session_fragments(bufs: &[Buf], offsets: &[u64], size: u64) -> Result<Vec<Fragment>> {
     if bufs.len() != offsets.len() {
-        return fail(ErrorCode::InvalidParams, format!("{} buffers but {} offsets", bufs.len(), offsets.len()));
+        return fail(
+            ErrorCode::InvalidParams,
+            format!("{} buffers but {} offsets", bufs.len(), offsets.len()),
+        );
     }
     let fragments: Vec<Fragment> = bufs
         .iter()
         .zip(offsets)
         .filter(|(b, _)| b.len > 0)
-        .map(|(b, &offset)| Fragment { local: b.addr, len: b.len, offset })
+        .map(|(b, &offset)| Fragment {
+            local: b.addr,
+            len: b.len,
+            offset,
+        })
         .collect();
     plan::check_within(&fragments, size)?;
     Ok(fragments)
@@ -87,7 +94,10 @@ fn lengths_match(n: usize, others: &[usize]) -> Result<()> {
     if others.iter().all(|&m| m == n) {
         Ok(())
     } else {
-        fail(ErrorCode::InvalidParams, "argument lists have different lengths")
+        fail(
+            ErrorCode::InvalidParams,
+            "argument lists have different lengths",
+        )
     }
 }
 
@@ -107,12 +117,23 @@ impl Client {
             .map(|(key, answer)| {
                 let leased = answer?;
                 if leased.expired() {
-                    return fail(ErrorCode::LeaseExpired, "lease expired before the session started");
+                    return fail(
+                        ErrorCode::LeaseExpired,
+                        "lease expired before the session started",
+                    );
                 }
-                let Some(replica) = core.ordered(&leased.query).first().map(|r| (*r).clone()) else {
+                let Some(replica) = core.ordered(&leased.query).first().map(|r| (*r).clone())
+                else {
                     return fail(ErrorCode::InvalidReplica, "no readable memory replica");
                 };
-                table.insert(key.as_ref().to_string(), GetSession { replica, size: leased.query.size, deadline: leased.deadline });
+                table.insert(
+                    key.as_ref().to_string(),
+                    GetSession {
+                        replica,
+                        size: leased.query.size,
+                        deadline: leased.deadline,
+                    },
+                );
                 Ok(())
             })
             .collect()
@@ -121,23 +142,38 @@ impl Client {
     /// Ranged reads within get sessions, no master call: `bufs[i][j]` receives object bytes
     /// `[src_offsets[i][j], + len)`. Per key: bytes read, `INVALID_PARAMS` (no session, shape
     /// mismatch, range past the object) or `LEASE_EXPIRED` (the session is then ended).
-    pub fn batch_get_into_multi_buffer_ranges<K: AsRef<str>>(&self, keys: &[K], bufs: &mut [Vec<&mut [u8]>], src_offsets: &[Vec<u64>]) -> Vec<Result<u64>> {
+    pub fn batch_get_into_multi_buffer_ranges<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: &mut [Vec<&mut [u8]>],
+        src_offsets: &[Vec<u64>],
+    ) -> Vec<Result<u64>> {
         let core = &self.core;
         let n = keys.len();
-        if let Err(e) = core.check_open().and(lengths_match(n, &[bufs.len(), src_offsets.len()])) {
+        if let Err(e) = core
+            .check_open()
+            .and(lengths_match(n, &[bufs.len(), src_offsets.len()]))
+        {
             return vec![Err(e); n];
         }
         let sessions: Vec<Option<GetSession>> = {
             let table = core.sessions.get.lock();
-            keys.iter().map(|k| table.get(k.as_ref()).cloned()).collect()
+            keys.iter()
+                .map(|k| table.get(k.as_ref()).cloned())
+                .collect()
         };
         let mut results: Vec<Result<u64>> = Vec::with_capacity(n);
         let mut jobs = Vec::new();
         let mut job_index = Vec::new();
         for i in 0..n {
             let prepared = match &sessions[i] {
-                None => fail(ErrorCode::InvalidParams, format!("no get session for '{}'", keys[i].as_ref())),
-                Some(s) if Instant::now() >= s.deadline => fail(ErrorCode::LeaseExpired, "get session lease expired"),
+                None => fail(
+                    ErrorCode::InvalidParams,
+                    format!("no get session for '{}'", keys[i].as_ref()),
+                ),
+                Some(s) if Instant::now() >= s.deadline => {
+                    fail(ErrorCode::LeaseExpired, "get session lease expired")
+                }
                 Some(s) => {
                     let list: Vec<Buf> = bufs[i].iter_mut().map(|b| Buf::of_mut(b)).collect();
                     session_fragments(&list, &src_offsets[i], s.size)
@@ -148,7 +184,10 @@ impl Client {
                     let bytes = fragments.iter().map(|f| f.len).sum();
                     if let Some(session) = &sessions[i] {
                         job_index.push(i);
-                        jobs.push(ReadJob { replicas: vec![&session.replica], fragments });
+                        jobs.push(ReadJob {
+                            replicas: vec![&session.replica],
+                            fragments,
+                        });
                     }
                     results.push(Ok(bytes));
                 }
@@ -163,7 +202,9 @@ impl Client {
         }
         let mut table = core.sessions.get.lock();
         for i in 0..n {
-            let expired = sessions[i].as_ref().is_some_and(|s| Instant::now() >= s.deadline);
+            let expired = sessions[i]
+                .as_ref()
+                .is_some_and(|s| Instant::now() >= s.deadline);
             if expired {
                 table.remove(keys[i].as_ref());
                 if results[i].is_ok() || results[i] == Err(ErrorCode::LeaseExpired) {
@@ -188,7 +229,12 @@ impl Client {
     /// Starts put sessions: reserves `sizes[i]` bytes for `keys[i]` (master `PutStart`; an
     /// existing key is `OBJECT_ALREADY_EXISTS` here). Per key: 0 or the error;
     /// `INVALID_PARAMS` for a key with an open session.
-    pub fn batch_put_session_start<K: AsRef<str>>(&self, keys: &[K], sizes: &[u64], config: &ReplicateConfig) -> Vec<Result<()>> {
+    pub fn batch_put_session_start<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        sizes: &[u64],
+        config: &ReplicateConfig,
+    ) -> Vec<Result<()>> {
         let core = &self.core;
         let n = keys.len();
         if let Err(e) = core.check_open().and(lengths_match(n, &[sizes.len()])) {
@@ -200,7 +246,10 @@ impl Client {
             let table = core.sessions.put.lock();
             for (i, key) in keys.iter().enumerate() {
                 if table.contains_key(key.as_ref()) {
-                    results[i] = fail(ErrorCode::InvalidParams, format!("put session for '{}' already open", key.as_ref()));
+                    results[i] = fail(
+                        ErrorCode::InvalidParams,
+                        format!("put session for '{}' already open", key.as_ref()),
+                    );
                 } else {
                     start.push(i);
                 }
@@ -209,8 +258,16 @@ impl Client {
         if start.is_empty() {
             return results;
         }
-        let names: Vec<String> = start.iter().map(|&i| keys[i].as_ref().to_string()).collect();
-        let answer = core.master.batch_put_start(core.id, names.clone(), start.iter().map(|&i| sizes[i]).collect(), config.clone());
+        let names: Vec<String> = start
+            .iter()
+            .map(|&i| keys[i].as_ref().to_string())
+            .collect();
+        let answer = core.master.batch_put_start(
+            core.id,
+            names.clone(),
+            start.iter().map(|&i| sizes[i]).collect(),
+            config.clone(),
+        );
         let mut no_replica = Vec::new();
         let mut table = core.sessions.put.lock();
         for ((&i, name), outcome) in start.iter().zip(names).zip(per_key(answer, start.len())) {
@@ -220,7 +277,12 @@ impl Client {
                     no_replica.push(name);
                 }
                 Ok(replicas) => {
-                    let session = PutSession { replicas, size: sizes[i], state: Mutex::default(), idle: Condvar::new() };
+                    let session = PutSession {
+                        replicas,
+                        size: sizes[i],
+                        state: Mutex::default(),
+                        idle: Condvar::new(),
+                    };
                     table.insert(name, Arc::new(session));
                 }
                 Err(e) => results[i] = Err(e),
@@ -236,25 +298,39 @@ impl Client {
     /// Ranged writes within put sessions, no master call: `bufs[i][j]` goes to object offset
     /// `dst_offsets[i][j]` on every replica. Per key: logical bytes written or an error
     /// (`INVALID_PARAMS` for no/sealed session, shape mismatch, overflow; transfer errors).
-    pub fn batch_put_from_multi_buffer_ranges<K: AsRef<str>>(&self, keys: &[K], bufs: &[Vec<&[u8]>], dst_offsets: &[Vec<u64>]) -> Vec<Result<u64>> {
+    pub fn batch_put_from_multi_buffer_ranges<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: &[Vec<&[u8]>],
+        dst_offsets: &[Vec<u64>],
+    ) -> Vec<Result<u64>> {
         let core = &self.core;
         let n = keys.len();
-        if let Err(e) = core.check_open().and(lengths_match(n, &[bufs.len(), dst_offsets.len()])) {
+        if let Err(e) = core
+            .check_open()
+            .and(lengths_match(n, &[bufs.len(), dst_offsets.len()]))
+        {
             return vec![Err(e); n];
         }
         let sessions: Vec<Option<Arc<PutSession>>> = {
             let table = core.sessions.put.lock();
-            keys.iter().map(|k| table.get(k.as_ref()).cloned()).collect()
+            keys.iter()
+                .map(|k| table.get(k.as_ref()).cloned())
+                .collect()
         };
         let mut results: Vec<Result<u64>> = Vec::with_capacity(n);
         let mut writes = Vec::new();
         let mut entered = Vec::new();
         for i in 0..n {
             let prepared = match &sessions[i] {
-                None => fail(ErrorCode::InvalidParams, format!("no put session for '{}'", keys[i].as_ref())),
+                None => fail(
+                    ErrorCode::InvalidParams,
+                    format!("no put session for '{}'", keys[i].as_ref()),
+                ),
                 Some(s) => {
                     let list: Vec<Buf> = bufs[i].iter().map(|b| Buf::of(b)).collect();
-                    session_fragments(&list, &dst_offsets[i], s.size).and_then(|f| s.enter().map(|()| f))
+                    session_fragments(&list, &dst_offsets[i], s.size)
+                        .and_then(|f| s.enter().map(|()| f))
                 }
             };
             match (prepared, &sessions[i]) {
@@ -301,14 +377,21 @@ impl Client {
         }
         let sessions: Vec<Option<Arc<PutSession>>> = {
             let table = core.sessions.put.lock();
-            keys.iter().map(|k| table.get(k.as_ref()).cloned()).collect()
+            keys.iter()
+                .map(|k| table.get(k.as_ref()).cloned())
+                .collect()
         };
         let mut results: Vec<Result<()>> = vec![Ok(()); n];
         let mut names = Vec::new();
         let mut index = Vec::new();
         for (i, session) in sessions.iter().enumerate() {
             match session {
-                None => results[i] = fail(ErrorCode::InvalidParams, format!("no put session for '{}'", keys[i].as_ref())),
+                None => {
+                    results[i] = fail(
+                        ErrorCode::InvalidParams,
+                        format!("no put session for '{}'", keys[i].as_ref()),
+                    )
+                }
                 Some(s) => {
                     s.seal_and_drain();
                     names.push(keys[i].as_ref().to_string());

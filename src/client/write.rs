@@ -6,6 +6,7 @@ use super::core::{Client, ClientCore};
 use super::metrics::ClientCounters;
 use super::plan::{self, Buf, Fragment};
 use crate::error::{fail, ErrorCode, Result};
+use crate::transfer::copy::copy_bytes;
 use crate::transfer::TransferOp;
 use crate::types::{ReplicaDescriptor, ReplicateConfig};
 use std::collections::HashMap;
@@ -26,11 +27,17 @@ impl Client {
 
     /// Copying put of the concatenation of `parts`; a total size of 0 is a no-op.
     pub fn put_parts(&self, key: &str, parts: &[&[u8]], config: &ReplicateConfig) -> Result<()> {
-        self.core.staged_write(&[key], &[parts.to_vec()], config, WriteMode::Put)
+        self.core
+            .staged_write(&[key], &[parts.to_vec()], config, WriteMode::Put)
     }
 
     /// Copying batch put; returns 0 if all succeeded, else the first per-key error.
-    pub fn put_batch<K: AsRef<str>>(&self, keys: &[K], values: &[&[u8]], config: &ReplicateConfig) -> Result<()> {
+    pub fn put_batch<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        values: &[&[u8]],
+        config: &ReplicateConfig,
+    ) -> Result<()> {
         let parts: Vec<Vec<&[u8]>> = values.iter().map(|v| vec![*v]).collect();
         self.core.staged_write(keys, &parts, config, WriteMode::Put)
     }
@@ -38,16 +45,29 @@ impl Client {
     /// Zero-copy put straight from `buf`. Size 0 is a no-op; an existing or in-flight key is
     /// kept (returns Ok).
     pub fn put_from(&self, key: &str, buf: &[u8], config: &ReplicateConfig) -> Result<()> {
-        first(self.core.write(&[key], vec![vec![Buf::of(buf)]], config, WriteMode::Put))
+        first(
+            self.core
+                .write(&[key], vec![vec![Buf::of(buf)]], config, WriteMode::Put),
+        )
     }
 
     /// Zero-copy batch put; one result per key (all `INVALID_PARAMS` on a length mismatch).
-    pub fn batch_put_from<K: AsRef<str>>(&self, keys: &[K], bufs: &[&[u8]], config: &ReplicateConfig) -> Vec<Result<()>> {
+    pub fn batch_put_from<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: &[&[u8]],
+        config: &ReplicateConfig,
+    ) -> Vec<Result<()>> {
         self.batch_from(keys, bufs, config, WriteMode::Put)
     }
 
     /// Zero-copy batch put where each key's object is the concatenation of its buffers.
-    pub fn batch_put_from_multi_buffers<K: AsRef<str>>(&self, keys: &[K], bufs: &[Vec<&[u8]>], config: &ReplicateConfig) -> Vec<Result<()>> {
+    pub fn batch_put_from_multi_buffers<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: &[Vec<&[u8]>],
+        config: &ReplicateConfig,
+    ) -> Vec<Result<()>> {
         self.batch_multi(keys, bufs, config, WriteMode::Put)
     }
 
@@ -58,37 +78,72 @@ impl Client {
 
     /// Copying upsert of the concatenation of `parts`.
     pub fn upsert_parts(&self, key: &str, parts: &[&[u8]], config: &ReplicateConfig) -> Result<()> {
-        self.core.staged_write(&[key], &[parts.to_vec()], config, WriteMode::Upsert)
+        self.core
+            .staged_write(&[key], &[parts.to_vec()], config, WriteMode::Upsert)
     }
 
     /// Copying batch upsert; 0 or the first per-key error.
-    pub fn upsert_batch<K: AsRef<str>>(&self, keys: &[K], values: &[&[u8]], config: &ReplicateConfig) -> Result<()> {
+    pub fn upsert_batch<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        values: &[&[u8]],
+        config: &ReplicateConfig,
+    ) -> Result<()> {
         let parts: Vec<Vec<&[u8]>> = values.iter().map(|v| vec![*v]).collect();
-        self.core.staged_write(keys, &parts, config, WriteMode::Upsert)
+        self.core
+            .staged_write(keys, &parts, config, WriteMode::Upsert)
     }
 
     /// Zero-copy upsert.
     pub fn upsert_from(&self, key: &str, buf: &[u8], config: &ReplicateConfig) -> Result<()> {
-        first(self.core.write(&[key], vec![vec![Buf::of(buf)]], config, WriteMode::Upsert))
+        first(
+            self.core
+                .write(&[key], vec![vec![Buf::of(buf)]], config, WriteMode::Upsert),
+        )
     }
 
     /// Zero-copy batch upsert.
-    pub fn batch_upsert_from<K: AsRef<str>>(&self, keys: &[K], bufs: &[&[u8]], config: &ReplicateConfig) -> Vec<Result<()>> {
+    pub fn batch_upsert_from<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: &[&[u8]],
+        config: &ReplicateConfig,
+    ) -> Vec<Result<()>> {
         self.batch_from(keys, bufs, config, WriteMode::Upsert)
     }
 
     /// Zero-copy batch upsert from scattered buffers.
-    pub fn batch_upsert_from_multi_buffers<K: AsRef<str>>(&self, keys: &[K], bufs: &[Vec<&[u8]>], config: &ReplicateConfig) -> Vec<Result<()>> {
+    pub fn batch_upsert_from_multi_buffers<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: &[Vec<&[u8]>],
+        config: &ReplicateConfig,
+    ) -> Vec<Result<()>> {
         self.batch_multi(keys, bufs, config, WriteMode::Upsert)
     }
 
-    fn batch_from<K: AsRef<str>>(&self, keys: &[K], bufs: &[&[u8]], config: &ReplicateConfig, mode: WriteMode) -> Vec<Result<()>> {
+    fn batch_from<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: &[&[u8]],
+        config: &ReplicateConfig,
+        mode: WriteMode,
+    ) -> Vec<Result<()>> {
         let parts = bufs.iter().map(|b| vec![Buf::of(b)]).collect();
         self.core.write(keys, parts, config, mode)
     }
 
-    fn batch_multi<K: AsRef<str>>(&self, keys: &[K], bufs: &[Vec<&[u8]>], config: &ReplicateConfig, mode: WriteMode) -> Vec<Result<()>> {
-        let parts = bufs.iter().map(|list| list.iter().map(|b| Buf::of(b)).collect()).collect();
+    fn batch_multi<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: &[Vec<&[u8]>],
+        config: &ReplicateConfig,
+        mode: WriteMode,
+    ) -> Vec<Result<()>> {
+        let parts = bufs
+            .iter()
+            .map(|list| list.iter().map(|b| Buf::of(b)).collect())
+            .collect();
         self.core.write(keys, parts, config, mode)
     }
 }
@@ -100,10 +155,19 @@ fn first(mut results: Vec<Result<()>>) -> Result<()> {
 
 impl ClientCore {
     /// Copies each key's parts into one local-buffer allocation, then writes from there.
-    fn staged_write<K: AsRef<str>>(&self, keys: &[K], parts: &[Vec<&[u8]>], config: &ReplicateConfig, mode: WriteMode) -> Result<()> {
+    fn staged_write<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        parts: &[Vec<&[u8]>],
+        config: &ReplicateConfig,
+        mode: WriteMode,
+    ) -> Result<()> {
         self.check_open()?;
         if keys.len() != parts.len() {
-            return fail(ErrorCode::InvalidParams, format!("{} keys but {} values", keys.len(), parts.len()));
+            return fail(
+                ErrorCode::InvalidParams,
+                format!("{} keys but {} values", keys.len(), parts.len()),
+            );
         }
         let mut staged = Vec::with_capacity(keys.len());
         for key_parts in parts {
@@ -113,13 +177,22 @@ impl ClientCore {
                 continue;
             }
             let Some(buffer) = &self.local_buffer else {
-                return fail(ErrorCode::InvalidParams, "copying put needs a local buffer (local_buffer_size is 0)");
+                return fail(
+                    ErrorCode::InvalidParams,
+                    "copying put needs a local buffer (local_buffer_size is 0)",
+                );
             };
             let alloc = buffer.allocate(total)?;
             let mut offset = 0usize;
             for part in key_parts {
                 // SAFETY: the allocation has `total` bytes; parts are caller slices.
-                unsafe { crate::transfer::copy_bytes(alloc.addr() + offset, part.as_ptr() as usize, part.len()) };
+                unsafe {
+                    copy_bytes(
+                        (alloc.addr() + offset) as *mut u8,
+                        part.as_ptr(),
+                        part.len(),
+                    )
+                };
                 offset += part.len();
             }
             ClientCounters::add(&self.counters.staging_copies, 1);
@@ -128,15 +201,33 @@ impl ClientCore {
         }
         let bufs = staged
             .iter()
-            .map(|a| a.as_ref().map(|a| vec![Buf { addr: a.addr(), len: a.len() }]).unwrap_or_default())
+            .map(|a| {
+                a.as_ref()
+                    .map(|a| {
+                        vec![Buf {
+                            addr: a.addr(),
+                            len: a.len(),
+                        }]
+                    })
+                    .unwrap_or_default()
+            })
             .collect();
-        self.write(keys, bufs, config, mode).into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
+        self.write(keys, bufs, config, mode)
+            .into_iter()
+            .find(|r| r.is_err())
+            .unwrap_or(Ok(()))
     }
 
     /// The write path shared by every put/upsert variant. `bufs[i]` are key i's source
     /// buffers, laid end to end. Duplicate keys: the last occurrence's buffers are written and
     /// every occurrence gets its result.
-    pub(super) fn write<K: AsRef<str>>(&self, keys: &[K], bufs: Vec<Vec<Buf>>, config: &ReplicateConfig, mode: WriteMode) -> Vec<Result<()>> {
+    pub(super) fn write<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: Vec<Vec<Buf>>,
+        config: &ReplicateConfig,
+        mode: WriteMode,
+    ) -> Vec<Result<()>> {
         let n = keys.len();
         let invalid = |msg: String| {
             let _ = fail::<()>(ErrorCode::InvalidParams, msg);
@@ -149,7 +240,9 @@ impl ClientCore {
             return invalid(format!("{n} keys but {} buffer lists", bufs.len()));
         }
         if config.prefer_alloc_in_same_node {
-            return invalid("prefer_alloc_in_same_node is not supported by the client put paths".into());
+            return invalid(
+                "prefer_alloc_in_same_node is not supported by the client put paths".into(),
+            );
         }
         if config.replica_num == 0 {
             return invalid("replica_num must be at least 1".into());
@@ -189,16 +282,39 @@ impl ClientCore {
         results
     }
 
-    fn write_pending<K: AsRef<str>>(&self, keys: &[K], bufs: &[Vec<Buf>], pending: &[(usize, u64)], config: &ReplicateConfig, mode: WriteMode, results: &mut [Result<()>]) {
-        let names: Vec<String> = pending.iter().map(|&(i, _)| keys[i].as_ref().to_string()).collect();
+    fn write_pending<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: &[Vec<Buf>],
+        pending: &[(usize, u64)],
+        config: &ReplicateConfig,
+        mode: WriteMode,
+        results: &mut [Result<()>],
+    ) {
+        let names: Vec<String> = pending
+            .iter()
+            .map(|&(i, _)| keys[i].as_ref().to_string())
+            .collect();
         let sizes: Vec<u64> = pending.iter().map(|&(_, s)| s).collect();
         let started = match mode {
-            WriteMode::Put => self.master.batch_put_start(self.id, names.clone(), sizes, config.clone()),
-            WriteMode::Upsert => self.master.batch_upsert_start(self.id, names.clone(), sizes, config.clone()),
+            WriteMode::Put => {
+                self.master
+                    .batch_put_start(self.id, names.clone(), sizes, config.clone())
+            }
+            WriteMode::Upsert => {
+                self.master
+                    .batch_upsert_start(self.id, names.clone(), sizes, config.clone())
+            }
         };
         let started = match started {
             Ok(list) if list.len() == pending.len() => list,
-            Ok(_) => vec![fail(ErrorCode::RpcFail, "master answered with the wrong number of entries"); pending.len()],
+            Ok(_) => vec![
+                fail(
+                    ErrorCode::RpcFail,
+                    "master answered with the wrong number of entries"
+                );
+                pending.len()
+            ],
             Err(e) => vec![Err(e); pending.len()],
         };
         let mut writes: Vec<(usize, Vec<ReplicaDescriptor>, Vec<Fragment>)> = Vec::new();
@@ -206,12 +322,21 @@ impl ClientCore {
             match start {
                 Ok(replicas) => {
                     if let Some(bad) = replicas.iter().find(|r| r.buffer.size != size) {
-                        results[i] = fail(ErrorCode::TransferFail, format!("replica of {} bytes for a {size}-byte object", bad.buffer.size));
+                        results[i] = fail(
+                            ErrorCode::TransferFail,
+                            format!(
+                                "replica of {} bytes for a {size}-byte object",
+                                bad.buffer.size
+                            ),
+                        );
                     }
                     writes.push((i, replicas, plan::contiguous(&bufs[i])));
                 }
                 Err(ErrorCode::ObjectAlreadyExists) if mode == WriteMode::Put => {
-                    tracing::debug!(key = keys[i].as_ref(), "key exists; put keeps the old value");
+                    tracing::debug!(
+                        key = keys[i].as_ref(),
+                        "key exists; put keeps the old value"
+                    );
                 }
                 Err(e) => results[i] = Err(e),
             }
@@ -241,7 +366,10 @@ impl ClientCore {
 
     /// Writes every key's fragments to every one of its replicas in one engine batch; a key
     /// succeeds only if all its replicas were written.
-    pub(super) fn write_replicas(&self, writes: &[(usize, Vec<ReplicaDescriptor>, Vec<Fragment>)]) -> Vec<Result<()>> {
+    pub(super) fn write_replicas(
+        &self,
+        writes: &[(usize, Vec<ReplicaDescriptor>, Vec<Fragment>)],
+    ) -> Vec<Result<()>> {
         let mut requests = Vec::new();
         let mut spans = Vec::with_capacity(writes.len());
         for (_, replicas, fragments) in writes {
@@ -256,17 +384,32 @@ impl ClientCore {
         let done = unsafe { self.engine.transfer(&requests) };
         spans
             .into_iter()
-            .map(|span| done[span].iter().copied().find(|r| r.is_err()).unwrap_or(Ok(())))
+            .map(|span| {
+                done[span]
+                    .iter()
+                    .copied()
+                    .find(|r| r.is_err())
+                    .unwrap_or(Ok(()))
+            })
             .collect()
     }
 
     /// Commits (`PutEnd`) or revokes (`PutRevoke`) the given keys; a commit failure becomes the
     /// key's result.
-    fn finish<K: AsRef<str>>(&self, keys: &[K], which: &[usize], commit: bool, results: &mut [Result<()>]) {
+    fn finish<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        which: &[usize],
+        commit: bool,
+        results: &mut [Result<()>],
+    ) {
         if which.is_empty() {
             return;
         }
-        let names: Vec<String> = which.iter().map(|&i| keys[i].as_ref().to_string()).collect();
+        let names: Vec<String> = which
+            .iter()
+            .map(|&i| keys[i].as_ref().to_string())
+            .collect();
         let answer = if commit {
             self.master.batch_put_end(self.id, names)
         } else {
@@ -280,7 +423,9 @@ impl ClientCore {
         for (&i, outcome) in which.iter().zip(per_key) {
             match outcome {
                 Err(e) if commit => results[i] = Err(e),
-                Err(e) => tracing::warn!(key = keys[i].as_ref(), error = %e, "revoke failed; the master reclaims the space later"),
+                Err(e) => {
+                    tracing::warn!(key = keys[i].as_ref(), error = %e, "revoke failed; the master reclaims the space later")
+                }
                 Ok(()) => {}
             }
         }

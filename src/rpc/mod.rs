@@ -23,6 +23,11 @@ pub mod stats;
 mod tests;
 
 pub use client::{connect_master, RemoteMasterApi, RpcMasterClient};
+pub use http::{HttpHandler, HttpRequest, HttpResponse, HttpServer};
+pub use metadata::{
+    metadata_handler, BufferEntry, HttpMetadataClient, HttpMetadataResolver, MetadataStore,
+    SegmentDescriptor,
+};
 pub use net::Timeouts;
 pub use server::RpcServer;
 pub use stats::RpcStats;

@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Polls `check` every 20 ms until it is true or `limit` passes; returns whether it became true.
@@ -56,9 +60,16 @@ impl Master {
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn mooncake_master");
-        let ready = wait_until(Duration::from_secs(10), || TcpStream::connect(("127.0.0.1", port)).is_ok());
+        let ready = wait_until(Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
         assert!(ready, "master did not start listening on {port}");
-        Master { child, port, metrics_port, extra: extra.iter().map(|s| s.to_string()).collect() }
+        Master {
+            child,
+            port,
+            metrics_port,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        }
     }
 
     pub fn addr(&self) -> String {
@@ -74,9 +85,16 @@ impl Master {
     /// GETs `path` from the metrics port.
     pub fn http_get(&self, path: &str) -> String {
         use std::io::{Read, Write};
-        let mut stream = TcpStream::connect(("127.0.0.1", self.metrics_port)).expect("connect metrics");
-        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut stream =
+            TcpStream::connect(("127.0.0.1", self.metrics_port)).expect("connect metrics");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
         let mut text = String::new();
         let _ = stream.read_to_string(&mut text);
         text
@@ -115,8 +133,14 @@ impl PeerClient {
             let _ = BufReader::new(stdout).read_line(&mut line);
             let _ = tx.send(line);
         });
-        let line = rx.recv_timeout(Duration::from_secs(20)).expect("mooncake_client did not become ready");
-        let name = line.trim().strip_prefix("READY ").unwrap_or_else(|| panic!("unexpected line {line:?}")).to_string();
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("mooncake_client did not become ready");
+        let name = line
+            .trim()
+            .strip_prefix("READY ")
+            .unwrap_or_else(|| panic!("unexpected line {line:?}"))
+            .to_string();
         PeerClient { child, name }
     }
 
@@ -148,5 +172,7 @@ pub fn local_client(master: &str, segment: u64, local_buffer: u64) -> Client {
 
 /// Deterministic bytes.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }

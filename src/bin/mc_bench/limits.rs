@@ -12,7 +12,11 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(count: usize, size: usize, seed: u8) -> Pool {
-        Pool { bufs: (0..count).map(|i| vec![seed.wrapping_add(i as u8); size]).collect() }
+        Pool {
+            bufs: (0..count)
+                .map(|i| vec![seed.wrapping_add(i as u8); size])
+                .collect(),
+        }
     }
 }
 
@@ -39,7 +43,9 @@ fn raw_server() -> std::io::Result<(u16, std::thread::JoinHandle<()>)> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     let handle = std::thread::spawn(move || {
-        let Ok((mut stream, _)) = listener.accept() else { return };
+        let Ok((mut stream, _)) = listener.accept() else {
+            return;
+        };
         let _ = stream.set_nodelay(true);
         let payload = vec![7u8; 64 << 20];
         let mut request = [0u8; 8];
@@ -47,7 +53,9 @@ fn raw_server() -> std::io::Result<(u16, std::thread::JoinHandle<()>)> {
         while stream.read_exact(&mut request).is_ok() {
             let n = u64::from_le_bytes(request) as usize;
             let ok = if n == 0 {
-                stream.read_exact(&mut echo).and_then(|_| stream.write_all(&echo))
+                stream
+                    .read_exact(&mut echo)
+                    .and_then(|_| stream.write_all(&echo))
             } else {
                 stream.write_all(&payload[..n.min(payload.len())])
             };
@@ -90,7 +98,10 @@ pub fn raw_tcp(size: usize, duration: Duration, rtt_samples: usize) -> std::io::
     }
     drop(stream);
     let _ = server.join();
-    Ok(RawTcp { get_gbps, rtt_us: median(&mut samples) })
+    Ok(RawTcp {
+        get_gbps,
+        rtt_us: median(&mut samples),
+    })
 }
 
 /// The median of `samples` (0 for none).

@@ -39,9 +39,22 @@ fn bulk_reply(reader: &mut BufReader<TcpStream>, into: &mut Vec<u8>) -> std::io:
 
 /// GB/s of redis GET for a `size`-byte value, or `None` when redis-server is not available.
 pub fn get_gbps(size: usize, duration: Duration) -> Option<f64> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
     let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -51,7 +64,9 @@ pub fn get_gbps(size: usize, duration: Duration) -> Option<f64> {
     let mut stream = loop {
         match TcpStream::connect(("127.0.0.1", port)) {
             Ok(s) => break s,
-            Err(_) if start.elapsed() < Duration::from_secs(5) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) if start.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
             Err(_) => return None,
         }
     };

@@ -21,7 +21,10 @@ pub struct Report {
 impl Report {
     pub fn new(json: bool) -> Report {
         if !json {
-            println!("{:<34} {:>12} {:<5} {:<28} {:>12} {:>7}", "scenario", "value", "unit", "limit", "limit value", "ratio");
+            println!(
+                "{:<34} {:>12} {:<5} {:<28} {:>12} {:>7}",
+                "scenario", "value", "unit", "limit", "limit value", "ratio"
+            );
         }
         Report { json }
     }
@@ -32,9 +35,27 @@ impl Report {
     }
 
     /// Prints a scenario against a limit.
-    pub fn line(&mut self, name: &str, value: f64, unit: &'static str, limit_name: &str, limit_value: f64) {
-        let ratio = if limit_value > 0.0 { value / limit_value } else { 0.0 };
-        let line = Line { name: name.into(), value, unit, limit_name: limit_name.into(), limit_value, ratio };
+    pub fn line(
+        &mut self,
+        name: &str,
+        value: f64,
+        unit: &'static str,
+        limit_name: &str,
+        limit_value: f64,
+    ) {
+        let ratio = if limit_value > 0.0 {
+            value / limit_value
+        } else {
+            0.0
+        };
+        let line = Line {
+            name: name.into(),
+            value,
+            unit,
+            limit_name: limit_name.into(),
+            limit_value,
+            ratio,
+        };
         if self.json {
             println!("{}", serde_json::to_string(&line).unwrap_or_default());
         } else {

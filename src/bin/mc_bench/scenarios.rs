@@ -64,8 +64,14 @@ fn spawn_peer(master: &str, size: &str) -> Result<(Peer, String), String> {
         .map_err(|e| format!("cannot start the peer process: {e}"))?;
     let mut line = String::new();
     let stdout = child.stdout.take().ok_or("no peer stdout")?;
-    BufReader::new(stdout).read_line(&mut line).map_err(|e| e.to_string())?;
-    let name = line.trim().strip_prefix("READY ").ok_or_else(|| format!("peer said {line:?}"))?.to_string();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    let name = line
+        .trim()
+        .strip_prefix("READY ")
+        .ok_or_else(|| format!("peer said {line:?}"))?
+        .to_string();
     Ok((Peer(child), name))
 }
 
@@ -91,12 +97,20 @@ fn embedded(report: &mut Report, memcpy: f64, duration: Duration) -> Result<(), 
         let key = format!("e{}", i % 32);
         let _ = client.remove(&key, true);
         let t = Instant::now();
-        client.put_from(&key, &src.bufs[i % 16], &cfg).map_err(|e| format!("put_from: {e}"))?;
+        client
+            .put_from(&key, &src.bufs[i % 16], &cfg)
+            .map_err(|e| format!("put_from: {e}"))?;
         put_time += t.elapsed().as_secs_f64();
         put_bytes += size as u64;
         i += 1;
     }
-    report.line("embedded put_from 4MiB", gbps(put_bytes, put_time), "GB/s", "memcpy 1 thread", memcpy);
+    report.line(
+        "embedded put_from 4MiB",
+        gbps(put_bytes, put_time),
+        "GB/s",
+        "memcpy 1 thread",
+        memcpy,
+    );
     let before = client.metrics().transfer.local_copies;
     let mut dst = Pool::new(16, size, 0);
     let keys = i.min(32);
@@ -104,43 +118,84 @@ fn embedded(report: &mut Report, memcpy: f64, duration: Duration) -> Result<(), 
     let start = Instant::now();
     while start.elapsed() < duration {
         let k = gets as usize;
-        client.get_into(&format!("e{}", k % keys), &mut dst.bufs[k % 16]).map_err(|e| format!("get_into: {e}"))?;
+        client
+            .get_into(&format!("e{}", k % keys), &mut dst.bufs[k % 16])
+            .map_err(|e| format!("get_into: {e}"))?;
         bytes += size as u64;
         gets += 1;
     }
-    report.line("embedded get_into 4MiB", gbps(bytes, start.elapsed().as_secs_f64()), "GB/s", "memcpy 1 thread", memcpy);
+    report.line(
+        "embedded get_into 4MiB",
+        gbps(bytes, start.elapsed().as_secs_f64()),
+        "GB/s",
+        "memcpy 1 thread",
+        memcpy,
+    );
     let copies = (client.metrics().transfer.local_copies - before) as f64 / gets as f64;
-    report.line("embedded get_into copies/op", copies, "count", "one copy", 1.0);
+    report.line(
+        "embedded get_into copies/op",
+        copies,
+        "count",
+        "one copy",
+        1.0,
+    );
     client.teardown();
     Ok(())
 }
 
-fn timed_gets(client: &Client, keys: &[String], size: usize, duration: Duration) -> Result<f64, String> {
+fn timed_gets(
+    client: &Client,
+    keys: &[String],
+    size: usize,
+    duration: Duration,
+) -> Result<f64, String> {
     let mut dst = Pool::new(4, size, 0);
     let (mut bytes, mut n) = (0u64, 0usize);
     let start = Instant::now();
     while start.elapsed() < duration {
-        client.get_into(&keys[n % keys.len()], &mut dst.bufs[n % 4]).map_err(|e| format!("get_into: {e}"))?;
+        client
+            .get_into(&keys[n % keys.len()], &mut dst.bufs[n % 4])
+            .map_err(|e| format!("get_into: {e}"))?;
         bytes += size as u64;
         n += 1;
     }
     Ok(gbps(bytes, start.elapsed().as_secs_f64()))
 }
 
-fn put_objects(client: &Client, prefix: &str, count: usize, size: usize, peer: &str) -> Result<Vec<String>, String> {
-    let cfg = ReplicateConfig { preferred_segments: vec![peer.to_string()], ..ReplicateConfig::default() };
+fn put_objects(
+    client: &Client,
+    prefix: &str,
+    count: usize,
+    size: usize,
+    peer: &str,
+) -> Result<Vec<String>, String> {
+    let cfg = ReplicateConfig {
+        preferred_segments: vec![peer.to_string()],
+        ..ReplicateConfig::default()
+    };
     let value = vec![9u8; size];
     (0..count)
         .map(|i| {
             let key = format!("{prefix}{i}");
-            client.put_from(&key, &value, &cfg).map(|()| key).map_err(|e| format!("put_from {prefix}{i}: {e}"))
+            client
+                .put_from(&key, &value, &cfg)
+                .map(|()| key)
+                .map_err(|e| format!("put_from {prefix}{i}: {e}"))
         })
         .collect()
 }
 
-fn over_tcp(report: &mut Report, raw: &limits::RawTcp, raw_1m: f64, redis_1m: Option<f64>, duration: Duration, samples: usize) -> Result<(), String> {
+fn over_tcp(
+    report: &mut Report,
+    raw: &limits::RawTcp,
+    raw_1m: f64,
+    redis_1m: Option<f64>,
+    duration: Duration,
+    samples: usize,
+) -> Result<(), String> {
     let service = MasterService::new(MasterConfig::default());
-    let rpc = RpcServer::start("127.0.0.1:0".parse().map_err(|_| "addr")?, service.clone()).map_err(|e| format!("rpc server: {e}"))?;
+    let rpc = RpcServer::start("127.0.0.1:0".parse().map_err(|_| "addr")?, service.clone())
+        .map_err(|e| format!("rpc server: {e}"))?;
     let master = rpc.local_addr().to_string();
     let (_peer, peer_name) = spawn_peer(&master, "512 MB")?;
     let client = Client::setup(SetupConfig {
@@ -154,13 +209,31 @@ fn over_tcp(report: &mut Report, raw: &limits::RawTcp, raw_1m: f64, redis_1m: Op
 
     let big = put_objects(&client, "g4m-", 16, 4 * MIB, &peer_name)?;
     let value = timed_gets(&client, &big, 4 * MIB, duration)?;
-    report.line("tcp get 4MiB (2 processes)", value, "GB/s", "raw tcp 1 stream 4MiB", raw.get_gbps);
+    report.line(
+        "tcp get 4MiB (2 processes)",
+        value,
+        "GB/s",
+        "raw tcp 1 stream 4MiB",
+        raw.get_gbps,
+    );
 
     let mid = put_objects(&client, "g1m-", 16, MIB, &peer_name)?;
     let value = timed_gets(&client, &mid, MIB, duration)?;
     match redis_1m {
-        Some(redis) => report.line("tcp get 1MiB (2 processes)", value, "GB/s", "redis GET 1MiB", redis),
-        None => report.line("tcp get 1MiB (2 processes)", value, "GB/s", "raw tcp 1 stream 1MiB", raw_1m),
+        Some(redis) => report.line(
+            "tcp get 1MiB (2 processes)",
+            value,
+            "GB/s",
+            "redis GET 1MiB",
+            redis,
+        ),
+        None => report.line(
+            "tcp get 1MiB (2 processes)",
+            value,
+            "GB/s",
+            "raw tcp 1 stream 1MiB",
+            raw_1m,
+        ),
     }
 
     let small = put_objects(&client, "g4k-", 64, 4096, &peer_name)?;
@@ -168,10 +241,18 @@ fn over_tcp(report: &mut Report, raw: &limits::RawTcp, raw_1m: f64, redis_1m: Op
     let mut lat = Vec::with_capacity(samples);
     for i in 0..samples {
         let t = Instant::now();
-        client.get_into(&small[i % small.len()], &mut buf).map_err(|e| format!("get 4KiB: {e}"))?;
+        client
+            .get_into(&small[i % small.len()], &mut buf)
+            .map_err(|e| format!("get 4KiB: {e}"))?;
         lat.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    report.line("tcp get 4KiB p50", median(&mut lat), "us", "raw tcp 64B rtt p50", raw.rtt_us);
+    report.line(
+        "tcp get 4KiB p50",
+        median(&mut lat),
+        "us",
+        "raw tcp 64B rtt p50",
+        raw.rtt_us,
+    );
 
     let keys: Vec<&String> = small.iter().take(32).collect();
     let mut outs = vec![vec![0u8; 4096]; 32];
@@ -185,22 +266,39 @@ fn over_tcp(report: &mut Report, raw: &limits::RawTcp, raw_1m: f64, redis_1m: Op
         got += 32;
     }
     let rate = got as f64 / start.elapsed().as_secs_f64();
-    report.line("tcp batch 32x4KiB gets", rate, "key/s", "32 keys per raw rtt", 32.0 / (raw.rtt_us / 1e6));
+    report.line(
+        "tcp batch 32x4KiB gets",
+        rate,
+        "key/s",
+        "32 keys per raw rtt",
+        32.0 / (raw.rtt_us / 1e6),
+    );
 
     let src = Pool::new(4, 4 * MIB, 1);
-    let cfg = ReplicateConfig { preferred_segments: vec![peer_name.clone()], ..ReplicateConfig::default() };
+    let cfg = ReplicateConfig {
+        preferred_segments: vec![peer_name.clone()],
+        ..ReplicateConfig::default()
+    };
     let (mut bytes, mut t_put, mut i) = (0u64, 0.0, 0usize);
     let start = Instant::now();
     while start.elapsed() < duration {
         let key = format!("p4m-{}", i % 16);
         let _ = client.remove(&key, true);
         let t = Instant::now();
-        client.put_from(&key, &src.bufs[i % 4], &cfg).map_err(|e| format!("put 4MiB: {e}"))?;
+        client
+            .put_from(&key, &src.bufs[i % 4], &cfg)
+            .map_err(|e| format!("put 4MiB: {e}"))?;
         t_put += t.elapsed().as_secs_f64();
         bytes += 4 * MIB as u64;
         i += 1;
     }
-    report.line("tcp put_from 4MiB (2 processes)", gbps(bytes, t_put), "GB/s", "raw tcp 1 stream 4MiB", raw.get_gbps);
+    report.line(
+        "tcp put_from 4MiB (2 processes)",
+        gbps(bytes, t_put),
+        "GB/s",
+        "raw tcp 1 stream 4MiB",
+        raw.get_gbps,
+    );
     client.teardown();
     rpc.shutdown();
     service.shutdown();
@@ -216,7 +314,9 @@ pub fn run_all(report: &mut Report, quick: bool) -> Result<(), String> {
     let raw = limits::raw_tcp(4 * MIB, duration, samples).map_err(|e| format!("raw tcp: {e}"))?;
     report.limit("raw tcp 1 stream 4MiB", raw.get_gbps, "GB/s");
     report.limit("raw tcp 64B rtt p50", raw.rtt_us, "us");
-    let raw_1m = limits::raw_tcp(MIB, duration, 1).map_err(|e| format!("raw tcp: {e}"))?.get_gbps;
+    let raw_1m = limits::raw_tcp(MIB, duration, 1)
+        .map_err(|e| format!("raw tcp: {e}"))?
+        .get_gbps;
     report.limit("raw tcp 1 stream 1MiB", raw_1m, "GB/s");
     let redis_1m = redis::get_gbps(MIB, duration);
     if let Some(redis) = redis_1m {

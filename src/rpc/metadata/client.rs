@@ -297,3 +297,9 @@ mod tests {
         assert_eq!(resolver.resolve("junk").unwrap_err(), ErrorCode::RpcFail);
     }
 }
+
+impl crate::transfer::SegmentResolver for HttpMetadataResolver {
+    fn resolve(&self, segment_name: &str) -> Result<SocketAddr> {
+        HttpMetadataResolver::resolve(self, segment_name)
+    }
+}
