@@ -164,7 +164,7 @@ fn eviction_under_pressure_spares_leased_pinned_and_hard_pinned_objects() {
     }
     let exist = client.batch_is_exist(&(0..40).map(|i| format!("fill-{i}")).collect::<Vec<_>>());
     assert!(
-        exist[..10].iter().any(|e| *e == Ok(false)),
+        exist[..10].contains(&Ok(false)),
         "oldest objects were evicted first"
     );
     assert_eq!(exist[39], Ok(true), "the newest object survives");
@@ -291,7 +291,7 @@ fn peer_refuses_access_outside_registered_ranges() {
     let engine = TransferEngine::new(EngineConfig {
         local_name: "probe-engine".into(),
         listener: None,
-        resolver: Arc::new(DirectResolver::default()),
+        resolver: Arc::new(DirectResolver),
         memcpy_enabled: true,
     })
     .unwrap();

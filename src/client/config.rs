@@ -211,8 +211,10 @@ mod tests {
             bad(&|c| c.metadata_server = "http://127.0.0.1:8080/metadata".into()),
             Ok(MetadataMode::Http("http://127.0.0.1:8080/metadata".into()))
         );
-        let mut embedded = SetupConfig::default();
-        embedded.master_server_addr = "embedded".into();
+        let mut embedded = SetupConfig {
+            master_server_addr: "embedded".into(),
+            ..SetupConfig::default()
+        };
         assert!(embedded.is_embedded());
         embedded.master_server_addr = String::new();
         assert!(embedded.is_embedded());

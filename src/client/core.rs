@@ -75,7 +75,7 @@ impl Client {
             (name, Some(listener))
         };
         let (resolver, metadata): (Arc<dyn SegmentResolver>, _) = match &metadata_mode {
-            MetadataMode::P2pHandshake => (Arc::new(DirectResolver::default()), None),
+            MetadataMode::P2pHandshake => (Arc::new(DirectResolver), None),
             MetadataMode::Http(url) => (
                 Arc::new(rpc::HttpMetadataResolver::new(
                     rpc::HttpMetadataClient::new(url)?,

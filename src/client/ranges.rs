@@ -78,13 +78,13 @@ impl Client {
         let mut results: Vec<Vec<Vec<Result<u64>>>> = Vec::with_capacity(n);
         let mut jobs = Vec::new();
         let mut job_at = Vec::new();
-        for i in 0..n {
+        for (i, buffer) in buffers.iter_mut().enumerate() {
             if !row_ok(i) {
                 results.push(request.keys[i].iter().map(|_| bad()).collect());
                 continue;
             }
-            let base = buffers[i].as_mut_ptr() as usize;
-            let capacity = buffers[i].len() as u64;
+            let base = buffer.as_mut_ptr() as usize;
+            let capacity = buffer.len() as u64;
             let mut row = Vec::with_capacity(request.keys[i].len());
             for (j, key) in request.keys[i].iter().enumerate() {
                 if !shape_ok(i, j) {

@@ -210,6 +210,12 @@ impl HttpMetadataResolver {
     }
 }
 
+impl crate::transfer::SegmentResolver for HttpMetadataResolver {
+    fn resolve(&self, segment_name: &str) -> Result<SocketAddr> {
+        HttpMetadataResolver::resolve(self, segment_name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,11 +301,5 @@ mod tests {
         store.put("mooncake/rpc_meta/junk", b"not json".to_vec());
         store.put("mooncake/ram/junk", b"{}".to_vec());
         assert_eq!(resolver.resolve("junk").unwrap_err(), ErrorCode::RpcFail);
-    }
-}
-
-impl crate::transfer::SegmentResolver for HttpMetadataResolver {
-    fn resolve(&self, segment_name: &str) -> Result<SocketAddr> {
-        HttpMetadataResolver::resolve(self, segment_name)
     }
 }
