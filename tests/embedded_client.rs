@@ -168,7 +168,7 @@ fn batches_mismatches_and_duplicates() {
     assert_eq!(client.get_size("a"), Ok(3000));
     let mut ba = vec![0u8; 3000];
     let mut bb = vec![0u8; 2000];
-    let mut bc = vec![0u8; 10];
+    let mut bc = [0u8; 10];
     let got = client.batch_get_into(
         &["a", "b", "zz"],
         &mut [&mut ba[..], &mut bb[..], &mut bc[..]],
@@ -343,7 +343,7 @@ fn get_and_put_sessions_per_layer() {
         (2 * layers) as u64
     );
     client.batch_get_session_end(&keys).unwrap();
-    let mut b = vec![0u8; 4];
+    let mut b = [0u8; 4];
     assert_eq!(
         client.batch_get_into_multi_buffer_ranges(&["s0"], &mut [vec![&mut b[..]]], &[vec![0]]),
         vec![Err(ErrorCode::InvalidParams)]
