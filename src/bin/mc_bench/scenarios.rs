@@ -197,7 +197,7 @@ fn over_tcp(
     let rpc = RpcServer::start("127.0.0.1:0".parse().map_err(|_| "addr")?, service.clone())
         .map_err(|e| format!("rpc server: {e}"))?;
     let master = rpc.local_addr().to_string();
-    let (_peer, peer_name) = spawn_peer(&master, "512 MB")?;
+    let (peer, peer_name) = spawn_peer(&master, "512 MB")?;
     let client = Client::setup(SetupConfig {
         local_hostname: "127.0.0.1".into(),
         global_segment_size: 0,
@@ -253,6 +253,49 @@ fn over_tcp(
         "raw tcp 64B rtt p50",
         raw.rtt_us,
     );
+    let p50 = |f: &mut dyn FnMut(usize) -> Result<(), String>| -> Result<f64, String> {
+        let mut lat = Vec::with_capacity(samples);
+        for i in 0..samples {
+            let t = Instant::now();
+            f(i)?;
+            lat.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        Ok(median(&mut lat))
+    };
+    let query = p50(&mut |i| {
+        client
+            .get_size(&small[i % small.len()])
+            .map(|_| ())
+            .map_err(|e| format!("get_size: {e}"))
+    })?;
+    report.line(
+        "  part: master query p50",
+        query,
+        "us",
+        "raw tcp 64B rtt p50",
+        raw.rtt_us,
+    );
+    let pins: Vec<_> = client
+        .pin(&small)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("pin: {e}"))?;
+    let data = p50(&mut |i| {
+        client
+            .read_pinned(&pins[i % pins.len()], &mut buf)
+            .map(|_| ())
+            .map_err(|e| format!("read_pinned: {e}"))
+    })?;
+    report.line(
+        "  part: data read 4KiB p50",
+        data,
+        "us",
+        "raw tcp 64B rtt p50",
+        raw.rtt_us,
+    );
+    client
+        .unpin(&pins.iter().map(|p| p.pin_id).collect::<Vec<_>>())
+        .map_err(|e| format!("unpin: {e}"))?;
 
     let keys: Vec<&String> = small.iter().take(32).collect();
     let mut outs = vec![vec![0u8; 4096]; 32];
@@ -300,6 +343,7 @@ fn over_tcp(
         raw.get_gbps,
     );
     client.teardown();
+    drop(peer);
     rpc.shutdown();
     service.shutdown();
     Ok(())
