@@ -84,20 +84,7 @@ impl Master {
 
     /// GETs `path` from the metrics port.
     pub fn http_get(&self, path: &str) -> String {
-        use std::io::{Read, Write};
-        let mut stream =
-            TcpStream::connect(("127.0.0.1", self.metrics_port)).expect("connect metrics");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut text = String::new();
-        let _ = stream.read_to_string(&mut text);
-        text
+        http_get(self.metrics_port, path)
     }
 }
 
@@ -105,6 +92,23 @@ impl Drop for Master {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// GETs `path` from 127.0.0.1:`port` and returns the whole response (status line included).
+pub fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect http");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text
 }
 
 /// A running `mooncake_client` process contributing a segment.
@@ -116,12 +120,18 @@ pub struct PeerClient {
 impl PeerClient {
     /// Starts a peer with a `segment` of the given size (e.g. "64 MB").
     pub fn start(master: &str, segment: &str) -> PeerClient {
+        PeerClient::start_with_metadata(master, segment, "P2PHANDSHAKE")
+    }
+
+    /// Starts a peer that publishes itself to `metadata_server`.
+    pub fn start_with_metadata(master: &str, segment: &str, metadata_server: &str) -> PeerClient {
         let mut child = Command::new(env!("CARGO_BIN_EXE_mooncake_client"))
             .args([
                 format!("--master_server_address={master}"),
                 "--host=127.0.0.1".into(),
                 format!("--global_segment_size={segment}"),
                 "--local_buffer_size=0".into(),
+                format!("--metadata_server={metadata_server}"),
             ])
             .stdout(Stdio::piped())
             .spawn()
@@ -159,9 +169,19 @@ impl Drop for PeerClient {
 
 /// An in-process client of `master` with its own segment and local buffer.
 pub fn local_client(master: &str, segment: u64, local_buffer: u64) -> Client {
+    local_client_with_metadata(master, segment, local_buffer, "P2PHANDSHAKE")
+}
+
+/// An in-process client that discovers peers through `metadata_server`.
+pub fn local_client_with_metadata(
+    master: &str,
+    segment: u64,
+    local_buffer: u64,
+    metadata_server: &str,
+) -> Client {
     Client::setup(SetupConfig {
         local_hostname: "127.0.0.1".into(),
-        metadata_server: "P2PHANDSHAKE".into(),
+        metadata_server: metadata_server.into(),
         global_segment_size: segment,
         local_buffer_size: local_buffer,
         master_server_addr: master.into(),
