@@ -440,7 +440,10 @@ fn pinned_objects_keep_their_bytes_through_forced_removal() {
     assert_eq!(out, value);
     client.unpin(&[pin.pin_id]).unwrap();
     client.remove_all(true).unwrap();
-    for i in 0..4 {
+    // The pin also granted the usual 10 s read lease, so the pinned range stays held until
+    // that lease ends (checked with a short lease in tests/multi_process.rs); the rest of the
+    // segment is free again.
+    for i in 0..3 {
         client
             .put_from(&format!("again{i}"), &pattern(MIB, i), &cfg())
             .unwrap();

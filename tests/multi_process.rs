@@ -175,7 +175,7 @@ fn eviction_under_pressure_spares_leased_pinned_and_hard_pinned_objects() {
 
 #[test]
 fn pinned_object_keeps_its_bytes_until_unpinned_across_processes() {
-    let master = Master::start(&[]);
+    let master = Master::start(&["--default_kv_lease_ttl=300"]);
     let peer = PeerClient::start(&master.addr(), "8 MB");
     let client = local_client(&master.addr(), 0, 0);
     let seg = on(&peer.name);

@@ -356,11 +356,10 @@ impl ClientCore {
         }
         self.finish(keys, &commit, true, results);
         self.finish(keys, &revoke, false, results);
-        for &(i, size) in pending {
-            if results[i].is_ok() && commit.contains(&i) {
-                ClientCounters::add(&self.counters.objects_written, 1);
-                ClientCounters::add(&self.counters.bytes_written, size);
-            }
+        let sizes: HashMap<usize, u64> = pending.iter().copied().collect();
+        for &i in commit.iter().filter(|&&i| results[i].is_ok()) {
+            ClientCounters::add(&self.counters.objects_written, 1);
+            ClientCounters::add(&self.counters.bytes_written, sizes[&i]);
         }
     }
 
