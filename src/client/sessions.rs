@@ -90,6 +90,17 @@ fn session_fragments(bufs: &[Buf], offsets: &[u64], size: u64) -> Result<Vec<Fra
     Ok(fragments)
 }
 
+/// The sessions of `keys` (cloned out, so no lock is held during transfers).
+fn snapshot<T: Clone, K: AsRef<str>>(
+    table: &Mutex<HashMap<String, T>>,
+    keys: &[K],
+) -> Vec<Option<T>> {
+    let table = table.lock();
+    keys.iter()
+        .map(|k| table.get(k.as_ref()).cloned())
+        .collect()
+}
+
 fn lengths_match(n: usize, others: &[usize]) -> Result<()> {
     if others.iter().all(|&m| m == n) {
         Ok(())
@@ -156,12 +167,7 @@ impl Client {
         {
             return vec![Err(e); n];
         }
-        let sessions: Vec<Option<GetSession>> = {
-            let table = core.sessions.get.lock();
-            keys.iter()
-                .map(|k| table.get(k.as_ref()).cloned())
-                .collect()
-        };
+        let sessions = snapshot(&core.sessions.get, keys);
         let mut results: Vec<Result<u64>> = Vec::with_capacity(n);
         let mut jobs = Vec::new();
         let mut job_index = Vec::new();
@@ -312,12 +318,7 @@ impl Client {
         {
             return vec![Err(e); n];
         }
-        let sessions: Vec<Option<Arc<PutSession>>> = {
-            let table = core.sessions.put.lock();
-            keys.iter()
-                .map(|k| table.get(k.as_ref()).cloned())
-                .collect()
-        };
+        let sessions = snapshot(&core.sessions.put, keys);
         let mut results: Vec<Result<u64>> = Vec::with_capacity(n);
         let mut writes = Vec::new();
         let mut entered = Vec::new();
@@ -375,12 +376,7 @@ impl Client {
         if let Err(e) = core.check_open() {
             return vec![Err(e); n];
         }
-        let sessions: Vec<Option<Arc<PutSession>>> = {
-            let table = core.sessions.put.lock();
-            keys.iter()
-                .map(|k| table.get(k.as_ref()).cloned())
-                .collect()
-        };
+        let sessions = snapshot(&core.sessions.put, keys);
         let mut results: Vec<Result<()>> = vec![Ok(()); n];
         let mut names = Vec::new();
         let mut index = Vec::new();
