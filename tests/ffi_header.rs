@@ -157,3 +157,56 @@ fn every_mc_function_is_declared_and_documented_in_the_header() {
         );
     }
 }
+
+/// Prototypes (`ret name(args);`, whitespace collapsed, comments dropped) in a header.
+fn prototypes(header: &str, prefix: &str) -> std::collections::BTreeMap<String, String> {
+    let mut text = String::new();
+    let mut rest = header;
+    // Drop comments.
+    while let Some(start) = rest.find("/*") {
+        text.push_str(&rest[..start]);
+        rest = rest[start..]
+            .split_once("*/")
+            .map_or("", |(_, after)| after);
+    }
+    text.push_str(rest);
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out = std::collections::BTreeMap::new();
+    for stmt in flat.split(';') {
+        let stmt = stmt.trim();
+        let Some(open) = stmt.find('(') else { continue };
+        let before = &stmt[..open];
+        let name = before
+            .rsplit(|c: char| c == ' ' || c == '*')
+            .next()
+            .unwrap_or("");
+        if name.starts_with(prefix) && stmt.ends_with(')') {
+            let stmt = stmt.rsplit_once('}').map_or(stmt, |(_, s)| s).trim();
+            out.insert(name.to_string(), stmt.replace("( ", "(").replace(" )", ")"));
+        }
+    }
+    out
+}
+
+#[test]
+fn store_c_h_declares_exactly_the_rust_mooncake_store_functions() {
+    let mut config = cbindgen::Config::default();
+    config.language = cbindgen::Language::C;
+    config.documentation = false;
+    config.usize_is_size_t = true;
+    config.function.args = cbindgen::Layout::Horizontal;
+    let generated = cbindgen::Builder::new()
+        .with_config(config)
+        .with_src(root().join("src").join("ffi").join("store_c.rs"))
+        .generate()
+        .expect("cbindgen parses store_c.rs");
+    let mut out = Vec::new();
+    generated.write(&mut out);
+    let generated = prototypes(&String::from_utf8(out).unwrap(), "mooncake_store_");
+    let handwritten = prototypes(
+        &std::fs::read_to_string(root().join("include").join("store_c.h")).unwrap(),
+        "mooncake_store_",
+    );
+    assert_eq!(generated.len(), 19, "{generated:#?}");
+    assert_eq!(handwritten, generated);
+}
