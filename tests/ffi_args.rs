@@ -17,6 +17,9 @@ use std::ptr::{null, null_mut};
 
 const BAD: i32 = MC_ERR_INVALID_PARAMS;
 
+/// One deferred C call (so each call's message is checked right after it).
+type Call<'a> = Box<dyn Fn() -> c_int + 'a>;
+
 /// Asserts the code and that a message was recorded for it.
 fn expect(rc: i64, code: i32, what: &str) {
     assert_eq!(rc, i64::from(code), "{what}");
@@ -474,7 +477,7 @@ fn bad_batch_arguments() {
     );
     // Per-entry problems: -600 in the return value and in every slot.
     let rp = r.as_mut_ptr();
-    let calls: Vec<(&str, Box<dyn Fn() -> c_int>)> = vec![
+    let calls: Vec<(&str, Call)> = vec![
         (
             "NULL buffer with size",
             Box::new(|| {

@@ -176,10 +176,7 @@ fn prototypes(header: &str, prefix: &str) -> std::collections::BTreeMap<String, 
         let stmt = stmt.trim();
         let Some(open) = stmt.find('(') else { continue };
         let before = &stmt[..open];
-        let name = before
-            .rsplit(|c: char| c == ' ' || c == '*')
-            .next()
-            .unwrap_or("");
+        let name = before.rsplit([' ', '*']).next().unwrap_or("");
         if name.starts_with(prefix) && stmt.ends_with(')') {
             let stmt = stmt.rsplit_once('}').map_or(stmt, |(_, s)| s).trim();
             out.insert(name.to_string(), stmt.replace("( ", "(").replace(" )", ")"));
@@ -190,10 +187,12 @@ fn prototypes(header: &str, prefix: &str) -> std::collections::BTreeMap<String, 
 
 #[test]
 fn store_c_h_declares_exactly_the_rust_mooncake_store_functions() {
-    let mut config = cbindgen::Config::default();
-    config.language = cbindgen::Language::C;
-    config.documentation = false;
-    config.usize_is_size_t = true;
+    let mut config = cbindgen::Config {
+        language: cbindgen::Language::C,
+        documentation: false,
+        usize_is_size_t: true,
+        ..Default::default()
+    };
     config.function.args = cbindgen::Layout::Horizontal;
     let generated = cbindgen::Builder::new()
         .with_config(config)

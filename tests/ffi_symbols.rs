@@ -6,9 +6,29 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// `target/<profile>/libmooncake_rs.so` (the test binary lives in `target/<profile>/deps`).
+/// `cargo test` builds the library as an rlib only, so the cdylib is built here first with
+/// the same cargo, target directory and profile (a no-op when it is up to date).
 fn cdylib() -> PathBuf {
+    static BUILD: std::sync::Once = std::sync::Once::new();
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().unwrap().parent().unwrap();
+    let target_dir = profile_dir.parent().unwrap();
+    let release = profile_dir.file_name().and_then(|n| n.to_str()) == Some("release");
+    BUILD.call_once(|| {
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo
+            .args(["build", "--lib", "--quiet", "--target-dir"])
+            .arg(target_dir)
+            .arg("--manifest-path")
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"));
+        if release {
+            cargo.arg("--release");
+        }
+        assert!(
+            cargo.status().unwrap().success(),
+            "building the cdylib failed"
+        );
+    });
     let lib = profile_dir.join("libmooncake_rs.so");
     assert!(lib.exists(), "{} not built", lib.display());
     lib
