@@ -1,6 +1,8 @@
 # ctest `install.consumer` (cmake -P): install the build to a temporary prefix, check the layout,
-# then configure + build + run cpp-tests/consumer through find_package(CONFIG) and pkg-config.
-# Inputs: BUILD_DIR WORK_DIR CONSUMER_DIR EXPECTED_VERSION SONAME REAL_NAME LIBDIR.
+# then configure + build + run cpp-tests/consumer through find_package(CONFIG), pkg-config and
+# add_subdirectory.
+# Inputs: BUILD_DIR WORK_DIR CONSUMER_DIR EXPECTED_VERSION SONAME REAL_NAME LIBDIR SOURCE_DIR
+# CARGO_TARGET_DIR.
 cmake_minimum_required(VERSION 3.22)
 
 function(run_checked what)
@@ -48,23 +50,28 @@ if(OBJDUMP)
   endif()
 endif()
 
-# Consumer 1: find_package(mooncake_rs CONFIG) with a version requirement.
-run_checked("configure consumer (CMake package)" "${CMAKE_COMMAND}" -S "${CONSUMER_DIR}"
-            -B "${WORK_DIR}/consumer-cmake" "-DCMAKE_PREFIX_PATH=${prefix}"
-            "-DEXPECTED_VERSION=${EXPECTED_VERSION}" -DUSE_PKG_CONFIG=OFF)
-run_checked("build consumer (CMake package)" "${CMAKE_COMMAND}" --build "${WORK_DIR}/consumer-cmake")
-run_checked("run consumer (CMake package)" "${WORK_DIR}/consumer-cmake/consumer_c")
-run_checked("run consumer (CMake package, C++)" "${WORK_DIR}/consumer-cmake/consumer_cxx")
+# Configure, build and run the consumer in one mode; extra arguments go to its configure step.
+function(consumer mode)
+  set(dir "${WORK_DIR}/consumer-${mode}")
+  run_checked("configure consumer (${mode})" "${CMAKE_COMMAND}" -S "${CONSUMER_DIR}" -B "${dir}"
+              "-DMODE=${mode}" "-DEXPECTED_VERSION=${EXPECTED_VERSION}" ${ARGN})
+  run_checked("build consumer (${mode})" "${CMAKE_COMMAND}" --build "${dir}")
+  foreach(program consumer_c consumer_cxx)
+    run_checked("run ${program} (${mode})" "${dir}/${program}")
+  endforeach()
+endfunction()
 
-# Consumer 2: pkg-config only (PKG_CONFIG_PATH points at the temporary prefix).
+consumer(package "-DCMAKE_PREFIX_PATH=${prefix}")
+
 set(ENV{PKG_CONFIG_PATH} "${lib}/pkgconfig")
 run_checked("pkg-config --modversion" pkg-config --modversion mooncake_rs)
 string(STRIP "${last_output}" pc_version)
 if(NOT pc_version STREQUAL EXPECTED_VERSION)
   message(FATAL_ERROR "pkg-config version ${pc_version}, expected ${EXPECTED_VERSION}")
 endif()
-run_checked("configure consumer (pkg-config)" "${CMAKE_COMMAND}" -S "${CONSUMER_DIR}"
-            -B "${WORK_DIR}/consumer-pc" -DUSE_PKG_CONFIG=ON)
-run_checked("build consumer (pkg-config)" "${CMAKE_COMMAND}" --build "${WORK_DIR}/consumer-pc")
-run_checked("run consumer (pkg-config)" "${WORK_DIR}/consumer-pc/consumer_c")
+consumer(pkg-config)
+
+# add_subdirectory of the source tree; same CARGO_TARGET_DIR, so cargo has nothing to rebuild.
+consumer(subdirectory "-DMOONCAKE_RS_SOURCE_DIR=${SOURCE_DIR}"
+         "-DMOONCAKE_RS_CARGO_TARGET_DIR=${CARGO_TARGET_DIR}")
 message(STATUS "install + consumer: ok (${prefix})")
