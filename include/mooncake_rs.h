@@ -92,93 +92,93 @@
 /**
  * Internal error; also returned after a caught panic and on a poisoned handle.
  */
-#define MC_ERR_INTERNAL -1
+#define MC_ERR_INTERNAL (0 - 1)
 
 /**
  * A caller buffer was too small (rarely used; Mooncake reports most size problems as -600).
  */
-#define MC_ERR_BUFFER_OVERFLOW -10
+#define MC_ERR_BUFFER_OVERFLOW (0 - 10)
 
 /**
  * No free space in any segment.
  */
-#define MC_ERR_NO_AVAILABLE_HANDLE -200
+#define MC_ERR_NO_AVAILABLE_HANDLE (0 - 200)
 
 /**
  * The master's version differs from the client's.
  */
-#define MC_ERR_INVALID_VERSION -300
+#define MC_ERR_INVALID_VERSION (0 - 300)
 
 /**
  * Bad key.
  */
-#define MC_ERR_INVALID_KEY -400
+#define MC_ERR_INVALID_KEY (0 - 400)
 
 /**
  * Bad argument (NULL pointer, size overflow, count mismatch, unknown enum value, buffer too
  * small), or the store is not set up.
  */
-#define MC_ERR_INVALID_PARAMS -600
+#define MC_ERR_INVALID_PARAMS (0 - 600)
 
 /**
  * No usable replica.
  */
-#define MC_ERR_INVALID_REPLICA -702
+#define MC_ERR_INVALID_REPLICA (0 - 702)
 
 /**
  * The object is still being written.
  */
-#define MC_ERR_REPLICA_IS_NOT_READY -703
+#define MC_ERR_REPLICA_IS_NOT_READY (0 - 703)
 
 /**
  * No such object.
  */
-#define MC_ERR_OBJECT_NOT_FOUND -704
+#define MC_ERR_OBJECT_NOT_FOUND (0 - 704)
 
 /**
  * The object exists (reported by put sessions only; plain puts return 0).
  */
-#define MC_ERR_OBJECT_ALREADY_EXISTS -705
+#define MC_ERR_OBJECT_ALREADY_EXISTS (0 - 705)
 
 /**
  * A read lease blocks a non-forced remove.
  */
-#define MC_ERR_OBJECT_HAS_LEASE -706
+#define MC_ERR_OBJECT_HAS_LEASE (0 - 706)
 
 /**
  * The read lease ran out before the transfer finished.
  */
-#define MC_ERR_LEASE_EXPIRED -707
+#define MC_ERR_LEASE_EXPIRED (0 - 707)
 
 /**
  * A copy/move task holds the object.
  */
-#define MC_ERR_OBJECT_HAS_REPLICATION_TASK -708
+#define MC_ERR_OBJECT_HAS_REPLICATION_TASK (0 - 708)
 
 /**
  * A replica is in use and cannot be overwritten.
  */
-#define MC_ERR_OBJECT_REPLICA_BUSY -714
+#define MC_ERR_OBJECT_REPLICA_BUSY (0 - 714)
 
 /**
  * A data transfer failed.
  */
-#define MC_ERR_TRANSFER_FAIL -800
+#define MC_ERR_TRANSFER_FAIL (0 - 800)
 
 /**
  * Checksum verification failed.
  */
-#define MC_ERR_CHECKSUM_MISMATCH -801
+#define MC_ERR_CHECKSUM_MISMATCH (0 - 801)
 
 /**
  * A master RPC failed.
  */
-#define MC_ERR_RPC_FAIL -900
+#define MC_ERR_RPC_FAIL (0 - 900)
 
 /**
  * A master RPC timed out.
  */
-#define MC_ERR_RPC_TIMEOUT -901
+#define MC_ERR_RPC_TIMEOUT (0 - 901)
 
 /**
  * An object's bytes in client-owned memory (Mooncake's `BufferHandle`). Opaque and

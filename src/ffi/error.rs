@@ -14,45 +14,49 @@ pub const MC_VERSION_MINOR: u32 = 1;
 /// Patch version of this library.
 pub const MC_VERSION_PATCH: u32 = 0;
 
+// The error codes are written `0 - N` so cbindgen emits `#define MC_ERR_X (0 - N)`: a
+// parenthesised expression that stays correct inside any C expression (a bare `-N` would
+// not, e.g. in `x-MC_ERR_X`).
+
 /// Success.
 pub const MC_OK: i32 = 0;
 /// Internal error; also returned after a caught panic and on a poisoned handle.
-pub const MC_ERR_INTERNAL: i32 = -1;
+pub const MC_ERR_INTERNAL: i32 = 0 - 1;
 /// A caller buffer was too small (rarely used; Mooncake reports most size problems as -600).
-pub const MC_ERR_BUFFER_OVERFLOW: i32 = -10;
+pub const MC_ERR_BUFFER_OVERFLOW: i32 = 0 - 10;
 /// No free space in any segment.
-pub const MC_ERR_NO_AVAILABLE_HANDLE: i32 = -200;
+pub const MC_ERR_NO_AVAILABLE_HANDLE: i32 = 0 - 200;
 /// The master's version differs from the client's.
-pub const MC_ERR_INVALID_VERSION: i32 = -300;
+pub const MC_ERR_INVALID_VERSION: i32 = 0 - 300;
 /// Bad key.
-pub const MC_ERR_INVALID_KEY: i32 = -400;
+pub const MC_ERR_INVALID_KEY: i32 = 0 - 400;
 /// Bad argument (NULL pointer, size overflow, count mismatch, unknown enum value, buffer too
 /// small), or the store is not set up.
-pub const MC_ERR_INVALID_PARAMS: i32 = -600;
+pub const MC_ERR_INVALID_PARAMS: i32 = 0 - 600;
 /// No usable replica.
-pub const MC_ERR_INVALID_REPLICA: i32 = -702;
+pub const MC_ERR_INVALID_REPLICA: i32 = 0 - 702;
 /// The object is still being written.
-pub const MC_ERR_REPLICA_IS_NOT_READY: i32 = -703;
+pub const MC_ERR_REPLICA_IS_NOT_READY: i32 = 0 - 703;
 /// No such object.
-pub const MC_ERR_OBJECT_NOT_FOUND: i32 = -704;
+pub const MC_ERR_OBJECT_NOT_FOUND: i32 = 0 - 704;
 /// The object exists (reported by put sessions only; plain puts return 0).
-pub const MC_ERR_OBJECT_ALREADY_EXISTS: i32 = -705;
+pub const MC_ERR_OBJECT_ALREADY_EXISTS: i32 = 0 - 705;
 /// A read lease blocks a non-forced remove.
-pub const MC_ERR_OBJECT_HAS_LEASE: i32 = -706;
+pub const MC_ERR_OBJECT_HAS_LEASE: i32 = 0 - 706;
 /// The read lease ran out before the transfer finished.
-pub const MC_ERR_LEASE_EXPIRED: i32 = -707;
+pub const MC_ERR_LEASE_EXPIRED: i32 = 0 - 707;
 /// A copy/move task holds the object.
-pub const MC_ERR_OBJECT_HAS_REPLICATION_TASK: i32 = -708;
+pub const MC_ERR_OBJECT_HAS_REPLICATION_TASK: i32 = 0 - 708;
 /// A replica is in use and cannot be overwritten.
-pub const MC_ERR_OBJECT_REPLICA_BUSY: i32 = -714;
+pub const MC_ERR_OBJECT_REPLICA_BUSY: i32 = 0 - 714;
 /// A data transfer failed.
-pub const MC_ERR_TRANSFER_FAIL: i32 = -800;
+pub const MC_ERR_TRANSFER_FAIL: i32 = 0 - 800;
 /// Checksum verification failed.
-pub const MC_ERR_CHECKSUM_MISMATCH: i32 = -801;
+pub const MC_ERR_CHECKSUM_MISMATCH: i32 = 0 - 801;
 /// A master RPC failed.
-pub const MC_ERR_RPC_FAIL: i32 = -900;
+pub const MC_ERR_RPC_FAIL: i32 = 0 - 900;
 /// A master RPC timed out.
-pub const MC_ERR_RPC_TIMEOUT: i32 = -901;
+pub const MC_ERR_RPC_TIMEOUT: i32 = 0 - 901;
 
 static VERSION: &std::ffi::CStr = match std::ffi::CStr::from_bytes_with_nul(
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes(),
