@@ -1,11 +1,24 @@
 //! The initiating side of the TCP transport: a per-peer pool of idle persistent connections
-//! and the blocking exchange of one wire request (one slice) on a connection.
+//! and the blocking, pipelined exchange of wire requests (slices) on a connection.
 //!
 //! Connections carry `TCP_NODELAY`, a connect timeout and read/write timeouts (both
 //! [`Settings::io_timeout`]). A connection that saw any error is dropped, never pooled again.
-//! A failure on a connection taken from the pool (the peer may have closed it while idle) is
-//! retried once on a fresh connection; READ and WRITE are idempotent, and refusals and
-//! timeouts are not retried.
+//!
+//! Pipelining: the slices given to [`ConnectionPool::execute`] go out back to back on one
+//! connection (headers and WRITE payloads coalesced into vectored writes) and their answers
+//! are read back in order; the server handles a connection's requests strictly one after
+//! the other, so queued requests simply wait in the socket buffers. To rule out a deadlock
+//! (both sides blocked in `send` because neither reads), at most [`PIPELINE_WINDOW`] bytes of
+//! answers (status frames plus READ data) are outstanding at any time, far below what the
+//! two socket buffers on the answer path hold; the server therefore never blocks on sending
+//! for long and keeps consuming requests.
+//!
+//! Failures: a refusal ends the connection (the server closes it), so the slices after a
+//! refused one are sent again on another connection and the refused one alone fails. A
+//! socket failure before anything completed on a connection taken from the pool (the peer
+//! may have closed it while idle) is retried once on a fresh connection; READ and WRITE are
+//! idempotent. Any other socket failure, a timeout or a malformed frame fails the slice it
+//! happened on and every slice after it.
 
 use super::metrics::{bump, Metrics};
 use super::settings::Settings;
@@ -19,6 +32,11 @@ use std::sync::Arc;
 
 /// Most idle connections kept per peer; more are closed when returned.
 const MAX_IDLE_PER_PEER: usize = 32;
+/// Most answer bytes outstanding on one connection (see the module docs). The receive
+/// buffer of a fresh loopback or LAN socket alone is twice this by default.
+const PIPELINE_WINDOW: usize = 64 << 10;
+/// Most buffers handed to one vectored write (the kernel limit is 1024).
+const MAX_IOV: usize = 128;
 
 /// One wire request as the initiator sees it: `len` bytes between `local` (this process)
 /// and `remote` (an address in the peer process).
@@ -32,6 +50,27 @@ pub(crate) struct Slice {
     pub(crate) len: usize,
     /// Target address in the peer process.
     pub(crate) remote: u64,
+}
+
+impl Slice {
+    /// The wire header of this slice (always protocol v2).
+    fn header(&self) -> [u8; HEADER_LEN] {
+        SessionHeader {
+            size: self.len as u64,
+            addr: self.remote,
+            opcode: self.op,
+            v2: true,
+        }
+        .encode()
+    }
+
+    /// Bytes the server sends back for this slice when it succeeds.
+    fn answer_len(&self) -> usize {
+        match self.op {
+            Opcode::Read => STATUS_LEN + self.len,
+            Opcode::Write => STATUS_LEN,
+        }
+    }
 }
 
 /// Why one exchange failed.
@@ -48,10 +87,7 @@ impl Failure {
     /// Whether a fresh connection might succeed where a pooled one failed.
     fn retryable(&self) -> bool {
         match self {
-            Failure::Io(e) => !matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ),
+            Failure::Io(e) => !is_timeout(e),
             Failure::Refused(_) | Failure::Protocol => false,
         }
     }
@@ -78,6 +114,22 @@ impl From<io::Error> for Failure {
     }
 }
 
+/// Whether `e` is a socket timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO` report `WouldBlock`).
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// How a pipelined run on one connection ended.
+struct Run {
+    /// Leading slices that completed.
+    completed: usize,
+    /// Why slice number `completed` did not (`None`: all completed).
+    stop: Option<Failure>,
+}
+
 /// Idle connections per peer. Thread-safe; share by `Arc`.
 pub(crate) struct ConnectionPool {
     idle: Mutex<HashMap<SocketAddr, Vec<TcpStream>>>,
@@ -96,28 +148,57 @@ impl ConnectionPool {
         }
     }
 
-    /// Runs `slice` against `peer` on the calling thread, blocking until it finished.
-    /// Errors carry a human-readable detail.
+    /// Runs `slices` against `peer` on the calling thread, pipelined on one connection at a
+    /// time (see the module docs), blocking until all finished. One result per slice, in
+    /// order; errors carry a human-readable detail.
     ///
     /// # Safety
-    /// `[slice.local, slice.local + slice.len)` must be valid for the operation (writable for
-    /// READ, readable for WRITE) and not accessed by others until this returns.
-    pub(crate) unsafe fn execute(&self, peer: SocketAddr, slice: &Slice) -> Result<(), String> {
-        let (stream, reused) = match self.checkout(peer) {
-            Ok(pair) => pair,
-            Err(failure) => return Err(failure.describe(peer, slice)),
-        };
-        // SAFETY: forwarded from the caller.
-        match unsafe { self.exchange_and_return(peer, stream, slice) } {
-            Err(failure) if reused && failure.retryable() => {
-                tracing::debug!("pooled connection to {peer} failed, retrying on a fresh one");
-                let fresh = self.connect(peer).map_err(|f| f.describe(peer, slice))?;
-                // SAFETY: as above; the failed attempt has finished with the memory.
-                unsafe { self.exchange_and_return(peer, fresh, slice) }
-                    .map_err(|f| f.describe(peer, slice))
+    /// For every slice, `[local, local + len)` must be valid for the operation (writable for
+    /// READ, readable for WRITE) and not accessed by others until this returns; the ranges of
+    /// READ slices must not overlap any other slice's range.
+    pub(crate) unsafe fn execute(
+        &self,
+        peer: SocketAddr,
+        slices: &[Slice],
+    ) -> Vec<Result<(), String>> {
+        let mut results = Vec::with_capacity(slices.len());
+        let mut fresh_only = false;
+        while results.len() < slices.len() {
+            let rest = &slices[results.len()..];
+            let connection = if fresh_only {
+                self.connect(peer).map(|stream| (stream, false))
+            } else {
+                self.checkout(peer)
+            };
+            let (mut stream, reused) = match connection {
+                Ok(pair) => pair,
+                Err(failure) => {
+                    fail_all(&mut results, rest, &failure, peer);
+                    break;
+                }
+            };
+            // SAFETY: forwarded from the caller; an earlier failed attempt has finished with
+            // the memory.
+            let Run { completed, stop } = unsafe { pipeline(&mut stream, rest) };
+            results.extend((0..completed).map(|_| Ok(())));
+            fresh_only = false;
+            match stop {
+                None => self.give_back(peer, stream),
+                Some(refusal @ Failure::Refused(_)) => {
+                    // The server closed the connection; the rest goes on another one.
+                    results.push(Err(refusal.describe(peer, &rest[completed])));
+                }
+                Some(failure) if reused && completed == 0 && failure.retryable() => {
+                    tracing::debug!("pooled connection to {peer} failed, retrying on a fresh one");
+                    fresh_only = true;
+                }
+                Some(failure) => {
+                    fail_all(&mut results, &rest[completed..], &failure, peer);
+                    break;
+                }
             }
-            other => other.map_err(|f| f.describe(peer, slice)),
         }
+        results
     }
 
     /// Closes every idle connection; later slices fail without touching the network.
@@ -126,18 +207,8 @@ impl ConnectionPool {
         self.idle.lock().clear();
     }
 
-    /// Exchanges one slice and pools the connection again if it succeeded.
-    ///
-    /// # Safety
-    /// As [`ConnectionPool::execute`].
-    unsafe fn exchange_and_return(
-        &self,
-        peer: SocketAddr,
-        mut stream: TcpStream,
-        slice: &Slice,
-    ) -> Result<(), Failure> {
-        // SAFETY: forwarded from the caller.
-        unsafe { exchange(&mut stream, slice) }?;
+    /// Pools a connection whose requests all completed.
+    fn give_back(&self, peer: SocketAddr, stream: TcpStream) {
         let mut idle = self.idle.lock();
         // Checked under the lock, so nothing is pooled after `close` cleared the map.
         if !self.closed.load(Ordering::SeqCst) {
@@ -146,7 +217,6 @@ impl ConnectionPool {
                 list.push(stream);
             }
         }
-        Ok(())
     }
 
     /// An idle connection to `peer` (reused = true) or a new one.
@@ -179,24 +249,143 @@ impl ConnectionPool {
     }
 }
 
-/// Sends one v2 request and completes it.
+/// Appends `failure` as the result of every slice in `slices`.
+fn fail_all(
+    results: &mut Vec<Result<(), String>>,
+    slices: &[Slice],
+    failure: &Failure,
+    peer: SocketAddr,
+) {
+    results.extend(slices.iter().map(|s| Err(failure.describe(peer, s))));
+}
+
+/// Sends `slices` on `stream` and reads their answers, keeping at most [`PIPELINE_WINDOW`]
+/// answer bytes outstanding (at least one request is always in flight). Stops at the first
+/// slice that fails.
 ///
 /// # Safety
 /// As [`ConnectionPool::execute`].
-unsafe fn exchange(stream: &mut TcpStream, slice: &Slice) -> Result<(), Failure> {
-    let header = SessionHeader {
-        size: slice.len as u64,
-        addr: slice.remote,
-        opcode: slice.op,
-        v2: true,
+unsafe fn pipeline(stream: &mut TcpStream, slices: &[Slice]) -> Run {
+    // Requests handed to the socket, answers we may wait for, and answers read.
+    let (mut sent, mut awaited, mut completed) = (0, 0, 0);
+    // Answer bytes of the requests in `completed..sent`.
+    let mut outstanding = 0;
+    let mut send_error: Option<io::Error> = None;
+    while completed < slices.len() {
+        // Refill once half the window drained, so a long group costs few send calls.
+        if send_error.is_none() && (sent == completed || outstanding <= PIPELINE_WINDOW / 2) {
+            let mut end = sent;
+            while let Some(slice) = slices.get(end) {
+                if end > completed && outstanding + slice.answer_len() > PIPELINE_WINDOW {
+                    break;
+                }
+                outstanding += slice.answer_len();
+                end += 1;
+            }
+            if end > sent {
+                // SAFETY: forwarded from the caller.
+                match unsafe { send_requests(stream, &slices[sent..end]) } {
+                    Ok(()) => awaited = end,
+                    Err((e, whole)) => {
+                        // The answer to a partly sent request may still be a refusal, unless
+                        // the peer is merely slow (then waiting for it would only time out).
+                        let partial = usize::from(!is_timeout(&e));
+                        awaited = (sent + whole + partial).min(end);
+                        send_error = Some(e);
+                    }
+                }
+                sent = end;
+            }
+        }
+        if completed == awaited {
+            let e = send_error.unwrap_or_else(|| io::Error::other("nothing left to receive"));
+            return Run {
+                completed,
+                stop: Some(Failure::Io(e)),
+            };
+        }
+        let slice = &slices[completed];
+        // SAFETY: forwarded from the caller.
+        match unsafe { receive_answer(stream, slice) } {
+            Ok(()) => {
+                outstanding -= slice.answer_len();
+                completed += 1;
+            }
+            Err(failure) => {
+                // A lost connection after a failed send is best explained by the send error.
+                let stop = match (failure, send_error) {
+                    (Failure::Io(_), Some(e)) => Failure::Io(e),
+                    (failure, _) => failure,
+                };
+                return Run {
+                    completed,
+                    stop: Some(stop),
+                };
+            }
+        }
     }
-    .encode();
+    Run {
+        completed,
+        stop: None,
+    }
+}
+
+/// Writes the requests' headers and WRITE payloads back to back with vectored writes. On
+/// failure also says how many leading requests went out completely.
+///
+/// # Safety
+/// The local range of every WRITE slice must be readable.
+unsafe fn send_requests(stream: &mut TcpStream, slices: &[Slice]) -> Result<(), (io::Error, usize)> {
+    let headers: Vec<[u8; HEADER_LEN]> = slices.iter().map(Slice::header).collect();
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(slices.len() * 2);
+    // Number of `parts` up to and including each request's last part.
+    let mut ends = Vec::with_capacity(slices.len());
+    for (slice, header) in slices.iter().zip(&headers) {
+        parts.push(header);
+        if slice.op == Opcode::Write {
+            // SAFETY: the caller guarantees `local` is readable for `len` bytes.
+            parts.push(unsafe { std::slice::from_raw_parts(slice.local as *const u8, slice.len) });
+        }
+        ends.push(parts.len());
+    }
+    // Position: the first unsent byte is `parts[part][offset]`.
+    let (mut part, mut offset) = (0, 0);
+    let whole = |part: usize| ends.partition_point(|&end| end <= part);
+    let mut io = Vec::with_capacity(parts.len().min(MAX_IOV));
+    while part < parts.len() {
+        io.clear();
+        io.push(IoSlice::new(&parts[part][offset..]));
+        io.extend(parts[part + 1..].iter().take(MAX_IOV - 1).map(|p| IoSlice::new(p)));
+        match stream.write_vectored(&io) {
+            Ok(0) => return Err((io::ErrorKind::WriteZero.into(), whole(part))),
+            Ok(mut n) => {
+                while n > 0 && part < parts.len() {
+                    let left = parts[part].len() - offset;
+                    if n < left {
+                        offset += n;
+                        n = 0;
+                    } else {
+                        n -= left;
+                        part += 1;
+                        offset = 0;
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((e, whole(part))),
+        }
+    }
+    Ok(())
+}
+
+/// Reads the answer to one sent request: the status frame and, for an accepted READ, the
+/// data straight into the slice's local memory.
+///
+/// # Safety
+/// The local range of a READ slice must be writable.
+unsafe fn receive_answer(stream: &mut TcpStream, slice: &Slice) -> Result<(), Failure> {
     match slice.op {
         Opcode::Write => {
-            // SAFETY: the caller guarantees `local` is readable for `len` bytes.
-            let payload =
-                unsafe { std::slice::from_raw_parts(slice.local as *const u8, slice.len) };
-            send_prefixed(stream, &header, payload)?;
             let mut status = [0u8; STATUS_LEN];
             stream.read_exact(&mut status)?;
             check_status(&status)
@@ -204,7 +393,6 @@ unsafe fn exchange(stream: &mut TcpStream, slice: &Slice) -> Result<(), Failure>
         Opcode::Read => {
             // SAFETY: the caller guarantees `local` is writable for `len` bytes.
             let target = unsafe { std::slice::from_raw_parts_mut(slice.local, slice.len) };
-            stream.write_all(&header)?;
             receive_prefixed(stream, target)
         }
     }
@@ -216,24 +404,6 @@ fn check_status(frame: &[u8; STATUS_LEN]) -> Result<(), Failure> {
         Some(status) => Err(Failure::Refused(status)),
         None => Err(Failure::Protocol),
     }
-}
-
-/// Writes the header and the payload, coalescing them into one segment when possible.
-fn send_prefixed(
-    stream: &mut TcpStream,
-    header: &[u8; HEADER_LEN],
-    payload: &[u8],
-) -> io::Result<()> {
-    let mut sent = 0;
-    while sent < HEADER_LEN {
-        match stream.write_vectored(&[IoSlice::new(&header[sent..]), IoSlice::new(payload)]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => sent += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    stream.write_all(&payload[sent - HEADER_LEN..])
 }
 
 /// Reads the status frame and, if it is OK, the payload into `target`, usually with a single

@@ -500,3 +500,27 @@ fn server_speaks_v1_and_refuses_malformed_requests() {
     assert_eq!(server.metrics().rejected_requests, 2);
     assert_eq!(HEADER_LEN, 24);
 }
+
+#[test]
+#[ignore]
+fn zz_timing_batch() {
+    let server = serving_engine();
+    let client = embedded_engine();
+    let mut segment = pattern(32 * 4096, 1);
+    register(&server, &mut segment, true);
+    let peer = server.local_name().to_owned();
+    let mut outs = vec![vec![0u8; 4096]; 32];
+    for n in [1usize, 32] {
+        let mut lat = Vec::new();
+        for _ in 0..3000 {
+            let base = addr_of(&segment);
+            let reqs: Vec<_> = outs.iter_mut().take(n).enumerate().map(|(i, o)| read_req(o, &peer, base + i as u64 * 4096)).collect();
+            let t = Instant::now();
+            let r = unsafe { client.transfer(&reqs) };
+            lat.push(t.elapsed().as_secs_f64() * 1e6);
+            assert!(r.iter().all(|x| x.is_ok()));
+        }
+        lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        eprintln!("n={n} p50={:.1}us p10={:.1}", lat[lat.len() / 2], lat[lat.len() / 10]);
+    }
+}
