@@ -25,7 +25,8 @@ use super::settings::Settings;
 use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use super::gather::Cursor;
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -35,8 +36,6 @@ const MAX_IDLE_PER_PEER: usize = 32;
 /// Most answer bytes outstanding on one connection (see the module docs). The receive
 /// buffer of a fresh loopback or LAN socket alone is twice this by default.
 const PIPELINE_WINDOW: usize = 64 << 10;
-/// Most buffers handed to one vectored write (the kernel limit is 1024).
-const MAX_IOV: usize = 128;
 
 /// One wire request as the initiator sees it: `len` bytes between `local` (this process)
 /// and `remote` (an address in the peer process).
@@ -266,15 +265,26 @@ fn fail_all(
 /// # Safety
 /// As [`ConnectionPool::execute`].
 unsafe fn pipeline(stream: &mut TcpStream, slices: &[Slice]) -> Run {
-    // Requests handed to the socket, answers we may wait for, and answers read.
-    let (mut sent, mut awaited, mut completed) = (0, 0, 0);
-    // Answer bytes of the requests in `completed..sent`.
+    let headers: Vec<[u8; HEADER_LEN]> = slices.iter().map(Slice::header).collect();
+    let mut statuses = vec![[0u8; STATUS_LEN]; slices.len()];
+    // SAFETY: forwarded from the caller.
+    let mut requests = unsafe { Outgoing::new(slices, &headers) };
+    // SAFETY: forwarded from the caller.
+    let mut answers = unsafe { Incoming::new(slices, &mut statuses) };
+    // Requests whose answers we may wait for, and answers read.
+    let (mut awaited, mut completed) = (0, 0);
+    // Answer bytes of the requests in `completed..awaited`.
     let mut outstanding = 0;
     let mut send_error: Option<io::Error> = None;
+    let stop = |completed, failure| Run {
+        completed,
+        stop: Some(failure),
+    };
     while completed < slices.len() {
         // Refill once half the window drained, so a long group costs few send calls.
-        if send_error.is_none() && (sent == completed || outstanding <= PIPELINE_WINDOW / 2) {
-            let mut end = sent;
+        if send_error.is_none() && (awaited == completed || outstanding <= PIPELINE_WINDOW / 2)
+        {
+            let mut end = awaited;
             while let Some(slice) = slices.get(end) {
                 if end > completed && outstanding + slice.answer_len() > PIPELINE_WINDOW {
                     break;
@@ -282,46 +292,39 @@ unsafe fn pipeline(stream: &mut TcpStream, slices: &[Slice]) -> Run {
                 outstanding += slice.answer_len();
                 end += 1;
             }
-            if end > sent {
-                // SAFETY: forwarded from the caller.
-                match unsafe { send_requests(stream, &slices[sent..end]) } {
+            if end > awaited {
+                match requests.send(stream, end) {
                     Ok(()) => awaited = end,
-                    Err((e, whole)) => {
+                    Err(e) => {
                         // The answer to a partly sent request may still be a refusal, unless
                         // the peer is merely slow (then waiting for it would only time out).
                         let partial = usize::from(!is_timeout(&e));
-                        awaited = (sent + whole + partial).min(end);
+                        awaited = (requests.whole() + partial).min(end);
                         send_error = Some(e);
                     }
                 }
-                sent = end;
             }
         }
         if completed == awaited {
             let e = send_error.unwrap_or_else(|| io::Error::other("nothing left to receive"));
-            return Run {
-                completed,
-                stop: Some(Failure::Io(e)),
-            };
+            return stop(completed, Failure::Io(e));
         }
-        let slice = &slices[completed];
-        // SAFETY: forwarded from the caller.
-        match unsafe { receive_answer(stream, slice) } {
-            Ok(()) => {
-                outstanding -= slice.answer_len();
-                completed += 1;
+        if let Err(e) = answers.receive(stream, awaited) {
+            // A lost connection after a failed send is best explained by the send error.
+            return stop(completed, Failure::Io(send_error.unwrap_or(e)));
+        }
+        while completed < awaited {
+            let Some(frame) = answers.status(completed) else {
+                break;
+            };
+            if let Err(failure) = check_status(&frame) {
+                return stop(completed, failure);
             }
-            Err(failure) => {
-                // A lost connection after a failed send is best explained by the send error.
-                let stop = match (failure, send_error) {
-                    (Failure::Io(_), Some(e)) => Failure::Io(e),
-                    (failure, _) => failure,
-                };
-                return Run {
-                    completed,
-                    stop: Some(stop),
-                };
+            if !answers.complete(completed) {
+                break;
             }
+            outstanding -= slices[completed].answer_len();
+            completed += 1;
         }
     }
     Run {
@@ -330,71 +333,118 @@ unsafe fn pipeline(stream: &mut TcpStream, slices: &[Slice]) -> Run {
     }
 }
 
-/// Writes the requests' headers and WRITE payloads back to back with vectored writes. On
-/// failure also says how many leading requests went out completely.
-///
-/// # Safety
-/// The local range of every WRITE slice must be readable.
-unsafe fn send_requests(stream: &mut TcpStream, slices: &[Slice]) -> Result<(), (io::Error, usize)> {
-    let headers: Vec<[u8; HEADER_LEN]> = slices.iter().map(Slice::header).collect();
-    let mut parts: Vec<&[u8]> = Vec::with_capacity(slices.len() * 2);
-    // Number of `parts` up to and including each request's last part.
-    let mut ends = Vec::with_capacity(slices.len());
-    for (slice, header) in slices.iter().zip(&headers) {
-        parts.push(header);
-        if slice.op == Opcode::Write {
-            // SAFETY: the caller guarantees `local` is readable for `len` bytes.
-            parts.push(unsafe { std::slice::from_raw_parts(slice.local as *const u8, slice.len) });
-        }
-        ends.push(parts.len());
-    }
-    // Position: the first unsent byte is `parts[part][offset]`.
-    let (mut part, mut offset) = (0, 0);
-    let whole = |part: usize| ends.partition_point(|&end| end <= part);
-    let mut io = Vec::with_capacity(parts.len().min(MAX_IOV));
-    while part < parts.len() {
-        io.clear();
-        io.push(IoSlice::new(&parts[part][offset..]));
-        io.extend(parts[part + 1..].iter().take(MAX_IOV - 1).map(|p| IoSlice::new(p)));
-        match stream.write_vectored(&io) {
-            Ok(0) => return Err((io::ErrorKind::WriteZero.into(), whole(part))),
-            Ok(mut n) => {
-                while n > 0 && part < parts.len() {
-                    let left = parts[part].len() - offset;
-                    if n < left {
-                        offset += n;
-                        n = 0;
-                    } else {
-                        n -= left;
-                        part += 1;
-                        offset = 0;
-                    }
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err((e, whole(part))),
-        }
-    }
-    Ok(())
+/// The request bytes of a pipelined group (headers, WRITE payloads) and how far they went.
+struct Outgoing<'a> {
+    parts: Vec<&'a [u8]>,
+    /// Number of `parts` up to and including each request's last part.
+    ends: Vec<usize>,
+    cursor: Cursor,
 }
 
-/// Reads the answer to one sent request: the status frame and, for an accepted READ, the
-/// data straight into the slice's local memory.
-///
-/// # Safety
-/// The local range of a READ slice must be writable.
-unsafe fn receive_answer(stream: &mut TcpStream, slice: &Slice) -> Result<(), Failure> {
-    match slice.op {
-        Opcode::Write => {
-            let mut status = [0u8; STATUS_LEN];
-            stream.read_exact(&mut status)?;
-            check_status(&status)
+impl<'a> Outgoing<'a> {
+    /// # Safety
+    /// The local range of every WRITE slice must be readable for `'a`.
+    unsafe fn new(slices: &[Slice], headers: &'a [[u8; HEADER_LEN]]) -> Outgoing<'a> {
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(slices.len() * 2);
+        let mut ends = Vec::with_capacity(slices.len());
+        for (slice, header) in slices.iter().zip(headers) {
+            parts.push(header);
+            if slice.op == Opcode::Write {
+                // SAFETY: the caller guarantees `local` is readable for `len` bytes.
+                parts.push(unsafe { std::slice::from_raw_parts(slice.local, slice.len) });
+            }
+            ends.push(parts.len());
         }
-        Opcode::Read => {
-            // SAFETY: the caller guarantees `local` is writable for `len` bytes.
-            let target = unsafe { std::slice::from_raw_parts_mut(slice.local, slice.len) };
-            receive_prefixed(stream, target)
+        Outgoing {
+            parts,
+            ends,
+            cursor: Cursor::default(),
         }
+    }
+
+    /// Sends everything up to the end of request `upto - 1` (`upto` ≥ 1), blocking.
+    fn send(&mut self, stream: &mut TcpStream, upto: usize) -> io::Result<()> {
+        let end = self.ends[upto - 1];
+        while self.cursor.part < end {
+            match stream.write_vectored(&self.cursor.to_send(&self.parts, end)) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.cursor.advance(n, end, |i| self.parts[i].len()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// How many leading requests went out completely.
+    fn whole(&self) -> usize {
+        self.ends.partition_point(|&end| end <= self.cursor.part)
+    }
+}
+
+/// Where the answers of a pipelined group land (status frames, READ data straight into the
+/// slices' memory) and how far they arrived.
+struct Incoming<'a> {
+    parts: Vec<&'a mut [u8]>,
+    /// Index in `parts` of each request's status frame; its other part follows.
+    starts: Vec<usize>,
+    cursor: Cursor,
+}
+
+impl<'a> Incoming<'a> {
+    /// # Safety
+    /// The local range of every READ slice must be writable for `'a`, and not overlap
+    /// another slice's range.
+    unsafe fn new(slices: &[Slice], statuses: &'a mut [[u8; STATUS_LEN]]) -> Incoming<'a> {
+        let mut parts: Vec<&mut [u8]> = Vec::with_capacity(slices.len() * 2);
+        let mut starts = Vec::with_capacity(slices.len() + 1);
+        for (slice, status) in slices.iter().zip(statuses) {
+            starts.push(parts.len());
+            parts.push(status);
+            if slice.op == Opcode::Read {
+                // SAFETY: the caller guarantees `local` is writable for `len` bytes and not
+                // aliased.
+                parts.push(unsafe { std::slice::from_raw_parts_mut(slice.local, slice.len) });
+            }
+        }
+        starts.push(parts.len());
+        Incoming {
+            parts,
+            starts,
+            cursor: Cursor::default(),
+        }
+    }
+
+    /// One blocking vectored read of answer bytes, up to the end of request `upto - 1`
+    /// (`upto` ≥ 1, that request not complete yet). The peer closing is an error.
+    fn receive(&mut self, stream: &mut TcpStream, upto: usize) -> io::Result<()> {
+        let end = self.starts[upto];
+        loop {
+            let mut io = self.cursor.to_fill(&mut self.parts, end);
+            match stream.read_vectored(&mut io) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => {
+                    drop(io);
+                    self.cursor.advance(n, end, |i| self.parts[i].len());
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The status frame of `request`, once it arrived completely.
+    fn status(&self, request: usize) -> Option<[u8; STATUS_LEN]> {
+        let at = self.starts[request];
+        (self.cursor.part > at)
+            .then(|| <[u8; STATUS_LEN]>::try_from(&*self.parts[at]).ok())
+            .flatten()
+    }
+
+    /// Whether the whole answer of `request` arrived.
+    fn complete(&self, request: usize) -> bool {
+        self.cursor.part >= self.starts[request + 1]
     }
 }
 
@@ -404,24 +454,4 @@ fn check_status(frame: &[u8; STATUS_LEN]) -> Result<(), Failure> {
         Some(status) => Err(Failure::Refused(status)),
         None => Err(Failure::Protocol),
     }
-}
-
-/// Reads the status frame and, if it is OK, the payload into `target`, usually with a single
-/// system call for small payloads.
-fn receive_prefixed(stream: &mut TcpStream, target: &mut [u8]) -> Result<(), Failure> {
-    let mut status = [0u8; STATUS_LEN];
-    let got = loop {
-        match stream.read_vectored(&mut [IoSliceMut::new(&mut status), IoSliceMut::new(target)]) {
-            Ok(0) => return Err(Failure::Io(io::ErrorKind::UnexpectedEof.into())),
-            Ok(n) => break n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
-        }
-    };
-    if got < STATUS_LEN {
-        stream.read_exact(&mut status[got..])?;
-    }
-    check_status(&status)?;
-    stream.read_exact(&mut target[got.saturating_sub(STATUS_LEN)..])?;
-    Ok(())
 }
