@@ -9,7 +9,7 @@
 
 use super::copy::copy_bytes;
 use super::pool::{ConnectionPool, Slice};
-use super::settings::{MIN_SLICE, PIPELINE_MAX_SLICE};
+use super::settings::{MIN_SLICE, PIPELINE_GROUP_BYTES, PIPELINE_GROUP_SLICES, PIPELINE_MAX_SLICE};
 use super::wire::Opcode;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
@@ -49,7 +49,9 @@ pub(crate) fn split(len: u64, lanes: usize) -> impl Iterator<Item = (u64, u64)> 
 /// Orders `jobs` into units, each a range of the returned jobs executed together by one
 /// thread: every local job and every remote job over [`PIPELINE_MAX_SLICE`] bytes alone
 /// (largest first, so big slices start early), then, per peer, the small remote jobs in
-/// request order, dealt into up to `lanes` contiguous pipelined groups of nearly equal count.
+/// request order, dealt into contiguous pipelined groups of nearly equal count: as few as
+/// keep each within [`PIPELINE_GROUP_SLICES`] and about [`PIPELINE_GROUP_BYTES`], at most
+/// `lanes` (one pipelined connection is cheaper than several while it keeps up).
 pub(crate) fn units(jobs: Vec<Job>, lanes: usize) -> (Vec<Job>, Vec<Range<usize>>) {
     let mut singles = Vec::new();
     // Small remote jobs per peer, peers in order of first appearance.
@@ -69,7 +71,12 @@ pub(crate) fn units(jobs: Vec<Job>, lanes: usize) -> (Vec<Job>, Vec<Range<usize>
     let mut ranges: Vec<Range<usize>> = (0..singles.len()).map(|i| i..i + 1).collect();
     let mut ordered = singles;
     for (_, list) in peers {
-        let groups = list.len().min(lanes.max(1));
+        let bytes: usize = list.iter().map(|job| job.slice.len).sum();
+        let wanted = list
+            .len()
+            .div_ceil(PIPELINE_GROUP_SLICES)
+            .max(bytes.div_ceil(PIPELINE_GROUP_BYTES));
+        let groups = wanted.clamp(1, lanes.clamp(1, list.len()));
         let (base, extra) = (list.len() / groups, list.len() % groups);
         for group in 0..groups {
             let start = ordered.len() + group * base + group.min(extra);
@@ -276,5 +283,46 @@ mod tests {
         let huge = parts(5 << 32, 16);
         assert_eq!(huge.len(), 16);
         assert_eq!(huge.iter().map(|p| p.1).sum::<u64>(), 5 << 32);
+    }
+
+    fn remote_job(request: usize, peer: u16, len: usize) -> Job {
+        Job {
+            request,
+            route: Route::Remote(SocketAddr::from(([127, 0, 0, 1], peer))),
+            slice: Slice {
+                op: Opcode::Read,
+                local: std::ptr::null_mut(),
+                len,
+                remote: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn units_pipeline_small_slices_per_peer() {
+        let mut jobs: Vec<Job> = (0..40)
+            .map(|i| remote_job(i, 1 + (i % 2) as u16, 4096))
+            .collect();
+        jobs.push(remote_job(40, 1, PIPELINE_MAX_SLICE + 1));
+        jobs.push(Job {
+            route: Route::Local,
+            ..remote_job(41, 1, 10)
+        });
+        let (ordered, ranges) = units(jobs, 4);
+        assert_eq!(ordered.len(), 42);
+        // Two singles (largest first), then one group per peer (20 small slices each).
+        assert_eq!(ranges, vec![0..1, 1..2, 2..22, 22..42]);
+        assert_eq!(ordered[0].request, 40);
+        let peer_one: Vec<usize> = ordered[2..22].iter().map(|j| j.request).collect();
+        assert_eq!(peer_one, (0..40).step_by(2).collect::<Vec<_>>());
+
+        // 100 slices of 64 KiB to one peer: spread over all lanes, nearly equal counts.
+        let many: Vec<Job> = (0..100)
+            .map(|i| remote_job(i, 1, PIPELINE_MAX_SLICE))
+            .collect();
+        let (_, ranges) = units(many, 4);
+        assert_eq!(ranges, vec![0..25, 25..50, 50..75, 75..100]);
+        let (_, ranges) = units((0..3).map(|i| remote_job(i, 1, 1)).collect(), 1);
+        assert_eq!(ranges, vec![0..3]);
     }
 }

@@ -33,7 +33,7 @@ impl Cursor {
 
     /// Buffers for the next vectored write: the rest of `parts[..end]` from the cursor, at
     /// most [`MAX_IOV`] of them.
-    pub(crate) fn to_send<'a>(&self, parts: &'a [&[u8]], end: usize) -> Vec<IoSlice<'a>> {
+    pub(crate) fn unsent<'a>(&self, parts: &'a [&[u8]], end: usize) -> Vec<IoSlice<'a>> {
         parts[self.part.min(end)..end]
             .iter()
             .take(MAX_IOV)
@@ -44,7 +44,7 @@ impl Cursor {
 
     /// Buffers for the next vectored read: the rest of `parts[..end]` from the cursor, at
     /// most [`MAX_IOV`] of them.
-    pub(crate) fn to_fill<'a>(
+    pub(crate) fn unfilled<'a>(
         &self,
         parts: &'a mut [&mut [u8]],
         end: usize,
@@ -71,20 +71,27 @@ mod tests {
         let mut cursor = Cursor::default();
         cursor.advance(2, 3, len_of);
         assert_eq!(cursor, Cursor { part: 0, offset: 2 });
-        let rest = cursor.to_send(&parts, 3);
-        assert_eq!(rest.iter().map(|s| s.len()).collect::<Vec<_>>(), vec![1, 0, 4]);
+        let rest = cursor.unsent(&parts, 3);
+        assert_eq!(
+            rest.iter().map(|s| s.len()).collect::<Vec<_>>(),
+            vec![1, 0, 4]
+        );
         cursor.advance(1, 3, len_of);
-        assert_eq!(cursor, Cursor { part: 2, offset: 0 }, "empty parts are skipped");
+        assert_eq!(
+            cursor,
+            Cursor { part: 2, offset: 0 },
+            "empty parts are skipped"
+        );
         cursor.advance(3, 3, len_of);
         assert_eq!(cursor, Cursor { part: 2, offset: 3 });
-        assert_eq!(cursor.to_send(&parts, 2).len(), 0);
+        assert_eq!(cursor.unsent(&parts, 2).len(), 0);
         cursor.advance(1, 3, len_of);
         assert_eq!(cursor, Cursor { part: 3, offset: 0 });
 
         let (mut x, mut y) = ([0u8; 2], [0u8; 5]);
         let mut fill: Vec<&mut [u8]> = vec![&mut x, &mut y];
         let cursor = Cursor { part: 1, offset: 1 };
-        let io = cursor.to_fill(&mut fill, 2);
+        let io = cursor.unfilled(&mut fill, 2);
         assert_eq!(io.len(), 1);
         assert_eq!(io[0].len(), 4);
     }

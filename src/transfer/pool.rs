@@ -20,12 +20,12 @@
 //! idempotent. Any other socket failure, a timeout or a malformed frame fails the slice it
 //! happened on and every slice after it.
 
+use super::gather::Cursor;
 use super::metrics::{bump, Metrics};
 use super::settings::Settings;
 use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use super::gather::Cursor;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -282,8 +282,7 @@ unsafe fn pipeline(stream: &mut TcpStream, slices: &[Slice]) -> Run {
     };
     while completed < slices.len() {
         // Refill once half the window drained, so a long group costs few send calls.
-        if send_error.is_none() && (awaited == completed || outstanding <= PIPELINE_WINDOW / 2)
-        {
+        if send_error.is_none() && (awaited == completed || outstanding <= PIPELINE_WINDOW / 2) {
             let mut end = awaited;
             while let Some(slice) = slices.get(end) {
                 if end > completed && outstanding + slice.answer_len() > PIPELINE_WINDOW {
@@ -366,7 +365,7 @@ impl<'a> Outgoing<'a> {
     fn send(&mut self, stream: &mut TcpStream, upto: usize) -> io::Result<()> {
         let end = self.ends[upto - 1];
         while self.cursor.part < end {
-            match stream.write_vectored(&self.cursor.to_send(&self.parts, end)) {
+            match stream.write_vectored(&self.cursor.unsent(&self.parts, end)) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => self.cursor.advance(n, end, |i| self.parts[i].len()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -420,7 +419,7 @@ impl<'a> Incoming<'a> {
     fn receive(&mut self, stream: &mut TcpStream, upto: usize) -> io::Result<()> {
         let end = self.starts[upto];
         loop {
-            let mut io = self.cursor.to_fill(&mut self.parts, end);
+            let mut io = self.cursor.unfilled(&mut self.parts, end);
             match stream.read_vectored(&mut io) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => {

@@ -15,9 +15,9 @@
 //! it (e.g. by unmounting the segment at the master); otherwise the server may touch freed
 //! memory. Stalled peers keep their connection until they close it or the engine shuts down.
 
+use super::gather::Cursor;
 use super::metrics::{add, bump, Metrics};
 use super::registry::Registry;
-use super::gather::Cursor;
 use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN};
 use crate::error::{fail, ErrorCode, Result};
 use parking_lot::Mutex;
@@ -170,7 +170,10 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, context: Arc<Serv
 
 /// Decodes a header and checks that it is a READ or WRITE of a non-empty range inside one
 /// remotely accessible registered buffer. Refusals carry the v2 flag and the reason.
-fn admit(registry: &Registry, raw: &[u8; HEADER_LEN]) -> std::result::Result<SessionHeader, (bool, String)> {
+fn admit(
+    registry: &Registry,
+    raw: &[u8; HEADER_LEN],
+) -> std::result::Result<SessionHeader, (bool, String)> {
     let header = SessionHeader::decode(raw).map_err(|(bad, v2)| (v2, bad.to_string()))?;
     let accessible = registry
         .within(header.addr, header.size)
@@ -225,8 +228,9 @@ async fn serve_write(
     // `admit` succeeded, so the range is inside registered memory and fits in usize.
     // SAFETY: [addr, addr+size) is registered memory, which the registering caller keeps
     // valid while registered (module docs state the unregister-during-transfer rule).
-    let target =
-        unsafe { std::slice::from_raw_parts_mut(header.addr as usize as *mut u8, header.size as usize) };
+    let target = unsafe {
+        std::slice::from_raw_parts_mut(header.addr as usize as *mut u8, header.size as usize)
+    };
     conn.read_exact(target).await?;
     add(
         &metrics.served_writes,
@@ -266,7 +270,7 @@ async fn serve_reads(
     let mut cursor = Cursor::default();
     while cursor.part < parts.len() {
         let n = stream
-            .write_vectored(&cursor.to_send(&parts, parts.len()))
+            .write_vectored(&cursor.unsent(&parts, parts.len()))
             .await?;
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
