@@ -348,6 +348,28 @@ fn concurrent_transfers_from_four_threads() {
     assert_eq!((m.tcp_reads, m.tcp_writes, m.failed_requests), (80, 80, 0));
 }
 
+/// Runs `work` on a thread, shuts `server` down (twice) 200 ms later and returns what `work`
+/// returned, failing the test if that takes 20 s or more after the shutdown.
+fn within_bound_of_peer_shutdown<T: Send + 'static>(
+    server: &TransferEngine,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let _ = done_tx.send(work());
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    server.shutdown();
+    server.shutdown();
+    let out = done_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a transfer hung after the peer shut down");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    worker.join().unwrap();
+    out
+}
+
 #[test]
 fn peer_shutdown_mid_transfer_fails_without_hanging() {
     let server = serving_engine();
@@ -356,31 +378,18 @@ fn peer_shutdown_mid_transfer_fails_without_hanging() {
     register(&server, &mut segment, true);
     let peer = server.local_name().to_owned();
     let base = addr_of(&segment);
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    let worker = {
+    let error = within_bound_of_peer_shutdown(&server, {
         let client = Arc::clone(&client);
-        std::thread::spawn(move || {
+        move || {
             let mut buf = vec![0u8; 64 * MIB];
-            let mut completed = 0usize;
-            let result = loop {
-                match one(&client, read_req(&mut buf, &peer, base)) {
-                    Ok(()) => completed += 1,
-                    Err(e) => break e,
+            loop {
+                if let Err(e) = one(&client, read_req(&mut buf, &peer, base)) {
+                    break e;
                 }
-            };
-            let _ = done_tx.send((result, completed));
-        })
-    };
-    std::thread::sleep(Duration::from_millis(200));
-    let started = Instant::now();
-    server.shutdown();
-    server.shutdown();
-    let (error, _) = done_rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("a transfer hung after the peer shut down");
+            }
+        }
+    });
     assert_eq!(error, ErrorCode::TransferFail);
-    assert!(started.elapsed() < Duration::from_secs(20));
-    worker.join().unwrap();
     let mut buf = vec![0u8; 16];
     let again = one(&client, read_req(&mut buf, server.local_name(), base));
     assert_eq!(again, Err(ErrorCode::TransferFail));
@@ -777,34 +786,21 @@ fn peer_shutdown_during_pipelined_batches_fails_without_hanging() {
     register(&server, &mut segment, true);
     let peer = server.local_name().to_owned();
     let base = addr_of(&segment);
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    let worker = {
-        let client = Arc::clone(&client);
-        std::thread::spawn(move || {
-            let mut backs = vec![vec![0u8; 4096]; 64];
-            let mut batches = 0usize;
-            loop {
-                let requests: Vec<_> = backs
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(i, b)| read_req(b, &peer, base + i as u64 * 4096))
-                    .collect();
-                // SAFETY: the buffers live across the call.
-                let results = unsafe { client.transfer(&requests) };
-                if results.iter().any(Result::is_err) {
-                    let _ = done_tx.send(batches);
-                    return;
-                }
-                batches += 1;
+    within_bound_of_peer_shutdown(&server, move || {
+        let mut backs = vec![vec![0u8; 4096]; 64];
+        loop {
+            let requests: Vec<_> = backs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| read_req(b, &peer, base + i as u64 * 4096))
+                .collect();
+            // SAFETY: the buffers live across the call.
+            let results = unsafe { client.transfer(&requests) };
+            if results.iter().any(Result::is_err) {
+                return;
             }
-        })
-    };
-    std::thread::sleep(Duration::from_millis(200));
-    server.shutdown();
-    done_rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("a pipelined batch hung after the peer shut down");
-    worker.join().unwrap();
+        }
+    });
 }
 
 /// Pipelined requests written by hand in one go: READs whose headers arrive together are
