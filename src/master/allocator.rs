@@ -32,7 +32,7 @@ impl FreeRanges {
 }
 
 /// The allocator of one mounted segment: hands out ranges of `[0, capacity)`.
-pub(crate) struct OffsetAllocator {
+pub struct OffsetAllocator {
     capacity: u64,
     /// Cleared (under the `ranges` lock) when the segment is unmounted; read lock-free.
     alive: AtomicBool,
@@ -42,7 +42,7 @@ pub(crate) struct OffsetAllocator {
 
 impl OffsetAllocator {
     /// An allocator over `size` bytes (rounded down to [`ALIGNMENT`]), all free.
-    pub(crate) fn new(size: u64) -> Arc<OffsetAllocator> {
+    pub fn new(size: u64) -> Arc<OffsetAllocator> {
         let capacity = size - size % ALIGNMENT;
         let mut ranges = FreeRanges {
             by_offset: BTreeMap::new(),
@@ -62,7 +62,7 @@ impl OffsetAllocator {
     /// Allocates `size` bytes (rounded up to [`ALIGNMENT`]) from the smallest free range that
     /// fits (lowest offset among equals). `None` when `size` is 0, nothing fits, or the
     /// allocator is dead.
-    pub(crate) fn allocate(self: &Arc<Self>, size: u64) -> Option<Allocation> {
+    pub fn allocate(self: &Arc<Self>, size: u64) -> Option<Allocation> {
         let rounded = size.checked_add(ALIGNMENT - 1)? / ALIGNMENT * ALIGNMENT;
         if rounded == 0 {
             return None;
@@ -121,18 +121,18 @@ impl OffsetAllocator {
     }
 
     /// Usable bytes.
-    pub(crate) fn capacity(&self) -> u64 {
+    pub fn capacity(&self) -> u64 {
         self.capacity
     }
 
     /// Allocated bytes (rounded sizes).
-    pub(crate) fn used(&self) -> u64 {
+    pub fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
     }
 
     /// Number of free ranges (fragmentation measure for tests and metrics).
     #[cfg(test)]
-    pub(crate) fn free_ranges(&self) -> usize {
+    pub fn free_ranges(&self) -> usize {
         self.ranges.lock().by_offset.len()
     }
 }
@@ -140,7 +140,7 @@ impl OffsetAllocator {
 /// One allocated range; dropping it returns the range to its allocator (a no-op once the
 /// segment is unmounted). Shared as `Arc<Allocation>` by an object's replica, pins and
 /// deferred frees: the bytes are free only when the last holder lets go.
-pub(crate) struct Allocation {
+pub struct Allocation {
     allocator: Arc<OffsetAllocator>,
     offset: u64,
     size: u64,
@@ -148,12 +148,12 @@ pub(crate) struct Allocation {
 
 impl Allocation {
     /// Offset inside the segment.
-    pub(crate) fn offset(&self) -> u64 {
+    pub fn offset(&self) -> u64 {
         self.offset
     }
 
     /// Allocated (rounded) length.
-    pub(crate) fn size(&self) -> u64 {
+    pub fn size(&self) -> u64 {
         self.size
     }
 
@@ -172,7 +172,6 @@ impl Drop for Allocation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     #[test]
     fn rounds_up_and_rejects_zero_and_overflow() {
@@ -235,10 +234,9 @@ mod tests {
     }
 
     #[test]
-    fn allocation_is_fast() {
+    fn churn_with_partial_frees_coalesces_back_to_one_range() {
         let a = OffsetAllocator::new(1 << 34);
         let rounds = 100_000u32;
-        let start = Instant::now();
         let mut live = Vec::with_capacity(1024);
         for i in 0..rounds {
             live.push(a.allocate(64 + u64::from(i % 97) * 64).unwrap());
@@ -256,8 +254,6 @@ mod tests {
             }
         }
         drop(live);
-        let per_op = start.elapsed() / (2 * rounds);
-        assert!(per_op.as_micros() < 5, "{per_op:?} per alloc/free");
         assert_eq!(a.used(), 0);
         assert_eq!(a.free_ranges(), 1);
     }

@@ -3,7 +3,7 @@
 //! (lock order and ownership rules in `service.rs`).
 
 mod allocator;
-pub(crate) use allocator::{Allocation, OffsetAllocator};
+pub use allocator::{Allocation, OffsetAllocator};
 mod api;
 mod config;
 mod deferred;

@@ -5,7 +5,7 @@ use crate::limits::{self, median, Pool};
 use crate::redis;
 use crate::report::Report;
 use mooncake_rs::client::{parse_size, Client, SetupConfig};
-use mooncake_rs::master::{MasterConfig, MasterService};
+use mooncake_rs::master::{MasterConfig, MasterService, OffsetAllocator};
 use mooncake_rs::rpc::RpcServer;
 use mooncake_rs::types::ReplicateConfig;
 use std::io::{BufRead, BufReader, Read};
@@ -349,6 +349,32 @@ fn over_tcp(
     Ok(())
 }
 
+/// Master segment allocator: ns per allocate+free pair under churn (target well under 1 µs).
+fn allocator(report: &mut Report, duration: Duration) {
+    let allocator = OffsetAllocator::new(1 << 34);
+    let mut live = Vec::with_capacity(1024);
+    let (mut ops, start) = (0u64, Instant::now());
+    while start.elapsed() < duration {
+        for i in 0..1024u64 {
+            live.push(allocator.allocate(64 + (i % 97) * 64));
+        }
+        // free every other allocation first, then the rest: exercises coalescing
+        let (even, odd): (Vec<_>, Vec<_>) =
+            live.drain(..).enumerate().partition(|(j, _)| j % 2 == 0);
+        drop(even);
+        drop(odd);
+        ops += 1024;
+    }
+    let ns = start.elapsed().as_nanos() as f64 / ops as f64;
+    report.line(
+        "master alloc+free pair",
+        ns / 1000.0,
+        "us",
+        "1 us budget",
+        1.0,
+    );
+}
+
 /// Runs every limit and scenario, printing as it goes.
 pub fn run_all(report: &mut Report, quick: bool) -> Result<(), String> {
     let duration = Duration::from_millis(if quick { 300 } else { 1500 });
@@ -366,6 +392,7 @@ pub fn run_all(report: &mut Report, quick: bool) -> Result<(), String> {
     if let Some(redis) = redis_1m {
         report.limit("redis GET 1MiB", redis, "GB/s");
     }
+    allocator(report, duration);
     embedded(report, memcpy, duration)?;
     over_tcp(report, &raw, raw_1m, redis_1m, duration, samples)
 }
