@@ -2,7 +2,8 @@
 
 use super::{RpcMasterClient, RpcServer, Timeouts};
 use crate::error::{ErrorCode, Result};
-use crate::master::{MasterApi, MasterCall, MasterRequest, MasterResponse, RemoteMaster};
+use crate::master::{MasterApi, MasterRequest, MasterResponse, RemoteMaster};
+use crate::rpc::Call;
 use crate::types::*;
 use parking_lot::Mutex;
 use std::io::{Read, Write};
