@@ -19,6 +19,7 @@ mod routes;
 mod segments;
 mod service;
 mod workers;
+pub(crate) use workers::Workers;
 mod writes;
 
 #[cfg(test)]
