@@ -3,10 +3,10 @@
 
 use clap::Parser;
 use mooncake_rs::master::{MasterConfig, MasterService};
-use mooncake_rs::types::DeploymentMode;
 use mooncake_rs::rpc::{
     metadata_handler, HttpRequest, HttpResponse, HttpServer, MetadataStore, RpcServer,
 };
+use mooncake_rs::types::DeploymentMode;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 

@@ -85,7 +85,12 @@ impl MasterMetrics {
         let cluster = escape_label(&self.cluster_id);
         let scalars: [(&str, &str, &str, u64); 12] = [
             ("objects", "gauge", "Keys in the object table", self.objects),
-            ("p2p_keys", "gauge", "Keys routed to P2P owners", self.p2p_keys),
+            (
+                "p2p_keys",
+                "gauge",
+                "Keys routed to P2P owners",
+                self.p2p_keys,
+            ),
             (
                 "bytes_used",
                 "gauge",

@@ -48,7 +48,10 @@ impl RouteTable {
         let mut routes = self.inner.write();
         let Routes { owners, keys } = &mut *routes;
         let Some((_, owned)) = owners.get_mut(&client) else {
-            return fail(ErrorCode::ClientNotFound, format!("owner {client} is not registered"));
+            return fail(
+                ErrorCode::ClientNotFound,
+                format!("owner {client} is not registered"),
+            );
         };
         match keys.get(&key) {
             Some((holder, _)) if *holder != client => fail(
@@ -133,7 +136,10 @@ impl MasterService {
     pub(super) fn register_owner(&self, owner: P2pOwner) -> Result<()> {
         self.require_mode(DeploymentMode::P2p)?;
         if owner.name.is_empty() || owner.rpc_addr.is_empty() {
-            return fail(ErrorCode::InvalidParams, "owner without endpoint or RPC address");
+            return fail(
+                ErrorCode::InvalidParams,
+                "owner without endpoint or RPC address",
+            );
         }
         // Liveness first, so the monitor cannot drop the owner between the two steps.
         self.clients.register(owner.client, Instant::now());

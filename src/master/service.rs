@@ -25,8 +25,8 @@ use super::workers::Workers;
 use super::MasterApi;
 use crate::error::{fail, ErrorCode, Result};
 use crate::types::{
-    ClientId, ClientStatus, DeploymentMode, P2pOwner, P2pRoute, PingResponse, PinnedObject, QueryResult, ReplicaDescriptor,
-    ReplicateConfig, Segment, SegmentId, STORE_VERSION,
+    ClientId, ClientStatus, DeploymentMode, P2pOwner, P2pRoute, PingResponse, PinnedObject,
+    QueryResult, ReplicaDescriptor, ReplicateConfig, Segment, SegmentId, STORE_VERSION,
 };
 use parking_lot::Mutex;
 use std::collections::HashSet;

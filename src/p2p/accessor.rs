@@ -63,7 +63,9 @@ pub(crate) fn cleanup(sent: &AtomicU64, mut rpc: impl FnMut() -> Result<()>) -> 
         bump(sent);
         match rpc() {
             Ok(()) | Err(ErrorCode::LeaseExpired) => return Ok(()),
-            Err(code @ (ErrorCode::RpcFail | ErrorCode::RpcTimeout)) if attempt < CLEANUP_RETRIES => {
+            Err(code @ (ErrorCode::RpcFail | ErrorCode::RpcTimeout))
+                if attempt < CLEANUP_RETRIES =>
+            {
                 attempt += 1;
                 tracing::debug!(%code, attempt, "cleanup RPC failed; retrying");
                 std::thread::sleep(Duration::from_millis(10 << attempt));
@@ -217,7 +219,11 @@ impl Accessor {
                     let _ = self.unpin(peer, key, grant.read_operation_id);
                     return fail(
                         ErrorCode::InvalidParams,
-                        format!("{key} needs {} bytes, buffer has {}", grant.buffer.len, buffer.len()),
+                        format!(
+                            "{key} needs {} bytes, buffer has {}",
+                            grant.buffer.len,
+                            buffer.len()
+                        ),
                     );
                 }
                 Ok(grant)
@@ -429,7 +435,10 @@ impl Accessor {
                 let slot = slot.as_ref().map_err(|e| *e)?;
                 let len = answer?;
                 if len > slot.len() || len > buffer.len() as u64 {
-                    return fail(ErrorCode::RpcFail, "owner reported a larger value than staged");
+                    return fail(
+                        ErrorCode::RpcFail,
+                        "owner reported a larger value than staged",
+                    );
                 }
                 // SAFETY: the owner filled `len` ≤ slot bytes of our slot; the target is the
                 // caller's exclusive slice of at least `len` bytes.

@@ -87,7 +87,10 @@ impl P2pClient {
         let settings = config.validate()?;
         let master = rpc::connect_master(settings.base.master_server_addr.trim())?;
         master.p2p_list_owners().or_else(|code| {
-            fail(code, "the master does not run in P2P mode (--deployment_mode P2P)")
+            fail(
+                code,
+                "the master does not run in P2P mode (--deployment_mode P2P)",
+            )
         })?;
         let (hostname, engine, metadata) = start_engine(&settings.base, &settings.metadata)?;
         if let (Some(meta), Some(addr)) = (&metadata, engine.listen_addr()) {
@@ -110,7 +113,9 @@ impl P2pClient {
                 shards: settings.shard_count,
                 counters: Arc::clone(&counters),
             }));
-            let host = hostname.rsplit_once(':').map_or(hostname.as_str(), |(h, _)| h);
+            let host = hostname
+                .rsplit_once(':')
+                .map_or(hostname.as_str(), |(h, _)| h);
             let service: Arc<dyn PeerApi> = manager.clone();
             let server = RpcServer::serve::<PeerInterface>(
                 rpc_socket(host, config.client_rpc_port)?,
@@ -150,12 +155,18 @@ impl P2pClient {
         });
         if let Some(owner) = &inner.owner {
             let scan = settings.scan_interval;
-            inner
-                .workers
-                .spawn("mc-p2p-scan", scan, Arc::downgrade(owner), DataManager::scan);
-            inner
-                .workers
-                .spawn("mc-p2p-ping", PING_INTERVAL, Arc::downgrade(&inner), Inner::ping);
+            inner.workers.spawn(
+                "mc-p2p-scan",
+                scan,
+                Arc::downgrade(owner),
+                DataManager::scan,
+            );
+            inner.workers.spawn(
+                "mc-p2p-ping",
+                PING_INTERVAL,
+                Arc::downgrade(&inner),
+                Inner::ping,
+            );
         }
         tracing::info!(name = %inner.engine.local_name(), owner = inner.me.is_some(), "P2P client set up");
         Ok(P2pClient { inner })
@@ -240,7 +251,10 @@ impl P2pClient {
                     TransferDirection::Forward => inner.accessor.forward_put(&*peer, keys, values),
                     TransferDirection::Reverse => inner.accessor.reverse_put(&*peer, keys, values),
                 };
-                if results.iter().any(|r| matches!(r, Err(ErrorCode::RpcFail | ErrorCode::RpcTimeout))) {
+                if results
+                    .iter()
+                    .any(|r| matches!(r, Err(ErrorCode::RpcFail | ErrorCode::RpcTimeout)))
+                {
                     inner.router.forget_owners();
                 }
                 results
@@ -326,7 +340,12 @@ impl P2pClient {
     /// Whether `key` exists (asks the master).
     pub fn is_exist(&self, key: &str) -> Result<bool> {
         self.inner.check_open()?;
-        match self.inner.master.p2p_get_routes(vec![key.to_string()])?.pop() {
+        match self
+            .inner
+            .master
+            .p2p_get_routes(vec![key.to_string()])?
+            .pop()
+        {
             Some(Ok(_)) => Ok(true),
             Some(Err(ErrorCode::ObjectNotFound)) => Ok(false),
             Some(Err(code)) => Err(code),
@@ -338,7 +357,9 @@ impl P2pClient {
     pub fn get_size(&self, key: &str) -> Result<u64> {
         self.inner.check_open()?;
         let route = self.inner.router.routes(&[key]).pop();
-        route.unwrap_or(Err(ErrorCode::InternalError)).map(|(r, _)| r.size)
+        route
+            .unwrap_or(Err(ErrorCode::InternalError))
+            .map(|(r, _)| r.size)
     }
 
     /// Removes `key` at its owner (its bytes go when the last pin ends) and its route.
@@ -346,11 +367,18 @@ impl P2pClient {
         let inner = &self.inner;
         inner.check_open()?;
         inner.router.invalidate(key);
-        let (route, _) = inner.router.routes(&[key]).pop().unwrap_or(Err(ErrorCode::InternalError))?;
+        let (route, _) = inner
+            .router
+            .routes(&[key])
+            .pop()
+            .unwrap_or(Err(ErrorCode::InternalError))?;
         inner.router.invalidate(key);
         let answers = match (&inner.owner, Some(&route.owner) == inner.me.as_ref()) {
             (Some(local), true) => local.remove_data(vec![key.to_string()]),
-            _ => inner.router.peer(&route.owner).remove_data(vec![key.to_string()]),
+            _ => inner
+                .router
+                .peer(&route.owner)
+                .remove_data(vec![key.to_string()]),
         };
         answers?.pop().unwrap_or(Err(ErrorCode::RpcFail))
     }
@@ -414,14 +442,13 @@ impl Inner {
                 Err(code) => results[i] = Err(code),
             }
         }
-        let mut slots: Vec<Option<&mut [u8]>> = buffers.iter_mut().map(|b| Some(&mut **b)).collect();
+        let mut slots: Vec<Option<&mut [u8]>> =
+            buffers.iter_mut().map(|b| Some(&mut **b)).collect();
         let mut retry = Vec::new();
         for (owner, members) in groups.into_values() {
             let group_keys: Vec<&str> = members.iter().map(|m| keys[m.0]).collect();
-            let mut views: Vec<&mut [u8]> = members
-                .iter()
-                .filter_map(|m| slots[m.0].take())
-                .collect();
+            let mut views: Vec<&mut [u8]> =
+                members.iter().filter_map(|m| slots[m.0].take()).collect();
             if views.len() != members.len() {
                 continue;
             }
@@ -442,7 +469,8 @@ impl Inner {
                         }
                         TransferDirection::Reverse => {
                             let sizes: Vec<u64> = members.iter().map(|m| m.1).collect();
-                            self.accessor.reverse_get(&*peer, &group_keys, &sizes, &mut views)
+                            self.accessor
+                                .reverse_get(&*peer, &group_keys, &sizes, &mut views)
                         }
                     }
                 }

@@ -130,7 +130,10 @@ impl P2pSetupConfig {
         let metadata = base.validate()?;
         let tiers = TieredConfig::parse(&self.tiered_backend_config_json)?;
         if self.p2p_key_lease_duration_ms == 0 {
-            return fail(ErrorCode::InvalidParams, "p2p_key_lease_duration_ms must be > 0");
+            return fail(
+                ErrorCode::InvalidParams,
+                "p2p_key_lease_duration_ms must be > 0",
+            );
         }
         let scan_ms = match self.p2p_key_lease_scan_interval_ms {
             0 => DEFAULT_SCAN_INTERVAL_MS,
@@ -259,7 +262,10 @@ mod tests {
         .unwrap();
         assert_eq!(ok.tiers.len(), 2);
         assert_eq!(ok.tiers[0].capacity, 2048, "highest priority first");
-        assert!(TieredConfig::parse(r#"{"tiers":[]}"#).unwrap().tiers.is_empty());
+        assert!(TieredConfig::parse(r#"{"tiers":[]}"#)
+            .unwrap()
+            .tiers
+            .is_empty());
         for bad in [
             "",
             "{",
@@ -270,16 +276,26 @@ mod tests {
             r#"{"tiers":[{"type":"DRAM"}]}"#,
             r#"{"tiers":[{"type":"DRAM","capacity":-5}]}"#,
         ] {
-            assert_eq!(TieredConfig::parse(bad), Err(ErrorCode::InvalidParams), "{bad}");
+            assert_eq!(
+                TieredConfig::parse(bad),
+                Err(ErrorCode::InvalidParams),
+                "{bad}"
+            );
             assert!(crate::error::last_error_message().contains("tier"), "{bad}");
         }
     }
 
     #[test]
     fn directions_shards_and_setup_checks() {
-        assert_eq!(TransferDirection::parse("FORWARD"), Ok(TransferDirection::Forward));
+        assert_eq!(
+            TransferDirection::parse("FORWARD"),
+            Ok(TransferDirection::Forward)
+        );
         assert_eq!(TransferDirection::parse(""), Ok(TransferDirection::Reverse));
-        assert_eq!(TransferDirection::parse("up"), Err(ErrorCode::InvalidParams));
+        assert_eq!(
+            TransferDirection::parse("up"),
+            Err(ErrorCode::InvalidParams)
+        );
         assert_eq!(shard_count_from(None), 1024);
         assert_eq!(shard_count_from(Some("0".into())), 1024);
         assert_eq!(shard_count_from(Some(" 8 ".into())), 8);

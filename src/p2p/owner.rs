@@ -186,7 +186,10 @@ impl DataManager {
                 bump(&self.counters.stale_operations_rejected);
                 fail(
                     ErrorCode::InvalidWrite,
-                    format!("stale write_operation_id {op} for {key} (current {})", record.op),
+                    format!(
+                        "stale write_operation_id {op} for {key} (current {})",
+                        record.op
+                    ),
                 )
             }
             Some(_) => shard.remove(key).ok_or(ErrorCode::InternalError),
@@ -274,7 +277,10 @@ impl DataManager {
                 bump(&self.counters.stale_operations_rejected);
                 return fail(
                     ErrorCode::InvalidRead,
-                    format!("stale read_operation_id {op} for {key} (current {})", record.op),
+                    format!(
+                        "stale read_operation_id {op} for {key} (current {})",
+                        record.op
+                    ),
                 );
             }
             Some(record) => record,
@@ -351,7 +357,12 @@ impl DataManager {
                 None => fail(ErrorCode::ObjectNotFound, format!("no key {}", item.key)),
                 Some(handle) if handle.len() > item.target.len => fail(
                     ErrorCode::InvalidParams,
-                    format!("{} needs {} bytes, buffer has {}", item.key, handle.len(), item.target.len),
+                    format!(
+                        "{} needs {} bytes, buffer has {}",
+                        item.key,
+                        handle.len(),
+                        item.target.len
+                    ),
                 ),
                 Some(handle) => Ok(handle),
             })

@@ -196,7 +196,12 @@ mod tests {
         let first = backend.allocate(4096).unwrap();
         let second = backend.allocate(100).unwrap();
         assert_eq!(backend.used_bytes(), 4096 + 128);
-        assert!(engine.region_containing(second.addr()).unwrap().remote_accessible);
+        assert!(
+            engine
+                .region_containing(second.addr())
+                .unwrap()
+                .remote_accessible
+        );
         backend.commit("k", Arc::clone(&first)).unwrap();
         assert_eq!(
             backend.commit("k", Arc::clone(&second)),
@@ -205,11 +210,18 @@ mod tests {
         let reader = backend.get("k").unwrap();
         drop(first);
         drop(backend.remove("k"));
-        assert_eq!(backend.used_bytes(), 4096 + 128, "the reader still holds it");
+        assert_eq!(
+            backend.used_bytes(),
+            4096 + 128,
+            "the reader still holds it"
+        );
         drop(reader);
         drop(second);
         assert_eq!(backend.used_bytes(), 0);
-        assert_eq!(backend.allocate(2 << 20).err(), Some(ErrorCode::NoAvailableHandle));
+        assert_eq!(
+            backend.allocate(2 << 20).err(),
+            Some(ErrorCode::NoAvailableHandle)
+        );
         assert_eq!(backend.allocate(0).err(), Some(ErrorCode::InvalidParams));
     }
 }

@@ -7,9 +7,9 @@
 //! master listens on the address.
 
 use super::codec;
+use super::interface::{Call, Interface};
 use super::net::{self, Timeouts};
 use crate::error::{fail, ErrorCode, Result};
-use super::interface::{Call, Interface};
 use crate::master::{MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster};
 use crate::types::STORE_VERSION;
 use parking_lot::Mutex;
@@ -113,7 +113,10 @@ impl<I: Interface> Call<I> for RpcClient<I> {
         let frame = codec::encode_frame(&request)?;
         let mut stream = self.checkout()?;
         if let Err(err) = stream.write_all(&frame) {
-            return codec::io_fail(&format!("send {} to {}", I::method(&request), self.addr), err);
+            return codec::io_fail(
+                &format!("send {} to {}", I::method(&request), self.addr),
+                err,
+            );
         }
         let payload = codec::read_frame(&mut stream)?;
         let response = codec::decode_payload(&payload)?;

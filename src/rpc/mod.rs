@@ -26,8 +26,8 @@ pub mod stats;
 mod tests;
 
 pub use client::{connect_master, RemoteMasterApi, RpcClient, RpcMasterClient};
-pub use interface::{Call, Interface};
 pub use http::{HttpHandler, HttpRequest, HttpResponse, HttpServer};
+pub use interface::{Call, Interface};
 pub use metadata::{
     metadata_handler, BufferEntry, HttpMetadataClient, HttpMetadataResolver, MetadataStore,
     SegmentDescriptor,

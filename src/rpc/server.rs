@@ -14,10 +14,10 @@
 //! ([`RpcServer::start_with_threads`], Mooncake's `--rpc_thread_num`).
 
 use super::codec::{self, HEADER_LEN};
+use super::interface::Interface;
 use super::serve::Acceptor;
 use super::stats::RpcStats;
 use crate::error::Result;
-use super::interface::Interface;
 use crate::master::{MasterApi, MasterInterface};
 use std::net::SocketAddr;
 use std::sync::Arc;
