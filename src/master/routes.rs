@@ -189,3 +189,76 @@ impl MasterService {
         Ok(keys.iter().map(|key| self.routes.route(key)).collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::error::ErrorCode;
+    use crate::master::{MasterApi, MasterConfig, MasterService};
+    use crate::types::{DeploymentMode, P2pOwner, Segment, Uuid};
+    use std::time::Duration;
+
+    fn owner(port: u16) -> P2pOwner {
+        P2pOwner {
+            client: Uuid::random(),
+            name: format!("127.0.0.1:{port}"),
+            rpc_addr: format!("127.0.0.1:{}", port + 1),
+        }
+    }
+
+    #[test]
+    fn routes_follow_owners_and_expire_with_them() {
+        let master = MasterService::new(MasterConfig {
+            deployment_mode: DeploymentMode::P2p,
+            client_ttl_ms: Some(150),
+            ..MasterConfig::default()
+        });
+        let (a, b) = (owner(1000), owner(2000));
+        master.p2p_register_owner(a.clone()).unwrap();
+        master.p2p_register_owner(b.clone()).unwrap();
+        let keys = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let added = master
+            .p2p_add_keys(a.client, keys(&["x", "y", ""]), vec![10, 20, 1])
+            .unwrap();
+        assert_eq!(added[..2], [Ok(()), Ok(())]);
+        assert_eq!(added[2], Err(ErrorCode::InvalidParams));
+        let clash = master
+            .p2p_add_keys(b.client, keys(&["x"]), vec![5])
+            .unwrap();
+        assert_eq!(clash, vec![Err(ErrorCode::ObjectAlreadyExists)]);
+        let stranger = master.p2p_add_keys(Uuid::random(), keys(&["z"]), vec![5]);
+        assert_eq!(stranger.unwrap(), vec![Err(ErrorCode::ClientNotFound)]);
+        let routes = master.p2p_get_routes(keys(&["x", "q"])).unwrap();
+        assert_eq!(routes[0].as_ref().unwrap().owner, a);
+        assert_eq!(routes[0].as_ref().unwrap().size, 10);
+        assert_eq!(routes[1], Err(ErrorCode::ObjectNotFound));
+        assert_eq!(
+            master.p2p_remove_keys(b.client, keys(&["y"])).unwrap(),
+            vec![Err(ErrorCode::ObjectNotFound)]
+        );
+        assert_eq!(master.metrics().p2p_keys, 2);
+        // Only b pings: a expires with its keys.
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_millis(40));
+            master.ping(b.client).unwrap();
+        }
+        assert_eq!(master.p2p_list_owners().unwrap(), vec![b]);
+        assert_eq!(master.metrics().p2p_keys, 0);
+        // A P2P master never mounts segments.
+        let segment = Segment {
+            id: Uuid::random(),
+            name: "s".into(),
+            base: 4096,
+            size: 1 << 20,
+            protocol: "tcp".into(),
+        };
+        assert_eq!(
+            master.mount_segment(a.client, segment),
+            Err(ErrorCode::UnavailableInCurrentMode)
+        );
+        let centralized = MasterService::new(MasterConfig::default());
+        assert_eq!(
+            centralized.p2p_list_owners(),
+            Err(ErrorCode::UnavailableInCurrentMode)
+        );
+    }
+}

@@ -347,7 +347,7 @@ impl Accessor {
         let results = answers
             .iter()
             .map(|answer| {
-                let outcome = answer.clone();
+                let outcome = *answer;
                 if outcome.is_ok() {
                     bump(&self.counters.reverse_puts);
                 }

@@ -27,6 +27,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The keys of one batch that live at one owner: (index, size, route was cached).
+type OwnerGroup = (P2pOwner, Vec<(usize, u64, bool)>);
+
 /// Interval of the owner's liveness ping.
 const PING_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -331,7 +334,7 @@ impl P2pClient {
         if !retry.is_empty() {
             let (again, _) = inner.get_pass(keys, buffers, &retry, direction);
             for i in retry {
-                results[i] = again[i].clone();
+                results[i] = again[i];
             }
         }
         results
@@ -430,7 +433,7 @@ impl Inner {
     ) -> (Vec<Result<u64>>, Vec<usize>) {
         let mut results = vec![Err(ErrorCode::InternalError); keys.len()];
         let asked: Vec<&str> = indices.iter().map(|&i| keys[i]).collect();
-        let mut groups: HashMap<String, (P2pOwner, Vec<(usize, u64, bool)>)> = HashMap::new();
+        let mut groups: HashMap<String, OwnerGroup> = HashMap::new();
         for (&i, routed) in indices.iter().zip(self.router.routes(&asked)) {
             match routed {
                 Ok((route, cached)) => {

@@ -244,7 +244,7 @@ impl TieredConfig {
                 priority: tier.priority,
             });
         }
-        tiers.sort_by(|a, b| b.priority.cmp(&a.priority));
+        tiers.sort_by_key(|t| std::cmp::Reverse(t.priority));
         Ok(TieredConfig { tiers })
     }
 }
