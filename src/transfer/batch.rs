@@ -1,18 +1,20 @@
-//! Running a batch of jobs: splitting requests into slices and executing them on the
-//! caller's thread plus a fixed pool of persistent worker threads.
+//! Running a batch of jobs: splitting requests into slices, grouping small slices to one
+//! peer into pipelined units, and executing the units on the caller's thread plus a fixed
+//! pool of persistent worker threads.
 //!
-//! The caller thread always works on its own batch, so a single job never leaves the caller's
-//! thread, and a batch completes even when every worker is busy elsewhere. Idle workers are
-//! woken through a crossbeam channel, one wake-up per extra job (up to the pool size); each
-//! claims jobs from the shared batch until none are left.
+//! The caller thread always works on its own batch, so a single unit never leaves the
+//! caller's thread, and a batch completes even when every worker is busy elsewhere. Idle
+//! workers are woken through a crossbeam channel, one wake-up per extra unit (up to the pool
+//! size); each claims units from the shared batch until none are left.
 
 use super::copy::copy_bytes;
 use super::pool::{ConnectionPool, Slice};
-use super::settings::MIN_SLICE;
+use super::settings::{MIN_SLICE, PIPELINE_GROUP_BYTES, PIPELINE_GROUP_SLICES, PIPELINE_MAX_SLICE};
 use super::wire::Opcode;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -44,43 +46,90 @@ pub(crate) fn split(len: u64, lanes: usize) -> impl Iterator<Item = (u64, u64)> 
     })
 }
 
+/// Orders `jobs` into units, each a range of the returned jobs executed together by one
+/// thread: every local job and every remote job over [`PIPELINE_MAX_SLICE`] bytes alone
+/// (largest first, so big slices start early), then, per peer, the small remote jobs in
+/// request order, dealt into contiguous pipelined groups of nearly equal count: as few as
+/// keep each within [`PIPELINE_GROUP_SLICES`] and about [`PIPELINE_GROUP_BYTES`], at most
+/// `lanes` (one pipelined connection is cheaper than several while it keeps up).
+pub(crate) fn units(jobs: Vec<Job>, lanes: usize) -> (Vec<Job>, Vec<Range<usize>>) {
+    let mut singles = Vec::new();
+    // Small remote jobs per peer, peers in order of first appearance.
+    let mut peers: Vec<(SocketAddr, Vec<Job>)> = Vec::new();
+    for job in jobs {
+        match job.route {
+            Route::Remote(peer) if job.slice.len <= PIPELINE_MAX_SLICE => {
+                match peers.iter_mut().find(|(p, _)| *p == peer) {
+                    Some((_, list)) => list.push(job),
+                    None => peers.push((peer, vec![job])),
+                }
+            }
+            _ => singles.push(job),
+        }
+    }
+    singles.sort_by_key(|job| std::cmp::Reverse(job.slice.len));
+    let mut ranges: Vec<Range<usize>> = (0..singles.len()).map(|i| i..i + 1).collect();
+    let mut ordered = singles;
+    for (_, list) in peers {
+        let bytes: usize = list.iter().map(|job| job.slice.len).sum();
+        let wanted = list
+            .len()
+            .div_ceil(PIPELINE_GROUP_SLICES)
+            .max(bytes.div_ceil(PIPELINE_GROUP_BYTES));
+        let groups = wanted.clamp(1, lanes.clamp(1, list.len()));
+        let (base, extra) = (list.len() / groups, list.len() % groups);
+        for group in 0..groups {
+            let start = ordered.len() + group * base + group.min(extra);
+            ranges.push(start..start + base + usize::from(group < extra));
+        }
+        ordered.extend(list);
+    }
+    (ordered, ranges)
+}
+
 /// Jobs shared between the caller and the workers.
 struct Batch {
     jobs: Vec<Job>,
+    /// Ranges of `jobs` claimed (and executed) as a whole.
+    units: Vec<Range<usize>>,
     next: AtomicUsize,
     state: Mutex<BatchState>,
     finished: Condvar,
 }
 
 struct BatchState {
+    /// Units finished.
     completed: usize,
     /// First error per request.
     errors: Vec<Option<String>>,
 }
 
-// SAFETY: the raw pointers in `jobs` are only dereferenced while executing a claimed job, and
-// `Executor::run` (which the caller keeps the memory valid for) returns only after every job
-// has completed. A worker holding a clone of the `Arc` afterwards claims nothing.
+// SAFETY: the raw pointers in `jobs` are only dereferenced while executing a claimed unit,
+// and `Executor::run` (which the caller keeps the memory valid for) returns only after every
+// unit has completed. A worker holding a clone of the `Arc` afterwards claims nothing.
 unsafe impl Send for Batch {}
 // SAFETY: as above; shared state is behind atomics and a mutex.
 unsafe impl Sync for Batch {}
 
 impl Batch {
-    /// Claims and executes jobs until none are left.
+    /// Claims and executes units until none are left.
     fn work(&self, pool: &ConnectionPool) {
         loop {
             let index = self.next.fetch_add(1, Ordering::Relaxed);
-            let Some(job) = self.jobs.get(index) else {
+            let Some(range) = self.units.get(index) else {
                 return;
             };
-            // SAFETY: see the `Send` impl; the job's memory is valid until the batch ends.
-            let outcome = unsafe { execute(pool, job) };
+            let unit = &self.jobs[range.clone()];
+            // SAFETY: see the `Send` impl; the jobs' memory is valid until the batch ends.
+            let outcomes = unsafe { execute(pool, unit) };
             let mut state = self.state.lock();
-            if let Err(message) = outcome {
-                state.errors[job.request].get_or_insert(message);
+            for (job, outcome) in unit.iter().zip(outcomes) {
+                if let Err(message) = outcome {
+                    state.errors[job.request].get_or_insert(message);
+                }
             }
             state.completed += 1;
-            if state.completed == self.jobs.len() {
+            if state.completed == self.units.len() {
                 self.finished.notify_all();
             }
         }
@@ -88,37 +137,49 @@ impl Batch {
 
     fn wait(&self) -> Vec<Option<String>> {
         let mut state = self.state.lock();
-        while state.completed < self.jobs.len() {
+        while state.completed < self.units.len() {
             self.finished.wait(&mut state);
         }
         std::mem::take(&mut state.errors)
     }
 }
 
-/// Executes one job on the calling thread.
+/// Executes one unit (a local job, or remote jobs to one peer) on the calling thread; one
+/// outcome per job.
 ///
 /// # Safety
-/// The job's local range (and, for [`Route::Local`], its `remote` range) must be valid for
-/// the operation and not overlap.
-unsafe fn execute(pool: &ConnectionPool, job: &Job) -> Result<(), String> {
-    let Slice {
-        op,
-        local,
-        len,
-        remote,
-    } = job.slice;
-    match job.route {
+/// The jobs' local ranges (and, for [`Route::Local`], their `remote` ranges) must be valid
+/// for the operation and not overlap.
+unsafe fn execute(pool: &ConnectionPool, unit: &[Job]) -> Vec<Result<(), String>> {
+    let Some(first) = unit.first() else {
+        return Vec::new();
+    };
+    match first.route {
         // SAFETY: the caller guarantees both ranges (the engine checked `remote` against the
         // registry and that the ranges do not overlap).
-        Route::Local => unsafe {
-            match op {
-                Opcode::Read => copy_bytes(local, remote as usize as *const u8, len),
-                Opcode::Write => copy_bytes(remote as usize as *mut u8, local, len),
-            }
-            Ok(())
-        },
-        // SAFETY: forwarded from the caller.
-        Route::Remote(peer) => unsafe { pool.execute(peer, &job.slice) },
+        Route::Local => unit
+            .iter()
+            .map(|job| {
+                let Slice {
+                    op,
+                    local,
+                    len,
+                    remote,
+                } = job.slice;
+                unsafe {
+                    match op {
+                        Opcode::Read => copy_bytes(local, remote as usize as *const u8, len),
+                        Opcode::Write => copy_bytes(remote as usize as *mut u8, local, len),
+                    }
+                }
+                Ok(())
+            })
+            .collect(),
+        Route::Remote(peer) => {
+            let slices: Vec<Slice> = unit.iter().map(|job| job.slice).collect();
+            // SAFETY: forwarded from the caller; `units` puts only jobs to `peer` together.
+            unsafe { pool.execute(peer, &slices) }
+        }
     }
 }
 
@@ -127,11 +188,17 @@ pub(crate) struct Executor {
     pool: Arc<ConnectionPool>,
     wake: Mutex<Option<Sender<Arc<Batch>>>>,
     workers: usize,
+    lanes: usize,
 }
 
 impl Executor {
-    /// Starts `workers` persistent threads that execute jobs through `pool`.
-    pub(crate) fn new(workers: usize, pool: Arc<ConnectionPool>) -> std::io::Result<Executor> {
+    /// Starts `workers` persistent threads that execute jobs through `pool`; small remote
+    /// jobs to one peer are pipelined over up to `lanes` connections.
+    pub(crate) fn new(
+        workers: usize,
+        lanes: usize,
+        pool: Arc<ConnectionPool>,
+    ) -> std::io::Result<Executor> {
         let (sender, receiver) = crossbeam_channel::unbounded::<Arc<Batch>>();
         for index in 0..workers {
             let receiver: Receiver<Arc<Batch>> = receiver.clone();
@@ -148,6 +215,7 @@ impl Executor {
             pool,
             wake: Mutex::new(Some(sender)),
             workers,
+            lanes,
         })
     }
 
@@ -158,9 +226,11 @@ impl Executor {
     /// Every job's memory must be valid for its operation until this returns, and no two
     /// jobs may write overlapping local memory.
     pub(crate) unsafe fn run(&self, jobs: Vec<Job>, requests: usize) -> Vec<Option<String>> {
-        let helpers = jobs.len().saturating_sub(1).min(self.workers);
+        let (jobs, units) = units(jobs, self.lanes);
+        let helpers = units.len().saturating_sub(1).min(self.workers);
         let batch = Arc::new(Batch {
             jobs,
+            units,
             next: AtomicUsize::new(0),
             state: Mutex::new(BatchState {
                 completed: 0,
@@ -213,5 +283,46 @@ mod tests {
         let huge = parts(5 << 32, 16);
         assert_eq!(huge.len(), 16);
         assert_eq!(huge.iter().map(|p| p.1).sum::<u64>(), 5 << 32);
+    }
+
+    fn remote_job(request: usize, peer: u16, len: usize) -> Job {
+        Job {
+            request,
+            route: Route::Remote(SocketAddr::from(([127, 0, 0, 1], peer))),
+            slice: Slice {
+                op: Opcode::Read,
+                local: std::ptr::null_mut(),
+                len,
+                remote: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn units_pipeline_small_slices_per_peer() {
+        let mut jobs: Vec<Job> = (0..40)
+            .map(|i| remote_job(i, 1 + (i % 2) as u16, 4096))
+            .collect();
+        jobs.push(remote_job(40, 1, PIPELINE_MAX_SLICE + 1));
+        jobs.push(Job {
+            route: Route::Local,
+            ..remote_job(41, 1, 10)
+        });
+        let (ordered, ranges) = units(jobs, 4);
+        assert_eq!(ordered.len(), 42);
+        // Two singles (largest first), then one group per peer (20 small slices each).
+        assert_eq!(ranges, vec![0..1, 1..2, 2..22, 22..42]);
+        assert_eq!(ordered[0].request, 40);
+        let peer_one: Vec<usize> = ordered[2..22].iter().map(|j| j.request).collect();
+        assert_eq!(peer_one, (0..40).step_by(2).collect::<Vec<_>>());
+
+        // 100 slices of 64 KiB to one peer: spread over all lanes, nearly equal counts.
+        let many: Vec<Job> = (0..100)
+            .map(|i| remote_job(i, 1, PIPELINE_MAX_SLICE))
+            .collect();
+        let (_, ranges) = units(many, 4);
+        assert_eq!(ranges, vec![0..25, 25..50, 50..75, 75..100]);
+        let (_, ranges) = units((0..3).map(|i| remote_job(i, 1, 1)).collect(), 1);
+        assert_eq!(ranges, vec![0..3]);
     }
 }

@@ -82,7 +82,7 @@ impl TransferEngine {
         let metrics = Arc::new(Metrics::default());
         let pool = Arc::new(ConnectionPool::new(settings, Arc::clone(&metrics)));
         let workers = settings.lanes.saturating_sub(1).max(1);
-        let executor = match Executor::new(workers, Arc::clone(&pool)) {
+        let executor = match Executor::new(workers, settings.lanes, Arc::clone(&pool)) {
             Ok(executor) => executor,
             Err(e) => {
                 return fail(

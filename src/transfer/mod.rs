@@ -11,6 +11,7 @@
 mod batch;
 pub mod copy;
 mod engine;
+mod gather;
 mod metrics;
 mod pool;
 mod registry;

@@ -1,24 +1,41 @@
 //! The initiating side of the TCP transport: a per-peer pool of idle persistent connections
-//! and the blocking exchange of one wire request (one slice) on a connection.
+//! and the blocking, pipelined exchange of wire requests (slices) on a connection.
 //!
 //! Connections carry `TCP_NODELAY`, a connect timeout and read/write timeouts (both
 //! [`Settings::io_timeout`]). A connection that saw any error is dropped, never pooled again.
-//! A failure on a connection taken from the pool (the peer may have closed it while idle) is
-//! retried once on a fresh connection; READ and WRITE are idempotent, and refusals and
-//! timeouts are not retried.
+//!
+//! Pipelining: the slices given to [`ConnectionPool::execute`] go out back to back on one
+//! connection (headers and WRITE payloads coalesced into vectored writes) and their answers
+//! are read back in order; the server handles a connection's requests strictly one after
+//! the other, so queued requests simply wait in the socket buffers. To rule out a deadlock
+//! (both sides blocked in `send` because neither reads), at most [`PIPELINE_WINDOW`] bytes of
+//! answers (status frames plus READ data) are outstanding at any time, far below what the
+//! two socket buffers on the answer path hold; the server therefore never blocks on sending
+//! for long and keeps consuming requests.
+//!
+//! Failures: a refusal ends the connection (the server closes it), so the slices after a
+//! refused one are sent again on another connection and the refused one alone fails. A
+//! socket failure before anything completed on a connection taken from the pool (the peer
+//! may have closed it while idle) is retried once on a fresh connection; READ and WRITE are
+//! idempotent. Any other socket failure, a timeout or a malformed frame fails the slice it
+//! happened on and every slice after it.
 
+use super::gather::Cursor;
 use super::metrics::{bump, Metrics};
 use super::settings::Settings;
 use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Most idle connections kept per peer; more are closed when returned.
 const MAX_IDLE_PER_PEER: usize = 32;
+/// Most answer bytes outstanding on one connection (see the module docs). The receive
+/// buffer of a fresh loopback or LAN socket alone is twice this by default.
+const PIPELINE_WINDOW: usize = 64 << 10;
 
 /// One wire request as the initiator sees it: `len` bytes between `local` (this process)
 /// and `remote` (an address in the peer process).
@@ -32,6 +49,27 @@ pub(crate) struct Slice {
     pub(crate) len: usize,
     /// Target address in the peer process.
     pub(crate) remote: u64,
+}
+
+impl Slice {
+    /// The wire header of this slice (always protocol v2).
+    fn header(&self) -> [u8; HEADER_LEN] {
+        SessionHeader {
+            size: self.len as u64,
+            addr: self.remote,
+            opcode: self.op,
+            v2: true,
+        }
+        .encode()
+    }
+
+    /// Bytes the server sends back for this slice when it succeeds.
+    fn answer_len(&self) -> usize {
+        match self.op {
+            Opcode::Read => STATUS_LEN + self.len,
+            Opcode::Write => STATUS_LEN,
+        }
+    }
 }
 
 /// Why one exchange failed.
@@ -48,10 +86,7 @@ impl Failure {
     /// Whether a fresh connection might succeed where a pooled one failed.
     fn retryable(&self) -> bool {
         match self {
-            Failure::Io(e) => !matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ),
+            Failure::Io(e) => !is_timeout(e),
             Failure::Refused(_) | Failure::Protocol => false,
         }
     }
@@ -78,6 +113,22 @@ impl From<io::Error> for Failure {
     }
 }
 
+/// Whether `e` is a socket timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO` report `WouldBlock`).
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// How a pipelined run on one connection ended.
+struct Run {
+    /// Leading slices that completed.
+    completed: usize,
+    /// Why slice number `completed` did not (`None`: all completed).
+    stop: Option<Failure>,
+}
+
 /// Idle connections per peer. Thread-safe; share by `Arc`.
 pub(crate) struct ConnectionPool {
     idle: Mutex<HashMap<SocketAddr, Vec<TcpStream>>>,
@@ -96,28 +147,57 @@ impl ConnectionPool {
         }
     }
 
-    /// Runs `slice` against `peer` on the calling thread, blocking until it finished.
-    /// Errors carry a human-readable detail.
+    /// Runs `slices` against `peer` on the calling thread, pipelined on one connection at a
+    /// time (see the module docs), blocking until all finished. One result per slice, in
+    /// order; errors carry a human-readable detail.
     ///
     /// # Safety
-    /// `[slice.local, slice.local + slice.len)` must be valid for the operation (writable for
-    /// READ, readable for WRITE) and not accessed by others until this returns.
-    pub(crate) unsafe fn execute(&self, peer: SocketAddr, slice: &Slice) -> Result<(), String> {
-        let (stream, reused) = match self.checkout(peer) {
-            Ok(pair) => pair,
-            Err(failure) => return Err(failure.describe(peer, slice)),
-        };
-        // SAFETY: forwarded from the caller.
-        match unsafe { self.exchange_and_return(peer, stream, slice) } {
-            Err(failure) if reused && failure.retryable() => {
-                tracing::debug!("pooled connection to {peer} failed, retrying on a fresh one");
-                let fresh = self.connect(peer).map_err(|f| f.describe(peer, slice))?;
-                // SAFETY: as above; the failed attempt has finished with the memory.
-                unsafe { self.exchange_and_return(peer, fresh, slice) }
-                    .map_err(|f| f.describe(peer, slice))
+    /// For every slice, `[local, local + len)` must be valid for the operation (writable for
+    /// READ, readable for WRITE) and not accessed by others until this returns; the ranges of
+    /// READ slices must not overlap any other slice's range.
+    pub(crate) unsafe fn execute(
+        &self,
+        peer: SocketAddr,
+        slices: &[Slice],
+    ) -> Vec<Result<(), String>> {
+        let mut results = Vec::with_capacity(slices.len());
+        let mut fresh_only = false;
+        while results.len() < slices.len() {
+            let rest = &slices[results.len()..];
+            let connection = if fresh_only {
+                self.connect(peer).map(|stream| (stream, false))
+            } else {
+                self.checkout(peer)
+            };
+            let (mut stream, reused) = match connection {
+                Ok(pair) => pair,
+                Err(failure) => {
+                    fail_all(&mut results, rest, &failure, peer);
+                    break;
+                }
+            };
+            // SAFETY: forwarded from the caller; an earlier failed attempt has finished with
+            // the memory.
+            let Run { completed, stop } = unsafe { pipeline(&mut stream, rest) };
+            results.extend((0..completed).map(|_| Ok(())));
+            fresh_only = false;
+            match stop {
+                None => self.give_back(peer, stream),
+                Some(refusal @ Failure::Refused(_)) => {
+                    // The server closed the connection; the rest goes on another one.
+                    results.push(Err(refusal.describe(peer, &rest[completed])));
+                }
+                Some(failure) if reused && completed == 0 && failure.retryable() => {
+                    tracing::debug!("pooled connection to {peer} failed, retrying on a fresh one");
+                    fresh_only = true;
+                }
+                Some(failure) => {
+                    fail_all(&mut results, &rest[completed..], &failure, peer);
+                    break;
+                }
             }
-            other => other.map_err(|f| f.describe(peer, slice)),
         }
+        results
     }
 
     /// Closes every idle connection; later slices fail without touching the network.
@@ -126,18 +206,8 @@ impl ConnectionPool {
         self.idle.lock().clear();
     }
 
-    /// Exchanges one slice and pools the connection again if it succeeded.
-    ///
-    /// # Safety
-    /// As [`ConnectionPool::execute`].
-    unsafe fn exchange_and_return(
-        &self,
-        peer: SocketAddr,
-        mut stream: TcpStream,
-        slice: &Slice,
-    ) -> Result<(), Failure> {
-        // SAFETY: forwarded from the caller.
-        unsafe { exchange(&mut stream, slice) }?;
+    /// Pools a connection whose requests all completed.
+    fn give_back(&self, peer: SocketAddr, stream: TcpStream) {
         let mut idle = self.idle.lock();
         // Checked under the lock, so nothing is pooled after `close` cleared the map.
         if !self.closed.load(Ordering::SeqCst) {
@@ -146,7 +216,6 @@ impl ConnectionPool {
                 list.push(stream);
             }
         }
-        Ok(())
     }
 
     /// An idle connection to `peer` (reused = true) or a new one.
@@ -179,34 +248,202 @@ impl ConnectionPool {
     }
 }
 
-/// Sends one v2 request and completes it.
+/// Appends `failure` as the result of every slice in `slices`.
+fn fail_all(
+    results: &mut Vec<Result<(), String>>,
+    slices: &[Slice],
+    failure: &Failure,
+    peer: SocketAddr,
+) {
+    results.extend(slices.iter().map(|s| Err(failure.describe(peer, s))));
+}
+
+/// Sends `slices` on `stream` and reads their answers, keeping at most [`PIPELINE_WINDOW`]
+/// answer bytes outstanding (at least one request is always in flight). Stops at the first
+/// slice that fails.
 ///
 /// # Safety
 /// As [`ConnectionPool::execute`].
-unsafe fn exchange(stream: &mut TcpStream, slice: &Slice) -> Result<(), Failure> {
-    let header = SessionHeader {
-        size: slice.len as u64,
-        addr: slice.remote,
-        opcode: slice.op,
-        v2: true,
+unsafe fn pipeline(stream: &mut TcpStream, slices: &[Slice]) -> Run {
+    let headers: Vec<[u8; HEADER_LEN]> = slices.iter().map(Slice::header).collect();
+    let mut statuses = vec![[0u8; STATUS_LEN]; slices.len()];
+    // SAFETY: forwarded from the caller.
+    let mut requests = unsafe { Outgoing::new(slices, &headers) };
+    // SAFETY: forwarded from the caller.
+    let mut answers = unsafe { Incoming::new(slices, &mut statuses) };
+    // Requests whose answers we may wait for, and answers read.
+    let (mut awaited, mut completed) = (0, 0);
+    // Answer bytes of the requests in `completed..awaited`.
+    let mut outstanding = 0;
+    let mut send_error: Option<io::Error> = None;
+    let stop = |completed, failure| Run {
+        completed,
+        stop: Some(failure),
+    };
+    while completed < slices.len() {
+        // Refill once half the window drained, so a long group costs few send calls.
+        if send_error.is_none() && (awaited == completed || outstanding <= PIPELINE_WINDOW / 2) {
+            let mut end = awaited;
+            while let Some(slice) = slices.get(end) {
+                if end > completed && outstanding + slice.answer_len() > PIPELINE_WINDOW {
+                    break;
+                }
+                outstanding += slice.answer_len();
+                end += 1;
+            }
+            if end > awaited {
+                match requests.send(stream, end) {
+                    Ok(()) => awaited = end,
+                    Err(e) => {
+                        // The answer to a partly sent request may still be a refusal, unless
+                        // the peer is merely slow (then waiting for it would only time out).
+                        let partial = usize::from(!is_timeout(&e));
+                        awaited = (requests.whole() + partial).min(end);
+                        send_error = Some(e);
+                    }
+                }
+            }
+        }
+        if completed == awaited {
+            let e = send_error.unwrap_or_else(|| io::Error::other("nothing left to receive"));
+            return stop(completed, Failure::Io(e));
+        }
+        if let Err(e) = answers.receive(stream, awaited) {
+            // A lost connection after a failed send is best explained by the send error.
+            return stop(completed, Failure::Io(send_error.unwrap_or(e)));
+        }
+        while completed < awaited {
+            let Some(frame) = answers.status(completed) else {
+                break;
+            };
+            if let Err(failure) = check_status(&frame) {
+                return stop(completed, failure);
+            }
+            if !answers.complete(completed) {
+                break;
+            }
+            outstanding -= slices[completed].answer_len();
+            completed += 1;
+        }
     }
-    .encode();
-    match slice.op {
-        Opcode::Write => {
-            // SAFETY: the caller guarantees `local` is readable for `len` bytes.
-            let payload =
-                unsafe { std::slice::from_raw_parts(slice.local as *const u8, slice.len) };
-            send_prefixed(stream, &header, payload)?;
-            let mut status = [0u8; STATUS_LEN];
-            stream.read_exact(&mut status)?;
-            check_status(&status)
+    Run {
+        completed,
+        stop: None,
+    }
+}
+
+/// The request bytes of a pipelined group (headers, WRITE payloads) and how far they went.
+struct Outgoing<'a> {
+    parts: Vec<&'a [u8]>,
+    /// Number of `parts` up to and including each request's last part.
+    ends: Vec<usize>,
+    cursor: Cursor,
+}
+
+impl<'a> Outgoing<'a> {
+    /// # Safety
+    /// The local range of every WRITE slice must be readable for `'a`.
+    unsafe fn new(slices: &[Slice], headers: &'a [[u8; HEADER_LEN]]) -> Outgoing<'a> {
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(slices.len() * 2);
+        let mut ends = Vec::with_capacity(slices.len());
+        for (slice, header) in slices.iter().zip(headers) {
+            parts.push(header);
+            if slice.op == Opcode::Write {
+                // SAFETY: the caller guarantees `local` is readable for `len` bytes.
+                parts.push(unsafe { std::slice::from_raw_parts(slice.local, slice.len) });
+            }
+            ends.push(parts.len());
         }
-        Opcode::Read => {
-            // SAFETY: the caller guarantees `local` is writable for `len` bytes.
-            let target = unsafe { std::slice::from_raw_parts_mut(slice.local, slice.len) };
-            stream.write_all(&header)?;
-            receive_prefixed(stream, target)
+        Outgoing {
+            parts,
+            ends,
+            cursor: Cursor::default(),
         }
+    }
+
+    /// Sends everything up to the end of request `upto - 1` (`upto` ≥ 1), blocking.
+    fn send(&mut self, stream: &mut TcpStream, upto: usize) -> io::Result<()> {
+        let end = self.ends[upto - 1];
+        while self.cursor.part < end {
+            match stream.write_vectored(&self.cursor.unsent(&self.parts, end)) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.cursor.advance(n, end, |i| self.parts[i].len()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// How many leading requests went out completely.
+    fn whole(&self) -> usize {
+        self.ends.partition_point(|&end| end <= self.cursor.part)
+    }
+}
+
+/// Where the answers of a pipelined group land (status frames, READ data straight into the
+/// slices' memory) and how far they arrived.
+struct Incoming<'a> {
+    parts: Vec<&'a mut [u8]>,
+    /// Index in `parts` of each request's status frame; its other part follows.
+    starts: Vec<usize>,
+    cursor: Cursor,
+}
+
+impl<'a> Incoming<'a> {
+    /// # Safety
+    /// The local range of every READ slice must be writable for `'a`, and not overlap
+    /// another slice's range.
+    unsafe fn new(slices: &[Slice], statuses: &'a mut [[u8; STATUS_LEN]]) -> Incoming<'a> {
+        let mut parts: Vec<&mut [u8]> = Vec::with_capacity(slices.len() * 2);
+        let mut starts = Vec::with_capacity(slices.len() + 1);
+        for (slice, status) in slices.iter().zip(statuses) {
+            starts.push(parts.len());
+            parts.push(status);
+            if slice.op == Opcode::Read {
+                // SAFETY: the caller guarantees `local` is writable for `len` bytes and not
+                // aliased.
+                parts.push(unsafe { std::slice::from_raw_parts_mut(slice.local, slice.len) });
+            }
+        }
+        starts.push(parts.len());
+        Incoming {
+            parts,
+            starts,
+            cursor: Cursor::default(),
+        }
+    }
+
+    /// One blocking vectored read of answer bytes, up to the end of request `upto - 1`
+    /// (`upto` ≥ 1, that request not complete yet). The peer closing is an error.
+    fn receive(&mut self, stream: &mut TcpStream, upto: usize) -> io::Result<()> {
+        let end = self.starts[upto];
+        loop {
+            let mut io = self.cursor.unfilled(&mut self.parts, end);
+            match stream.read_vectored(&mut io) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => {
+                    drop(io);
+                    self.cursor.advance(n, end, |i| self.parts[i].len());
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The status frame of `request`, once it arrived completely.
+    fn status(&self, request: usize) -> Option<[u8; STATUS_LEN]> {
+        let at = self.starts[request];
+        (self.cursor.part > at)
+            .then(|| <[u8; STATUS_LEN]>::try_from(&*self.parts[at]).ok())
+            .flatten()
+    }
+
+    /// Whether the whole answer of `request` arrived.
+    fn complete(&self, request: usize) -> bool {
+        self.cursor.part >= self.starts[request + 1]
     }
 }
 
@@ -216,42 +453,4 @@ fn check_status(frame: &[u8; STATUS_LEN]) -> Result<(), Failure> {
         Some(status) => Err(Failure::Refused(status)),
         None => Err(Failure::Protocol),
     }
-}
-
-/// Writes the header and the payload, coalescing them into one segment when possible.
-fn send_prefixed(
-    stream: &mut TcpStream,
-    header: &[u8; HEADER_LEN],
-    payload: &[u8],
-) -> io::Result<()> {
-    let mut sent = 0;
-    while sent < HEADER_LEN {
-        match stream.write_vectored(&[IoSlice::new(&header[sent..]), IoSlice::new(payload)]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => sent += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    stream.write_all(&payload[sent - HEADER_LEN..])
-}
-
-/// Reads the status frame and, if it is OK, the payload into `target`, usually with a single
-/// system call for small payloads.
-fn receive_prefixed(stream: &mut TcpStream, target: &mut [u8]) -> Result<(), Failure> {
-    let mut status = [0u8; STATUS_LEN];
-    let got = loop {
-        match stream.read_vectored(&mut [IoSliceMut::new(&mut status), IoSliceMut::new(target)]) {
-            Ok(0) => return Err(Failure::Io(io::ErrorKind::UnexpectedEof.into())),
-            Ok(n) => break n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
-        }
-    };
-    if got < STATUS_LEN {
-        stream.read_exact(&mut status[got..])?;
-    }
-    check_status(&status)?;
-    stream.read_exact(&mut target[got.saturating_sub(STATUS_LEN)..])?;
-    Ok(())
 }

@@ -3,8 +3,11 @@
 //! the `0x80` flag, are served too, without status frames).
 //!
 //! Runs on a small multi-thread tokio runtime owned by the [`Server`]. Connections are
-//! persistent: after each request the server waits for the next header. Payload bytes move
-//! straight between the socket and the registered memory, with no intermediate buffer.
+//! persistent: after each request the server waits for the next header. Headers (and the
+//! start of WRITE payloads) are read through a small read-ahead buffer, so pipelined requests
+//! cost one read call for many; READs whose headers are already buffered are answered
+//! together with one gathered write. READ data goes straight from registered memory to the
+//! socket; WRITE payloads beyond the read-ahead buffer go straight into registered memory.
 //!
 //! Memory lifetime: a request is validated against the registry when its header arrives; the
 //! bytes are then read or written without holding any lock. A caller that unregisters (and
@@ -12,16 +15,17 @@
 //! it (e.g. by unmounting the segment at the master); otherwise the server may touch freed
 //! memory. Stalled peers keep their connection until they close it or the engine shuts down.
 
+use super::gather::Cursor;
 use super::metrics::{add, bump, Metrics};
 use super::registry::Registry;
 use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN};
 use crate::error::{fail, ErrorCode, Result};
 use parking_lot::Mutex;
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 
@@ -29,6 +33,13 @@ use tokio::runtime::Runtime;
 const SERVER_THREADS: usize = 2;
 /// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
+/// Bytes read ahead of the request being served, so that pipelined headers (and small WRITE
+/// payloads) arrive with one read call; larger payloads bypass the buffer.
+const READ_AHEAD: usize = 16 << 10;
+/// Most READ answers gathered into one vectored write.
+const GATHER_MAX_READS: usize = 32;
+/// Most data bytes gathered into one vectored write (a single READ may be larger).
+const GATHER_MAX_BYTES: u64 = 1 << 20;
 /// How long [`Server::shutdown`] waits for the runtime's threads to stop.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 
@@ -125,79 +136,146 @@ async fn accept_loop(listener: TcpListener, context: Arc<ServeContext>) {
 
 /// Serves requests on one connection until the peer closes it or a request fails or is
 /// refused.
-async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, context: Arc<ServeContext>) {
+async fn serve_connection(stream: TcpStream, peer: SocketAddr, context: Arc<ServeContext>) {
+    let mut conn = BufReader::with_capacity(READ_AHEAD, stream);
     loop {
         let mut raw = [0u8; HEADER_LEN];
-        if let Err(e) = stream.read_exact(&mut raw).await {
+        if let Err(e) = conn.read_exact(&mut raw).await {
             if e.kind() != io::ErrorKind::UnexpectedEof {
                 tracing::debug!(%peer, "transfer connection closed: {e}");
             }
             return;
         }
-        let header = match SessionHeader::decode(&raw) {
+        let header = match admit(&context.registry, &raw) {
             Ok(header) => header,
-            Err((bad, v2)) => {
-                reject(&mut stream, peer, &context, v2, bad.to_string()).await;
+            Err((v2, why)) => {
+                reject(conn.get_mut(), peer, &context, v2, why).await;
                 return;
             }
         };
-        let accessible = context
-            .registry
-            .within(header.addr, header.size)
-            .filter(|region| region.remote_accessible && header.size > 0);
-        if accessible.is_none() {
-            let why = format!(
-                "{:?} of {} bytes at {:#x} is not inside one remotely accessible registered buffer",
-                header.opcode, header.size, header.addr
-            );
-            reject(&mut stream, peer, &context, header.v2, why).await;
-            return;
-        }
-        if let Err(e) = serve_request(&mut stream, header, &context.metrics).await {
+        let served = match header.opcode {
+            Opcode::Write => serve_write(&mut conn, header, &context.metrics).await,
+            Opcode::Read => {
+                let mut reads = vec![header];
+                take_buffered_reads(&mut conn, &context.registry, &mut reads);
+                serve_reads(conn.get_mut(), &reads, &context.metrics).await
+            }
+        };
+        if let Err(e) = served {
             tracing::debug!(%peer, "transfer request failed: {e}");
             return;
         }
     }
 }
 
-/// Moves the payload of one validated request. It is counted as served before its last
-/// bytes reach the peer (READ: when accepted; WRITE: once the payload is applied), so an
-/// initiator that saw its transfer complete also sees the server's counters updated.
-async fn serve_request(
-    stream: &mut TcpStream,
+/// Decodes a header and checks that it is a READ or WRITE of a non-empty range inside one
+/// remotely accessible registered buffer. Refusals carry the v2 flag and the reason.
+fn admit(
+    registry: &Registry,
+    raw: &[u8; HEADER_LEN],
+) -> std::result::Result<SessionHeader, (bool, String)> {
+    let header = SessionHeader::decode(raw).map_err(|(bad, v2)| (v2, bad.to_string()))?;
+    let accessible = registry
+        .within(header.addr, header.size)
+        .filter(|region| region.remote_accessible && header.size > 0);
+    if accessible.is_none() {
+        let why = format!(
+            "{:?} of {} bytes at {:#x} is not inside one remotely accessible registered buffer",
+            header.opcode, header.size, header.addr
+        );
+        return Err((header.v2, why));
+    }
+    Ok(header)
+}
+
+/// Appends to `reads` the READ requests whose headers already wait in the read-ahead buffer
+/// right behind the current one and that will be accepted, within [`GATHER_MAX_READS`] and
+/// [`GATHER_MAX_BYTES`]. Stops at anything else (a WRITE, a refusal, a partial header), which
+/// is served on its own afterwards, so answers and side effects keep the request order.
+fn take_buffered_reads(
+    conn: &mut BufReader<TcpStream>,
+    registry: &Registry,
+    reads: &mut Vec<SessionHeader>,
+) {
+    let mut bytes: u64 = reads.iter().map(|h| h.size).sum();
+    while reads.len() < GATHER_MAX_READS {
+        let Some(raw) = conn
+            .buffer()
+            .get(..HEADER_LEN)
+            .and_then(|b| <&[u8; HEADER_LEN]>::try_from(b).ok())
+        else {
+            return;
+        };
+        match admit(registry, raw) {
+            Ok(next) if next.opcode == Opcode::Read && bytes + next.size <= GATHER_MAX_BYTES => {
+                bytes += next.size;
+                reads.push(next);
+                conn.consume(HEADER_LEN);
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Applies the payload of one validated WRITE. It is counted as served once the payload is
+/// applied, before the OK status is sent, so an initiator that saw its transfer complete also
+/// sees the server's counters updated.
+async fn serve_write(
+    conn: &mut BufReader<TcpStream>,
     header: SessionHeader,
     metrics: &Metrics,
 ) -> io::Result<()> {
-    // `within` succeeded, so the range is inside registered memory and fits in usize.
-    let ptr = header.addr as usize as *mut u8;
-    let len = header.size as usize;
-    match header.opcode {
-        Opcode::Write => {
-            // SAFETY: [ptr, ptr+len) is registered memory, which the registering caller keeps
-            // valid while registered (module docs state the unregister-during-transfer rule).
-            let target = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
-            stream.read_exact(target).await?;
-            add(
-                &metrics.served_writes,
-                &metrics.served_write_bytes,
-                header.size,
-            );
-            if header.v2 {
-                stream.write_all(&Status::Ok.encode()).await?;
-            }
+    // `admit` succeeded, so the range is inside registered memory and fits in usize.
+    // SAFETY: [addr, addr+size) is registered memory, which the registering caller keeps
+    // valid while registered (module docs state the unregister-during-transfer rule).
+    let target = unsafe {
+        std::slice::from_raw_parts_mut(header.addr as usize as *mut u8, header.size as usize)
+    };
+    conn.read_exact(target).await?;
+    add(
+        &metrics.served_writes,
+        &metrics.served_write_bytes,
+        header.size,
+    );
+    if header.v2 {
+        conn.get_mut().write_all(&Status::Ok.encode()).await?;
+    }
+    Ok(())
+}
+
+/// Answers validated READs in order with one gathered write (status frames under v2, then
+/// the data straight from registered memory). Each is counted as served before the data is
+/// sent.
+async fn serve_reads(
+    stream: &mut TcpStream,
+    reads: &[SessionHeader],
+    metrics: &Metrics,
+) -> io::Result<()> {
+    let status = Status::Ok.encode();
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(reads.len() * 2);
+    for header in reads {
+        if header.v2 {
+            parts.push(&status);
         }
-        Opcode::Read => {
-            // SAFETY: as above, for reading.
-            let source = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
-            let status = Status::Ok.encode();
-            let prefix: &[u8] = if header.v2 { &status } else { &[] };
-            add(
-                &metrics.served_reads,
-                &metrics.served_read_bytes,
-                header.size,
-            );
-            write_prefixed(stream, prefix, source).await?;
+        // SAFETY: as in `serve_write`, for reading; `admit` accepted the range.
+        parts.push(unsafe {
+            std::slice::from_raw_parts(header.addr as usize as *const u8, header.size as usize)
+        });
+        add(
+            &metrics.served_reads,
+            &metrics.served_read_bytes,
+            header.size,
+        );
+    }
+    let mut cursor = Cursor::default();
+    while cursor.part < parts.len() {
+        let n = stream
+            .write_vectored(&cursor.unsent(&parts, parts.len()))
+            .await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
         }
+        cursor.advance(n, parts.len(), |i| parts[i].len());
     }
     Ok(())
 }
@@ -216,19 +294,4 @@ async fn reject(
         // The connection is closed right after; a failed send changes nothing.
         let _ = stream.write_all(&Status::AddrRejected.encode()).await;
     }
-}
-
-/// Writes `prefix` then `data` with as few system calls as possible.
-async fn write_prefixed(stream: &mut TcpStream, prefix: &[u8], data: &[u8]) -> io::Result<()> {
-    let mut sent = 0;
-    while sent < prefix.len() {
-        let n = stream
-            .write_vectored(&[IoSlice::new(&prefix[sent..]), IoSlice::new(data)])
-            .await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        sent += n;
-    }
-    stream.write_all(&data[sent - prefix.len()..]).await
 }

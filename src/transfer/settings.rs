@@ -4,6 +4,13 @@ use std::time::Duration;
 
 /// Smallest part a request is split into for parallel lanes.
 pub(crate) const MIN_SLICE: u64 = 1 << 20;
+/// Largest slice that is pipelined with other small slices to the same peer; larger ones
+/// get a connection each.
+pub(crate) const PIPELINE_MAX_SLICE: usize = 64 << 10;
+/// Most slices in one pipelined group before another lane is used.
+pub(crate) const PIPELINE_GROUP_SLICES: usize = 32;
+/// Payload bytes per pipelined group before another lane is used.
+pub(crate) const PIPELINE_GROUP_BYTES: usize = 256 << 10;
 /// Upper bound of `MC_TCP_LANES_PER_PEER`.
 const MAX_LANES: usize = 16;
 /// Default of `MC_TCP_LANES_PER_PEER`.

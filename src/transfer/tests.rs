@@ -1,6 +1,9 @@
 //! Engine-level tests: local copies, and two engines in one process talking over TCP on
 //! 127.0.0.1.
 
+use super::metrics::Metrics;
+use super::pool::{ConnectionPool, Slice};
+use super::settings::Settings;
 use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
 use super::*;
 use crate::error::{last_error_message, ErrorCode};
@@ -345,6 +348,28 @@ fn concurrent_transfers_from_four_threads() {
     assert_eq!((m.tcp_reads, m.tcp_writes, m.failed_requests), (80, 80, 0));
 }
 
+/// Runs `work` on a thread, shuts `server` down (twice) 200 ms later and returns what `work`
+/// returned, failing the test if that takes 20 s or more after the shutdown.
+fn within_bound_of_peer_shutdown<T: Send + 'static>(
+    server: &TransferEngine,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let _ = done_tx.send(work());
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    server.shutdown();
+    server.shutdown();
+    let out = done_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a transfer hung after the peer shut down");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    worker.join().unwrap();
+    out
+}
+
 #[test]
 fn peer_shutdown_mid_transfer_fails_without_hanging() {
     let server = serving_engine();
@@ -353,31 +378,18 @@ fn peer_shutdown_mid_transfer_fails_without_hanging() {
     register(&server, &mut segment, true);
     let peer = server.local_name().to_owned();
     let base = addr_of(&segment);
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    let worker = {
+    let error = within_bound_of_peer_shutdown(&server, {
         let client = Arc::clone(&client);
-        std::thread::spawn(move || {
+        move || {
             let mut buf = vec![0u8; 64 * MIB];
-            let mut completed = 0usize;
-            let result = loop {
-                match one(&client, read_req(&mut buf, &peer, base)) {
-                    Ok(()) => completed += 1,
-                    Err(e) => break e,
+            loop {
+                if let Err(e) = one(&client, read_req(&mut buf, &peer, base)) {
+                    break e;
                 }
-            };
-            let _ = done_tx.send((result, completed));
-        })
-    };
-    std::thread::sleep(Duration::from_millis(200));
-    let started = Instant::now();
-    server.shutdown();
-    server.shutdown();
-    let (error, _) = done_rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("a transfer hung after the peer shut down");
+            }
+        }
+    });
     assert_eq!(error, ErrorCode::TransferFail);
-    assert!(started.elapsed() < Duration::from_secs(20));
-    worker.join().unwrap();
     let mut buf = vec![0u8; 16];
     let again = one(&client, read_req(&mut buf, server.local_name(), base));
     assert_eq!(again, Err(ErrorCode::TransferFail));
@@ -499,4 +511,347 @@ fn server_speaks_v1_and_refuses_malformed_requests() {
     }
     assert_eq!(server.metrics().rejected_requests, 2);
     assert_eq!(HEADER_LEN, 24);
+}
+
+/// The sizes of a mixed batch of small requests: tiny, page-sized, the pipelining limit and
+/// just below it.
+fn small_sizes(count: usize) -> Vec<usize> {
+    (0..count)
+        .map(|i| [1, 4096, 64 << 10, (64 << 10) - 1, 100, 4096][i % 6])
+        .collect()
+}
+
+/// Many small READs and WRITEs to one peer in one batch (pipelined, more answer bytes per
+/// connection than the pipelining window): byte-exact, counters exact, few connections.
+#[test]
+fn pipelined_small_batches_are_exact() {
+    let server = serving_engine();
+    let client = embedded_engine();
+    let sizes = small_sizes(96);
+    let total: usize = sizes.iter().sum();
+    let mut segment = vec![0u8; 2 * total];
+    register(&server, &mut segment, true);
+    let peer = server.local_name().to_owned();
+    let base = addr_of(&segment);
+    let offsets: Vec<u64> = sizes
+        .iter()
+        .scan(0u64, |at, &len| {
+            let here = *at;
+            *at += len as u64;
+            Some(here)
+        })
+        .collect();
+    let data: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| pattern(len, i as u8))
+        .collect();
+    // Even requests write the first half; odd ones read what the second half holds.
+    segment[total..].copy_from_slice(&pattern(total, 77));
+    let expected_second_half = segment[total..].to_vec();
+    let mut backs: Vec<Vec<u8>> = sizes.iter().map(|&len| vec![0u8; len]).collect();
+    let requests: Vec<TransferRequest<'_>> = backs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, back)| {
+            if i % 2 == 0 {
+                write_req(&data[i], &peer, base + offsets[i])
+            } else {
+                read_req(back, &peer, base + total as u64 + offsets[i])
+            }
+        })
+        .collect();
+    // SAFETY: all buffers live across the call; READ targets are distinct vectors.
+    let results = unsafe { client.transfer(&requests) };
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let (mut read_bytes, mut write_bytes) = (0u64, 0u64);
+    for (i, &len) in sizes.iter().enumerate() {
+        let at = offsets[i] as usize;
+        if i % 2 == 0 {
+            assert!(segment[at..at + len] == data[i][..], "write {i}");
+            write_bytes += len as u64;
+        } else {
+            assert!(
+                backs[i][..] == expected_second_half[at..at + len],
+                "read {i}"
+            );
+            read_bytes += len as u64;
+        }
+    }
+    let m = client.metrics();
+    assert_eq!((m.tcp_writes, m.tcp_write_bytes), (48, write_bytes));
+    assert_eq!((m.tcp_reads, m.tcp_read_bytes), (48, read_bytes));
+    assert_eq!(m.failed_requests, 0);
+    assert!(
+        (1..=16).contains(&m.connections_opened),
+        "{} connections",
+        m.connections_opened
+    );
+    let s = server.metrics();
+    assert_eq!((s.served_writes, s.served_write_bytes), (48, write_bytes));
+    assert_eq!((s.served_reads, s.served_read_bytes), (48, read_bytes));
+    assert_eq!(s.rejected_requests, 0);
+
+    // The same batch again reuses the pooled connections.
+    let opened = m.connections_opened;
+    // SAFETY: as above.
+    let again = unsafe { client.transfer(&requests) };
+    assert!(again.iter().all(Result::is_ok));
+    assert_eq!(client.metrics().connections_opened, opened);
+}
+
+/// Refused requests in the middle of pipelined groups fail alone; the valid requests around
+/// them, including those queued behind a refusal on the closed connection, succeed.
+#[test]
+fn refusals_inside_a_pipelined_batch_fail_only_themselves() {
+    let server = serving_engine();
+    let client = embedded_engine();
+    let mut segment = pattern(64 * 4096, 5);
+    register(&server, &mut segment, true);
+    let stranger = vec![0u8; 4096];
+    let peer = server.local_name().to_owned();
+    let base = addr_of(&segment);
+    let refused = [9usize, 10, 20, 31];
+    let mut backs = vec![vec![0u8; 4096]; 32];
+    let payload = pattern(4096, 6);
+    let requests: Vec<TransferRequest<'_>> = backs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, back)| match (refused.contains(&i), i % 3) {
+            (true, 0) => write_req(&payload, &peer, addr_of(&stranger)),
+            (true, _) => read_req(back, &peer, addr_of(&stranger)),
+            (false, 0) => write_req(&payload, &peer, base + (32 + i as u64) * 4096),
+            (false, _) => read_req(back, &peer, base + i as u64 * 4096),
+        })
+        .collect();
+    // SAFETY: all buffers live across the call; READ targets are distinct vectors.
+    let results = unsafe { client.transfer(&requests) };
+    for (i, result) in results.iter().enumerate() {
+        if refused.contains(&i) {
+            assert_eq!(*result, Err(ErrorCode::TransferFail), "request {i}");
+        } else {
+            assert_eq!(*result, Ok(()), "request {i}");
+        }
+    }
+    let (mut reads, mut writes) = (0u64, 0u64);
+    for (i, back) in backs.iter().enumerate() {
+        let at = i * 4096;
+        match (refused.contains(&i), i % 3) {
+            (true, _) => assert!(back.iter().all(|&b| b == 0), "refused {i}"),
+            (false, 0) => {
+                assert!(
+                    segment[32 * 4096 + at..][..4096] == payload[..],
+                    "write {i}"
+                );
+                writes += 1;
+            }
+            (false, _) => {
+                assert!(back[..] == segment[at..at + 4096], "read {i}");
+                reads += 1;
+            }
+        }
+    }
+    assert!(stranger.iter().all(|&b| b == 0));
+    let m = client.metrics();
+    assert_eq!((m.tcp_reads, m.tcp_read_bytes), (reads, reads * 4096));
+    assert_eq!((m.tcp_writes, m.tcp_write_bytes), (writes, writes * 4096));
+    assert_eq!(m.failed_requests, refused.len() as u64);
+    let s = server.metrics();
+    assert_eq!(s.rejected_requests, refused.len() as u64);
+    assert_eq!((s.served_reads, s.served_writes), (reads, writes));
+}
+
+fn test_pool() -> (ConnectionPool, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::default());
+    let settings = Settings {
+        io_timeout: Duration::from_secs(10),
+        lanes: 4,
+    };
+    (ConnectionPool::new(settings, Arc::clone(&metrics)), metrics)
+}
+
+fn read_slice(buf: &mut [u8], remote: u64) -> Slice {
+    Slice {
+        op: Opcode::Read,
+        local: buf.as_mut_ptr(),
+        len: buf.len(),
+        remote,
+    }
+}
+
+/// One pipelined group on one connection: each refusal costs exactly that slice and one
+/// connection; the slices behind it go out again on a new connection.
+#[test]
+fn pipelined_group_continues_after_each_refusal() {
+    let server = serving_engine();
+    let mut segment = pattern(8 * 4096, 2);
+    register(&server, &mut segment, true);
+    let peer = server.listen_addr().unwrap();
+    let (pool, metrics) = test_pool();
+    let mut backs = vec![vec![0u8; 4096]; 8];
+    let refused = [2usize, 3, 6];
+    let slices: Vec<Slice> = backs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, back)| {
+            let remote = if refused.contains(&i) {
+                1 << 40
+            } else {
+                addr_of(&segment) + i as u64 * 4096
+            };
+            read_slice(back, remote)
+        })
+        .collect();
+    // SAFETY: the buffers outlive the call and are distinct.
+    let results = unsafe { pool.execute(peer, &slices) };
+    for (i, result) in results.iter().enumerate() {
+        assert_eq!(
+            result.is_err(),
+            refused.contains(&i),
+            "slice {i}: {result:?}"
+        );
+        if let Err(message) = result {
+            assert!(message.contains("refused"), "{message}");
+        } else {
+            assert!(
+                backs[i][..] == segment[i * 4096..(i + 1) * 4096],
+                "slice {i}"
+            );
+        }
+    }
+    assert_eq!(metrics.snapshot().connections_opened, 4);
+    assert_eq!(server.metrics().rejected_requests, 3);
+    assert_eq!(server.metrics().served_reads, 5);
+}
+
+/// A fake peer that reads every pipelined header it gets, answers only the first
+/// `answered` READs of each connection (status and `fill` bytes) and then closes.
+fn dying_peer(answered: usize, fill: u8) -> (SocketAddr, std::thread::JoinHandle<usize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handle = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut headers = Vec::new();
+        let mut raw = [0u8; HEADER_LEN];
+        while conn.read_exact(&mut raw).is_ok() {
+            headers.push(SessionHeader::decode(&raw).unwrap());
+        }
+        for header in headers.iter().take(answered) {
+            conn.write_all(&Status::Ok.encode()).unwrap();
+            conn.write_all(&vec![fill; header.size as usize]).unwrap();
+        }
+        // Dropping the listener too: reconnecting is refused.
+        headers.len()
+    });
+    (addr, handle)
+}
+
+/// The peer dies in the middle of a pipelined group: the answered slices succeed, every
+/// later one fails promptly.
+#[test]
+fn peer_dying_mid_pipeline_fails_the_rest_without_hanging() {
+    let (peer, fake) = dying_peer(3, 0xAB);
+    let (pool, metrics) = test_pool();
+    let mut backs = vec![vec![0u8; 4096]; 10];
+    let slices: Vec<Slice> = backs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, back)| read_slice(back, 0x1000 * (i as u64 + 1)))
+        .collect();
+    let started = Instant::now();
+    // SAFETY: the buffers outlive the call and are distinct.
+    let results = unsafe { pool.execute(peer, &slices) };
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        fake.join().unwrap(),
+        10,
+        "all headers went out back to back"
+    );
+    for (i, result) in results.iter().enumerate() {
+        assert_eq!(result.is_ok(), i < 3, "slice {i}: {result:?}");
+    }
+    assert!(backs[..3].iter().all(|b| b.iter().all(|&x| x == 0xAB)));
+    assert_eq!(metrics.snapshot().connections_opened, 1);
+}
+
+/// A serving peer shuts down while batches of small requests are in flight: the batch in
+/// progress fails (at least partly) and returns promptly; nothing hangs.
+#[test]
+fn peer_shutdown_during_pipelined_batches_fails_without_hanging() {
+    let server = serving_engine();
+    let client = embedded_engine();
+    let mut segment = pattern(64 * 4096, 3);
+    register(&server, &mut segment, true);
+    let peer = server.local_name().to_owned();
+    let base = addr_of(&segment);
+    within_bound_of_peer_shutdown(&server, move || {
+        let mut backs = vec![vec![0u8; 4096]; 64];
+        loop {
+            let requests: Vec<_> = backs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| read_req(b, &peer, base + i as u64 * 4096))
+                .collect();
+            // SAFETY: the buffers live across the call.
+            let results = unsafe { client.transfer(&requests) };
+            if results.iter().any(Result::is_err) {
+                return;
+            }
+        }
+    });
+}
+
+/// Pipelined requests written by hand in one go: READs whose headers arrive together are
+/// answered in order, and a WRITE between two READs of the same bytes takes effect after the
+/// first READ's answer and before the second's.
+#[test]
+fn server_answers_pipelined_requests_in_order() {
+    let server = serving_engine();
+    let mut segment = pattern(3 * 4096, 4);
+    let original = segment.clone();
+    register(&server, &mut segment, true);
+    let base = addr_of(&segment);
+    let header = |opcode, offset: u64, v2| {
+        SessionHeader {
+            size: 4096,
+            addr: base + offset,
+            opcode,
+            v2,
+        }
+        .encode()
+    };
+    let update = pattern(4096, 99);
+    let mut burst = Vec::new();
+    burst.extend_from_slice(&header(Opcode::Read, 0, true));
+    burst.extend_from_slice(&header(Opcode::Read, 4096, false));
+    burst.extend_from_slice(&header(Opcode::Read, 8192, true));
+    burst.extend_from_slice(&header(Opcode::Write, 0, true));
+    burst.extend_from_slice(&update);
+    burst.extend_from_slice(&header(Opcode::Read, 0, true));
+    let mut conn = TcpStream::connect(server.listen_addr().unwrap()).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    conn.write_all(&burst).unwrap();
+    let ok = Status::Ok.encode();
+    let mut expected = Vec::new();
+    for part in [
+        &ok[..],
+        &original[..4096],
+        &original[4096..8192],
+        &ok,
+        &original[8192..],
+        &ok,
+        &ok,
+        &update,
+    ] {
+        expected.extend_from_slice(part);
+    }
+    let mut answer = vec![0u8; expected.len()];
+    conn.read_exact(&mut answer).unwrap();
+    assert!(answer == expected);
+    assert_eq!(&segment[..4096], &update[..]);
+    let s = server.metrics();
+    assert_eq!((s.served_reads, s.served_writes), (4, 1));
 }

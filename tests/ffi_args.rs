@@ -1,0 +1,1016 @@
+//! Every bad argument to every `mc_*` function returns an error code and leaves a message —
+//! never a crash: NULL store, NULL key, NULL buffer with size > 0, NULL results, count
+//! mismatch, overflowing sizes, bad enum values. Also Mooncake's `mooncake_store_*` NULL
+//! rules (-1).
+
+use mooncake_rs::ffi::buffer::*;
+use mooncake_rs::ffi::config::*;
+use mooncake_rs::ffi::error::*;
+use mooncake_rs::ffi::store::*;
+use mooncake_rs::ffi::store_admin::*;
+use mooncake_rs::ffi::store_c::*;
+use mooncake_rs::ffi::store_get::*;
+use mooncake_rs::ffi::store_put::*;
+use mooncake_rs::ffi::store_session::*;
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr::{null, null_mut};
+
+const BAD: i32 = MC_ERR_INVALID_PARAMS;
+
+/// One deferred C call (so each call's message is checked right after it).
+type Call<'a> = Box<dyn Fn() -> c_int + 'a>;
+
+/// Asserts the code and that a message was recorded for it.
+fn expect(rc: i64, code: i32, what: &str) {
+    assert_eq!(rc, i64::from(code), "{what}");
+    let len = mc_last_error_message(null_mut(), 0);
+    assert!(len > 0, "{what}: no message");
+    // Clear it so the next check proves its own message.
+    mooncake_rs::error::set_last_error_message("");
+}
+
+fn store() -> *mut mc_store_t {
+    let s = mc_store_new();
+    assert_eq!(mc_store_init_all(s, null(), null(), 16 << 20), 0);
+    s
+}
+
+#[test]
+fn null_store_everywhere() {
+    let n: *mut mc_store_t = null_mut();
+    let k = c"k".as_ptr();
+    let keys = [k];
+    let mut r = [0 as c_int; 1];
+    let mut r64 = [0i64; 1];
+    let mut buf = [0u8; 8];
+    let p = buf.as_mut_ptr().cast::<c_void>();
+    let cfg = {
+        let mut c = std::mem::MaybeUninit::uninit();
+        mc_setup_config_init(c.as_mut_ptr());
+        // SAFETY: initialised above.
+        unsafe { c.assume_init() }
+    };
+    expect(mc_store_setup(n, &cfg).into(), BAD, "setup");
+    expect(
+        mc_store_init_all(n, null(), null(), 0).into(),
+        BAD,
+        "init_all",
+    );
+    expect(mc_store_teardown(n).into(), BAD, "teardown");
+    expect(mc_store_health_check(n).into(), BAD, "health");
+    expect(
+        mc_store_get_hostname(n, buf.as_mut_ptr().cast(), 8).into(),
+        BAD,
+        "hostname",
+    );
+    expect(mc_store_register_buffer(n, p, 8).into(), BAD, "register");
+    expect(mc_store_unregister_buffer(n, p).into(), BAD, "unregister");
+    expect(mc_store_put(n, k, p, 8, null()).into(), BAD, "put");
+    expect(mc_store_upsert(n, k, p, 8, null()).into(), BAD, "upsert");
+    expect(
+        mc_store_put_from(n, k, p, 8, null()).into(),
+        BAD,
+        "put_from",
+    );
+    expect(
+        mc_store_upsert_from(n, k, p, 8, null()).into(),
+        BAD,
+        "upsert_from",
+    );
+    expect(
+        mc_store_put_parts(n, k, null(), null(), 0, null()).into(),
+        BAD,
+        "put_parts",
+    );
+    expect(
+        mc_store_upsert_parts(n, k, null(), null(), 0, null()).into(),
+        BAD,
+        "upsert_parts",
+    );
+    expect(
+        mc_store_put_batch(n, keys.as_ptr(), null(), null(), 0, null()).into(),
+        BAD,
+        "put_batch",
+    );
+    expect(
+        mc_store_upsert_batch(n, keys.as_ptr(), null(), null(), 0, null()).into(),
+        BAD,
+        "upsert_batch",
+    );
+    expect(
+        mc_store_batch_put_from(n, keys.as_ptr(), null(), null(), 0, null(), r.as_mut_ptr()).into(),
+        BAD,
+        "bpf",
+    );
+    expect(
+        mc_store_batch_upsert_from(n, keys.as_ptr(), null(), null(), 0, null(), r.as_mut_ptr())
+            .into(),
+        BAD,
+        "buf",
+    );
+    expect(
+        mc_store_batch_put_from_multi_buffers(
+            n,
+            null(),
+            0,
+            null(),
+            null(),
+            null(),
+            null(),
+            r.as_mut_ptr(),
+        )
+        .into(),
+        BAD,
+        "bpfm",
+    );
+    expect(
+        mc_store_batch_upsert_from_multi_buffers(
+            n,
+            null(),
+            0,
+            null(),
+            null(),
+            null(),
+            null(),
+            r.as_mut_ptr(),
+        )
+        .into(),
+        BAD,
+        "bufm",
+    );
+    expect(mc_store_get_into(n, k, p, 8), BAD, "get_into");
+    expect(
+        mc_store_batch_get_into(n, null(), null(), null(), 0, r64.as_mut_ptr()).into(),
+        BAD,
+        "bgi",
+    );
+    expect(
+        mc_store_batch_get_into_multi_buffers(
+            n,
+            null(),
+            0,
+            null(),
+            null(),
+            null(),
+            r64.as_mut_ptr(),
+        )
+        .into(),
+        BAD,
+        "bgim",
+    );
+    expect(
+        mc_store_get_into_ranges(n, null(), null(), 0, null(), 0, r64.as_mut_ptr()).into(),
+        BAD,
+        "ranges",
+    );
+    let mut b: *mut mc_buffer_t = null_mut();
+    expect(mc_store_get_buffer(n, k, &mut b).into(), BAD, "get_buffer");
+    expect(
+        mc_store_batch_get_buffer(n, null(), 0, null_mut(), null_mut()).into(),
+        BAD,
+        "bgb",
+    );
+    expect(
+        mc_store_batch_get_session_start(n, null(), 0, null_mut()).into(),
+        BAD,
+        "gss",
+    );
+    expect(
+        mc_store_batch_get_into_multi_buffer_ranges(
+            n,
+            null(),
+            0,
+            null(),
+            null(),
+            null(),
+            null(),
+            null_mut(),
+        )
+        .into(),
+        BAD,
+        "gimr",
+    );
+    expect(
+        mc_store_batch_get_session_end(n, null(), 0).into(),
+        BAD,
+        "gse",
+    );
+    expect(
+        mc_store_batch_put_session_start(n, null(), null(), 0, null(), null_mut()).into(),
+        BAD,
+        "pss",
+    );
+    expect(
+        mc_store_batch_put_from_multi_buffer_ranges(
+            n,
+            null(),
+            0,
+            null(),
+            null(),
+            null(),
+            null(),
+            null_mut(),
+        )
+        .into(),
+        BAD,
+        "pfmr",
+    );
+    expect(
+        mc_store_batch_put_session_end(n, null(), 0, null_mut()).into(),
+        BAD,
+        "pse",
+    );
+    expect(
+        mc_store_batch_put_session_revoke(n, null(), 0, null_mut()).into(),
+        BAD,
+        "psr",
+    );
+    expect(mc_store_is_exist(n, k).into(), BAD, "is_exist");
+    expect(
+        mc_store_batch_is_exist(n, null(), 0, null_mut()).into(),
+        BAD,
+        "bie",
+    );
+    expect(mc_store_get_size(n, k), BAD, "get_size");
+    expect(mc_store_remove(n, k, 0).into(), BAD, "remove");
+    expect(
+        mc_store_batch_remove(n, null(), 0, 0, null_mut()).into(),
+        BAD,
+        "bremove",
+    );
+    expect(mc_store_remove_by_regex(n, k, 0), BAD, "regex");
+    expect(mc_store_remove_all(n, 0), BAD, "all");
+    expect(
+        mc_store_metrics_json(n, null_mut(), 0, null_mut()).into(),
+        BAD,
+        "metrics",
+    );
+    // NULL-tolerant functions.
+    mc_store_free(null_mut());
+    mc_buffer_free(null_mut());
+    mc_setup_config_init(null_mut());
+    mc_replicate_config_init(null_mut());
+    assert!(mc_buffer_ptr(null()).is_null());
+    assert_eq!(mc_buffer_len(null()), 0);
+}
+
+#[test]
+fn bad_single_key_arguments() {
+    let s = store();
+    let k = c"k".as_ptr();
+    let mut buf = [0u8; 8];
+    let p = buf.as_mut_ptr().cast::<c_void>();
+    expect(
+        mc_store_put(s, null(), p, 8, null()).into(),
+        BAD,
+        "NULL key",
+    );
+    expect(
+        mc_store_put(s, k, null(), 8, null()).into(),
+        BAD,
+        "NULL value, size 8",
+    );
+    assert_eq!(
+        mc_store_put(s, k, null(), 0, null()),
+        0,
+        "NULL value, size 0 is a no-op"
+    );
+    expect(
+        mc_store_put_from(s, k, p, usize::MAX, null()).into(),
+        BAD,
+        "size overflow",
+    );
+    expect(
+        mc_store_put(s, c"\xff".as_ptr(), p, 8, null()).into(),
+        BAD,
+        "non-UTF-8 key",
+    );
+    expect(mc_store_get_into(s, null(), p, 8), BAD, "get NULL key");
+    expect(mc_store_get_into(s, k, null_mut(), 8), BAD, "get NULL buf");
+    expect(
+        mc_store_get_into(s, k, p, isize::MAX as usize + 1),
+        BAD,
+        "get overflow",
+    );
+    expect(
+        mc_store_get_buffer(s, k, null_mut()).into(),
+        BAD,
+        "get_buffer NULL out",
+    );
+    let mut b: *mut mc_buffer_t = 1 as *mut mc_buffer_t;
+    expect(
+        mc_store_get_buffer(s, null(), &mut b).into(),
+        BAD,
+        "get_buffer NULL key",
+    );
+    assert!(b.is_null());
+    expect(mc_store_is_exist(s, null()).into(), BAD, "exist NULL key");
+    expect(mc_store_get_size(s, null()), BAD, "size NULL key");
+    expect(mc_store_remove(s, null(), 1).into(), BAD, "remove NULL key");
+    expect(mc_store_remove_by_regex(s, null(), 1), BAD, "regex NULL");
+    expect(
+        mc_store_get_hostname(s, null_mut(), 8).into(),
+        BAD,
+        "hostname NULL buf",
+    );
+    expect(
+        mc_store_get_hostname(s, buf.as_mut_ptr().cast(), 0).into(),
+        BAD,
+        "hostname len 0",
+    );
+    expect(
+        mc_store_register_buffer(s, null_mut(), 8).into(),
+        BAD,
+        "register NULL",
+    );
+    expect(
+        mc_store_register_buffer(s, p, 0).into(),
+        BAD,
+        "register size 0",
+    );
+    expect(
+        mc_store_unregister_buffer(s, null_mut()).into(),
+        BAD,
+        "unregister NULL",
+    );
+    expect(
+        mc_store_unregister_buffer(s, p).into(),
+        BAD,
+        "unregister unknown",
+    );
+    expect(
+        mc_store_metrics_json(s, null_mut(), 8, null_mut()).into(),
+        BAD,
+        "metrics NULL buf",
+    );
+    expect(mc_store_setup(s, null()).into(), BAD, "setup NULL config");
+    expect(
+        mc_store_init_all(s, null(), null(), 0).into(),
+        BAD,
+        "already set up",
+    );
+    expect(
+        mc_store_batch_get_session_end(s, null(), 2).into(),
+        BAD,
+        "session end NULL keys",
+    );
+    mc_store_free(s);
+
+    let fresh = mc_store_new();
+    let mut cfg = std::mem::MaybeUninit::uninit();
+    mc_setup_config_init(cfg.as_mut_ptr());
+    // SAFETY: initialised above.
+    let mut cfg: mc_setup_config_t = unsafe { cfg.assume_init() };
+    cfg.local_hostname = null();
+    expect(
+        mc_store_setup(fresh, &cfg).into(),
+        BAD,
+        "setup NULL hostname",
+    );
+    cfg.local_hostname = c"x".as_ptr();
+    cfg.global_segment_size = 10;
+    expect(
+        mc_store_setup(fresh, &cfg).into(),
+        BAD,
+        "setup tiny segment",
+    );
+    mc_store_free(fresh);
+}
+
+#[test]
+fn bad_replicate_configs() {
+    let s = store();
+    let v = [1u8; 8];
+    let mut rc = std::mem::MaybeUninit::uninit();
+    mc_replicate_config_init(rc.as_mut_ptr());
+    // SAFETY: initialised above.
+    let good: mc_replicate_config_t = unsafe { rc.assume_init() };
+    let put = |cfg: &mc_replicate_config_t| {
+        i64::from(mc_store_put(s, c"cfg".as_ptr(), v.as_ptr().cast(), 8, cfg))
+    };
+    expect(
+        put(&mc_replicate_config_t {
+            soft_pin_action: 3,
+            ..good
+        }),
+        BAD,
+        "bad enum",
+    );
+    expect(
+        put(&mc_replicate_config_t {
+            soft_pin_action: -1,
+            ..good
+        }),
+        BAD,
+        "negative enum",
+    );
+    expect(
+        put(&mc_replicate_config_t {
+            replica_num: 0,
+            ..good
+        }),
+        BAD,
+        "zero replicas",
+    );
+    expect(
+        put(&mc_replicate_config_t {
+            preferred_segments_count: 2,
+            ..good
+        }),
+        BAD,
+        "NULL preferred list with count 2",
+    );
+    expect(
+        put(&mc_replicate_config_t {
+            preferred_segments_count: usize::MAX,
+            ..good
+        }),
+        BAD,
+        "preferred count overflow",
+    );
+    let names = [null(), c"localhost".as_ptr()];
+    let ok = mc_replicate_config_t {
+        preferred_segments: names.as_ptr(),
+        preferred_segments_count: 2,
+        ..good
+    };
+    assert_eq!(put(&ok), 0, "NULL entries are skipped");
+    mc_store_free(s);
+}
+
+#[test]
+fn bad_batch_arguments() {
+    let s = store();
+    let keys = [c"a".as_ptr(), c"b".as_ptr()];
+    let null_key = [c"a".as_ptr(), null()];
+    let v = [1u8; 8];
+    let bufs = [v.as_ptr().cast::<c_void>(), null()];
+    let sizes = [8usize, 8];
+    let huge = [8usize, usize::MAX];
+    let mut r = [5 as c_int; 2];
+    let mut r64 = [5i64; 2];
+
+    // NULL results with count > 0: -600, nothing written.
+    expect(
+        mc_store_batch_put_from(
+            s,
+            keys.as_ptr(),
+            bufs.as_ptr(),
+            sizes.as_ptr(),
+            2,
+            null(),
+            null_mut(),
+        )
+        .into(),
+        BAD,
+        "NULL results",
+    );
+    expect(
+        mc_store_batch_is_exist(s, keys.as_ptr(), 2, null_mut()).into(),
+        BAD,
+        "NULL results",
+    );
+    expect(
+        mc_store_batch_get_into(s, keys.as_ptr(), null(), null(), 2, null_mut()).into(),
+        BAD,
+        "NULL results",
+    );
+    // Per-entry problems: -600 in the return value and in every slot.
+    let rp = r.as_mut_ptr();
+    let calls: Vec<(&str, Call)> = vec![
+        (
+            "NULL buffer with size",
+            Box::new(|| {
+                mc_store_batch_put_from(
+                    s,
+                    keys.as_ptr(),
+                    bufs.as_ptr(),
+                    sizes.as_ptr(),
+                    2,
+                    null(),
+                    rp,
+                )
+            }),
+        ),
+        (
+            "NULL key",
+            Box::new(|| {
+                mc_store_batch_put_from(
+                    s,
+                    null_key.as_ptr(),
+                    bufs.as_ptr(),
+                    sizes.as_ptr(),
+                    2,
+                    null(),
+                    rp,
+                )
+            }),
+        ),
+        (
+            "NULL keys",
+            Box::new(|| {
+                mc_store_batch_upsert_from(s, null(), bufs.as_ptr(), sizes.as_ptr(), 2, null(), rp)
+            }),
+        ),
+        (
+            "NULL sizes",
+            Box::new(|| {
+                mc_store_batch_put_from(s, keys.as_ptr(), bufs.as_ptr(), null(), 2, null(), rp)
+            }),
+        ),
+        (
+            "NULL bufs (multi)",
+            Box::new(|| {
+                mc_store_batch_put_from_multi_buffers(
+                    s,
+                    keys.as_ptr(),
+                    2,
+                    null(),
+                    null(),
+                    [1usize, 1].as_ptr(),
+                    null(),
+                    rp,
+                )
+            }),
+        ),
+        (
+            "NULL buf_counts",
+            Box::new(|| {
+                mc_store_batch_upsert_from_multi_buffers(
+                    s,
+                    keys.as_ptr(),
+                    2,
+                    null(),
+                    null(),
+                    null(),
+                    null(),
+                    rp,
+                )
+            }),
+        ),
+        (
+            "exist NULL key",
+            Box::new(|| mc_store_batch_is_exist(s, null_key.as_ptr(), 2, rp)),
+        ),
+        (
+            "remove NULL keys",
+            Box::new(|| mc_store_batch_remove(s, null(), 2, 1, rp)),
+        ),
+        (
+            "get session NULL key",
+            Box::new(|| mc_store_batch_get_session_start(s, null_key.as_ptr(), 2, rp)),
+        ),
+        (
+            "put session NULL sizes",
+            Box::new(|| mc_store_batch_put_session_start(s, keys.as_ptr(), null(), 2, null(), rp)),
+        ),
+        (
+            "put session end NULL key",
+            Box::new(|| mc_store_batch_put_session_end(s, null_key.as_ptr(), 2, rp)),
+        ),
+        (
+            "put session revoke NULL keys",
+            Box::new(|| mc_store_batch_put_session_revoke(s, null(), 2, rp)),
+        ),
+    ];
+    for (what, call) in calls {
+        expect(call().into(), BAD, what);
+    }
+    // The slots of such a call all carry the code.
+    r = [5; 2];
+    expect(
+        mc_store_batch_put_from(
+            s,
+            keys.as_ptr(),
+            bufs.as_ptr(),
+            sizes.as_ptr(),
+            2,
+            null(),
+            r.as_mut_ptr(),
+        )
+        .into(),
+        BAD,
+        "slots",
+    );
+    assert_eq!(r, [BAD, BAD]);
+    // Overflowing sizes and counts.
+    let ok_bufs = [v.as_ptr().cast::<c_void>(), v.as_ptr().cast()];
+    expect(
+        mc_store_batch_put_from(
+            s,
+            keys.as_ptr(),
+            ok_bufs.as_ptr(),
+            huge.as_ptr(),
+            2,
+            null(),
+            r.as_mut_ptr(),
+        )
+        .into(),
+        BAD,
+        "size overflow",
+    );
+    expect(
+        mc_store_put_batch(s, keys.as_ptr(), ok_bufs.as_ptr(), huge.as_ptr(), 2, null()).into(),
+        BAD,
+        "copy batch overflow",
+    );
+    expect(
+        mc_store_put_parts(
+            s,
+            keys[0],
+            ok_bufs.as_ptr(),
+            sizes.as_ptr(),
+            usize::MAX,
+            null(),
+        )
+        .into(),
+        BAD,
+        "count overflow",
+    );
+    expect(
+        mc_store_batch_is_exist(s, keys.as_ptr(), usize::MAX, r.as_mut_ptr()).into(),
+        BAD,
+        "results count overflow",
+    );
+
+    // Gets: NULL destination with size, overlapping destinations, count mismatch in multi.
+    let mut out = [0u8; 16];
+    let dst_null = [out.as_mut_ptr().cast::<c_void>(), null_mut()];
+    expect(
+        mc_store_batch_get_into(
+            s,
+            keys.as_ptr(),
+            dst_null.as_ptr(),
+            sizes.as_ptr(),
+            2,
+            r64.as_mut_ptr(),
+        )
+        .into(),
+        BAD,
+        "NULL dst",
+    );
+    assert_eq!(r64, [i64::from(BAD); 2]);
+    let overlap = [
+        out.as_mut_ptr().cast::<c_void>(),
+        out[4..].as_mut_ptr().cast(),
+    ];
+    expect(
+        mc_store_batch_get_into(
+            s,
+            keys.as_ptr(),
+            overlap.as_ptr(),
+            sizes.as_ptr(),
+            2,
+            r64.as_mut_ptr(),
+        )
+        .into(),
+        BAD,
+        "overlap",
+    );
+    let one = [overlap[0]];
+    let lists = [one.as_ptr(), null()];
+    let size_lists = [sizes.as_ptr(), sizes.as_ptr()];
+    let counts = [1usize, 3];
+    expect(
+        mc_store_batch_get_into_multi_buffers(
+            s,
+            keys.as_ptr(),
+            2,
+            lists.as_ptr(),
+            size_lists.as_ptr(),
+            counts.as_ptr(),
+            r64.as_mut_ptr(),
+        )
+        .into(),
+        BAD,
+        "count mismatch: NULL row with 3 entries",
+    );
+    expect(
+        mc_store_batch_get_into_multi_buffer_ranges(
+            s,
+            keys.as_ptr(),
+            2,
+            lists.as_ptr(),
+            size_lists.as_ptr(),
+            null(),
+            counts.as_ptr(),
+            r64.as_mut_ptr(),
+        )
+        .into(),
+        BAD,
+        "NULL src_offsets",
+    );
+    expect(
+        mc_store_batch_put_from_multi_buffer_ranges(
+            s,
+            keys.as_ptr(),
+            2,
+            null(),
+            null(),
+            null(),
+            counts.as_ptr(),
+            r64.as_mut_ptr(),
+        )
+        .into(),
+        BAD,
+        "NULL bufs",
+    );
+    let ranges = [mc_range_t {
+        buffer_index: 0,
+        key: null(),
+        dst_offset: 0,
+        src_offset: 0,
+        size: 1,
+    }];
+    expect(
+        mc_store_get_into_ranges(
+            s,
+            overlap.as_ptr(),
+            sizes.as_ptr(),
+            1,
+            ranges.as_ptr(),
+            1,
+            r64.as_mut_ptr(),
+        )
+        .into(),
+        BAD,
+        "range NULL key",
+    );
+    expect(
+        mc_store_get_into_ranges(
+            s,
+            overlap.as_ptr(),
+            sizes.as_ptr(),
+            2,
+            ranges.as_ptr(),
+            1,
+            r64.as_mut_ptr(),
+        )
+        .into(),
+        BAD,
+        "overlapping range buffers",
+    );
+    expect(
+        mc_store_get_into_ranges(s, null(), null(), 1, ranges.as_ptr(), 1, r64.as_mut_ptr()).into(),
+        BAD,
+        "NULL buffers",
+    );
+    let mut outs = [null_mut::<mc_buffer_t>(); 2];
+    expect(
+        mc_store_batch_get_buffer(s, keys.as_ptr(), 2, null_mut(), r.as_mut_ptr()).into(),
+        BAD,
+        "NULL out array",
+    );
+    expect(
+        mc_store_batch_get_buffer(s, null_key.as_ptr(), 2, outs.as_mut_ptr(), r.as_mut_ptr())
+            .into(),
+        BAD,
+        "NULL key",
+    );
+    assert!(outs.iter().all(|b| b.is_null()));
+    // count 0 is valid everywhere, with NULL arrays.
+    assert_eq!(
+        mc_store_batch_put_from(s, null(), null(), null(), 0, null(), null_mut()),
+        0
+    );
+    assert_eq!(
+        mc_store_batch_get_into(s, null(), null(), null(), 0, null_mut()),
+        0
+    );
+    assert_eq!(mc_store_put_batch(s, null(), null(), null(), 0, null()), 0);
+    mc_store_free(s);
+}
+
+#[test]
+fn mooncake_store_null_rules_return_minus_one() {
+    let n: mooncake_store_t = null_mut();
+    let k = c"k".as_ptr();
+    let mut v = [0u8; 8];
+    let p = v.as_mut_ptr().cast::<c_void>();
+    let mut r = [0 as c_int; 1];
+    let mut r64 = [0i64; 1];
+    let mut keys = [k];
+    let mut bufs = [p];
+    let sizes = [8usize];
+    expect(
+        mooncake_store_setup(n, k, null(), 0, 0, null(), null(), null()).into(),
+        -1,
+        "setup",
+    );
+    expect(
+        mooncake_store_init_all(n, null(), null(), 0).into(),
+        -1,
+        "init_all",
+    );
+    expect(mooncake_store_health_check(n).into(), -1, "health");
+    expect(mooncake_store_put(n, k, p, 8, null()).into(), -1, "put");
+    expect(
+        mooncake_store_put_from(n, k, p, 8, null()).into(),
+        -1,
+        "put_from",
+    );
+    expect(mooncake_store_get_into(n, k, p, 8), -1, "get_into");
+    expect(mooncake_store_is_exist(n, k).into(), -1, "is_exist");
+    expect(mooncake_store_get_size(n, k), -1, "get_size");
+    expect(
+        mooncake_store_get_hostname(n, v.as_mut_ptr().cast::<c_char>(), 8).into(),
+        -1,
+        "hostname",
+    );
+    expect(mooncake_store_remove(n, k, 0).into(), -1, "remove");
+    expect(mooncake_store_remove_by_regex(n, k, 0), -1, "regex");
+    expect(mooncake_store_remove_all(n, 0), -1, "all");
+    expect(
+        mooncake_store_register_buffer(n, p, 8).into(),
+        -1,
+        "register",
+    );
+    expect(
+        mooncake_store_unregister_buffer(n, p).into(),
+        -1,
+        "unregister",
+    );
+    expect(
+        mooncake_store_batch_put_from(
+            n,
+            keys.as_mut_ptr(),
+            bufs.as_mut_ptr(),
+            sizes.as_ptr(),
+            1,
+            null(),
+            r.as_mut_ptr(),
+        )
+        .into(),
+        -1,
+        "bpf",
+    );
+    expect(
+        mooncake_store_batch_get_into(
+            n,
+            keys.as_mut_ptr(),
+            bufs.as_mut_ptr(),
+            sizes.as_ptr(),
+            1,
+            r64.as_mut_ptr(),
+        )
+        .into(),
+        -1,
+        "bgi",
+    );
+    expect(
+        mooncake_store_batch_is_exist(n, keys.as_mut_ptr(), 1, r.as_mut_ptr()).into(),
+        -1,
+        "bie",
+    );
+    mooncake_store_destroy(n);
+
+    let s = mooncake_store_create();
+    assert_eq!(mooncake_store_init_all(s, null(), null(), 16 << 20), 0);
+    expect(
+        mooncake_store_put(s, null(), p, 8, null()).into(),
+        -1,
+        "NULL key",
+    );
+    expect(
+        mooncake_store_put(s, k, null(), 8, null()).into(),
+        -1,
+        "NULL value with size",
+    );
+    expect(
+        mooncake_store_put_from(s, k, null_mut(), 8, null()).into(),
+        -1,
+        "NULL buffer with size",
+    );
+    expect(mooncake_store_get_into(s, null(), p, 8), -1, "get NULL key");
+    expect(
+        mooncake_store_is_exist(s, null()).into(),
+        -1,
+        "exist NULL key",
+    );
+    expect(mooncake_store_get_size(s, null()), -1, "size NULL key");
+    expect(
+        mooncake_store_get_hostname(s, null_mut(), 8).into(),
+        -1,
+        "hostname NULL buf",
+    );
+    expect(
+        mooncake_store_get_hostname(s, v.as_mut_ptr().cast(), 2).into(),
+        -1,
+        "hostname too small",
+    );
+    expect(
+        mooncake_store_remove(s, null(), 1).into(),
+        -1,
+        "remove NULL key",
+    );
+    expect(
+        mooncake_store_remove_by_regex(s, null(), 1),
+        -1,
+        "regex NULL",
+    );
+    expect(
+        mooncake_store_register_buffer(s, null_mut(), 8).into(),
+        -1,
+        "register NULL",
+    );
+    expect(
+        mooncake_store_register_buffer(s, p, 0).into(),
+        -1,
+        "register 0",
+    );
+    expect(
+        mooncake_store_unregister_buffer(s, null_mut()).into(),
+        -1,
+        "unregister NULL",
+    );
+    let mut null_keys = [null::<c_char>()];
+    let mut null_bufs = [null_mut::<c_void>()];
+    expect(
+        mooncake_store_batch_put_from(
+            s,
+            null_keys.as_mut_ptr(),
+            bufs.as_mut_ptr(),
+            sizes.as_ptr(),
+            1,
+            null(),
+            r.as_mut_ptr(),
+        )
+        .into(),
+        -1,
+        "batch NULL key",
+    );
+    expect(
+        mooncake_store_batch_put_from(
+            s,
+            keys.as_mut_ptr(),
+            null_bufs.as_mut_ptr(),
+            sizes.as_ptr(),
+            1,
+            null(),
+            r.as_mut_ptr(),
+        )
+        .into(),
+        -1,
+        "batch NULL buffer",
+    );
+    expect(
+        mooncake_store_batch_put_from(
+            s,
+            keys.as_mut_ptr(),
+            bufs.as_mut_ptr(),
+            null(),
+            1,
+            null(),
+            r.as_mut_ptr(),
+        )
+        .into(),
+        -1,
+        "batch NULL sizes",
+    );
+    expect(
+        mooncake_store_batch_put_from(
+            s,
+            keys.as_mut_ptr(),
+            bufs.as_mut_ptr(),
+            sizes.as_ptr(),
+            1,
+            null(),
+            null_mut(),
+        )
+        .into(),
+        -1,
+        "batch NULL results",
+    );
+    expect(
+        mooncake_store_batch_get_into(
+            s,
+            keys.as_mut_ptr(),
+            bufs.as_mut_ptr(),
+            sizes.as_ptr(),
+            1,
+            null_mut(),
+        )
+        .into(),
+        -1,
+        "bgi NULL results",
+    );
+    expect(
+        mooncake_store_batch_is_exist(s, null_mut(), 1, r.as_mut_ptr()).into(),
+        -1,
+        "bie NULL keys",
+    );
+    // A config with replica_num 0 is copied verbatim: -600 (not -1).
+    let cfg = mooncake_replicate_config_t {
+        replica_num: 0,
+        with_soft_pin: 0,
+        with_hard_pin: 0,
+        preferred_segments: null_mut(),
+        preferred_segments_count: 0,
+    };
+    expect(
+        mooncake_store_put(s, k, p, 8, &cfg).into(),
+        BAD,
+        "replica_num 0",
+    );
+    mooncake_store_destroy(s);
+}
