@@ -332,18 +332,12 @@ impl Accessor {
                 Ok(slot)
             })
             .collect();
-        let items: Vec<RemoteWrite> = keys
-            .iter()
-            .zip(&slots)
-            .filter_map(|(key, slot)| {
-                let slot = slot.as_ref().ok()?;
-                Some(RemoteWrite {
-                    key: key.to_string(),
-                    source: self.describe(slot),
-                })
-            })
-            .collect();
-        let answers = self.call_with_slots(&slots, |items| peer.write_remote_data(items), items);
+        let answers = self.call_with_slots(
+            keys,
+            &slots,
+            |key, source| RemoteWrite { key, source },
+            |items| peer.write_remote_data(items),
+        );
         let results = answers
             .iter()
             .map(|answer| {
@@ -358,14 +352,23 @@ impl Accessor {
         results
     }
 
-    /// Makes one RPC for the items of the staged slots and spreads its answers back over
-    /// `slots` (an entry whose slot failed keeps the slot's error).
+    /// Makes one RPC for the staged slots (item `make(key, slot descriptor)` each) and
+    /// spreads its answers back over `slots` (an entry whose slot failed keeps its error).
     fn call_with_slots<I, T: Clone>(
         &self,
+        keys: &[&str],
         slots: &[Result<LocalAlloc>],
+        make: impl Fn(String, RemoteBufferDesc) -> I,
         rpc: impl FnOnce(Vec<I>) -> Result<Vec<Result<T>>>,
-        items: Vec<I>,
     ) -> Vec<Result<T>> {
+        let items: Vec<I> = keys
+            .iter()
+            .zip(slots)
+            .filter_map(|(key, slot)| {
+                let slot = slot.as_ref().ok()?;
+                Some(make(key.to_string(), self.describe(slot)))
+            })
+            .collect();
         let staged = items.len();
         let mut answers = match rpc(items) {
             Ok(answers) if answers.len() == staged => answers,
@@ -415,18 +418,12 @@ impl Accessor {
                 self.stage(size)
             })
             .collect();
-        let items: Vec<RemoteRead> = keys
-            .iter()
-            .zip(&slots)
-            .filter_map(|(key, slot)| {
-                let slot = slot.as_ref().ok()?;
-                Some(RemoteRead {
-                    key: key.to_string(),
-                    target: self.describe(slot),
-                })
-            })
-            .collect();
-        let answers = self.call_with_slots(&slots, |items| peer.read_remote_data(items), items);
+        let answers = self.call_with_slots(
+            keys,
+            &slots,
+            |key, target| RemoteRead { key, target },
+            |items| peer.read_remote_data(items),
+        );
         let results: Vec<Result<u64>> = slots
             .iter()
             .zip(answers.iter().cloned())

@@ -111,6 +111,19 @@ pub fn http_get(port: u16, path: &str) -> String {
     text
 }
 
+/// The first line `child` prints on stdout (its `READY ...` line), waiting at most 20 s.
+fn first_line(child: &mut Child) -> String {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("mooncake_client did not become ready")
+}
+
 /// A running `mooncake_client` process contributing a segment.
 pub struct PeerClient {
     child: Child,
@@ -136,16 +149,7 @@ impl PeerClient {
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn mooncake_client");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("mooncake_client did not become ready");
+        let line = first_line(&mut child);
         let name = line
             .trim()
             .strip_prefix("READY ")
@@ -229,16 +233,7 @@ impl P2pOwnerProcess {
             .envs(env.iter().copied())
             .stdout(Stdio::piped());
         let mut child = command.spawn().expect("spawn mooncake_client");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("P2P owner did not become ready");
+        let line = first_line(&mut child);
         let mut words = line.split_whitespace();
         assert_eq!(words.next(), Some("READY"), "unexpected line {line:?}");
         let name = words.next().expect("name").to_string();
