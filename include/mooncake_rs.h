@@ -181,6 +181,21 @@
 #define MC_ERR_RPC_TIMEOUT (0 - 901)
 
 /**
+ * `direction`: the handle's `p2p_transfer_direction_mode` (REVERSE unless set up otherwise).
+ */
+#define MC_P2P_DIRECTION_DEFAULT -1
+
+/**
+ * `direction`: REVERSE — the owner's transfer engine moves the bytes in one RPC.
+ */
+#define MC_P2P_DIRECTION_REVERSE 0
+
+/**
+ * `direction`: FORWARD — this client's engine moves them (PreWrite/WriteCommit, PinKey).
+ */
+#define MC_P2P_DIRECTION_FORWARD 1
+
+/**
  * An object's bytes in client-owned memory (Mooncake's `BufferHandle`). Opaque and
  * immutable.
  *
@@ -195,6 +210,16 @@
  * Methods: `mc_buffer_ptr`, `mc_buffer_len`, `mc_buffer_free`.
  */
 typedef struct mc_buffer mc_buffer;
+
+/**
+ * A P2P client handle. Opaque. Create with `mc_p2p_store_new`, set up with
+ * `mc_p2p_store_setup`, release with `mc_p2p_store_free`.
+ *
+ * Thread-safety: any number of threads may call any `mc_p2p_store_*` function on one handle
+ * at once, except `mc_p2p_store_free`, which must be the last call. A caught panic poisons
+ * the handle (every later call: -1).
+ */
+typedef struct mc_p2p_store mc_p2p_store;
 
 /**
  * A store client handle (Mooncake's RealClient). Opaque.
@@ -300,6 +325,74 @@ typedef struct mc_replicate_config {
 typedef struct mc_replicate_config mc_replicate_config_t;
 
 /**
+ * Arguments of `mc_p2p_store_setup` (Mooncake's `setup_p2p_real_client`). Plain data owned
+ * by the caller; strings are read during the call only. Fill with
+ * `mc_p2p_setup_config_init` first.
+ */
+typedef struct mc_p2p_setup_config {
+    /**
+     * This client's host, or `host:port`. Required (NULL or empty: -600).
+     */
+    const char *local_hostname;
+    /**
+     * `"P2PHANDSHAKE"` or `"http://host:port/metadata"`; NULL means `"P2PHANDSHAKE"`.
+     */
+    const char *metadata_server;
+    /**
+     * TieredBackend JSON, e.g. `{"tiers":[{"type":"DRAM","capacity":67108864,"priority":100,
+     * "allocator_type":"OFFSET"}]}`; `{"tiers":[]}` makes a pure accessor. Required; bad JSON
+     * or an unknown tier type: -600 with a message.
+     */
+    const char *tiered_backend_config_json;
+    /**
+     * Registered staging buffer of the REVERSE path: 0 (REVERSE disabled), or 1024..1 TiB.
+     */
+    uint64_t local_buffer_size;
+    /**
+     * Transport; NULL means `"tcp"` (the only one built).
+     */
+    const char *protocol;
+    /**
+     * RDMA devices; NULL means `""`. Unused by tcp.
+     */
+    const char *rdma_devices;
+    /**
+     * `"host:port"` of a master started with `--deployment_mode P2P`. Required.
+     */
+    const char *master_server_addr;
+    /**
+     * Port of the client RPC service; 0 picks a free one.
+     */
+    uint16_t client_rpc_port;
+    /**
+     * Threads of the client RPC service; 0 means 16.
+     */
+    uint32_t client_rpc_thread_num;
+    /**
+     * Lease of PreWrite / PinKey records in ms (> 0; default 5000).
+     */
+    uint64_t p2p_key_lease_duration_ms;
+    /**
+     * Period of the expired-record scan in ms; 0 means 1000.
+     */
+    uint64_t p2p_key_lease_scan_interval_ms;
+    /**
+     * `"forward"` or `"reverse"`; NULL or `""` means `"reverse"`.
+     */
+    const char *p2p_transfer_direction_mode;
+} mc_p2p_setup_config;
+
+/**
+ * See `struct mc_p2p_setup_config`.
+ */
+typedef struct mc_p2p_setup_config mc_p2p_setup_config_t;
+
+/**
+ * See `struct mc_p2p_store`.
+ */
+typedef struct mc_p2p_store mc_p2p_store_t;
+
+/**
  * See `struct mc_store`.
  */
 typedef struct mc_store mc_store_t;
@@ -396,6 +489,98 @@ const char *mc_strerror(int64_t code);
  * nothing is written and the length is still returned). Thread-safe.
  */
 size_t mc_last_error_message(char *buf, size_t len);
+
+/**
+ * Fills `config` with the defaults: `"127.0.0.1"`, `"P2PHANDSHAKE"`, tiers `{"tiers":[]}`,
+ * 16 MiB staging buffer, `"tcp"`, `""`, master `"127.0.0.1:50051"`, RPC port 0, 16 RPC
+ * threads, lease 5000 ms, scan 1000 ms, `"reverse"`. The strings are static. NULL is
+ * ignored. Thread-safe.
+ */
+void mc_p2p_setup_config_init(mc_p2p_setup_config_t *config);
+
+/**
+ * Creates an unconfigured P2P handle. Ownership: the caller releases it with
+ * `mc_p2p_store_free`. Returns NULL only if a panic was caught. Thread-safe.
+ */
+MC_MUST_USE mc_p2p_store_t *mc_p2p_store_new(void);
+
+/**
+ * Tears the client down and releases the handle. NULL is fine. Must be the last call on the
+ * handle, made once.
+ */
+void mc_p2p_store_free(mc_p2p_store_t *store);
+
+/**
+ * Sets the handle up as a P2P client (`setup_p2p_real_client`). Returns 0; -600 for a NULL
+ * handle/config, bad arguments or tier JSON (see `mc_last_error_message`) or a handle already
+ * set up; -1011 when the master is not in P2P mode; -900/-901 when the master cannot be
+ * reached; -1 (panic, poisoned). Thread-safe.
+ */
+int mc_p2p_store_setup(mc_p2p_store_t *store, const mc_p2p_setup_config_t *config);
+
+/**
+ * Tears the client down (the handle stays valid; data calls then fail with -600). Returns 0.
+ */
+int mc_p2p_store_teardown(mc_p2p_store_t *store);
+
+/**
+ * Stores `size` bytes at `buf` as `key` with `direction` (`MC_P2P_DIRECTION_*`). Returns 0;
+ * -600 bad arguments; -705 exists; -714 a concurrent put of the key; -200 no space; -707
+ * lease expired before commit; -800 transfer failure (a FORWARD write is revoked); -900/-901
+ * owner unreachable; -1 (panic). Thread-safe.
+ */
+int mc_p2p_store_put(mc_p2p_store_t *store,
+                     const char *key,
+                     const void *buf,
+                     size_t size,
+                     int32_t direction);
+
+/**
+ * Reads `key` into `buf` (`size` bytes) with `direction`. Returns the value size (>= 0);
+ * -600 bad arguments or `buf` too small; -704 missing; -707 a FORWARD read outlived its pin;
+ * -800 transfer failure; -900/-901 owner unreachable; -1 (panic). Thread-safe.
+ */
+int64_t mc_p2p_store_get_into(mc_p2p_store_t *store,
+                              const char *key,
+                              void *buf,
+                              size_t size,
+                              int32_t direction);
+
+/**
+ * Batch put: `keys[i]` = `bufs[i]` (`sizes[i]` bytes) on one owner with `direction`. Writes
+ * per key 0 or a negative code into `results[count]` and returns 0 (batch-level errors:
+ * see `mc_store_batch_put_from`). Thread-safe.
+ */
+int mc_p2p_store_batch_put(mc_p2p_store_t *store,
+                           const char *const *keys,
+                           const void *const *bufs,
+                           const size_t *sizes,
+                           size_t count,
+                           int32_t direction,
+                           int *results);
+
+/**
+ * Batch get: `keys[i]` into `bufs[i]` (`sizes[i]` bytes) with `direction`. Writes per key
+ * the value size or a negative code into `results[count]` and returns 0 (batch-level errors
+ * as `mc_store_batch_get_into`; overlapping buffers: -600). Thread-safe.
+ */
+int mc_p2p_store_batch_get_into(mc_p2p_store_t *store,
+                                const char *const *keys,
+                                void *const *bufs,
+                                const size_t *sizes,
+                                size_t count,
+                                int32_t direction,
+                                int64_t *results);
+
+/**
+ * 1 if `key` exists, 0 if not, negative on error. Thread-safe.
+ */
+int mc_p2p_store_is_exist(mc_p2p_store_t *store, const char *key);
+
+/**
+ * Removes `key` at its owner. Returns 0; -704 missing; -900/-901 owner unreachable.
+ */
+int mc_p2p_store_remove(mc_p2p_store_t *store, const char *key);
 
 /**
  * Creates an unconfigured store handle (logging to stderr is initialised; filter with the

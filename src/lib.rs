@@ -8,6 +8,7 @@ pub mod client;
 pub mod error;
 pub mod ffi;
 pub mod master;
+pub mod p2p;
 mod process;
 pub mod rpc;
 pub mod transfer;

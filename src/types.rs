@@ -205,3 +205,33 @@ pub struct PingResponse {
     /// Whether the client must remount.
     pub status: ClientStatus,
 }
+
+/// Deployment mode of a master and its clients (Mooncake's `--deployment_mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeploymentMode {
+    /// The master places replicas inside clients' mounted segments.
+    #[default]
+    Centralized,
+    /// P2P (V3): the master only routes keys to owner clients, which store and serve them.
+    P2p,
+}
+
+/// A P2P owner client as the master knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct P2pOwner {
+    /// The owner's identity (its liveness pings use it).
+    pub client: ClientId,
+    /// The owner's transfer-engine segment name (`host:port` of its data server).
+    pub name: String,
+    /// `host:port` of the owner's client RPC service (`client_rpc_port`).
+    pub rpc_addr: String,
+}
+
+/// Where a key lives in a P2P deployment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct P2pRoute {
+    /// The client holding the key.
+    pub owner: P2pOwner,
+    /// Value size in bytes.
+    pub size: u64,
+}

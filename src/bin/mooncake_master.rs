@@ -6,6 +6,7 @@ use mooncake_rs::master::{MasterConfig, MasterService};
 use mooncake_rs::rpc::{
     metadata_handler, HttpRequest, HttpResponse, HttpServer, MetadataStore, RpcServer,
 };
+use mooncake_rs::types::DeploymentMode;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
@@ -76,7 +77,8 @@ struct Flags {
     /// Cluster id (metadata key prefix).
     #[arg(long = "cluster_id", default_value = "mooncake_cluster")]
     cluster_id: String,
-    /// CENTRALIZED (the master places replicas) or P2P (routing only).
+    /// CENTRALIZED (the master places replicas) or P2P (routing only: key → owner client and
+    /// size; no segment space is ever allocated).
     #[arg(long = "deployment_mode", default_value = "CENTRALIZED", value_parser = ["CENTRALIZED", "P2P"])]
     deployment_mode: String,
     /// Segment allocator; `offset` is built.
@@ -129,6 +131,10 @@ fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
         put_start_discard_timeout_s: flags.put_start_discard_timeout_sec,
         put_start_release_timeout_s: flags.put_start_release_timeout_sec,
         cluster_id: flags.cluster_id.clone(),
+        deployment_mode: match flags.deployment_mode.as_str() {
+            "P2P" => DeploymentMode::P2p,
+            _ => DeploymentMode::Centralized,
+        },
         ..MasterConfig::default()
     };
     config
@@ -138,11 +144,6 @@ fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
 }
 
 fn run(flags: Flags) -> Result<(), String> {
-    if flags.deployment_mode == "P2P" {
-        return Err(
-            "deployment mode P2P is not available in this build yet; use CENTRALIZED".into(),
-        );
-    }
     let config = config_from(&flags)?;
     let service = MasterService::new(config);
     let port = if flags.rpc_port != 0 {

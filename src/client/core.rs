@@ -68,27 +68,7 @@ impl Client {
         } else {
             (rpc::connect_master(config.master_server_addr.trim())?, None)
         };
-        let (hostname, listener) = if embedded {
-            (config.local_hostname.trim().to_string(), None)
-        } else {
-            let (name, listener) = bind_endpoint(config.local_hostname.trim())?;
-            (name, Some(listener))
-        };
-        let (resolver, metadata): (Arc<dyn SegmentResolver>, _) = match &metadata_mode {
-            MetadataMode::P2pHandshake => (Arc::new(DirectResolver), None),
-            MetadataMode::Http(url) => (
-                Arc::new(rpc::HttpMetadataResolver::new(
-                    rpc::HttpMetadataClient::new(url)?,
-                )),
-                Some(rpc::HttpMetadataClient::new(url)?),
-            ),
-        };
-        let engine = TransferEngine::new(EngineConfig {
-            local_name: hostname.clone(),
-            listener,
-            resolver,
-            memcpy_enabled: env_bool("MC_STORE_MEMCPY").unwrap_or(true),
-        })?;
+        let (hostname, engine, metadata) = start_engine(&config, &metadata_mode)?;
         let id = Uuid::random();
         let local_buffer = match config.local_buffer_size {
             0 => None,
@@ -249,8 +229,43 @@ impl Drop for ClientCore {
     }
 }
 
+/// Starts the transfer engine of a client set up with `config`: in embedded mode without a
+/// listener; otherwise on the data port of `local_hostname` (see [`bind_endpoint`]), with the
+/// segment resolver (and HTTP metadata client) of `metadata_mode`. Returns the final segment
+/// name, the engine and the metadata client. Shared by [`Client::setup`] and the P2P client.
+///
+/// Errors: `INTERNAL_ERROR` when no port could be bound; `INVALID_PARAMS` for an unresolvable
+/// host; `TRANSFER_FAIL` when the engine cannot start; HTTP metadata client errors.
+pub(crate) fn start_engine(
+    config: &SetupConfig,
+    metadata_mode: &MetadataMode,
+) -> Result<(String, Arc<TransferEngine>, Option<rpc::HttpMetadataClient>)> {
+    let (hostname, listener) = if config.is_embedded() {
+        (config.local_hostname.trim().to_string(), None)
+    } else {
+        let (name, listener) = bind_endpoint(config.local_hostname.trim())?;
+        (name, Some(listener))
+    };
+    let (resolver, metadata): (Arc<dyn SegmentResolver>, _) = match metadata_mode {
+        MetadataMode::P2pHandshake => (Arc::new(DirectResolver), None),
+        MetadataMode::Http(url) => (
+            Arc::new(rpc::HttpMetadataResolver::new(
+                rpc::HttpMetadataClient::new(url)?,
+            )),
+            Some(rpc::HttpMetadataClient::new(url)?),
+        ),
+    };
+    let engine = TransferEngine::new(EngineConfig {
+        local_name: hostname.clone(),
+        listener,
+        resolver,
+        memcpy_enabled: env_bool("MC_STORE_MEMCPY").unwrap_or(true),
+    })?;
+    Ok((hostname, engine, metadata))
+}
+
 /// What this client publishes to an HTTP metadata service: its host, data port and segment.
-fn descriptor(
+pub(crate) fn descriptor(
     hostname: &str,
     addr: SocketAddr,
     segment: Option<&Segment>,

@@ -8,16 +8,26 @@ use crate::transfer::TransferEngine;
 use std::sync::Arc;
 
 /// A pre-faulted, engine-registered region with an offset allocator. Thread-safe.
-pub(super) struct LocalBuffer {
+pub(crate) struct LocalBuffer {
     region: MappedRegion,
     allocator: Arc<OffsetAllocator>,
 }
 
 impl LocalBuffer {
     /// Maps `size` bytes and registers them with `engine` (not remotely accessible).
-    pub(super) fn new(size: u64, engine: &TransferEngine) -> Result<LocalBuffer> {
+    pub(crate) fn new(size: u64, engine: &TransferEngine) -> Result<LocalBuffer> {
+        LocalBuffer::with_access(size, engine, false)
+    }
+
+    /// Maps `size` bytes and registers them with `engine`; `remote_accessible` lets peers'
+    /// transfer engines read and write them (the P2P REVERSE staging buffer).
+    pub(crate) fn with_access(
+        size: u64,
+        engine: &TransferEngine,
+        remote_accessible: bool,
+    ) -> Result<LocalBuffer> {
         let region = MappedRegion::new(size)?;
-        engine.register(region.addr(), region.len(), false)?;
+        engine.register(region.addr(), region.len(), remote_accessible)?;
         Ok(LocalBuffer {
             allocator: OffsetAllocator::new(region.len() as u64),
             region,
@@ -25,7 +35,7 @@ impl LocalBuffer {
     }
 
     /// Reserves `len` bytes; `INVALID_PARAMS` when the buffer has no room (Mooncake's code).
-    pub(super) fn allocate(self: &Arc<Self>, len: u64) -> Result<LocalAlloc> {
+    pub(crate) fn allocate(self: &Arc<Self>, len: u64) -> Result<LocalAlloc> {
         match self.allocator.allocate(len) {
             Some(allocation) => Ok(LocalAlloc {
                 buffer: Arc::clone(self),

@@ -7,7 +7,7 @@ use crate::error::{fail, ErrorCode, Result};
 ///
 /// Thread-safety: the mapping itself is just an address range; concurrent access to its bytes
 /// is coordinated by the master's allocation of disjoint ranges.
-pub(super) struct MappedRegion {
+pub(crate) struct MappedRegion {
     base: *mut u8,
     len: usize,
 }

@@ -22,7 +22,12 @@ mod sessions;
 mod write;
 
 pub use buffer::BufferHandle;
+pub(crate) use config::MetadataMode;
 pub use config::{parse_size, SetupConfig, EMBEDDED_MASTER, P2P_HANDSHAKE};
+pub(crate) use core::{descriptor, start_engine};
 pub use core::{health, Client};
+pub use local_buffer::LocalAlloc;
+pub(crate) use local_buffer::LocalBuffer;
+pub(crate) use memory::MappedRegion;
 pub use metrics::ClientMetrics;
 pub use ranges::RangeRequest;

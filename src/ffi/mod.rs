@@ -23,6 +23,7 @@ pub mod buffer;
 mod check;
 pub mod config;
 pub mod error;
+pub mod p2p;
 mod panic;
 pub mod store;
 pub mod store_admin;

@@ -12,8 +12,12 @@ use std::ffi::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Runs `$body` (a block evaluating to `crate::Result<R>`) inside the panic boundary.
-/// `poison: ptr,` names the `*const/*mut mc_store` handle to poison on a panic.
+/// `poison: ptr,` names the `*const/*mut mc_store` handle to poison on a panic;
+/// `poison_handle: ptr,` any other `*const H` handle with `H: Poison`.
 macro_rules! ffi_boundary {
+    (poison_handle: $handle:expr, $body:block) => {
+        $crate::ffi::panic::run_with($handle, || -> $crate::error::Result<_> { $body })
+    };
     (poison: $store:expr, $body:block) => {
         $crate::ffi::panic::run(
             $store as *const $crate::ffi::store::mc_store,
@@ -81,9 +85,30 @@ impl FfiReturn for StaticStr {
 #[derive(Clone, Copy)]
 pub(crate) struct StaticStr(pub(crate) *const c_char);
 
-/// The body of [`ffi_boundary!`]: runs `body`, maps its error, catches a panic.
+/// A handle that a caught panic marks unusable.
+pub(crate) trait Poison {
+    /// Marks the handle poisoned.
+    fn poison(&self);
+}
+
+impl Poison for super::store::mc_store {
+    fn poison(&self) {
+        super::store::mc_store::poison(self);
+    }
+}
+
+/// The body of [`ffi_boundary!`] for store handles; see [`run_with`].
 pub(crate) fn run<R: FfiReturn>(
     store: *const super::store::mc_store,
+    body: impl FnOnce() -> Result<R>,
+) -> R {
+    run_with(store, body)
+}
+
+/// The body of [`ffi_boundary!`]: runs `body`, maps its error, catches a panic and poisons
+/// `store` (when not NULL).
+pub(crate) fn run_with<R: FfiReturn, H: Poison>(
+    store: *const H,
     body: impl FnOnce() -> Result<R>,
 ) -> R {
     match catch_unwind(AssertUnwindSafe(body)) {

@@ -1,81 +1,30 @@
 //! The master's interface as one list: the [`MasterApi`] trait every master implements (the
 //! in-process [`crate::master::MasterService`] and the RPC client), and the wire messages
 //! [`MasterRequest`] / [`MasterResponse`] derived from the same list so the two can never
-//! drift apart.
+//! drift apart (see [`crate::rpc::interface`]).
 //!
 //! All methods are synchronous and thread-safe (`&self`, `Send + Sync`). Keys are UTF-8
 //! strings; an empty key is `INVALID_PARAMS`. Batch methods return one entry per input, in
-//! order.
+//! order. The `p2p_*` methods serve the P2P (V3) deployment, where the master keeps routing
+//! metadata only (key → owner client, size); a master in the other mode answers them with
+//! `UNAVAILABLE_IN_CURRENT_MODE`, as a P2P master answers the segment methods.
 
-use crate::error::{ErrorCode, Result};
+use crate::error::Result;
+use crate::rpc::interface::rpc_interface;
 use crate::types::{
-    ClientId, PingResponse, PinnedObject, QueryResult, ReplicaDescriptor, ReplicateConfig, Segment,
-    SegmentId,
+    ClientId, P2pOwner, P2pRoute, PingResponse, PinnedObject, QueryResult, ReplicaDescriptor,
+    ReplicateConfig, Segment, SegmentId,
 };
-use serde::{Deserialize, Serialize};
 
-macro_rules! master_api {
-    ($( $(#[$doc:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty; )*) => {
-        /// The master's operations. See the module documentation for conventions.
-        pub trait MasterApi: Send + Sync {
-            $( $(#[$doc])* fn $name(&self, $($arg: $ty),*) -> $ret; )*
-        }
-
-        /// One call of [`MasterApi`], as sent over the wire.
-        #[allow(non_camel_case_types, missing_docs)]
-        #[derive(Clone, Debug, Serialize, Deserialize)]
-        pub enum MasterRequest {
-            $( $name { $($arg: $ty),* }, )*
-        }
-
-        /// The answer to a [`MasterRequest`] of the same name.
-        #[allow(non_camel_case_types, missing_docs)]
-        #[derive(Clone, Debug, Serialize, Deserialize)]
-        pub enum MasterResponse {
-            $( $name($ret), )*
-        }
-
-        impl MasterRequest {
-            /// Runs the call against `api` and wraps the answer.
-            pub fn dispatch(self, api: &dyn MasterApi) -> MasterResponse {
-                match self {
-                    $( MasterRequest::$name { $($arg),* } => MasterResponse::$name(api.$name($($arg),*)), )*
-                }
-            }
-
-            /// The method name (for metrics and logs).
-            pub fn name(&self) -> &'static str {
-                match self { $( MasterRequest::$name { .. } => stringify!($name), )* }
-            }
-        }
-
-        impl<C: MasterCall> MasterApi for RemoteMaster<C> {
-            $(
-                fn $name(&self, $($arg: $ty),*) -> $ret {
-                    match self.0.call(MasterRequest::$name { $($arg),* })? {
-                        MasterResponse::$name(answer) => answer,
-                        other => {
-                            tracing::error!(expected = stringify!($name), got = ?other, "mismatched master response");
-                            Err(ErrorCode::RpcFail)
-                        }
-                    }
-                }
-            )*
-        }
-    };
-}
-
-/// Sends one request to a master and returns its answer; transport errors are `RPC_FAIL` /
-/// `RPC_TIMEOUT`. Implemented by the RPC client.
-pub trait MasterCall: Send + Sync {
-    /// Performs one round trip.
-    fn call(&self, request: MasterRequest) -> Result<MasterResponse>;
-}
-
-/// A [`MasterApi`] that forwards every call through a [`MasterCall`] transport.
-pub struct RemoteMaster<C>(pub C);
-
-master_api! {
+rpc_interface! {
+    /// The master interface ([`crate::rpc::Interface`] marker).
+    interface MasterInterface = "mc-master-rpc";
+    /// The master's operations. See the module documentation for conventions.
+    trait MasterApi;
+    request MasterRequest;
+    response MasterResponse;
+    /// A [`MasterApi`] that forwards every call through a [`crate::rpc::Call`] transport.
+    remote RemoteMaster;
     /// Version handshake: returns [`crate::types::STORE_VERSION`].
     fn service_ready() -> Result<String>;
     /// Liveness ping from a client that owns segments.
@@ -113,4 +62,18 @@ master_api! {
     fn batch_pin(client: ClientId, keys: Vec<String>) -> Result<Vec<Result<PinnedObject>>>;
     /// Releases pins taken by `client`; unknown ids are ignored.
     fn unpin(client: ClientId, pin_ids: Vec<u64>) -> Result<()>;
+    /// P2P: registers (or re-registers) an owner client and its endpoints; starts its
+    /// liveness timer (kept alive by `ping`). An owner not pinging for `client_ttl` is dropped
+    /// with all its keys.
+    fn p2p_register_owner(owner: P2pOwner) -> Result<()>;
+    /// P2P: the live owners.
+    fn p2p_list_owners() -> Result<Vec<P2pOwner>>;
+    /// P2P: records that `client` holds `keys[i]` (`sizes[i]` bytes). Per key:
+    /// `OBJECT_ALREADY_EXISTS` when another owner holds it (idempotent for the same owner),
+    /// `CLIENT_NOT_FOUND` for an unregistered owner, `INVALID_PARAMS` for bad arguments.
+    fn p2p_add_keys(client: ClientId, keys: Vec<String>, sizes: Vec<u64>) -> Result<Vec<Result<()>>>;
+    /// P2P: forgets keys held by `client`. Per key: `OBJECT_NOT_FOUND` when it holds no such key.
+    fn p2p_remove_keys(client: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>>;
+    /// P2P: the owner and size of each key, or `OBJECT_NOT_FOUND`.
+    fn p2p_get_routes(keys: Vec<String>) -> Result<Vec<Result<P2pRoute>>>;
 }

@@ -2,6 +2,7 @@
 //! millisecond overrides of the second-granularity timeouts (tests, fast fail-over).
 
 use crate::error::{fail, ErrorCode, Result};
+use crate::types::DeploymentMode;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -29,6 +30,9 @@ pub struct MasterConfig {
     pub put_start_release_timeout_s: u64,
     /// Cluster name (`--cluster_id`), reported in metrics.
     pub cluster_id: String,
+    /// `--deployment_mode`: CENTRALIZED places replicas in mounted segments; P2P keeps only
+    /// key → owner routes and refuses segment calls.
+    pub deployment_mode: DeploymentMode,
     /// When set, replaces `client_ttl_s` with this many ms.
     pub client_ttl_ms: Option<u64>,
     /// When set, replaces `put_start_discard_timeout_s` with this many ms.
@@ -50,6 +54,7 @@ impl Default for MasterConfig {
             put_start_discard_timeout_s: 30,
             put_start_release_timeout_s: 600,
             cluster_id: "mooncake_cluster".to_string(),
+            deployment_mode: DeploymentMode::Centralized,
             client_ttl_ms: None,
             put_start_discard_timeout_ms: None,
             put_start_release_timeout_ms: None,

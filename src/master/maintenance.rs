@@ -35,6 +35,10 @@ impl MasterService {
                 }
             }
             self.release_pins(self.pins.take_client(client));
+            let keys = self.routes.drop_owner(client);
+            if keys > 0 {
+                tracing::info!(%client, keys, "dropped the expired owner's P2P routes");
+            }
             self.purge(&dead, Some(client));
             Counters::add(&self.counters.clients_expired, 1);
         }

@@ -41,6 +41,8 @@ pub struct MasterMetrics {
     pub cluster_id: String,
     /// Keys in the object table (readable or being written).
     pub objects: u64,
+    /// P2P mode: keys routed to owner clients.
+    pub p2p_keys: u64,
     /// Allocated bytes over all segments.
     pub bytes_used: u64,
     /// Capacity over all segments.
@@ -81,8 +83,14 @@ impl MasterMetrics {
     pub fn prometheus_text(&self) -> String {
         let mut out = String::new();
         let cluster = escape_label(&self.cluster_id);
-        let scalars: [(&str, &str, &str, u64); 11] = [
+        let scalars: [(&str, &str, &str, u64); 12] = [
             ("objects", "gauge", "Keys in the object table", self.objects),
+            (
+                "p2p_keys",
+                "gauge",
+                "Keys routed to P2P owners",
+                self.p2p_keys,
+            ),
             (
                 "bytes_used",
                 "gauge",

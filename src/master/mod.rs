@@ -15,15 +15,17 @@ mod objects;
 mod pins;
 mod reads;
 mod removal;
+mod routes;
 mod segments;
 mod service;
 mod workers;
+pub(crate) use workers::Workers;
 mod writes;
 
 #[cfg(test)]
 mod tests;
 
-pub use api::{MasterApi, MasterCall, MasterRequest, MasterResponse, RemoteMaster};
+pub use api::{MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster};
 pub use config::MasterConfig;
 pub use metrics::{MasterMetrics, SegmentMetrics};
 pub use service::MasterService;

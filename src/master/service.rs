@@ -19,13 +19,14 @@ use super::liveness::ClientTable;
 use super::metrics::{Counters, MasterMetrics};
 use super::objects::{deadline, ObjectMeta, ObjectTable, Phase};
 use super::pins::PinTable;
+use super::routes::RouteTable;
 use super::segments::SegmentRegistry;
 use super::workers::Workers;
 use super::MasterApi;
 use crate::error::{fail, ErrorCode, Result};
 use crate::types::{
-    ClientId, ClientStatus, PingResponse, PinnedObject, QueryResult, ReplicaDescriptor,
-    ReplicateConfig, Segment, SegmentId, STORE_VERSION,
+    ClientId, ClientStatus, DeploymentMode, P2pOwner, P2pRoute, PingResponse, PinnedObject,
+    QueryResult, ReplicaDescriptor, ReplicateConfig, Segment, SegmentId, STORE_VERSION,
 };
 use parking_lot::Mutex;
 use std::collections::HashSet;
@@ -47,6 +48,7 @@ pub struct MasterService {
     pub(super) segments: SegmentRegistry,
     pub(super) clients: ClientTable,
     pub(super) pins: PinTable,
+    pub(super) routes: RouteTable,
     pub(super) deferred: DeferredFrees,
     pub(super) counters: Counters,
     /// Set by a failed allocation; the eviction thread runs a round and clears it.
@@ -80,6 +82,7 @@ impl MasterService {
             segments: SegmentRegistry::default(),
             clients: ClientTable::default(),
             pins: PinTable::default(),
+            routes: RouteTable::default(),
             deferred: DeferredFrees::default(),
             counters: Counters::default(),
             need_eviction: AtomicBool::new(false),
@@ -113,6 +116,7 @@ impl MasterService {
         MasterMetrics {
             cluster_id: self.config.cluster_id.clone(),
             objects: self.objects.len() as u64,
+            p2p_keys: self.routes.len() as u64,
             bytes_used: segments
                 .iter()
                 .fold(0, |n, s| n.saturating_add(s.used_bytes)),
@@ -216,12 +220,14 @@ impl MasterApi for MasterService {
     }
 
     fn mount_segment(&self, client: ClientId, segment: Segment) -> Result<()> {
+        self.require_mode(DeploymentMode::Centralized)?;
         // Registered first so the monitor cannot expire the client between the two steps.
         self.clients.register(client, Instant::now());
         self.segments.mount(client, segment)
     }
 
     fn remount_segments(&self, client: ClientId, segments: Vec<Segment>) -> Result<()> {
+        self.require_mode(DeploymentMode::Centralized)?;
         self.clients.register(client, Instant::now());
         let outcomes: Vec<Result<()>> = segments
             .into_iter()
@@ -244,6 +250,7 @@ impl MasterApi for MasterService {
         sizes: Vec<u64>,
         config: ReplicateConfig,
     ) -> Result<Vec<Result<Vec<ReplicaDescriptor>>>> {
+        self.require_mode(DeploymentMode::Centralized)?;
         check_lengths(&keys, &sizes)?;
         let pairs = keys.into_iter().zip(sizes).collect();
         each(pairs, |(key, size)| {
@@ -266,6 +273,7 @@ impl MasterApi for MasterService {
         sizes: Vec<u64>,
         config: ReplicateConfig,
     ) -> Result<Vec<Result<Vec<ReplicaDescriptor>>>> {
+        self.require_mode(DeploymentMode::Centralized)?;
         check_lengths(&keys, &sizes)?;
         let pairs = keys.into_iter().zip(sizes).collect();
         each(pairs, |(key, size)| {
@@ -304,5 +312,30 @@ impl MasterApi for MasterService {
     fn unpin(&self, client: ClientId, pin_ids: Vec<u64>) -> Result<()> {
         self.release_pins(self.pins.take(client, &pin_ids));
         Ok(())
+    }
+
+    fn p2p_register_owner(&self, owner: P2pOwner) -> Result<()> {
+        self.register_owner(owner)
+    }
+
+    fn p2p_list_owners(&self) -> Result<Vec<P2pOwner>> {
+        self.list_owners()
+    }
+
+    fn p2p_add_keys(
+        &self,
+        client: ClientId,
+        keys: Vec<String>,
+        sizes: Vec<u64>,
+    ) -> Result<Vec<Result<()>>> {
+        self.add_routes(client, keys, sizes)
+    }
+
+    fn p2p_remove_keys(&self, client: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>> {
+        self.remove_routes(client, keys)
+    }
+
+    fn p2p_get_routes(&self, keys: Vec<String>) -> Result<Vec<Result<P2pRoute>>> {
+        self.routes_of(keys)
     }
 }

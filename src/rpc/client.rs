@@ -1,18 +1,20 @@
-//! The master RPC client: blocking sockets, called straight from the caller's thread.
+//! The RPC client: blocking sockets, called straight from the caller's thread.
 //!
-//! [`RpcMasterClient`] keeps a small pool of idle connections. A call takes one (or connects
+//! [`RpcClient`] (any [`Interface`]; [`RpcMasterClient`] for the master) keeps a small pool of idle connections. A call takes one (or connects
 //! lazily), writes the request frame, reads the answer frame and puts the connection back.
 //! A connection that saw any error is dropped, never reused; an idle connection the master
 //! has closed (restart) is noticed before use and replaced, so calls work again as soon as a
 //! master listens on the address.
 
 use super::codec;
+use super::interface::{Call, Interface};
 use super::net::{self, Timeouts};
 use crate::error::{fail, ErrorCode, Result};
-use crate::master::{MasterApi, MasterCall, MasterRequest, MasterResponse, RemoteMaster};
+use crate::master::{MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster};
 use crate::types::STORE_VERSION;
 use parking_lot::Mutex;
 use std::io::{self, Write};
+use std::marker::PhantomData;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -20,14 +22,19 @@ use std::sync::Arc;
 /// Idle connections kept per client; more are closed after use.
 const MAX_IDLE_CONNECTIONS: usize = 16;
 
-/// A [`MasterCall`] transport to one master address. Thread-safe: concurrent calls use
-/// separate connections. Errors: `RPC_FAIL` (-900) for connection, I/O and protocol failures,
-/// `RPC_TIMEOUT` (-901) when the master does not answer within the request timeout.
-pub struct RpcMasterClient {
+/// A [`Call`] transport of interface `I` to one server address. Thread-safe: concurrent
+/// calls use separate connections. Errors: `RPC_FAIL` (-900) for connection, I/O and
+/// protocol failures, `RPC_TIMEOUT` (-901) when the server does not answer within the
+/// request timeout.
+pub struct RpcClient<I> {
     addr: String,
     timeouts: Timeouts,
     idle: Mutex<Vec<TcpStream>>,
+    interface: PhantomData<fn() -> I>,
 }
+
+/// The master's transport.
+pub type RpcMasterClient = RpcClient<MasterInterface>;
 
 /// A [`MasterApi`] backed by a remote master.
 pub type RemoteMasterApi = RemoteMaster<RpcMasterClient>;
@@ -38,42 +45,23 @@ pub fn connect_master(addr: &str) -> Result<Arc<dyn MasterApi>> {
     Ok(Arc::new(RemoteMaster(RpcMasterClient::connect(addr)?)))
 }
 
-impl RpcMasterClient {
-    /// Connects to `addr` with [`Timeouts::from_env`] and checks the master's version.
-    ///
-    /// Errors: `RPC_FAIL` / `RPC_TIMEOUT` if the master cannot be reached, `INVALID_VERSION`
-    /// (-300) if its `service_ready` is not [`STORE_VERSION`].
-    pub fn connect(addr: &str) -> Result<RpcMasterClient> {
-        RpcMasterClient::with_timeouts(addr, Timeouts::from_env())
-    }
-
-    /// As [`RpcMasterClient::connect`], with explicit timeouts.
-    pub fn with_timeouts(addr: &str, timeouts: Timeouts) -> Result<RpcMasterClient> {
-        let client = RpcMasterClient {
+impl<I: Interface> RpcClient<I> {
+    /// A client of the server at `addr` ("host:port"); connects lazily, on the first call.
+    pub fn new(addr: &str, timeouts: Timeouts) -> RpcClient<I> {
+        RpcClient {
             addr: addr.to_owned(),
             timeouts,
             idle: Mutex::new(Vec::new()),
-        };
-        match client.call(MasterRequest::service_ready {})? {
-            MasterResponse::service_ready(Ok(version)) if version == STORE_VERSION => Ok(client),
-            MasterResponse::service_ready(Ok(version)) => fail(
-                ErrorCode::InvalidVersion,
-                format_args!("master {addr} runs version {version}, expected {STORE_VERSION}"),
-            ),
-            MasterResponse::service_ready(Err(code)) => Err(code),
-            other => fail(
-                ErrorCode::RpcFail,
-                format_args!("unexpected answer to service_ready: {other:?}"),
-            ),
+            interface: PhantomData,
         }
     }
 
-    /// The master address as given.
+    /// The server address as given.
     pub fn addr(&self) -> &str {
         &self.addr
     }
 
-    /// An idle connection still open on the master's side, or a new one.
+    /// An idle connection still open on the server's side, or a new one.
     fn checkout(&self) -> Result<TcpStream> {
         loop {
             let Some(stream) = self.idle.lock().pop() else {
@@ -93,12 +81,42 @@ impl RpcMasterClient {
     }
 }
 
-impl MasterCall for RpcMasterClient {
-    fn call(&self, request: MasterRequest) -> Result<MasterResponse> {
+impl RpcMasterClient {
+    /// Connects to `addr` with [`Timeouts::from_env`] and checks the master's version.
+    ///
+    /// Errors: `RPC_FAIL` / `RPC_TIMEOUT` if the master cannot be reached, `INVALID_VERSION`
+    /// (-300) if its `service_ready` is not [`STORE_VERSION`].
+    pub fn connect(addr: &str) -> Result<RpcMasterClient> {
+        RpcMasterClient::with_timeouts(addr, Timeouts::from_env())
+    }
+
+    /// As [`RpcMasterClient::connect`], with explicit timeouts.
+    pub fn with_timeouts(addr: &str, timeouts: Timeouts) -> Result<RpcMasterClient> {
+        let client = RpcMasterClient::new(addr, timeouts);
+        match client.call(MasterRequest::service_ready {})? {
+            MasterResponse::service_ready(Ok(version)) if version == STORE_VERSION => Ok(client),
+            MasterResponse::service_ready(Ok(version)) => fail(
+                ErrorCode::InvalidVersion,
+                format_args!("master {addr} runs version {version}, expected {STORE_VERSION}"),
+            ),
+            MasterResponse::service_ready(Err(code)) => Err(code),
+            other => fail(
+                ErrorCode::RpcFail,
+                format_args!("unexpected answer to service_ready: {other:?}"),
+            ),
+        }
+    }
+}
+
+impl<I: Interface> Call<I> for RpcClient<I> {
+    fn call(&self, request: I::Request) -> Result<I::Response> {
         let frame = codec::encode_frame(&request)?;
         let mut stream = self.checkout()?;
         if let Err(err) = stream.write_all(&frame) {
-            return codec::io_fail(&format!("send {} to {}", request.name(), self.addr), err);
+            return codec::io_fail(
+                &format!("send {} to {}", I::method(&request), self.addr),
+                err,
+            );
         }
         let payload = codec::read_frame(&mut stream)?;
         let response = codec::decode_payload(&payload)?;

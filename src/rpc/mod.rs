@@ -2,9 +2,11 @@
 //! No other module knows the byte layout of anything sent over a socket.
 //!
 //! - [`codec`]: `u32` LE length + bincode payload frames, with a size guard.
-//! - [`server::RpcServer`]: serves an `Arc<dyn MasterApi>`; [`stats::RpcStats`] counts calls.
-//! - [`client::RpcMasterClient`]: the [`crate::master::MasterCall`] transport the client
-//!   uses; [`client::connect_master`] gives a ready `Arc<dyn MasterApi>`.
+//! - [`interface`]: one list per RPC interface ([`Interface`], [`Call`]); the master's and
+//!   the P2P owner's interfaces are declared with it.
+//! - [`server::RpcServer`]: serves any [`Interface`] (an `Arc<dyn MasterApi>` by default); [`stats::RpcStats`] counts calls.
+//! - [`client::RpcClient`]: the blocking [`Call`] transport of any interface;
+//!   [`client::RpcMasterClient`] is the master's; [`client::connect_master`] gives a ready `Arc<dyn MasterApi>`.
 //! - [`http`]: a small HTTP/1.1 server and blocking client.
 //! - [`metadata`]: Mooncake's HTTP metadata service (store, route, publish, resolve).
 //! - [`net`]: client timeouts (`MC_RPC_*`) and connecting.
@@ -13,6 +15,7 @@
 pub mod client;
 pub mod codec;
 pub mod http;
+pub mod interface;
 pub mod metadata;
 pub mod net;
 mod serve;
@@ -22,8 +25,9 @@ pub mod stats;
 #[cfg(test)]
 mod tests;
 
-pub use client::{connect_master, RemoteMasterApi, RpcMasterClient};
+pub use client::{connect_master, RemoteMasterApi, RpcClient, RpcMasterClient};
 pub use http::{HttpHandler, HttpRequest, HttpResponse, HttpServer};
+pub use interface::{Call, Interface};
 pub use metadata::{
     metadata_handler, BufferEntry, HttpMetadataClient, HttpMetadataResolver, MetadataStore,
     SegmentDescriptor,

@@ -1,11 +1,11 @@
-//! The master's RPC server: serves an `Arc<dyn MasterApi>` over the framed protocol of
-//! [`super::codec`].
+//! The RPC server: serves any [`Interface`] (the master's `Arc<dyn MasterApi>`, a P2P
+//! owner's `Arc<dyn PeerApi>`) over the framed protocol of [`super::codec`].
 //!
-//! Each connection carries a sequence of request frames, each a [`MasterRequest`], and gets
-//! one [`MasterResponse`] frame per request, in order. A frame that does not decode closes the
+//! Each connection carries a sequence of request frames, each an `I::Request`, and gets
+//! one `I::Response` frame per request, in order. A frame that does not decode closes the
 //! connection (the client sees `RPC_FAIL`).
 //!
-//! `MasterApi` is synchronous; each call runs inline on the shard thread that read its
+//! The service traits are synchronous; each call runs inline on the shard thread that read its
 //! request (see the `serve` module), as Mooncake's coro_rpc runs handlers on its I/O threads.
 //! Measured on loopback (release, 2 vCPUs, p50): `service_ready` 8.6 µs against 7.3 µs for a
 //! raw 64-byte tokio echo and 6.1 µs for a blocking std echo; `block_in_place` on a
@@ -14,10 +14,11 @@
 //! ([`RpcServer::start_with_threads`], Mooncake's `--rpc_thread_num`).
 
 use super::codec::{self, HEADER_LEN};
+use super::interface::Interface;
 use super::serve::Acceptor;
 use super::stats::RpcStats;
 use crate::error::Result;
-use crate::master::{MasterApi, MasterRequest};
+use crate::master::{MasterApi, MasterInterface};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -50,10 +51,22 @@ impl RpcServer {
         api: Arc<dyn MasterApi>,
         threads: usize,
     ) -> Result<RpcServer> {
+        RpcServer::serve::<MasterInterface>(addr, api, threads)
+    }
+
+    /// Binds `addr` (port 0 picks a free port) and serves `api` through interface `I` with
+    /// `threads` shard threads (at least 1) named after `I::NAME`.
+    ///
+    /// Errors: `RPC_FAIL` if the address cannot be bound.
+    pub fn serve<I: Interface>(
+        addr: SocketAddr,
+        api: Arc<I::Api>,
+        threads: usize,
+    ) -> Result<RpcServer> {
         let stats = Arc::new(RpcStats::default());
         let shared = Arc::clone(&stats);
-        let acceptor = Acceptor::start("mc-master-rpc", addr, threads, move |stream, peer| {
-            serve_connection(stream, peer, Arc::clone(&api), Arc::clone(&shared))
+        let acceptor = Acceptor::start(I::NAME, addr, threads, move |stream, peer| {
+            serve_connection::<I>(stream, peer, Arc::clone(&api), Arc::clone(&shared))
         })?;
         Ok(RpcServer { acceptor, stats })
     }
@@ -74,10 +87,10 @@ impl RpcServer {
     }
 }
 
-async fn serve_connection(
+async fn serve_connection<I: Interface>(
     mut stream: TcpStream,
     peer: SocketAddr,
-    api: Arc<dyn MasterApi>,
+    api: Arc<I::Api>,
     stats: Arc<RpcStats>,
 ) {
     let (reader, mut writer) = stream.split();
@@ -91,7 +104,7 @@ async fn serve_connection(
                 break;
             }
         };
-        let Some(answer) = answer(&payload, &*api, &stats) else {
+        let Some(answer) = answer::<I>(&payload, &*api, &stats) else {
             tracing::warn!(%peer, "closing RPC connection after an unanswerable request");
             break;
         };
@@ -104,14 +117,14 @@ async fn serve_connection(
 
 /// Decodes, runs and encodes one request; `None` when the request does not decode or the
 /// answer cannot be encoded (the connection is then closed).
-fn answer(payload: &[u8], api: &dyn MasterApi, stats: &RpcStats) -> Option<Vec<u8>> {
+fn answer<I: Interface>(payload: &[u8], api: &I::Api, stats: &RpcStats) -> Option<Vec<u8>> {
     let started = Instant::now();
-    let Ok(request) = codec::decode_payload::<MasterRequest>(payload) else {
+    let Ok(request) = codec::decode_payload::<I::Request>(payload) else {
         stats.record_bad_request();
         return None;
     };
-    let method = request.name();
-    let frame = codec::encode_frame(&request.dispatch(api));
+    let method = I::method(&request);
+    let frame = codec::encode_frame(&I::dispatch(request, api));
     let failed = frame.as_ref().map_or(true, |frame| {
         codec::enum_result_error(&frame[HEADER_LEN..]).is_some()
     });

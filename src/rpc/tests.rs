@@ -2,7 +2,8 @@
 
 use super::{RpcMasterClient, RpcServer, Timeouts};
 use crate::error::{ErrorCode, Result};
-use crate::master::{MasterApi, MasterCall, MasterRequest, MasterResponse, RemoteMaster};
+use crate::master::{MasterApi, MasterRequest, MasterResponse, RemoteMaster};
+use crate::rpc::Call;
 use crate::types::*;
 use parking_lot::Mutex;
 use std::io::{Read, Write};
@@ -162,6 +163,37 @@ impl MasterApi for Fixture {
     fn unpin(&self, _: ClientId, _: Vec<u64>) -> Result<()> {
         self.record("unpin");
         Ok(())
+    }
+
+    fn p2p_register_owner(&self, _: P2pOwner) -> Result<()> {
+        self.record("p2p_register_owner");
+        Ok(())
+    }
+
+    fn p2p_list_owners(&self) -> Result<Vec<P2pOwner>> {
+        self.record("p2p_list_owners");
+        Ok(Vec::new())
+    }
+
+    fn p2p_add_keys(&self, _: ClientId, keys: Vec<String>, _: Vec<u64>) -> Result<Vec<Result<()>>> {
+        self.record("p2p_add_keys");
+        Ok(keys.iter().map(|_| Ok(())).collect())
+    }
+
+    fn p2p_remove_keys(&self, _: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>> {
+        self.record("p2p_remove_keys");
+        Ok(keys
+            .iter()
+            .map(|_| Err(ErrorCode::ObjectNotFound))
+            .collect())
+    }
+
+    fn p2p_get_routes(&self, keys: Vec<String>) -> Result<Vec<Result<P2pRoute>>> {
+        self.record("p2p_get_routes");
+        Ok(keys
+            .iter()
+            .map(|_| Err(ErrorCode::ObjectNotFound))
+            .collect())
     }
 }
 

@@ -111,6 +111,19 @@ pub fn http_get(port: u16, path: &str) -> String {
     text
 }
 
+/// The first line `child` prints on stdout (its `READY ...` line), waiting at most 20 s.
+fn first_line(child: &mut Child) -> String {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("mooncake_client did not become ready")
+}
+
 /// A running `mooncake_client` process contributing a segment.
 pub struct PeerClient {
     child: Child,
@@ -136,16 +149,7 @@ impl PeerClient {
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn mooncake_client");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("mooncake_client did not become ready");
+        let line = first_line(&mut child);
         let name = line
             .trim()
             .strip_prefix("READY ")
@@ -195,4 +199,76 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
+}
+
+/// The JSON of one DRAM tier of `capacity` bytes.
+pub fn dram_tiers(capacity: u64) -> String {
+    format!(
+        r#"{{"tiers":[{{"type":"DRAM","capacity":{capacity},"priority":100,"allocator_type":"OFFSET"}}]}}"#
+    )
+}
+
+/// A running `mooncake_client --deployment_mode P2P` owner process.
+pub struct P2pOwnerProcess {
+    child: Child,
+    /// Its transfer segment name.
+    pub name: String,
+    /// Its client RPC address.
+    pub rpc_addr: String,
+}
+
+impl P2pOwnerProcess {
+    /// Starts an owner with a 64 MiB DRAM tier, `extra` flags and `env` variables.
+    pub fn start(master: &str, extra: &[&str], env: &[(&str, &str)]) -> P2pOwnerProcess {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mooncake_client"));
+        command
+            .args([
+                format!("--master_server_address={master}"),
+                "--host=127.0.0.1".into(),
+                "--deployment_mode=P2P".into(),
+                format!("--tiered_backend_config={}", dram_tiers(64 << 20)),
+                "--local_buffer_size=16 MB".into(),
+            ])
+            .args(extra)
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped());
+        let mut child = command.spawn().expect("spawn mooncake_client");
+        let line = first_line(&mut child);
+        let mut words = line.split_whitespace();
+        assert_eq!(words.next(), Some("READY"), "unexpected line {line:?}");
+        let name = words.next().expect("name").to_string();
+        let rpc_addr = words.next().expect("rpc address").to_string();
+        P2pOwnerProcess {
+            child,
+            name,
+            rpc_addr,
+        }
+    }
+
+    /// SIGKILLs the owner.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for P2pOwnerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An in-process P2P accessor (no tiers) with a 64 MiB staging buffer.
+pub fn p2p_accessor(
+    master: &str,
+    direction: mooncake_rs::p2p::TransferDirection,
+) -> mooncake_rs::p2p::P2pClient {
+    mooncake_rs::p2p::P2pClient::setup_p2p(mooncake_rs::p2p::P2pSetupConfig {
+        tiered_backend_config_json: r#"{"tiers":[]}"#.into(),
+        local_buffer_size: 64 << 20,
+        master_server_addr: master.into(),
+        p2p_transfer_direction_mode: direction,
+        ..Default::default()
+    })
+    .expect("P2P accessor setup")
 }

@@ -6,6 +6,7 @@
 //! latencies (unit `us`) lower is better, for throughputs higher is better.
 
 mod limits;
+mod p2p;
 mod redis;
 mod report;
 mod scenarios;
@@ -17,6 +18,9 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--serve-segment") {
         std::process::exit(scenarios::serve_segment(&args[1..]));
+    }
+    if args.first().map(String::as_str) == Some("--serve-p2p-owner") {
+        std::process::exit(p2p::serve_owner(&args[1..]));
     }
     let mut json = false;
     let mut quick = false;

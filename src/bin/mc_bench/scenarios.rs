@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const MIB: usize = 1 << 20;
+pub(crate) const MIB: usize = 1 << 20;
 
 /// Child mode: a client with a segment on `args[0]`'s master; prints `READY <name>`, serves
 /// until stdin closes.
@@ -45,7 +45,7 @@ pub fn serve_segment(args: &[String]) -> i32 {
     0
 }
 
-struct Peer(Child);
+pub(crate) struct Peer(Child);
 
 impl Drop for Peer {
     fn drop(&mut self) {
@@ -55,9 +55,15 @@ impl Drop for Peer {
 }
 
 fn spawn_peer(master: &str, size: &str) -> Result<(Peer, String), String> {
+    spawn_child(&["--serve-segment", master, size])
+}
+
+/// Starts this binary in a child mode (`args`) and returns it with the rest of its
+/// `READY ...` line. The child ends when its stdin closes (on drop).
+pub(crate) fn spawn_child(args: &[&str]) -> Result<(Peer, String), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
-        .args(["--serve-segment", master, size])
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -75,7 +81,7 @@ fn spawn_peer(master: &str, size: &str) -> Result<(Peer, String), String> {
     Ok((Peer(child), name))
 }
 
-fn gbps(bytes: u64, seconds: f64) -> f64 {
+pub(crate) fn gbps(bytes: u64, seconds: f64) -> f64 {
     bytes as f64 / seconds / 1e9
 }
 
@@ -394,5 +400,6 @@ pub fn run_all(report: &mut Report, quick: bool) -> Result<(), String> {
     }
     allocator(report, duration);
     embedded(report, memcpy, duration)?;
-    over_tcp(report, &raw, raw_1m, redis_1m, duration, samples)
+    over_tcp(report, &raw, raw_1m, redis_1m, duration, samples)?;
+    crate::p2p::run(report, &raw, raw_1m, duration, samples)
 }

@@ -1,0 +1,264 @@
+//! P2P routing metadata: which owner client holds each key, and its size. In P2P (V3) mode
+//! this is all the master keeps about objects; owners store the bytes themselves.
+//!
+//! Thread-safety: one `parking_lot::RwLock` (lookups share it), a leaf lock taken after the
+//! client table, never together with object shards or segments.
+
+use super::service::{check_key, MasterService};
+use crate::error::{fail, ErrorCode, Result};
+use crate::types::{ClientId, DeploymentMode, P2pOwner, P2pRoute};
+use parking_lot::RwLock;
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+#[derive(Default)]
+struct Routes {
+    owners: HashMap<ClientId, (P2pOwner, HashSet<String>)>,
+    keys: HashMap<String, (ClientId, u64)>,
+}
+
+/// Key → owner routes and the registered owners.
+#[derive(Default)]
+pub(crate) struct RouteTable {
+    inner: RwLock<Routes>,
+}
+
+impl RouteTable {
+    /// Adds or replaces `owner` (its keys are kept).
+    fn register(&self, owner: P2pOwner) {
+        let mut routes = self.inner.write();
+        let keys = routes
+            .owners
+            .remove(&owner.client)
+            .map(|(_, keys)| keys)
+            .unwrap_or_default();
+        routes.owners.insert(owner.client, (owner, keys));
+    }
+
+    fn owners(&self) -> Vec<P2pOwner> {
+        let routes = self.inner.read();
+        routes.owners.values().map(|(o, _)| o.clone()).collect()
+    }
+
+    fn add(&self, client: ClientId, key: String, size: u64) -> Result<()> {
+        check_key(&key)?;
+        if size == 0 {
+            return fail(ErrorCode::InvalidParams, format!("key {key}: size 0"));
+        }
+        let mut routes = self.inner.write();
+        let Routes { owners, keys } = &mut *routes;
+        let Some((_, owned)) = owners.get_mut(&client) else {
+            return fail(
+                ErrorCode::ClientNotFound,
+                format!("owner {client} is not registered"),
+            );
+        };
+        match keys.get(&key) {
+            Some((holder, _)) if *holder != client => fail(
+                ErrorCode::ObjectAlreadyExists,
+                format!("key {key} is held by owner {holder}"),
+            ),
+            _ => {
+                owned.insert(key.clone());
+                keys.insert(key, (client, size));
+                Ok(())
+            }
+        }
+    }
+
+    fn remove(&self, client: ClientId, key: &str) -> Result<()> {
+        let mut routes = self.inner.write();
+        match routes.keys.get(key) {
+            Some((holder, _)) if *holder == client => {
+                routes.keys.remove(key);
+                if let Some((_, owned)) = routes.owners.get_mut(&client) {
+                    owned.remove(key);
+                }
+                Ok(())
+            }
+            _ => fail(
+                ErrorCode::ObjectNotFound,
+                format!("owner {client} holds no key {key}"),
+            ),
+        }
+    }
+
+    fn route(&self, key: &str) -> Result<P2pRoute> {
+        check_key(key)?;
+        let routes = self.inner.read();
+        let found = routes.keys.get(key).and_then(|(client, size)| {
+            let (owner, _) = routes.owners.get(client)?;
+            Some(P2pRoute {
+                owner: owner.clone(),
+                size: *size,
+            })
+        });
+        match found {
+            Some(route) => Ok(route),
+            None => fail(ErrorCode::ObjectNotFound, format!("no route for key {key}")),
+        }
+    }
+
+    /// Drops `client` and every key it holds; returns how many keys went.
+    pub(crate) fn drop_owner(&self, client: ClientId) -> usize {
+        let mut routes = self.inner.write();
+        let Some((_, owned)) = routes.owners.remove(&client) else {
+            return 0;
+        };
+        for key in &owned {
+            routes.keys.remove(key);
+        }
+        owned.len()
+    }
+
+    /// Number of routed keys.
+    pub(crate) fn len(&self) -> usize {
+        self.inner.read().keys.len()
+    }
+}
+
+/// The `p2p_*` methods of [`crate::master::MasterApi`], called by the trait implementation.
+impl MasterService {
+    /// `UNAVAILABLE_IN_CURRENT_MODE` unless the master runs in `mode`.
+    pub(super) fn require_mode(&self, mode: DeploymentMode) -> Result<()> {
+        if self.config.deployment_mode != mode {
+            return fail(
+                ErrorCode::UnavailableInCurrentMode,
+                format!(
+                    "this master runs in {:?} mode; the call needs {mode:?}",
+                    self.config.deployment_mode
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) fn register_owner(&self, owner: P2pOwner) -> Result<()> {
+        self.require_mode(DeploymentMode::P2p)?;
+        if owner.name.is_empty() || owner.rpc_addr.is_empty() {
+            return fail(
+                ErrorCode::InvalidParams,
+                "owner without endpoint or RPC address",
+            );
+        }
+        // Liveness first, so the monitor cannot drop the owner between the two steps.
+        self.clients.register(owner.client, Instant::now());
+        self.routes.register(owner);
+        Ok(())
+    }
+
+    pub(super) fn list_owners(&self) -> Result<Vec<P2pOwner>> {
+        self.require_mode(DeploymentMode::P2p)?;
+        Ok(self.routes.owners())
+    }
+
+    pub(super) fn add_routes(
+        &self,
+        client: ClientId,
+        keys: Vec<String>,
+        sizes: Vec<u64>,
+    ) -> Result<Vec<Result<()>>> {
+        self.require_mode(DeploymentMode::P2p)?;
+        if keys.len() != sizes.len() {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!("{} keys but {} sizes", keys.len(), sizes.len()),
+            );
+        }
+        Ok(keys
+            .into_iter()
+            .zip(sizes)
+            .map(|(key, size)| self.routes.add(client, key, size))
+            .collect())
+    }
+
+    pub(super) fn remove_routes(
+        &self,
+        client: ClientId,
+        keys: Vec<String>,
+    ) -> Result<Vec<Result<()>>> {
+        self.require_mode(DeploymentMode::P2p)?;
+        Ok(keys
+            .iter()
+            .map(|key| self.routes.remove(client, key))
+            .collect())
+    }
+
+    pub(super) fn routes_of(&self, keys: Vec<String>) -> Result<Vec<Result<P2pRoute>>> {
+        self.require_mode(DeploymentMode::P2p)?;
+        Ok(keys.iter().map(|key| self.routes.route(key)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::error::ErrorCode;
+    use crate::master::{MasterApi, MasterConfig, MasterService};
+    use crate::types::{DeploymentMode, P2pOwner, Segment, Uuid};
+    use std::time::Duration;
+
+    fn owner(port: u16) -> P2pOwner {
+        P2pOwner {
+            client: Uuid::random(),
+            name: format!("127.0.0.1:{port}"),
+            rpc_addr: format!("127.0.0.1:{}", port + 1),
+        }
+    }
+
+    #[test]
+    fn routes_follow_owners_and_expire_with_them() {
+        let master = MasterService::new(MasterConfig {
+            deployment_mode: DeploymentMode::P2p,
+            client_ttl_ms: Some(150),
+            ..MasterConfig::default()
+        });
+        let (a, b) = (owner(1000), owner(2000));
+        master.p2p_register_owner(a.clone()).unwrap();
+        master.p2p_register_owner(b.clone()).unwrap();
+        let keys = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let added = master
+            .p2p_add_keys(a.client, keys(&["x", "y", ""]), vec![10, 20, 1])
+            .unwrap();
+        assert_eq!(added[..2], [Ok(()), Ok(())]);
+        assert_eq!(added[2], Err(ErrorCode::InvalidParams));
+        let clash = master
+            .p2p_add_keys(b.client, keys(&["x"]), vec![5])
+            .unwrap();
+        assert_eq!(clash, vec![Err(ErrorCode::ObjectAlreadyExists)]);
+        let stranger = master.p2p_add_keys(Uuid::random(), keys(&["z"]), vec![5]);
+        assert_eq!(stranger.unwrap(), vec![Err(ErrorCode::ClientNotFound)]);
+        let routes = master.p2p_get_routes(keys(&["x", "q"])).unwrap();
+        assert_eq!(routes[0].as_ref().unwrap().owner, a);
+        assert_eq!(routes[0].as_ref().unwrap().size, 10);
+        assert_eq!(routes[1], Err(ErrorCode::ObjectNotFound));
+        assert_eq!(
+            master.p2p_remove_keys(b.client, keys(&["y"])).unwrap(),
+            vec![Err(ErrorCode::ObjectNotFound)]
+        );
+        assert_eq!(master.metrics().p2p_keys, 2);
+        // Only b pings: a expires with its keys.
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_millis(40));
+            master.ping(b.client).unwrap();
+        }
+        assert_eq!(master.p2p_list_owners().unwrap(), vec![b]);
+        assert_eq!(master.metrics().p2p_keys, 0);
+        // A P2P master never mounts segments.
+        let segment = Segment {
+            id: Uuid::random(),
+            name: "s".into(),
+            base: 4096,
+            size: 1 << 20,
+            protocol: "tcp".into(),
+        };
+        assert_eq!(
+            master.mount_segment(a.client, segment),
+            Err(ErrorCode::UnavailableInCurrentMode)
+        );
+        let centralized = MasterService::new(MasterConfig::default());
+        assert_eq!(
+            centralized.p2p_list_owners(),
+            Err(ErrorCode::UnavailableInCurrentMode)
+        );
+    }
+}

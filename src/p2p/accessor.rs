@@ -1,0 +1,453 @@
+//! The accessor side of cross-client puts and gets with one owner: FORWARD (our engine
+//! moves the bytes between PreWrite/WriteCommit, or after PinKey) and REVERSE (one RPC; the
+//! owner's engine moves them).
+//!
+//! REVERSE buffers: the owner's engine needs a remotely accessible registered buffer of
+//! ours. We stage through the client's registered, remotely accessible staging buffer
+//! (`local_buffer_size`) rather than registering the caller's memory for the call: a peer
+//! that is still moving bytes after our RPC timed out could otherwise write into memory the
+//! caller has already reused or freed. Cost: one local memcpy per value on the accessor
+//! (put: caller → staging; get: staging → caller); none on the owner. A staging slot whose
+//! RPC failed at the transport level is quarantined for the transfer timeout before reuse.
+//! FORWARD needs no staging: our engine reads from / writes into the caller's memory
+//! directly (zero extra copies).
+
+use super::api::{PeerApi, RemoteBufferDesc, RemoteRead, RemoteWrite, WriteGrant};
+use super::counters::{bump, Counters};
+use crate::client::{LocalAlloc, LocalBuffer};
+use crate::error::{fail, ErrorCode, Result};
+use crate::transfer::{copy, TransferEngine, TransferOp, TransferRequest};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Retries of WriteRevoke / UnPinKey after a recoverable (transport) error.
+pub const CLEANUP_RETRIES: u32 = 3;
+/// How long a staging slot stays out of use after its RPC failed at the transport level.
+const QUARANTINE: Duration = Duration::from_secs(60);
+
+/// Test hooks on the accessor's FORWARD path. Thread-safe; all off by default.
+#[derive(Default)]
+pub struct FaultInjection {
+    fail_transfers: AtomicU64,
+    commit_delay_ms: AtomicU64,
+}
+
+impl FaultInjection {
+    /// The next `n` FORWARD transfers move only their first half, then fail with
+    /// `TRANSFER_FAIL` (a transfer killed mid-write or mid-read).
+    pub fn fail_next_transfers(&self, n: u64) {
+        self.fail_transfers.store(n, Ordering::Relaxed);
+    }
+
+    /// Sleep this long between a FORWARD write's transfer and its WriteCommit.
+    pub fn delay_commits(&self, delay: Duration) {
+        self.commit_delay_ms
+            .store(delay.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn take_failure(&self) -> bool {
+        self.fail_transfers
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+/// Runs `rpc` until it succeeds, answers `LEASE_EXPIRED` (the record is already gone: clean)
+/// or fails with a non-recoverable error; recoverable (`RPC_FAIL`, `RPC_TIMEOUT`) failures
+/// are retried up to [`CLEANUP_RETRIES`] times. Counts every attempt in `sent`.
+pub(crate) fn cleanup(sent: &AtomicU64, mut rpc: impl FnMut() -> Result<()>) -> Result<()> {
+    let mut attempt = 0;
+    loop {
+        bump(sent);
+        match rpc() {
+            Ok(()) | Err(ErrorCode::LeaseExpired) => return Ok(()),
+            Err(code @ (ErrorCode::RpcFail | ErrorCode::RpcTimeout))
+                if attempt < CLEANUP_RETRIES =>
+            {
+                attempt += 1;
+                tracing::debug!(%code, attempt, "cleanup RPC failed; retrying");
+                std::thread::sleep(Duration::from_millis(10 << attempt));
+            }
+            Err(code) => return Err(code),
+        }
+    }
+}
+
+/// The accessor's transfer resources. Thread-safe.
+pub(crate) struct Accessor {
+    pub(crate) engine: Arc<TransferEngine>,
+    pub(crate) staging: Option<Arc<LocalBuffer>>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) faults: Arc<FaultInjection>,
+    quarantine: Mutex<Vec<(Instant, LocalAlloc)>>,
+}
+
+fn is_transport(code: ErrorCode) -> bool {
+    matches!(code, ErrorCode::RpcFail | ErrorCode::RpcTimeout)
+}
+
+impl Accessor {
+    pub(crate) fn new(
+        engine: Arc<TransferEngine>,
+        staging: Option<Arc<LocalBuffer>>,
+        counters: Arc<Counters>,
+        faults: Arc<FaultInjection>,
+    ) -> Accessor {
+        Accessor {
+            engine,
+            staging,
+            counters,
+            faults,
+            quarantine: Mutex::default(),
+        }
+    }
+
+    /// Runs FORWARD transfers, applying the fault hook.
+    ///
+    /// # Safety
+    /// As [`TransferEngine::transfer`].
+    unsafe fn forward_transfers(&self, requests: &mut [TransferRequest<'_>]) -> Vec<Result<()>> {
+        let faulted: Vec<bool> = requests
+            .iter_mut()
+            .map(|r| {
+                let fault = self.faults.take_failure();
+                if fault {
+                    r.len /= 2;
+                }
+                fault
+            })
+            .collect();
+        // SAFETY: forwarded from the caller (lengths were only shortened).
+        let outcomes = unsafe { self.engine.transfer(requests) };
+        outcomes
+            .into_iter()
+            .zip(faulted)
+            .map(|(outcome, fault)| match fault {
+                true => fail(ErrorCode::TransferFail, "injected: transfer killed mid-way"),
+                false => outcome,
+            })
+            .collect()
+    }
+
+    /// FORWARD puts of `keys[i]` = `values[i]` to `peer`.
+    pub(crate) fn forward_put(
+        &self,
+        peer: &dyn PeerApi,
+        keys: &[&str],
+        values: &[&[u8]],
+    ) -> Vec<Result<()>> {
+        let grants: Vec<Result<WriteGrant>> = keys
+            .iter()
+            .zip(values)
+            .map(|(key, value)| {
+                let grant = peer.pre_write(key.to_string(), value.len() as u64)?;
+                if grant.buffer.len != value.len() as u64 {
+                    let _ = self.revoke(peer, key, grant.write_operation_id);
+                    return fail(ErrorCode::InvalidReplica, "PreWrite granted a wrong size");
+                }
+                Ok(grant)
+            })
+            .collect();
+        let mut requests = Vec::new();
+        let mut index = Vec::new();
+        for (i, grant) in grants.iter().enumerate() {
+            if let Ok(grant) = grant {
+                index.push(i);
+                requests.push(TransferRequest {
+                    op: TransferOp::Write,
+                    local_addr: values[i].as_ptr() as usize,
+                    len: grant.buffer.len,
+                    endpoint: &grant.buffer.endpoint,
+                    remote_addr: grant.buffer.addr,
+                });
+            }
+        }
+        // SAFETY: each local range is a caller slice, borrowed (readable) for this call.
+        let moved = unsafe { self.forward_transfers(&mut requests) };
+        let mut outcomes: Vec<Option<Result<()>>> = vec![None; keys.len()];
+        for (i, outcome) in index.into_iter().zip(moved) {
+            outcomes[i] = Some(outcome);
+        }
+        let delay = self.faults.commit_delay_ms.load(Ordering::Relaxed);
+        if delay > 0 {
+            std::thread::sleep(Duration::from_millis(delay));
+        }
+        keys.iter()
+            .zip(grants)
+            .zip(outcomes)
+            .map(|((key, grant), moved)| {
+                let id = grant?.write_operation_id;
+                match moved.unwrap_or(Err(ErrorCode::InternalError)) {
+                    Ok(()) => {
+                        peer.write_commit(key.to_string(), id)?;
+                        bump(&self.counters.forward_puts);
+                        Ok(())
+                    }
+                    Err(code) => {
+                        if let Err(revoke) = self.revoke(peer, key, id) {
+                            tracing::warn!(key, %revoke, "WriteRevoke failed; the lease reclaims the write");
+                        }
+                        Err(code)
+                    }
+                }
+            })
+            .collect()
+    }
+
+    fn revoke(&self, peer: &dyn PeerApi, key: &str, id: u64) -> Result<()> {
+        cleanup(&self.counters.revokes_sent, || {
+            peer.write_revoke(key.to_string(), id)
+        })
+    }
+
+    /// FORWARD gets of `keys[i]` into `buffers[i]`; per key the value size.
+    pub(crate) fn forward_get(
+        &self,
+        peer: &dyn PeerApi,
+        keys: &[&str],
+        buffers: &mut [&mut [u8]],
+    ) -> Vec<Result<u64>> {
+        let started = Instant::now();
+        let grants: Vec<_> = keys
+            .iter()
+            .zip(buffers.iter())
+            .map(|(key, buffer)| {
+                let grant = peer.pin_key(key.to_string())?;
+                if grant.buffer.len > buffer.len() as u64 {
+                    let _ = self.unpin(peer, key, grant.read_operation_id);
+                    return fail(
+                        ErrorCode::InvalidParams,
+                        format!(
+                            "{key} needs {} bytes, buffer has {}",
+                            grant.buffer.len,
+                            buffer.len()
+                        ),
+                    );
+                }
+                Ok(grant)
+            })
+            .collect();
+        let mut requests = Vec::new();
+        let mut index = Vec::new();
+        for (i, (grant, buffer)) in grants.iter().zip(buffers.iter_mut()).enumerate() {
+            if let Ok(grant) = grant {
+                index.push(i);
+                requests.push(TransferRequest {
+                    op: TransferOp::Read,
+                    local_addr: buffer.as_mut_ptr() as usize,
+                    len: grant.buffer.len,
+                    endpoint: &grant.buffer.endpoint,
+                    remote_addr: grant.buffer.addr,
+                });
+            }
+        }
+        // SAFETY: each local range is a distinct caller slice, exclusively borrowed for this
+        // call and at least `len` bytes long (checked above).
+        let moved = unsafe { self.forward_transfers(&mut requests) };
+        let mut outcomes: Vec<Option<Result<()>>> = vec![None; keys.len()];
+        for (i, outcome) in index.into_iter().zip(moved) {
+            outcomes[i] = Some(outcome);
+        }
+        keys.iter()
+            .zip(grants)
+            .zip(outcomes)
+            .map(|((key, grant), moved)| {
+                let grant = grant?;
+                match moved.unwrap_or(Err(ErrorCode::InternalError)) {
+                    Ok(()) if started.elapsed() >= Duration::from_millis(grant.lease_ms) => fail(
+                        ErrorCode::LeaseExpired,
+                        format!("the read of {key} finished after its pin's lease"),
+                    ),
+                    Ok(()) => {
+                        bump(&self.counters.forward_gets);
+                        Ok(grant.buffer.len)
+                    }
+                    Err(code) => {
+                        if let Err(unpin) = self.unpin(peer, key, grant.read_operation_id) {
+                            tracing::warn!(key, %unpin, "UnPinKey failed; the lease reclaims the pin");
+                        }
+                        Err(code)
+                    }
+                }
+            })
+            .collect()
+    }
+
+    fn unpin(&self, peer: &dyn PeerApi, key: &str, id: u64) -> Result<()> {
+        cleanup(&self.counters.unpins_sent, || {
+            peer.un_pin_key(key.to_string(), id)
+        })
+    }
+
+    /// A staging slot of `len` bytes.
+    fn stage(&self, len: u64) -> Result<LocalAlloc> {
+        let Some(staging) = &self.staging else {
+            return fail(
+                ErrorCode::InvalidParams,
+                "REVERSE transfers need a staging buffer (local_buffer_size > 0); use FORWARD",
+            );
+        };
+        {
+            let mut quarantine = self.quarantine.lock();
+            if !quarantine.is_empty() {
+                let now = Instant::now();
+                quarantine.retain(|(since, _)| now.saturating_duration_since(*since) < QUARANTINE);
+            }
+        }
+        staging.allocate(len)
+    }
+
+    fn describe(&self, slot: &LocalAlloc) -> RemoteBufferDesc {
+        RemoteBufferDesc {
+            endpoint: self.engine.local_name().to_string(),
+            addr: slot.addr() as u64,
+            len: slot.len(),
+        }
+    }
+
+    fn quarantine(&self, slots: Vec<LocalAlloc>) {
+        let now = Instant::now();
+        self.quarantine
+            .lock()
+            .extend(slots.into_iter().map(|slot| (now, slot)));
+    }
+
+    /// REVERSE puts: one WriteRemoteData RPC for all values.
+    pub(crate) fn reverse_put(
+        &self,
+        peer: &dyn PeerApi,
+        keys: &[&str],
+        values: &[&[u8]],
+    ) -> Vec<Result<()>> {
+        let slots: Vec<Result<LocalAlloc>> = values
+            .iter()
+            .map(|value| {
+                let slot = self.stage(value.len() as u64)?;
+                // SAFETY: the slot is ours, `value.len()` bytes; the source is the caller's
+                // slice; distinct memory.
+                unsafe { copy::copy_bytes(slot.addr() as *mut u8, value.as_ptr(), value.len()) };
+                bump(&self.counters.staging_copies);
+                Ok(slot)
+            })
+            .collect();
+        let answers = self.call_with_slots(
+            keys,
+            &slots,
+            |key, source| RemoteWrite { key, source },
+            |items| peer.write_remote_data(items),
+        );
+        let results = answers
+            .iter()
+            .map(|answer| {
+                let outcome = *answer;
+                if outcome.is_ok() {
+                    bump(&self.counters.reverse_puts);
+                }
+                outcome
+            })
+            .collect();
+        self.release(slots, &answers);
+        results
+    }
+
+    /// Makes one RPC for the staged slots (item `make(key, slot descriptor)` each) and
+    /// spreads its answers back over `slots` (an entry whose slot failed keeps its error).
+    fn call_with_slots<I, T: Clone>(
+        &self,
+        keys: &[&str],
+        slots: &[Result<LocalAlloc>],
+        make: impl Fn(String, RemoteBufferDesc) -> I,
+        rpc: impl FnOnce(Vec<I>) -> Result<Vec<Result<T>>>,
+    ) -> Vec<Result<T>> {
+        let items: Vec<I> = keys
+            .iter()
+            .zip(slots)
+            .filter_map(|(key, slot)| {
+                let slot = slot.as_ref().ok()?;
+                Some(make(key.to_string(), self.describe(slot)))
+            })
+            .collect();
+        let staged = items.len();
+        let mut answers = match rpc(items) {
+            Ok(answers) if answers.len() == staged => answers,
+            Ok(_) => vec![Err(ErrorCode::RpcFail); staged],
+            Err(code) => vec![Err(code); staged],
+        }
+        .into_iter();
+        slots
+            .iter()
+            .map(|slot| match slot {
+                Ok(_) => answers.next().unwrap_or(Err(ErrorCode::InternalError)),
+                Err(code) => Err(*code),
+            })
+            .collect()
+    }
+
+    /// Returns the staging slots, or quarantines them when the owner may still be moving
+    /// bytes (a transport failure: we cannot know where its transfer stands).
+    fn release<T>(&self, slots: Vec<Result<LocalAlloc>>, answers: &[Result<T>]) {
+        if answers
+            .iter()
+            .any(|a| matches!(a, Err(code) if is_transport(*code)))
+        {
+            self.quarantine(slots.into_iter().filter_map(|s| s.ok()).collect());
+        }
+    }
+
+    /// REVERSE gets: one ReadRemoteData RPC for all keys; `sizes[i]` from the route.
+    pub(crate) fn reverse_get(
+        &self,
+        peer: &dyn PeerApi,
+        keys: &[&str],
+        sizes: &[u64],
+        buffers: &mut [&mut [u8]],
+    ) -> Vec<Result<u64>> {
+        let slots: Vec<Result<LocalAlloc>> = sizes
+            .iter()
+            .zip(buffers.iter())
+            .zip(keys)
+            .map(|((&size, buffer), key)| {
+                if size > buffer.len() as u64 {
+                    return fail(
+                        ErrorCode::InvalidParams,
+                        format!("{key} needs {size} bytes, buffer has {}", buffer.len()),
+                    );
+                }
+                self.stage(size)
+            })
+            .collect();
+        let answers = self.call_with_slots(
+            keys,
+            &slots,
+            |key, target| RemoteRead { key, target },
+            |items| peer.read_remote_data(items),
+        );
+        let results: Vec<Result<u64>> = slots
+            .iter()
+            .zip(answers.iter().cloned())
+            .zip(buffers.iter_mut())
+            .map(|((slot, answer), buffer)| {
+                let slot = slot.as_ref().map_err(|e| *e)?;
+                let len = answer?;
+                if len > slot.len() || len > buffer.len() as u64 {
+                    return fail(
+                        ErrorCode::RpcFail,
+                        "owner reported a larger value than staged",
+                    );
+                }
+                // SAFETY: the owner filled `len` ≤ slot bytes of our slot; the target is the
+                // caller's exclusive slice of at least `len` bytes.
+                unsafe {
+                    copy::copy_bytes(buffer.as_mut_ptr(), slot.addr() as *const u8, len as usize)
+                };
+                bump(&self.counters.staging_copies);
+                bump(&self.counters.reverse_gets);
+                Ok(len)
+            })
+            .collect();
+        self.release(slots, &answers);
+        results
+    }
+}

@@ -1,0 +1,515 @@
+//! The owner side ([`DataManager`]): the TieredBackend, the PendingWriteRecord and
+//! PinnedKeyRecord tables, and the stage operations the client RPC service runs.
+//!
+//! Three stages, and locks only in the first and last: *prepare* (PreWrite / PinKey: lock
+//! the key's record shard, clean an expired record, check, reserve or pin, unlock),
+//! *transfer* (no lock: the accessor's engine for FORWARD, ours for REVERSE), *complete*
+//! (WriteCommit / WriteRevoke / UnPinKey: lock, clean an expired record, check the operation
+//! id and lease, commit or drop, unlock). Registration of committed keys with the master is
+//! an RPC and runs after the lock is released.
+//!
+//! Lock order: record shard → committed-table shard → allocator (leaf). Dropping a record
+//! releases its handle, which takes only the allocator's leaf lock.
+
+use super::api::{ReadGrant, RemoteBufferDesc, RemoteRead, RemoteWrite, WriteGrant};
+use super::counters::{bump, Counters, P2pCounters};
+use super::records::{Leased, RecordTable};
+use super::tiered::{AllocationHandle, TieredBackend};
+use crate::error::{fail, ErrorCode, Result};
+use crate::master::MasterApi;
+use crate::transfer::{copy, TransferEngine, TransferOp, TransferRequest};
+use crate::types::ClientId;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Test hook: milliseconds the owner sleeps at the start of a REVERSE transfer stage (after
+/// the prepare stage released its locks), to show that stages of one key overlap.
+pub const DEBUG_TRANSFER_DELAY_ENV: &str = "MC_P2P_DEBUG_TRANSFER_DELAY_MS";
+
+/// One reserved, not yet visible write of a key.
+struct PendingWrite {
+    op: u64,
+    deadline: Instant,
+    handle: AllocationHandle,
+}
+
+/// The pin of a key, shared by its concurrent readers.
+struct PinRecord {
+    op: u64,
+    deadline: Instant,
+    handle: AllocationHandle,
+    /// Values this record pinned before the key was removed or replaced; kept until the
+    /// record ends, since readers granted them may still be reading.
+    retired: Vec<AllocationHandle>,
+    /// Readers granted and not released by UnPinKey.
+    holders: u64,
+}
+
+macro_rules! leased {
+    ($($record:ty),*) => {$(
+        impl Leased for $record {
+            fn deadline(&self) -> Instant {
+                self.deadline
+            }
+            fn set_deadline(&mut self, deadline: Instant) {
+                self.deadline = deadline;
+            }
+        }
+    )*};
+}
+leased!(PendingWrite, PinRecord);
+
+/// How a DataManager is built.
+pub(crate) struct OwnerParts {
+    pub(crate) backend: TieredBackend,
+    pub(crate) engine: Arc<TransferEngine>,
+    pub(crate) master: Arc<dyn MasterApi>,
+    pub(crate) id: ClientId,
+    pub(crate) lease: Duration,
+    pub(crate) shards: usize,
+    pub(crate) counters: Arc<Counters>,
+}
+
+/// The owner's data and records. Thread-safe; shared by `Arc` between the RPC service, the
+/// scan thread and the local client.
+pub(crate) struct DataManager {
+    backend: TieredBackend,
+    pending: RecordTable<PendingWrite>,
+    pins: RecordTable<PinRecord>,
+    engine: Arc<TransferEngine>,
+    master: Arc<dyn MasterApi>,
+    id: ClientId,
+    lease: Duration,
+    next_op: AtomicU64,
+    counters: Arc<Counters>,
+    stage_delay: Duration,
+}
+
+fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return fail(ErrorCode::InvalidParams, "empty key");
+    }
+    Ok(())
+}
+
+impl DataManager {
+    pub(crate) fn new(parts: OwnerParts) -> DataManager {
+        let delay_ms = std::env::var(DEBUG_TRANSFER_DELAY_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        DataManager {
+            backend: parts.backend,
+            pending: RecordTable::new(parts.shards),
+            pins: RecordTable::new(parts.shards),
+            engine: parts.engine,
+            master: parts.master,
+            id: parts.id,
+            lease: parts.lease,
+            next_op: AtomicU64::new(fastrand::u64(1..1 << 32)),
+            counters: parts.counters,
+            stage_delay: Duration::from_millis(delay_ms),
+        }
+    }
+
+    fn descriptor(&self, handle: &AllocationHandle) -> RemoteBufferDesc {
+        RemoteBufferDesc {
+            endpoint: self.engine.local_name().to_string(),
+            addr: handle.addr() as u64,
+            len: handle.len(),
+        }
+    }
+
+    fn lease_ms(&self) -> u64 {
+        self.lease.as_millis() as u64
+    }
+
+    /// Prepare stage of a write: one PendingWriteRecord per key. Returns the grant and a
+    /// handle the caller may hold during its own transfer.
+    fn reserve(&self, key: &str, size: u64) -> Result<(WriteGrant, AllocationHandle)> {
+        check_key(key)?;
+        let now = Instant::now();
+        let mut shard = self.pending.shard(key);
+        if shard.take_expired(key, now).is_some() {
+            bump(&self.counters.pending_reclaimed_in_stage);
+        }
+        if shard.get_mut(key).is_some() {
+            return fail(
+                ErrorCode::ObjectReplicaBusy,
+                format!("another PreWrite of key {key} is in progress; retry later"),
+            );
+        }
+        if self.backend.contains(key) {
+            return fail(
+                ErrorCode::ObjectAlreadyExists,
+                format!("key {key} already exists"),
+            );
+        }
+        let handle = self.backend.allocate(size)?;
+        let op = self.next_op.fetch_add(1, Ordering::Relaxed);
+        shard.insert(
+            key,
+            PendingWrite {
+                op,
+                deadline: now + self.lease,
+                handle: Arc::clone(&handle),
+            },
+        );
+        drop(shard);
+        bump(&self.counters.pending_created);
+        let grant = WriteGrant {
+            buffer: self.descriptor(&handle),
+            write_operation_id: op,
+            lease_ms: self.lease_ms(),
+        };
+        Ok((grant, handle))
+    }
+
+    /// Complete stage shared by commit and revoke: removes `key`'s pending record after
+    /// checking that it is live and belongs to `op`.
+    fn take_pending(&self, key: &str, op: u64) -> Result<PendingWrite> {
+        let mut shard = self.pending.shard(key);
+        if shard.take_expired(key, Instant::now()).is_some() {
+            bump(&self.counters.pending_reclaimed_in_stage);
+            return fail(
+                ErrorCode::LeaseExpired,
+                format!("the pending write of {key} expired"),
+            );
+        }
+        match shard.get_mut(key) {
+            None => fail(
+                ErrorCode::LeaseExpired,
+                format!("no pending write of {key} (expired, revoked or never started)"),
+            ),
+            Some(record) if record.op != op => {
+                bump(&self.counters.stale_operations_rejected);
+                fail(
+                    ErrorCode::InvalidWrite,
+                    format!(
+                        "stale write_operation_id {op} for {key} (current {})",
+                        record.op
+                    ),
+                )
+            }
+            Some(_) => shard.remove(key).ok_or(ErrorCode::InternalError),
+        }
+    }
+
+    fn commit(&self, key: &str, op: u64) -> Result<()> {
+        let record = self.take_pending(key, op)?;
+        let size = record.handle.len();
+        self.backend.commit(key, record.handle)?;
+        bump(&self.counters.pending_committed);
+        let published = self
+            .master
+            .p2p_add_keys(self.id, vec![key.to_string()], vec![size])
+            .and_then(|mut answers| answers.pop().unwrap_or(Err(ErrorCode::InternalError)));
+        if let Err(code) = published {
+            drop(self.backend.remove(key));
+            return fail(code, format!("master refused the route of {key}"));
+        }
+        Ok(())
+    }
+
+    fn revoke(&self, key: &str, op: u64) -> Result<()> {
+        drop(self.take_pending(key, op)?);
+        bump(&self.counters.pending_revoked);
+        Ok(())
+    }
+
+    fn pin(&self, key: &str) -> Result<ReadGrant> {
+        check_key(key)?;
+        let now = Instant::now();
+        let mut shard = self.pins.shard(key);
+        if shard.take_expired(key, now).is_some() {
+            bump(&self.counters.pins_reclaimed_in_stage);
+        }
+        let current = self.backend.get(key);
+        if let Some(record) = shard.get_mut(key) {
+            if let Some(value) = current.filter(|v| !Arc::ptr_eq(v, &record.handle)) {
+                let old = std::mem::replace(&mut record.handle, value);
+                record.retired.push(old);
+            }
+            record.holders += 1;
+            let (op, handle) = (record.op, Arc::clone(&record.handle));
+            shard.renew(key, now + self.lease);
+            drop(shard);
+            bump(&self.counters.pins_renewed);
+            return Ok(self.read_grant(&handle, op));
+        }
+        let Some(handle) = current else {
+            return fail(ErrorCode::ObjectNotFound, format!("no key {key}"));
+        };
+        let op = self.next_op.fetch_add(1, Ordering::Relaxed);
+        shard.insert(
+            key,
+            PinRecord {
+                op,
+                deadline: now + self.lease,
+                handle: Arc::clone(&handle),
+                retired: Vec::new(),
+                holders: 1,
+            },
+        );
+        drop(shard);
+        bump(&self.counters.pins_created);
+        Ok(self.read_grant(&handle, op))
+    }
+
+    fn read_grant(&self, handle: &AllocationHandle, op: u64) -> ReadGrant {
+        ReadGrant {
+            buffer: self.descriptor(handle),
+            read_operation_id: op,
+            lease_ms: self.lease_ms(),
+        }
+    }
+
+    fn unpin(&self, key: &str, op: u64) -> Result<()> {
+        let mut shard = self.pins.shard(key);
+        if shard.take_expired(key, Instant::now()).is_some() {
+            bump(&self.counters.pins_reclaimed_in_stage);
+            return fail(ErrorCode::LeaseExpired, format!("the pin of {key} expired"));
+        }
+        let record = match shard.get_mut(key) {
+            None => return fail(ErrorCode::LeaseExpired, format!("no pin of {key}")),
+            Some(record) if record.op != op => {
+                bump(&self.counters.stale_operations_rejected);
+                return fail(
+                    ErrorCode::InvalidRead,
+                    format!(
+                        "stale read_operation_id {op} for {key} (current {})",
+                        record.op
+                    ),
+                );
+            }
+            Some(record) => record,
+        };
+        record.holders = record.holders.saturating_sub(1);
+        if record.holders == 0 {
+            drop(shard.remove(key));
+        }
+        drop(shard);
+        bump(&self.counters.pins_released);
+        Ok(())
+    }
+
+    /// Runs `requests` with our engine after the test delay (no lock is held here).
+    fn transfer_stage(&self, requests: &[TransferRequest<'_>]) -> Vec<Result<()>> {
+        if !self.stage_delay.is_zero() {
+            std::thread::sleep(self.stage_delay);
+        }
+        // SAFETY: every local range is a tier allocation whose handle the caller holds for
+        // the duration of the call (so it stays allocated and mapped), `len` bytes long;
+        // READ targets are distinct fresh allocations, so they do not overlap.
+        unsafe { self.engine.transfer(requests) }
+    }
+
+    fn pull_values(&self, items: Vec<RemoteWrite>) -> Vec<Result<()>> {
+        let reserved: Vec<Result<(WriteGrant, AllocationHandle)>> = items
+            .iter()
+            .map(|item| self.reserve(&item.key, item.source.len))
+            .collect();
+        let mut requests = Vec::new();
+        let mut index = Vec::new();
+        for (i, (item, reservation)) in items.iter().zip(&reserved).enumerate() {
+            if let Ok((_, handle)) = reservation {
+                index.push(i);
+                requests.push(TransferRequest {
+                    op: TransferOp::Read,
+                    local_addr: handle.addr(),
+                    len: handle.len(),
+                    endpoint: &item.source.endpoint,
+                    remote_addr: item.source.addr,
+                });
+            }
+        }
+        let mut moved: Vec<Option<Result<()>>> = vec![None; items.len()];
+        for (i, outcome) in index.into_iter().zip(self.transfer_stage(&requests)) {
+            moved[i] = Some(outcome);
+        }
+        items
+            .iter()
+            .zip(reserved)
+            .zip(moved)
+            .map(|((item, reservation), moved)| {
+                let (grant, _held) = reservation?;
+                let op = grant.write_operation_id;
+                match moved.unwrap_or(Err(ErrorCode::InternalError)) {
+                    Ok(()) => {
+                        self.commit(&item.key, op)?;
+                        bump(&self.counters.reverse_writes_served);
+                        Ok(())
+                    }
+                    Err(code) => {
+                        let _ = self.revoke(&item.key, op);
+                        Err(code)
+                    }
+                }
+            })
+            .collect()
+    }
+
+    fn push_values(&self, items: Vec<RemoteRead>) -> Vec<Result<u64>> {
+        let found: Vec<Result<AllocationHandle>> = items
+            .iter()
+            .map(|item| match self.backend.get(&item.key) {
+                None => fail(ErrorCode::ObjectNotFound, format!("no key {}", item.key)),
+                Some(handle) if handle.len() > item.target.len => fail(
+                    ErrorCode::InvalidParams,
+                    format!(
+                        "{} needs {} bytes, buffer has {}",
+                        item.key,
+                        handle.len(),
+                        item.target.len
+                    ),
+                ),
+                Some(handle) => Ok(handle),
+            })
+            .collect();
+        let mut requests = Vec::new();
+        let mut index = Vec::new();
+        for (i, (item, handle)) in items.iter().zip(&found).enumerate() {
+            if let Ok(handle) = handle {
+                index.push(i);
+                requests.push(TransferRequest {
+                    op: TransferOp::Write,
+                    local_addr: handle.addr(),
+                    len: handle.len(),
+                    endpoint: &item.target.endpoint,
+                    remote_addr: item.target.addr,
+                });
+            }
+        }
+        let mut results: Vec<Result<u64>> = found
+            .iter()
+            .map(|h| h.as_ref().map(|h| h.len()).map_err(|e| *e))
+            .collect();
+        for (i, outcome) in index.into_iter().zip(self.transfer_stage(&requests)) {
+            match outcome {
+                Ok(()) => bump(&self.counters.reverse_reads_served),
+                Err(code) => results[i] = Err(code),
+            }
+        }
+        results
+    }
+
+    /// Same-process put: reserve, copy, commit.
+    ///
+    /// Errors: as PreWrite and WriteCommit.
+    pub(crate) fn put_local(&self, key: &str, value: &[u8]) -> Result<()> {
+        let (grant, handle) = self.reserve(key, value.len() as u64)?;
+        // SAFETY: `handle` is a fresh allocation of `value.len()` bytes we hold; the source
+        // is the caller's slice; they cannot overlap.
+        unsafe { copy::copy_bytes(handle.addr() as *mut u8, value.as_ptr(), value.len()) };
+        self.commit(key, grant.write_operation_id)
+    }
+
+    /// Same-process get into `buffer`; returns the value size.
+    ///
+    /// Errors: `OBJECT_NOT_FOUND`; `INVALID_PARAMS` when `buffer` is too small.
+    pub(crate) fn get_local(&self, key: &str, buffer: &mut [u8]) -> Result<u64> {
+        let Some(handle) = self.backend.get(key) else {
+            return fail(ErrorCode::ObjectNotFound, format!("no key {key}"));
+        };
+        let len = handle.len() as usize;
+        if len > buffer.len() {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!("{key} needs {len} bytes, buffer has {}", buffer.len()),
+            );
+        }
+        // SAFETY: the handle keeps `len` bytes allocated and mapped; the target is the
+        // caller's exclusive slice of at least `len` bytes.
+        unsafe { copy::copy_bytes(buffer.as_mut_ptr(), handle.addr() as *const u8, len) };
+        Ok(len as u64)
+    }
+
+    /// Every committed key with its size.
+    pub(crate) fn keys(&self) -> Vec<(String, u64)> {
+        self.backend.keys()
+    }
+
+    /// One round of the background scan: reclaims expired records of both tables.
+    pub(crate) fn scan(&self) {
+        let now = Instant::now();
+        let writes = self.pending.scan(now);
+        let pins = self.pins.scan(now);
+        self.counters
+            .pending_reclaimed_by_scan
+            .fetch_add(writes.len() as u64, Ordering::Relaxed);
+        self.counters
+            .pins_reclaimed_by_scan
+            .fetch_add(pins.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Counters with the owner's gauges filled in.
+    pub(crate) fn fill_gauges(&self, counters: &mut P2pCounters) {
+        counters.pending_records = self.pending.len() as u64;
+        counters.pin_records = self.pins.len() as u64;
+        counters.tier_bytes_used = self.backend.used_bytes();
+    }
+
+    fn remove(&self, keys: Vec<String>) -> Vec<Result<()>> {
+        let results: Vec<Result<()>> = keys
+            .iter()
+            .map(|key| match self.backend.remove(key) {
+                Some(_) => Ok(()),
+                None => fail(ErrorCode::ObjectNotFound, format!("no key {key}")),
+            })
+            .collect();
+        let removed: Vec<String> = keys
+            .into_iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(k, _)| k)
+            .collect();
+        if !removed.is_empty() {
+            if let Err(code) = self.master.p2p_remove_keys(self.id, removed) {
+                tracing::warn!(%code, "could not remove routes at the master");
+            }
+        }
+        results
+    }
+}
+
+/// The client RPC service: every method runs on the RPC thread that read the request.
+impl super::api::PeerApi for DataManager {
+    fn write_remote_data(&self, items: Vec<RemoteWrite>) -> Result<Vec<Result<()>>> {
+        Ok(self.pull_values(items))
+    }
+
+    fn read_remote_data(&self, items: Vec<RemoteRead>) -> Result<Vec<Result<u64>>> {
+        Ok(self.push_values(items))
+    }
+
+    fn pre_write(&self, key: String, size: u64) -> Result<WriteGrant> {
+        self.reserve(&key, size).map(|(grant, _)| grant)
+    }
+
+    fn write_commit(&self, key: String, write_operation_id: u64) -> Result<()> {
+        self.commit(&key, write_operation_id)
+    }
+
+    fn write_revoke(&self, key: String, write_operation_id: u64) -> Result<()> {
+        self.revoke(&key, write_operation_id)
+    }
+
+    fn pin_key(&self, key: String) -> Result<ReadGrant> {
+        self.pin(&key)
+    }
+
+    fn un_pin_key(&self, key: String, read_operation_id: u64) -> Result<()> {
+        self.unpin(&key, read_operation_id)
+    }
+
+    fn remove_data(&self, keys: Vec<String>) -> Result<Vec<Result<()>>> {
+        Ok(self.remove(keys))
+    }
+
+    fn counters(&self) -> Result<P2pCounters> {
+        let mut snapshot = self.counters.snapshot();
+        self.fill_gauges(&mut snapshot);
+        Ok(snapshot)
+    }
+}
