@@ -4,7 +4,7 @@
 use super::config::{env_bool, env_u64, MetadataMode, SetupConfig};
 use super::heartbeat::Heartbeat;
 use super::local_buffer::LocalBuffer;
-use super::memory::MappedRegion;
+use crate::device::MappedRegion;
 use super::metrics::ClientCounters;
 use super::sessions::Sessions;
 use crate::error::{fail, ErrorCode, Result};
@@ -97,7 +97,7 @@ impl Client {
         let segment = match config.global_segment_size {
             0 => None,
             size => {
-                let region = MappedRegion::new(size)?;
+                let region = MappedRegion::pinned(size, "segment")?;
                 engine.register(region.addr(), region.len(), true)?;
                 let segment = Segment {
                     id: Uuid::random(),

@@ -1,7 +1,7 @@
 //! The registered local buffer: memory the copying `put` stages values in and `get_buffer`
 //! returns objects in. Allocations are RAII [`LocalAlloc`] values.
 
-use super::memory::MappedRegion;
+use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{Allocation, OffsetAllocator};
 use crate::transfer::TransferEngine;
@@ -14,9 +14,10 @@ pub(super) struct LocalBuffer {
 }
 
 impl LocalBuffer {
-    /// Maps `size` bytes and registers them with `engine` (not remotely accessible).
+    /// Maps `size` bytes, pins them with the device runtime when there is one, and registers
+    /// them with `engine` (not remotely accessible).
     pub(super) fn new(size: u64, engine: &TransferEngine) -> Result<LocalBuffer> {
-        let region = MappedRegion::new(size)?;
+        let region = MappedRegion::pinned(size, "local buffer")?;
         engine.register(region.addr(), region.len(), false)?;
         Ok(LocalBuffer {
             allocator: OffsetAllocator::new(region.len() as u64),

@@ -11,7 +11,6 @@ mod config;
 mod core;
 mod heartbeat;
 mod local_buffer;
-mod memory;
 mod metrics;
 mod pins;
 mod plan;
