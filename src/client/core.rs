@@ -4,9 +4,9 @@
 use super::config::{env_bool, env_u64, MetadataMode, SetupConfig};
 use super::heartbeat::Heartbeat;
 use super::local_buffer::LocalBuffer;
-use crate::device::MappedRegion;
 use super::metrics::ClientCounters;
 use super::sessions::Sessions;
+use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{MasterApi, MasterConfig, MasterService};
 use crate::rpc;

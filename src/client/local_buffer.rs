@@ -25,6 +25,11 @@ impl LocalBuffer {
         })
     }
 
+    /// Size in bytes.
+    pub(super) fn capacity(&self) -> u64 {
+        self.region.len() as u64
+    }
+
     /// Reserves `len` bytes; `INVALID_PARAMS` when the buffer has no room (Mooncake's code).
     pub(super) fn allocate(self: &Arc<Self>, len: u64) -> Result<LocalAlloc> {
         match self.allocator.allocate(len) {

@@ -5,6 +5,10 @@
 //!
 //! Thread-safety: a [`Client`] is `Send + Sync + Clone`; all methods take `&self`.
 //! Buffers passed in are borrowed for the duration of the call only.
+//!
+//! Device memory: the slice-based methods take host memory (a Rust slice over device memory
+//! would be undefined behaviour). The `unsafe` `*_raw` methods take [`Buf`] address ranges
+//! that may be host or device memory; the C API uses them for every put/get path.
 
 mod buffer;
 mod config;
@@ -23,5 +27,7 @@ mod write;
 pub use buffer::BufferHandle;
 pub use config::{parse_size, SetupConfig, EMBEDDED_MASTER, P2P_HANDSHAKE};
 pub use core::{health, Client};
-pub use metrics::ClientMetrics;
+pub use metrics::{ClientMetrics, GetBufferStats};
+pub use plan::Buf;
 pub use ranges::RangeRequest;
+pub use write::WriteMode;
