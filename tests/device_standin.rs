@@ -87,6 +87,19 @@ fn cuda_remote_paths_stage_device_memory_only() {
 }
 
 #[test]
+fn standin_device_memory_is_not_host_readable() {
+    // The negative control: a plain host read of a "device" pointer kills the child.
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["child_host_read_crashes", "--exact", "--test-threads=1"])
+        .env("MC_STANDIN_CHILD", "1")
+        .env("LD_LIBRARY_PATH", cuda())
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{:?}", out.status);
+}
+
+#[test]
 fn registration_failure_is_not_fatal() {
     child(
         "cuda_register_fails",
@@ -722,6 +735,17 @@ fn child_cuda_remote_paths() {
     client
         .unregister_buffer(registered.as_mut_ptr() as usize)
         .unwrap();
+}
+
+#[test]
+fn child_host_read_crashes() {
+    if !is_child() {
+        return;
+    }
+    let d = DeviceAlloc::new(64).unwrap();
+    // SAFETY: deliberately not: the stand-in's device memory is PROT_NONE.
+    let byte = unsafe { std::ptr::read_volatile(d.addr() as *const u8) };
+    println!("read {byte} from device memory: the stand-in is broken");
 }
 
 #[test]
