@@ -4,7 +4,9 @@
 //! Their "device memory" is a PROT_NONE mapping, so any host memcpy on a device pointer
 //! crashes the child; only the driver copy reaches it.
 //!
-//! Each `child_*` test does nothing unless `MC_STANDIN_CHILD` is set.
+//! Each `child_*` test does nothing unless `MC_STANDIN_CHILD` is set; it then runs against
+//! whichever driver the loader finds. `scripts/gpu-check` runs the CUDA path checks
+//! (`child_cuda_local_paths`, `child_cuda_remote_paths`) against a real GPU this way.
 
 use mooncake_rs::client::{Buf, Client, SetupConfig, WriteMode};
 use mooncake_rs::device::{self, memcpy_safe, DeviceAlloc, DeviceStats};
@@ -184,15 +186,16 @@ fn buf(d: &DeviceAlloc) -> Buf {
     Buf::new(d.addr(), d.len() as u64)
 }
 
-/// A counter exported by the loaded stand-in.
-fn standin_counter(lib: &std::ffi::CStr, name: &std::ffi::CStr) -> u64 {
+/// A counter exported by the loaded stand-in (`None` under a real driver).
+fn standin_counter(lib: &std::ffi::CStr, name: &std::ffi::CStr) -> Option<u64> {
     // SAFETY: the library is already loaded (RTLD_NOLOAD); the symbol is an unsigned long.
     unsafe {
         let handle = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
-        assert!(!handle.is_null(), "stand-in not loaded");
+        if handle.is_null() {
+            return None;
+        }
         let sym = libc::dlsym(handle, name.as_ptr()) as *const u64;
-        assert!(!sym.is_null());
-        *sym
+        (!sym.is_null()).then(|| *sym)
     }
 }
 
@@ -815,7 +818,7 @@ fn child_ascend_paths() {
     assert!(DeviceStats::snapshot().host_registrations >= 2);
     round_trip_device(&client);
     let lib = c"libascendcl.so";
-    assert!(standin_counter(lib, c"fake_device_copies") >= 3);
+    assert!(standin_counter(lib, c"fake_device_copies").unwrap() >= 3);
 }
 
 /// Device → local segment → device through the C API, with exact path counters.
