@@ -235,43 +235,16 @@ fn child_cuda_local_paths() {
         DeviceStats::snapshot().host_registrations >= 2,
         "segment and local buffer pinned"
     );
-    let size = MIB as usize + 3;
-    let value = pattern(size, 1);
-    let src = device_with(&value);
-
-    // Seed row "GPU -> local segment": exactly one (driver) copy.
-    let before = client.metrics();
+    // Seed rows "GPU -> local segment" and "reads into device memory": one driver copy
+    // each (the other two are the test's own fill and read-back of device memory).
     let driver_before = DeviceStats::snapshot().driver_copy_bytes;
-    // SAFETY: device memory of its length, alive for the call.
-    let r = unsafe { client.write_raw(&["rust"], vec![vec![buf(&src)]], &cfg(), WriteMode::Put) };
-    assert_eq!(r, vec![Ok(())]);
-    let after = client.metrics();
-    let n = size as u64;
+    let n = round_trip_device(&client, MIB as usize + 3);
     assert_eq!(
-        delta(
-            after.paths.device_to_local_segment,
-            before.paths.device_to_local_segment
-        ),
-        (1, n, n)
+        DeviceStats::snapshot().driver_copy_bytes - driver_before,
+        4 * n
     );
-    assert_eq!(DeviceStats::snapshot().driver_copy_bytes - driver_before, n);
-    assert_eq!(after.transfer.device_staging_copies, 0);
-
-    // Reads into device memory: one copy from the segment.
-    let dst = DeviceAlloc::new(size).unwrap();
-    let before = client.metrics();
-    // SAFETY: device memory of its length.
-    let r = unsafe { client.get_into_raw(&["rust"], vec![vec![buf(&dst)]], false) };
-    assert_eq!(r, vec![Ok(n)]);
-    assert_eq!(read_device(&dst), value);
-    let after = client.metrics();
-    assert_eq!(
-        delta(
-            after.paths.local_segment_to_device,
-            before.paths.local_segment_to_device
-        ),
-        (1, n, n)
-    );
+    let size = n as usize;
+    let value = pattern(size, 1);
 
     // Seed row "CPU -> local segment": one copy, also for the copying put (no staging).
     for (key, copying) in [("cpu-from", false), ("cpu-copying", true)] {
@@ -351,50 +324,35 @@ fn c_api_with_device_pointers() {
 
     // Writes: every family, keyed by family name; `expect[k]` = value index.
     let mut expect: Vec<(CString, usize)> = Vec::new();
-    let k = key("put");
-    assert_eq!(mc_store_put(store, k.as_ptr(), ptr(0), size, null()), 0);
-    expect.push((k, 0));
-    let k = key("put_from");
-    assert_eq!(
-        mc_store_put_from(store, k.as_ptr(), ptr(1), size, null()),
-        0
-    );
-    expect.push((k, 1));
-    let k = key("upsert");
-    assert_eq!(mc_store_upsert(store, k.as_ptr(), ptr(2), size, null()), 0);
-    expect.push((k, 2));
-    let k = key("upsert_from");
-    assert_eq!(
-        mc_store_upsert_from(store, k.as_ptr(), ptr(3), size, null()),
-        0
-    );
-    expect.push((k, 3));
-    let k = key("put_parts");
-    assert_eq!(
-        mc_store_put_parts(
-            store,
-            k.as_ptr(),
-            halves(0).as_ptr(),
-            half_sizes.as_ptr(),
-            2,
-            null()
-        ),
-        0
-    );
-    expect.push((k, 0));
-    let k = key("upsert_parts");
-    assert_eq!(
-        mc_store_upsert_parts(
-            store,
-            k.as_ptr(),
-            halves(1).as_ptr(),
-            half_sizes.as_ptr(),
-            2,
-            null()
-        ),
-        0
-    );
-    expect.push((k, 1));
+    type Single<'a> = &'a dyn Fn(*const std::ffi::c_char, usize) -> std::ffi::c_int;
+    let singles: [(&str, usize, Single); 7] = [
+        ("put", 0, &|k, i| {
+            mc_store_put(store, k, ptr(i), size, null())
+        }),
+        ("put_from", 1, &|k, i| {
+            mc_store_put_from(store, k, ptr(i), size, null())
+        }),
+        ("upsert", 2, &|k, i| {
+            mc_store_upsert(store, k, ptr(i), size, null())
+        }),
+        ("upsert_from", 3, &|k, i| {
+            mc_store_upsert_from(store, k, ptr(i), size, null())
+        }),
+        ("mooncake_put", 2, &|k, i| {
+            mooncake_store_put_from(store.cast(), k, ptr(i).cast_mut(), size, null())
+        }),
+        ("put_parts", 0, &|k, i| {
+            mc_store_put_parts(store, k, halves(i).as_ptr(), half_sizes.as_ptr(), 2, null())
+        }),
+        ("upsert_parts", 1, &|k, i| {
+            mc_store_upsert_parts(store, k, halves(i).as_ptr(), half_sizes.as_ptr(), 2, null())
+        }),
+    ];
+    for (family, i, write) in singles {
+        let k = key(family);
+        assert_eq!(write(k.as_ptr(), i), 0, "{family}");
+        expect.push((k, i));
+    }
     let sizes = [size; 2];
     for (family, first) in [
         "put_batch",
@@ -482,12 +440,6 @@ fn c_api_with_device_pointers() {
         expect.push((a, first));
         expect.push((b, (first + 1) % 4));
     }
-    let k = key("mooncake_put");
-    assert_eq!(
-        mooncake_store_put_from(store.cast(), k.as_ptr(), ptr(2).cast_mut(), size, null()),
-        0
-    );
-    expect.push((k, 2));
     let k = key("session_put");
     let mut one = [9];
     assert_eq!(
@@ -761,7 +713,7 @@ fn child_cuda_register_fails() {
     assert!(stats.host_register_failures >= 2, "{stats:?}");
     assert_eq!(stats.host_registrations, 0);
     assert!(client.metrics().device.host_register_failures >= 2);
-    round_trip_device(&client);
+    round_trip_device(&client, 256 * 1024 + 7);
 }
 
 #[test]
@@ -789,7 +741,7 @@ fn child_cuda_no_register_symbols() {
     assert_eq!((info.runtime, info.host_register), ("cuda", false));
     let client = embedded(16 * MIB, 4 * MIB);
     assert!(DeviceStats::snapshot().host_register_skipped >= 2);
-    round_trip_device(&client);
+    round_trip_device(&client, 256 * 1024 + 7);
 }
 
 #[test]
@@ -816,14 +768,14 @@ fn child_ascend_paths() {
     assert_eq!(device::runtime().info().runtime, "ascend");
     let client = embedded(16 * MIB, 4 * MIB);
     assert!(DeviceStats::snapshot().host_registrations >= 2);
-    round_trip_device(&client);
+    round_trip_device(&client, 256 * 1024 + 7);
     let lib = c"libascendcl.so";
     assert!(standin_counter(lib, c"fake_device_copies").unwrap() >= 3);
 }
 
-/// Device → local segment → device through the C API, with exact path counters.
-fn round_trip_device(client: &Client) {
-    let size = 256 * 1024 + 7;
+/// Device → local segment → device through the raw Rust API, with exact path counters;
+/// returns the size.
+fn round_trip_device(client: &Client, size: usize) -> u64 {
     let value = pattern(size, 3);
     let src = device_with(&value);
     let before = client.metrics();
@@ -851,4 +803,6 @@ fn round_trip_device(client: &Client) {
         ),
         (1, n, n)
     );
+    assert_eq!(after.transfer.device_staging_copies, 0, "no bounce locally");
+    n
 }

@@ -113,12 +113,11 @@ fn embedded(report: &mut Report, memcpy: f64, duration: Duration) -> Result<(), 
         memcpy,
     );
     let path = client.metrics().paths.host_to_local_segment;
-    report.line(
+    copies_line(
+        report,
         "embedded put_from copies/op",
-        copies_per_op(path.copied_bytes - path_before.copied_bytes, put_bytes),
-        "count",
-        "one copy",
-        1.0,
+        path.copied_bytes - path_before.copied_bytes,
+        put_bytes,
     );
     copying_put(report, &client, &src, memcpy, duration)?;
     let reads_before = client.metrics().paths.local_segment_to_host;
@@ -142,20 +141,20 @@ fn embedded(report: &mut Report, memcpy: f64, duration: Duration) -> Result<(), 
         memcpy,
     );
     let reads = client.metrics().paths.local_segment_to_host;
-    report.line(
+    copies_line(
+        report,
         "embedded get_into copies/op",
-        copies_per_op(reads.copied_bytes - reads_before.copied_bytes, bytes),
-        "count",
-        "one copy",
-        1.0,
+        reads.copied_bytes - reads_before.copied_bytes,
+        bytes,
     );
     client.teardown();
     Ok(())
 }
 
-/// Local copies per payload byte (1.0 = each byte copied once).
-fn copies_per_op(copied: u64, bytes: u64) -> f64 {
-    copied as f64 / bytes.max(1) as f64
+/// Prints local copies per payload byte (1.0 = each byte copied once) against one copy.
+pub fn copies_line(report: &mut Report, name: &str, copied: u64, bytes: u64) {
+    let copies = copied as f64 / bytes.max(1) as f64;
+    report.line(name, copies, "count", "one copy", 1.0);
 }
 
 /// The copying `put` (Mooncake's staging family): now one copy, like `put_from`.
@@ -188,12 +187,11 @@ fn copying_put(
         memcpy,
     );
     let after = client.metrics().paths.host_to_local_segment;
-    report.line(
+    copies_line(
+        report,
         "embedded put copies/op",
-        copies_per_op(after.copied_bytes - before.copied_bytes, bytes),
-        "count",
-        "one copy",
-        1.0,
+        after.copied_bytes - before.copied_bytes,
+        bytes,
     );
     Ok(())
 }
