@@ -1,5 +1,6 @@
 //! The Ascend backend: `libascendcl.so` through `dlopen` (no CANN at build time). Every
-//! symbol is resolved at load time; registration is optional.
+//! entry point is resolved once at load time into a function pointer; host registration
+//! and device allocation are optional features (absent symbols disable only them).
 //!
 //! ACL contexts are thread-local, so every call first makes the context created at load
 //! time current on the calling thread (`aclrtSetCurrentContext`, cheap).
@@ -46,11 +47,27 @@ const LOCATION_DEVICE: u32 = 1;
 /// `ACL_HOST_REGISTER_MAPPED`.
 const REGISTER_MAPPED: c_int = 0;
 
+/// The resolved entry points (looked up once at load; optional features are `None`).
 struct Ascend {
-    lib: Library,
+    /// Keeps the entry points below valid.
+    _lib: Library,
     context: usize,
-    register: bool,
-    alloc: bool,
+    set_context: SetContext,
+    pointer_attributes: PointerAttributes,
+    memcpy: Memcpy,
+    register: Option<(HostRegister, HostUnregister)>,
+    alloc: Option<(Malloc, Free)>,
+}
+
+/// Looks up `name` with signature `F`.
+///
+/// # Safety
+/// `F` is the symbol's real signature.
+unsafe fn symbol<F: Copy>(lib: &Library, name: &str) -> Result<F, String> {
+    // SAFETY: forwarded from the caller.
+    unsafe { lib.get::<F>(name.as_bytes()) }
+        .map(|s| *s)
+        .map_err(|_| format!("symbol {name} is missing"))
 }
 
 /// Loads the Ascend backend, or says why not.
@@ -59,32 +76,48 @@ pub(super) fn load() -> Result<Box<dyn Backend>, String> {
     let lib = unsafe { Library::new("libascendcl.so") }
         .map_err(|_| "libascendcl.so not found".to_string())?;
     dl::all_present(&lib, CORE)?;
-    let register = dl::all_present(&lib, REGISTER).is_ok();
-    let alloc = dl::all_present(&lib, ALLOC).is_ok();
-    if !register {
-        tracing::info!("Ascend host registration disabled: symbols missing");
-    }
-    let mut acl = Ascend {
-        lib,
-        context: 0,
-        register,
-        alloc,
-    };
-    // SAFETY: probed symbols with their documented signatures.
+    // SAFETY: every signature below is the documented ACL prototype.
     unsafe {
-        let init = acl.sym::<Init>("aclInit")(std::ptr::null());
+        let register = match dl::all_present(&lib, REGISTER) {
+            Ok(()) => Some((
+                symbol::<HostRegister>(&lib, "aclrtHostRegister")?,
+                symbol::<HostUnregister>(&lib, "aclrtHostUnregister")?,
+            )),
+            Err(e) => {
+                tracing::info!("Ascend host registration disabled: {e}");
+                None
+            }
+        };
+        let alloc = match dl::all_present(&lib, ALLOC) {
+            Ok(()) => Some((
+                symbol::<Malloc>(&lib, "aclrtMalloc")?,
+                symbol::<Free>(&lib, "aclrtFree")?,
+            )),
+            Err(_) => None,
+        };
+        let init = symbol::<Init>(&lib, "aclInit")?(std::ptr::null());
         if init != 0 && init != ACL_ERROR_REPEAT_INITIALIZE {
             return Err(format!("aclInit returned {init}"));
         }
-        check(acl.sym::<SetDevice>("aclrtSetDevice")(0), "aclrtSetDevice")?;
+        check(
+            symbol::<SetDevice>(&lib, "aclrtSetDevice")?(0),
+            "aclrtSetDevice",
+        )?;
         let mut context = std::ptr::null_mut();
         check(
-            acl.sym::<GetContext>("aclrtGetCurrentContext")(&mut context),
+            symbol::<GetContext>(&lib, "aclrtGetCurrentContext")?(&mut context),
             "aclrtGetCurrentContext",
         )?;
-        acl.context = context as usize;
+        Ok(Box::new(Ascend {
+            context: context as usize,
+            set_context: symbol(&lib, "aclrtSetCurrentContext")?,
+            pointer_attributes: symbol(&lib, "aclrtPointerGetAttributes")?,
+            memcpy: symbol(&lib, "aclrtMemcpy")?,
+            register,
+            alloc,
+            _lib: lib,
+        }))
     }
-    Ok(Box::new(acl))
 }
 
 fn check(result: AclError, what: &str) -> Result<(), String> {
@@ -96,34 +129,14 @@ fn check(result: AclError, what: &str) -> Result<(), String> {
 }
 
 impl Ascend {
-    /// A probed symbol.
-    ///
-    /// # Safety
-    /// `name` was probed at load time and `F` is its signature.
-    unsafe fn sym<F: Copy>(&self, name: &str) -> F {
-        // SAFETY: probed at load time, so the lookup succeeds.
-        match unsafe { self.lib.get::<F>(name.as_bytes()) } {
-            Ok(symbol) => *symbol,
-            Err(_) => unreachable_symbol(name),
-        }
-    }
-
     /// Makes our context current on this thread.
     fn enter(&self) -> Result<(), String> {
-        // SAFETY: probed symbol; the context was created at load time.
+        // SAFETY: resolved entry point; the context was created at load time.
         check(
-            unsafe {
-                self.sym::<SetContext>("aclrtSetCurrentContext")(self.context as *mut c_void)
-            },
+            unsafe { (self.set_context)(self.context as *mut c_void) },
             "aclrtSetCurrentContext",
         )
     }
-}
-
-/// Probing makes this impossible; a plain panic would be caught by the FFI boundary.
-#[cold]
-fn unreachable_symbol(name: &str) -> ! {
-    panic!("ACL symbol {name} vanished after probing")
 }
 
 impl Backend for Ascend {
@@ -138,10 +151,7 @@ impl Backend for Ascend {
             // SAFETY: probed symbol; the output buffer is larger than the documented struct.
             check(
                 unsafe {
-                    self.sym::<PointerAttributes>("aclrtPointerGetAttributes")(
-                        addr as *const c_void,
-                        attributes.as_mut_ptr().cast(),
-                    )
+                    (self.pointer_attributes)(addr as *const c_void, attributes.as_mut_ptr().cast())
                 },
                 "aclrtPointerGetAttributes",
             )
@@ -165,7 +175,7 @@ impl Backend for Ascend {
         // SAFETY: probed symbol; the caller guarantees both ranges.
         check(
             unsafe {
-                self.sym::<Memcpy>("aclrtMemcpy")(
+                (self.memcpy)(
                     dst.addr as *mut c_void,
                     len,
                     src.addr as *const c_void,
@@ -178,19 +188,17 @@ impl Backend for Ascend {
     }
 
     fn can_register(&self) -> bool {
-        self.register
+        self.register.is_some()
     }
 
     unsafe fn register(&self, addr: usize, len: usize) -> Result<(), String> {
-        if !self.register {
-            return Err("host registration unavailable".into());
-        }
+        let (register, _) = self.register.ok_or("host registration unavailable")?;
         self.enter()?;
         let mut device_ptr = std::ptr::null_mut();
         // SAFETY: probed symbol; the caller guarantees a mapped host range.
         check(
             unsafe {
-                self.sym::<HostRegister>("aclrtHostRegister")(
+                register(
                     addr as *mut c_void,
                     len as u64,
                     REGISTER_MAPPED,
@@ -202,40 +210,28 @@ impl Backend for Ascend {
     }
 
     unsafe fn unregister(&self, addr: usize) -> Result<(), String> {
-        if !self.register {
-            return Err("host registration unavailable".into());
-        }
+        let (_, unregister) = self.register.ok_or("host registration unavailable")?;
         self.enter()?;
-        // SAFETY: probed symbol; `addr` is a registered base.
+        // SAFETY: resolved entry point; `addr` is a registered base.
         check(
-            unsafe { self.sym::<HostUnregister>("aclrtHostUnregister")(addr as *mut c_void) },
+            unsafe { unregister(addr as *mut c_void) },
             "aclrtHostUnregister",
         )
     }
 
     fn alloc_device(&self, len: usize) -> Result<usize, String> {
-        if !self.alloc {
-            return Err("device allocation unavailable".into());
-        }
+        let (malloc, _) = self.alloc.ok_or("device allocation unavailable")?;
         self.enter()?;
         let mut ptr = std::ptr::null_mut();
-        // SAFETY: probed symbol; policy 0 = ACL_MEM_MALLOC_HUGE_FIRST.
-        check(
-            unsafe { self.sym::<Malloc>("aclrtMalloc")(&mut ptr, len, 0) },
-            "aclrtMalloc",
-        )?;
+        // SAFETY: resolved entry point; policy 0 = ACL_MEM_MALLOC_HUGE_FIRST.
+        check(unsafe { malloc(&mut ptr, len, 0) }, "aclrtMalloc")?;
         Ok(ptr as usize)
     }
 
     unsafe fn free_device(&self, addr: usize) -> Result<(), String> {
-        if !self.alloc {
-            return Err("device allocation unavailable".into());
-        }
+        let (_, free) = self.alloc.ok_or("device allocation unavailable")?;
         self.enter()?;
-        // SAFETY: probed symbol; `addr` came from `alloc_device`.
-        check(
-            unsafe { self.sym::<Free>("aclrtFree")(addr as *mut c_void) },
-            "aclrtFree",
-        )
+        // SAFETY: resolved entry point; `addr` came from `alloc_device`.
+        check(unsafe { free(addr as *mut c_void) }, "aclrtFree")
     }
 }
