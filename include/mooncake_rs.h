@@ -15,6 +15,10 @@
  * - Memory: inputs are borrowed for the duration of the call only. The library never hands
  *   out memory the caller must free(); objects it creates have their own _free function, and
  *   every _free accepts NULL.
+ * - Device memory: every data buffer of a put/get/batch/multi-buffer/ranges/session call
+ *   (mc_* and mooncake_store_*) may be host memory or device memory (CUDA, Ascend); the
+ *   library copies it only with the device driver, and pins its own segments and local
+ *   buffer for full-bandwidth device copies. See mc_store_metrics_json for copy counters.
  * - Panics: every function runs inside a panic boundary. A caught panic returns
  *   MC_ERR_INTERNAL (-1) (NULL / 0 for non-int returns) and poisons the store handle: every
  *   later call on it returns -1 with the message "handle poisoned by an earlier panic".
