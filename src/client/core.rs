@@ -55,6 +55,9 @@ pub(super) struct ClientCore {
 impl Client {
     /// Sets up a client: connects to (or creates) the master, starts the transfer engine,
     /// mounts a `global_segment_size` segment and registers a `local_buffer_size` local buffer.
+    /// Both are pre-faulted and, when a device runtime is present, pinned with it (best
+    /// effort: a refusal is a warning and a metric, never an error; unpinned when the client
+    /// is dropped; see [`crate::device::HostRegistration`]).
     ///
     /// Errors: `INVALID_PARAMS` for bad arguments (see [`SetupConfig::validate`]);
     /// `INTERNAL_ERROR` when no port could be bound; RPC errors / `INVALID_VERSION` from the
