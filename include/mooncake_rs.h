@@ -15,6 +15,10 @@
  * - Memory: inputs are borrowed for the duration of the call only. The library never hands
  *   out memory the caller must free(); objects it creates have their own _free function, and
  *   every _free accepts NULL.
+ * - Device memory: every data buffer of a put/get/batch/multi-buffer/ranges/session call
+ *   (mc_* and mooncake_store_*) may be host memory or device memory (CUDA, Ascend); the
+ *   library copies it only with the device driver, and pins its own segments and local
+ *   buffer for full-bandwidth device copies. See mc_store_metrics_json for copy counters.
  * - Panics: every function runs inside a panic boundary. A caught panic returns
  *   MC_ERR_INTERNAL (-1) (NULL / 0 for non-int returns) and poisons the store handle: every
  *   later call on it returns -1 with the message "handle poisoned by an earlier panic".
@@ -214,6 +218,9 @@ typedef struct mc_buffer mc_buffer;
 /**
  * A P2P client handle. Opaque. Create with `mc_p2p_store_new`, set up with
  * `mc_p2p_store_setup`, release with `mc_p2p_store_free`.
+ *
+ * Memory: the P2P data calls take host memory only (device pointers are supported by the
+ * `mc_store_*` calls of the centralized deployment).
  *
  * Thread-safety: any number of threads may call any `mc_p2p_store_*` function on one handle
  * at once, except `mc_p2p_store_free`, which must be the last call. A caught panic poisons

@@ -5,6 +5,7 @@
 //! module that knows the wire.
 
 pub mod client;
+pub mod device;
 pub mod error;
 pub mod ffi;
 pub mod master;

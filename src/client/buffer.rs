@@ -3,6 +3,7 @@
 
 use super::core::Client;
 use super::local_buffer::LocalAlloc;
+use super::metrics::ClientCounters;
 use super::plan::{self, Buf};
 use super::read::ReadJob;
 use crate::error::{fail, ErrorCode, Result};
@@ -39,7 +40,9 @@ impl BufferHandle {
 }
 
 impl Client {
-    /// Reads `key` into a new local-buffer allocation (exactly one copy). Errors: those of
+    /// Reads `key` into a new allocation of the pre-faulted (and, with a device runtime,
+    /// pinned) local buffer: exactly one copy, no second copy when handing it out — the
+    /// caller owns the handle. Errors: those of
     /// `get_into`; `INVALID_PARAMS` when the local buffer is absent or full.
     pub fn get_buffer(&self, key: &str) -> Result<BufferHandle> {
         self.batch_get_buffer(&[key])
@@ -96,6 +99,10 @@ impl Client {
             .iter()
             .map(|r| r.as_ref().map(|h| h.len() as u64).map_err(|e| *e))
             .collect();
+        for size in sizes.iter().flatten() {
+            ClientCounters::add(&core.counters.get_buffer_ops, 1);
+            ClientCounters::add(&core.counters.get_buffer_bytes, *size);
+        }
         core.count_reads(&sizes);
         results
     }

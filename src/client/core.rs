@@ -4,9 +4,9 @@
 use super::config::{env_bool, env_u64, MetadataMode, SetupConfig};
 use super::heartbeat::Heartbeat;
 use super::local_buffer::LocalBuffer;
-use super::memory::MappedRegion;
 use super::metrics::ClientCounters;
 use super::sessions::Sessions;
+use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{MasterApi, MasterConfig, MasterService};
 use crate::rpc;
@@ -55,6 +55,9 @@ pub(super) struct ClientCore {
 impl Client {
     /// Sets up a client: connects to (or creates) the master, starts the transfer engine,
     /// mounts a `global_segment_size` segment and registers a `local_buffer_size` local buffer.
+    /// Both are pre-faulted and, when a device runtime is present, pinned with it (best
+    /// effort: a refusal is a warning and a metric, never an error; unpinned when the client
+    /// is dropped; see [`crate::device::HostRegistration`]).
     ///
     /// Errors: `INVALID_PARAMS` for bad arguments (see [`SetupConfig::validate`]);
     /// `INTERNAL_ERROR` when no port could be bound; RPC errors / `INVALID_VERSION` from the
@@ -77,7 +80,7 @@ impl Client {
         let segment = match config.global_segment_size {
             0 => None,
             size => {
-                let region = MappedRegion::new(size)?;
+                let region = MappedRegion::pinned(size, "segment")?;
                 engine.register(region.addr(), region.len(), true)?;
                 let segment = Segment {
                     id: Uuid::random(),

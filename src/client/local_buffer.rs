@@ -1,7 +1,7 @@
 //! The registered local buffer: memory the copying `put` stages values in and `get_buffer`
 //! returns objects in. Allocations are RAII [`LocalAlloc`] values.
 
-use super::memory::MappedRegion;
+use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{Allocation, OffsetAllocator};
 use crate::transfer::TransferEngine;
@@ -14,24 +14,30 @@ pub(crate) struct LocalBuffer {
 }
 
 impl LocalBuffer {
-    /// Maps `size` bytes and registers them with `engine` (not remotely accessible).
+    /// Maps `size` bytes, pins them with the device runtime when there is one, and registers
+    /// them with `engine` (not remotely accessible).
     pub(crate) fn new(size: u64, engine: &TransferEngine) -> Result<LocalBuffer> {
         LocalBuffer::with_access(size, engine, false)
     }
 
-    /// Maps `size` bytes and registers them with `engine`; `remote_accessible` lets peers'
-    /// transfer engines read and write them (the P2P REVERSE staging buffer).
+    /// Like [`LocalBuffer::new`]; `remote_accessible` lets peers' transfer engines read and
+    /// write it (the P2P REVERSE staging buffer).
     pub(crate) fn with_access(
         size: u64,
         engine: &TransferEngine,
         remote_accessible: bool,
     ) -> Result<LocalBuffer> {
-        let region = MappedRegion::new(size)?;
+        let region = MappedRegion::pinned(size, "local buffer")?;
         engine.register(region.addr(), region.len(), remote_accessible)?;
         Ok(LocalBuffer {
             allocator: OffsetAllocator::new(region.len() as u64),
             region,
         })
+    }
+
+    /// Size in bytes.
+    pub(super) fn capacity(&self) -> u64 {
+        self.region.len() as u64
     }
 
     /// Reserves `len` bytes; `INVALID_PARAMS` when the buffer has no room (Mooncake's code).

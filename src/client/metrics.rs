@@ -1,7 +1,8 @@
 //! Client operation counters, readable as a snapshot (and as JSON through the C API).
 
 use super::core::Client;
-use crate::transfer::TransferMetrics;
+use crate::device::{DeviceInfo, DeviceStats};
+use crate::transfer::{CopyPaths, TransferMetrics};
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -12,8 +13,8 @@ pub(super) struct ClientCounters {
     pub(super) bytes_written: AtomicU64,
     pub(super) objects_read: AtomicU64,
     pub(super) bytes_read: AtomicU64,
-    pub(super) staging_copies: AtomicU64,
-    pub(super) staging_copy_bytes: AtomicU64,
+    pub(super) get_buffer_ops: AtomicU64,
+    pub(super) get_buffer_bytes: AtomicU64,
     pub(super) failed_ops: AtomicU64,
 }
 
@@ -34,14 +35,30 @@ pub struct ClientMetrics {
     pub objects_read: u64,
     /// Bytes of those reads.
     pub bytes_read: u64,
-    /// Copies into the local buffer made by the copying `put` family.
-    pub staging_copies: u64,
-    /// Bytes of those copies.
-    pub staging_copy_bytes: u64,
+    /// `get_buffer` reads (each exactly one copy into the returned buffer).
+    pub get_buffer: GetBufferStats,
     /// Per-key operations that failed.
     pub failed_ops: u64,
-    /// Transfer engine counters (copies and bytes per path).
+    /// Transfer engine counters.
     pub transfer: TransferMetrics,
+    /// Requests, bytes and local copies per data path (the zero-copy table).
+    pub paths: CopyPaths,
+    /// The process's device runtime.
+    pub device_info: DeviceInfo,
+    /// Process-wide device counters: copies by route, host registrations.
+    pub device: DeviceStats,
+}
+
+/// `get_buffer` totals: objects, bytes, and bytes copied into the returned buffers (one
+/// copy per object: a local memcpy or the socket receive, never a second copy).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct GetBufferStats {
+    /// Objects read.
+    pub ops: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Bytes copied into the buffers.
+    pub copied_bytes: u64,
 }
 
 impl Client {
@@ -54,10 +71,16 @@ impl Client {
             bytes_written: get(&c.bytes_written),
             objects_read: get(&c.objects_read),
             bytes_read: get(&c.bytes_read),
-            staging_copies: get(&c.staging_copies),
-            staging_copy_bytes: get(&c.staging_copy_bytes),
+            get_buffer: GetBufferStats {
+                ops: get(&c.get_buffer_ops),
+                bytes: get(&c.get_buffer_bytes),
+                copied_bytes: get(&c.get_buffer_bytes),
+            },
             failed_ops: get(&c.failed_ops),
             transfer: self.core.engine.metrics(),
+            paths: self.core.engine.copy_paths(),
+            device_info: crate::device::runtime().info(),
+            device: DeviceStats::snapshot(),
         }
     }
 }

@@ -5,13 +5,16 @@
 //!
 //! Thread-safety: a [`Client`] is `Send + Sync + Clone`; all methods take `&self`.
 //! Buffers passed in are borrowed for the duration of the call only.
+//!
+//! Device memory: the slice-based methods take host memory (a Rust slice over device memory
+//! would be undefined behaviour). The `unsafe` `*_raw` methods take [`Buf`] address ranges
+//! that may be host or device memory; the C API uses them for every put/get path.
 
 mod buffer;
 mod config;
 mod core;
 mod heartbeat;
 mod local_buffer;
-mod memory;
 mod metrics;
 mod pins;
 mod plan;
@@ -28,6 +31,7 @@ pub(crate) use core::{descriptor, start_engine};
 pub use core::{health, Client};
 pub use local_buffer::LocalAlloc;
 pub(crate) use local_buffer::LocalBuffer;
-pub(crate) use memory::MappedRegion;
-pub use metrics::ClientMetrics;
+pub use metrics::{ClientMetrics, GetBufferStats};
+pub use plan::Buf;
 pub use ranges::RangeRequest;
+pub use write::WriteMode;

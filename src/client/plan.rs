@@ -17,14 +17,24 @@ pub(crate) struct Fragment {
     pub offset: u64,
 }
 
-/// A caller buffer as an address range (no ownership; the caller keeps it valid for the call).
+/// A caller buffer as an address range: host memory or device memory (see
+/// [`crate::device`]); Rust never dereferences it, only the transfer engine's copy
+/// primitive and sockets (through bounce buffers for device memory) touch its bytes. No
+/// ownership: the caller keeps it valid for the duration of the call that takes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Buf {
+pub struct Buf {
+    /// First byte (0 only with `len` 0).
     pub addr: usize,
+    /// Length in bytes.
     pub len: u64,
 }
 
 impl Buf {
+    /// `len` bytes at `addr`.
+    pub fn new(addr: usize, len: u64) -> Buf {
+        Buf { addr, len }
+    }
+
     pub(crate) fn of(bytes: &[u8]) -> Buf {
         Buf {
             addr: bytes.as_ptr() as usize,

@@ -2,7 +2,7 @@
 //! buffers, with one master query for all keys and one engine batch for all fragments.
 
 use super::core::Client;
-use super::plan::Fragment;
+use super::plan::{Buf, Fragment};
 use super::read::ReadJob;
 use crate::error::{fail, ErrorCode, Result};
 use std::collections::HashMap;
@@ -29,6 +29,21 @@ impl Client {
     pub fn get_into_ranges(
         &self,
         buffers: &mut [&mut [u8]],
+        request: &RangeRequest<'_>,
+    ) -> Vec<Vec<Vec<Result<u64>>>> {
+        let buffers: Vec<Buf> = buffers.iter_mut().map(|b| Buf::of_mut(b)).collect();
+        // SAFETY: exclusive slices are writable host memory and never overlap.
+        unsafe { self.get_into_ranges_raw(&buffers, request) }
+    }
+
+    /// [`Client::get_into_ranges`] with raw destination buffers that may be device memory.
+    ///
+    /// # Safety
+    /// Every [`Buf`] is writable memory (host or device) of its length for the whole call,
+    /// and no two of them overlap.
+    pub unsafe fn get_into_ranges_raw(
+        &self,
+        buffers: &[Buf],
         request: &RangeRequest<'_>,
     ) -> Vec<Vec<Vec<Result<u64>>>> {
         let core = &self.core;
@@ -78,13 +93,12 @@ impl Client {
         let mut results: Vec<Vec<Vec<Result<u64>>>> = Vec::with_capacity(n);
         let mut jobs = Vec::new();
         let mut job_at = Vec::new();
-        for (i, buffer) in buffers.iter_mut().enumerate() {
+        for (i, buffer) in buffers.iter().enumerate() {
             if !row_ok(i) {
                 results.push(request.keys[i].iter().map(|_| bad()).collect());
                 continue;
             }
-            let base = buffer.as_mut_ptr() as usize;
-            let capacity = buffer.len() as u64;
+            let (base, capacity) = (buffer.addr, buffer.len);
             let mut row = Vec::with_capacity(request.keys[i].len());
             for (j, key) in request.keys[i].iter().enumerate() {
                 if !shape_ok(i, j) {

@@ -66,6 +66,22 @@ impl Client {
         self.core.get_into(keys, bufs, true)
     }
 
+    /// Batch `get_into` (`exact` false: each key's buffers must hold at least the object) or
+    /// `batch_get_into_multi_buffers` (`exact` true) with raw addresses that may be device
+    /// memory; one result per key (the object size).
+    ///
+    /// # Safety
+    /// Every [`Buf`] is writable memory (host or device) of its length for the whole call,
+    /// and no two of them overlap.
+    pub unsafe fn get_into_raw<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: Vec<Vec<Buf>>,
+        exact: bool,
+    ) -> Vec<Result<u64>> {
+        self.core.get_into(keys, bufs, exact)
+    }
+
     /// Whether `key` has a readable replica (grants a read lease when it does).
     pub fn is_exist(&self, key: &str) -> Result<bool> {
         self.batch_is_exist(&[key])

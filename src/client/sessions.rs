@@ -159,6 +159,26 @@ impl Client {
         bufs: &mut [Vec<&mut [u8]>],
         src_offsets: &[Vec<u64>],
     ) -> Vec<Result<u64>> {
+        let bufs = bufs
+            .iter_mut()
+            .map(|list| list.iter_mut().map(|b| Buf::of_mut(b)).collect())
+            .collect();
+        // SAFETY: exclusive slices are writable host memory and never overlap.
+        unsafe { self.batch_get_into_multi_buffer_ranges_raw(keys, bufs, src_offsets) }
+    }
+
+    /// [`Client::batch_get_into_multi_buffer_ranges`] with raw destination buffers that may
+    /// be device memory.
+    ///
+    /// # Safety
+    /// Every [`Buf`] is writable memory (host or device) of its length for the whole call,
+    /// and no two of them overlap.
+    pub unsafe fn batch_get_into_multi_buffer_ranges_raw<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: Vec<Vec<Buf>>,
+        src_offsets: &[Vec<u64>],
+    ) -> Vec<Result<u64>> {
         let core = &self.core;
         let n = keys.len();
         if let Err(e) = core
@@ -180,10 +200,7 @@ impl Client {
                 Some(s) if Instant::now() >= s.deadline => {
                     fail(ErrorCode::LeaseExpired, "get session lease expired")
                 }
-                Some(s) => {
-                    let list: Vec<Buf> = bufs[i].iter_mut().map(|b| Buf::of_mut(b)).collect();
-                    session_fragments(&list, &src_offsets[i], s.size)
-                }
+                Some(s) => session_fragments(&bufs[i], &src_offsets[i], s.size),
             };
             match prepared {
                 Ok(fragments) => {
@@ -310,6 +327,25 @@ impl Client {
         bufs: &[Vec<&[u8]>],
         dst_offsets: &[Vec<u64>],
     ) -> Vec<Result<u64>> {
+        let bufs = bufs
+            .iter()
+            .map(|list| list.iter().map(|b| Buf::of(b)).collect())
+            .collect();
+        // SAFETY: shared slices are readable host memory.
+        unsafe { self.batch_put_from_multi_buffer_ranges_raw(keys, bufs, dst_offsets) }
+    }
+
+    /// [`Client::batch_put_from_multi_buffer_ranges`] with raw source buffers that may be
+    /// device memory.
+    ///
+    /// # Safety
+    /// Every [`Buf`] is readable memory (host or device) of its length for the whole call.
+    pub unsafe fn batch_put_from_multi_buffer_ranges_raw<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: Vec<Vec<Buf>>,
+        dst_offsets: &[Vec<u64>],
+    ) -> Vec<Result<u64>> {
         let core = &self.core;
         let n = keys.len();
         if let Err(e) = core
@@ -328,11 +364,8 @@ impl Client {
                     ErrorCode::InvalidParams,
                     format!("no put session for '{}'", keys[i].as_ref()),
                 ),
-                Some(s) => {
-                    let list: Vec<Buf> = bufs[i].iter().map(|b| Buf::of(b)).collect();
-                    session_fragments(&list, &dst_offsets[i], s.size)
-                        .and_then(|f| s.enter().map(|()| f))
-                }
+                Some(s) => session_fragments(&bufs[i], &dst_offsets[i], s.size)
+                    .and_then(|f| s.enter().map(|()| f)),
             };
             match (prepared, &sessions[i]) {
                 (Ok(fragments), Some(session)) => {

@@ -1,26 +1,62 @@
 //! The put and upsert families: reserve replicas at the master, move the caller's bytes
 //! straight into every replica (one local copy, or one TCP write per replica), then commit —
-//! or revoke, so nothing is ever half-visible.
+//! or revoke, so nothing is ever half-visible. No family stages the caller's bytes: the
+//! "copying" put family keeps only Mooncake's argument contract (a local buffer that could
+//! hold the value), and caller memory may be device memory on every path (`*_raw`).
 
 use super::core::{Client, ClientCore};
 use super::metrics::ClientCounters;
 use super::plan::{self, Buf, Fragment};
 use crate::error::{fail, ErrorCode, Result};
-use crate::transfer::copy::copy_bytes;
 use crate::transfer::TransferOp;
 use crate::types::{ReplicaDescriptor, ReplicateConfig};
 use std::collections::HashMap;
 
 /// Put keeps an existing key (insert-if-absent); upsert overwrites it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum WriteMode {
+pub enum WriteMode {
+    /// Insert if absent (an existing key is kept and the write reports success).
     Put,
+    /// Insert or overwrite.
     Upsert,
 }
 
 impl Client {
-    /// Copying put: stages `value` in the local buffer, then writes it. An existing key is
-    /// kept and 0 returned. `INVALID_PARAMS` when the local buffer is absent or too small.
+    /// Zero-copy write of each key's buffers (laid end to end) with raw addresses that may
+    /// be device memory; one result per key. The `put_from` / `upsert_from` families
+    /// (single, batch, multi-buffer) all reduce to this.
+    ///
+    /// # Safety
+    /// Every [`Buf`] is readable memory (host or device) of its length for the whole call.
+    pub unsafe fn write_raw<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: Vec<Vec<Buf>>,
+        config: &ReplicateConfig,
+        mode: WriteMode,
+    ) -> Vec<Result<()>> {
+        self.core.write(keys, bufs, config, mode)
+    }
+
+    /// The copying family (`put`, `put_parts`, `put_batch` and their upserts) with raw
+    /// addresses that may be device memory: 0 or the first per-key error. Keeps Mooncake's
+    /// contract (`INVALID_PARAMS` when the local buffer is absent or smaller than a value)
+    /// but makes no staging copy.
+    ///
+    /// # Safety
+    /// As [`Client::write_raw`].
+    pub unsafe fn copying_write_raw<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: Vec<Vec<Buf>>,
+        config: &ReplicateConfig,
+        mode: WriteMode,
+    ) -> Result<()> {
+        self.core.copying_write(keys, bufs, config, mode)
+    }
+
+    /// Copying put (Mooncake's contract; no staging copy is made). An existing key is kept
+    /// and 0 returned. `INVALID_PARAMS` when the local buffer is absent or too small.
     pub fn put(&self, key: &str, value: &[u8], config: &ReplicateConfig) -> Result<()> {
         self.put_parts(key, &[value], config)
     }
@@ -28,7 +64,7 @@ impl Client {
     /// Copying put of the concatenation of `parts`; a total size of 0 is a no-op.
     pub fn put_parts(&self, key: &str, parts: &[&[u8]], config: &ReplicateConfig) -> Result<()> {
         self.core
-            .staged_write(&[key], &[parts.to_vec()], config, WriteMode::Put)
+            .copying_write(&[key], vec![bufs_of(parts)], config, WriteMode::Put)
     }
 
     /// Copying batch put; returns 0 if all succeeded, else the first per-key error.
@@ -38,8 +74,8 @@ impl Client {
         values: &[&[u8]],
         config: &ReplicateConfig,
     ) -> Result<()> {
-        let parts: Vec<Vec<&[u8]>> = values.iter().map(|v| vec![*v]).collect();
-        self.core.staged_write(keys, &parts, config, WriteMode::Put)
+        let parts = values.iter().map(|v| vec![Buf::of(v)]).collect();
+        self.core.copying_write(keys, parts, config, WriteMode::Put)
     }
 
     /// Zero-copy put straight from `buf`. Size 0 is a no-op; an existing or in-flight key is
@@ -79,7 +115,7 @@ impl Client {
     /// Copying upsert of the concatenation of `parts`.
     pub fn upsert_parts(&self, key: &str, parts: &[&[u8]], config: &ReplicateConfig) -> Result<()> {
         self.core
-            .staged_write(&[key], &[parts.to_vec()], config, WriteMode::Upsert)
+            .copying_write(&[key], vec![bufs_of(parts)], config, WriteMode::Upsert)
     }
 
     /// Copying batch upsert; 0 or the first per-key error.
@@ -89,9 +125,9 @@ impl Client {
         values: &[&[u8]],
         config: &ReplicateConfig,
     ) -> Result<()> {
-        let parts: Vec<Vec<&[u8]>> = values.iter().map(|v| vec![*v]).collect();
+        let parts = values.iter().map(|v| vec![Buf::of(v)]).collect();
         self.core
-            .staged_write(keys, &parts, config, WriteMode::Upsert)
+            .copying_write(keys, parts, config, WriteMode::Upsert)
     }
 
     /// Zero-copy upsert.
@@ -140,12 +176,14 @@ impl Client {
         config: &ReplicateConfig,
         mode: WriteMode,
     ) -> Vec<Result<()>> {
-        let parts = bufs
-            .iter()
-            .map(|list| list.iter().map(|b| Buf::of(b)).collect())
-            .collect();
+        let parts = bufs.iter().map(|list| bufs_of(list)).collect();
         self.core.write(keys, parts, config, mode)
     }
+}
+
+/// Address ranges of host slices.
+fn bufs_of(parts: &[&[u8]]) -> Vec<Buf> {
+    parts.iter().map(|p| Buf::of(p)).collect()
 }
 
 /// The single result of a one-key batch.
@@ -154,64 +192,41 @@ fn first(mut results: Vec<Result<()>>) -> Result<()> {
 }
 
 impl ClientCore {
-    /// Copies each key's parts into one local-buffer allocation, then writes from there.
-    fn staged_write<K: AsRef<str>>(
+    /// The copying family: Mooncake's argument contract (a local buffer that could hold
+    /// each value), then the zero-copy write path; 0 or the first per-key error.
+    fn copying_write<K: AsRef<str>>(
         &self,
         keys: &[K],
-        parts: &[Vec<&[u8]>],
+        bufs: Vec<Vec<Buf>>,
         config: &ReplicateConfig,
         mode: WriteMode,
     ) -> Result<()> {
         self.check_open()?;
-        if keys.len() != parts.len() {
+        if keys.len() != bufs.len() {
             return fail(
                 ErrorCode::InvalidParams,
-                format!("{} keys but {} values", keys.len(), parts.len()),
+                format!("{} keys but {} values", keys.len(), bufs.len()),
             );
         }
-        let mut staged = Vec::with_capacity(keys.len());
-        for key_parts in parts {
-            let total = key_parts.iter().map(|p| p.len() as u64).sum::<u64>();
-            if total == 0 {
-                staged.push(None);
-                continue;
-            }
-            let Some(buffer) = &self.local_buffer else {
-                return fail(
-                    ErrorCode::InvalidParams,
-                    "copying put needs a local buffer (local_buffer_size is 0)",
-                );
-            };
-            let alloc = buffer.allocate(total)?;
-            let mut offset = 0usize;
-            for part in key_parts {
-                // SAFETY: the allocation has `total` bytes; parts are caller slices.
-                unsafe {
-                    copy_bytes(
-                        (alloc.addr() + offset) as *mut u8,
-                        part.as_ptr(),
-                        part.len(),
+        for list in &bufs {
+            let total = plan::total_len(list)?;
+            match &self.local_buffer {
+                _ if total == 0 => {}
+                None => {
+                    return fail(
+                        ErrorCode::InvalidParams,
+                        "copying put needs a local buffer (local_buffer_size is 0)",
                     )
-                };
-                offset += part.len();
+                }
+                Some(buffer) if total > buffer.capacity() => {
+                    return fail(
+                        ErrorCode::InvalidParams,
+                        format!("local buffer has no room for {total} bytes"),
+                    )
+                }
+                Some(_) => {}
             }
-            ClientCounters::add(&self.counters.staging_copies, 1);
-            ClientCounters::add(&self.counters.staging_copy_bytes, total);
-            staged.push(Some(alloc));
         }
-        let bufs = staged
-            .iter()
-            .map(|a| {
-                a.as_ref()
-                    .map(|a| {
-                        vec![Buf {
-                            addr: a.addr(),
-                            len: a.len(),
-                        }]
-                    })
-                    .unwrap_or_default()
-            })
-            .collect();
         self.write(keys, bufs, config, mode)
             .into_iter()
             .find(|r| r.is_err())

@@ -3,7 +3,7 @@
 
 use super::check;
 use super::store::mc_store;
-use crate::client::Client;
+use crate::client::{Buf, Client};
 use crate::error::{ErrorCode, Result};
 use std::ffi::c_int;
 
@@ -105,22 +105,22 @@ pub(crate) fn multi_buffers<P: Copy>(
         .collect())
 }
 
-/// Read-only slices from `(pointer, size)` pairs.
-pub(crate) fn sources<'a, P>(lists: &[Vec<(*const P, usize)>]) -> Result<Vec<Vec<&'a [u8]>>> {
+/// Source address ranges (host or device memory, never dereferenced here) from
+/// `(pointer, size)` pairs.
+pub(crate) fn sources<P>(lists: &[Vec<(*const P, usize)>]) -> Result<Vec<Vec<Buf>>> {
     lists
         .iter()
         .map(|list| {
             list.iter()
-                .map(|&(p, n)| check::bytes(p, n, "bufs[i][j]"))
+                .map(|&(p, n)| check::region(p, n, "bufs[i][j]"))
                 .collect()
         })
         .collect()
 }
 
-/// Writable slices from `(pointer, size)` pairs, after checking that no two overlap.
-pub(crate) fn destinations<'a, P>(
-    lists: &[Vec<(*mut P, usize)>],
-) -> Result<Vec<Vec<&'a mut [u8]>>> {
+/// Destination address ranges (host or device memory, never dereferenced here) from
+/// `(pointer, size)` pairs, after checking that no two overlap.
+pub(crate) fn destinations<P>(lists: &[Vec<(*mut P, usize)>]) -> Result<Vec<Vec<Buf>>> {
     let spans: Vec<(usize, usize)> = lists
         .iter()
         .flatten()
@@ -131,7 +131,7 @@ pub(crate) fn destinations<'a, P>(
         .iter()
         .map(|list| {
             list.iter()
-                .map(|&(p, n)| check::bytes_mut(p, n, "bufs[i][j]"))
+                .map(|&(p, n)| check::region(p.cast_const(), n, "bufs[i][j]"))
                 .collect()
         })
         .collect()

@@ -5,6 +5,7 @@
 //! The one thing that cannot be checked is that a non-NULL pointer really points to as many
 //! live elements as the caller says; that is the caller's contract, stated in the header.
 
+use crate::client::Buf;
 use crate::error::{fail, ErrorCode, Result};
 use std::ffi::{c_char, CStr};
 
@@ -71,8 +72,24 @@ pub(crate) fn array_mut<'a, T>(ptr: *mut T, count: usize, what: &str) -> Result<
     Ok(unsafe { std::slice::from_raw_parts_mut(ptr, count) })
 }
 
-/// `size` bytes at `ptr` (NULL allowed only with size 0).
-pub(crate) fn bytes<'a, P>(ptr: *const P, size: usize, what: &str) -> Result<&'a [u8]> {
+/// A caller data buffer of `size` bytes at `ptr` as an address range (NULL allowed only
+/// with size 0). It may be device memory, so it never becomes a slice: only the transfer
+/// engine's copy primitive (and sockets, through bounce buffers for device memory) touch it.
+pub(crate) fn region<P>(ptr: *const P, size: usize, what: &str) -> Result<Buf> {
+    span::<u8>(size, what)?;
+    if ptr.is_null() && size > 0 {
+        return invalid(format!("{what} is NULL but {size} bytes were given"));
+    }
+    if (ptr as usize).checked_add(size).is_none() {
+        return invalid(format!("{what}: range wraps around the address space"));
+    }
+    Ok(Buf::new(ptr as usize, size as u64))
+}
+
+/// `size` readable bytes of **host** memory at `ptr` (NULL allowed only with size 0). Only for
+/// calls documented as host-memory-only (the `mc_p2p_*` data calls); paths that may see device
+/// memory use [`region`].
+pub(crate) fn host_bytes<'a, P>(ptr: *const P, size: usize, what: &str) -> Result<&'a [u8]> {
     array(ptr.cast::<u8>(), size, what)
 }
 
@@ -147,7 +164,12 @@ mod tests {
         let one = 7u64;
         assert_eq!(array(&one, usize::MAX, "x"), Err(ErrorCode::InvalidParams));
         assert_eq!(
-            bytes(&one, usize::MAX / 2 + 1, "x"),
+            region(&one, usize::MAX / 2 + 1, "x"),
+            Err(ErrorCode::InvalidParams)
+        );
+        assert_eq!(region::<u8>(std::ptr::null(), 0, "x"), Ok(Buf::new(0, 0)));
+        assert_eq!(
+            region::<u8>(std::ptr::null(), 1, "x"),
             Err(ErrorCode::InvalidParams)
         );
         assert_eq!(cstr(std::ptr::null(), "key"), Err(ErrorCode::InvalidParams));

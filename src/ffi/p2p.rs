@@ -56,6 +56,9 @@ pub type mc_p2p_setup_config_t = mc_p2p_setup_config;
 /// A P2P client handle. Opaque. Create with `mc_p2p_store_new`, set up with
 /// `mc_p2p_store_setup`, release with `mc_p2p_store_free`.
 ///
+/// Memory: the P2P data calls take host memory only (device pointers are supported by the
+/// `mc_store_*` calls of the centralized deployment).
+///
 /// Thread-safety: any number of threads may call any `mc_p2p_store_*` function on one handle
 /// at once, except `mc_p2p_store_free`, which must be the last call. A caught panic poisons
 /// the handle (every later call: -1).
@@ -246,7 +249,7 @@ pub extern "C" fn mc_p2p_store_put(
     ffi_boundary!(poison_handle: store as *const mc_p2p_store, {
         let client = mc_p2p_store::client(store)?;
         let key = check::cstr(key, "key")?;
-        let value = check::bytes(buf, size, "buf")?;
+        let value = check::host_bytes(buf, size, "buf")?;
         client.put(key, value, &options(direction)?)?;
         Ok(0)
     })
@@ -318,7 +321,7 @@ pub extern "C" fn mc_p2p_store_batch_put(
             let values = bufs
                 .iter()
                 .zip(sizes)
-                .map(|(&b, &s)| check::bytes(b, s, "bufs[i]"))
+                .map(|(&b, &s)| check::host_bytes(b, s, "bufs[i]"))
                 .collect::<Result<Vec<&[u8]>>>()?;
             Ok(client.batch_put(&keys, &values, &options(direction)?))
         })

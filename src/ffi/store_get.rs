@@ -6,7 +6,7 @@ use super::buffer::{mc_buffer, mc_buffer_t};
 use super::check;
 use super::panic::ffi_boundary;
 use super::store::{mc_store, mc_store_t};
-use crate::client::RangeRequest;
+use crate::client::{Buf, RangeRequest};
 use crate::error::{fail, ErrorCode, Result};
 use std::ffi::{c_char, c_int, c_void};
 
@@ -43,8 +43,10 @@ pub extern "C" fn mc_store_get_into(
     ffi_boundary!(poison: store, {
         let client = mc_store::client(store)?;
         let key = check::cstr(key, "key")?;
-        let buf = check::bytes_mut(buf, size, "buf")?;
-        let n = client.get_into(key, buf)?;
+        let buf = check::region(buf.cast_const(), size, "buf")?;
+        // SAFETY: the caller promises a writable buffer (host or device) for the call.
+        let mut results = unsafe { client.get_into_raw(&[key], vec![vec![buf]], false) };
+        let n = results.pop().unwrap_or(Err(ErrorCode::InternalError))?;
         Ok(i64::try_from(n).unwrap_or(i64::MAX))
     })
 }
@@ -68,9 +70,9 @@ pub extern "C" fn mc_store_batch_get_into(
         batch::run(store, count, results, |client| {
             let keys = check::keys(keys, count)?;
             let lists = batch::flat_buffers(bufs, sizes, count)?;
-            let mut bufs: Vec<&mut [u8]> =
-                batch::destinations(&lists)?.into_iter().flatten().collect();
-            Ok(client.batch_get_into(&keys, &mut bufs))
+            let bufs = batch::destinations(&lists)?;
+            // SAFETY: the caller promises writable, non-overlapping buffers (host or device).
+            Ok(unsafe { client.get_into_raw(&keys, bufs, false) })
         })
     })
 }
@@ -93,8 +95,9 @@ pub extern "C" fn mc_store_batch_get_into_multi_buffers(
         batch::run(store, count, results, |client| {
             let keys = check::keys(keys, count)?;
             let lists = batch::multi_buffers(bufs, sizes, buf_counts, count)?;
-            let mut bufs = batch::destinations(&lists)?;
-            Ok(client.batch_get_into_multi_buffers(&keys, &mut bufs))
+            let bufs = batch::destinations(&lists)?;
+            // SAFETY: the caller promises writable, non-overlapping buffers (host or device).
+            Ok(unsafe { client.get_into_raw(&keys, bufs, true) })
         })
     })
 }
@@ -118,10 +121,9 @@ pub extern "C" fn mc_store_get_into_ranges(
     ffi_boundary!(poison: store, {
         batch::run(store, range_count, results, |client| {
             let lists = batch::flat_buffers(buffers, buffer_sizes, buffer_count)?;
-            let mut bufs: Vec<&mut [u8]> =
-                batch::destinations(&lists)?.into_iter().flatten().collect();
+            let bufs: Vec<Buf> = batch::destinations(&lists)?.into_iter().flatten().collect();
             let ranges = check::array(ranges, range_count, "ranges")?;
-            gather(client, &mut bufs, ranges)
+            gather(client, &bufs, ranges)
         })
     })
 }
@@ -130,7 +132,7 @@ pub extern "C" fn mc_store_get_into_ranges(
 /// the answers back to range order.
 fn gather(
     client: &crate::client::Client,
-    bufs: &mut [&mut [u8]],
+    bufs: &[Buf],
     ranges: &[mc_range],
 ) -> Result<Vec<Result<u64>>> {
     let n = bufs.len();
@@ -161,7 +163,8 @@ fn gather(
         src_offsets: &src,
         sizes: &sizes,
     };
-    let answers = client.get_into_ranges(bufs, &request);
+    // SAFETY: the caller promises writable, non-overlapping buffers (host or device).
+    let answers = unsafe { client.get_into_ranges_raw(bufs, &request) };
     Ok(place
         .into_iter()
         .map(|at| match at {

@@ -9,9 +9,8 @@ use super::check;
 use super::config::{self, mc_replicate_config_t};
 use super::panic::ffi_boundary;
 use super::store::{mc_store, mc_store_t};
-use crate::client::Client;
+use crate::client::WriteMode;
 use crate::error::Result;
-use crate::types::ReplicateConfig;
 use std::ffi::{c_char, c_int, c_void};
 
 /// Which write family a call belongs to.
@@ -21,37 +20,13 @@ pub(crate) enum Write {
     Upsert,
 }
 
+// Caller buffers become address ranges (`check::region`), never slices: they may be device
+// memory, which Rust must not dereference; the client's `*_raw` methods take them as such.
 impl Write {
-    fn parts(self, c: &Client, key: &str, parts: &[&[u8]], cfg: &ReplicateConfig) -> Result<()> {
+    fn mode(self) -> WriteMode {
         match self {
-            Write::Put => c.put_parts(key, parts, cfg),
-            Write::Upsert => c.upsert_parts(key, parts, cfg),
-        }
-    }
-
-    fn batch(
-        self,
-        c: &Client,
-        keys: &[&str],
-        values: &[&[u8]],
-        cfg: &ReplicateConfig,
-    ) -> Result<()> {
-        match self {
-            Write::Put => c.put_batch(keys, values, cfg),
-            Write::Upsert => c.upsert_batch(keys, values, cfg),
-        }
-    }
-
-    fn multi(
-        self,
-        c: &Client,
-        keys: &[&str],
-        bufs: &[Vec<&[u8]>],
-        cfg: &ReplicateConfig,
-    ) -> Vec<Result<()>> {
-        match self {
-            Write::Put => c.batch_put_from_multi_buffers(keys, bufs, cfg),
-            Write::Upsert => c.batch_upsert_from_multi_buffers(keys, bufs, cfg),
+            Write::Put => WriteMode::Put,
+            Write::Upsert => WriteMode::Upsert,
         }
     }
 
@@ -67,7 +42,8 @@ impl Write {
         let key = check::cstr(key, "key")?;
         let cfg = config::replicate_config(cfg)?;
         let parts = batch::sources(&[parts.to_vec()])?;
-        self.parts(&client, key, &parts[0], &cfg)?;
+        // SAFETY: the caller promises readable buffers (host or device) for the call.
+        unsafe { client.copying_write_raw(&[key], parts, &cfg, self.mode()) }?;
         Ok(0)
     }
 
@@ -83,12 +59,10 @@ impl Write {
         let client = mc_store::client(store)?;
         let key = check::cstr(key, "key")?;
         let cfg = config::replicate_config(cfg)?;
-        let buf = check::bytes(buf, size, "buf")?;
-        let result = match self {
-            Write::Put => client.put_from(key, buf, &cfg),
-            Write::Upsert => client.upsert_from(key, buf, &cfg),
-        };
-        result?;
+        let buf = check::region(buf, size, "buf")?;
+        // SAFETY: the caller promises a readable buffer (host or device) for the call.
+        let mut results = unsafe { client.write_raw(&[key], vec![vec![buf]], &cfg, self.mode()) };
+        results.pop().unwrap_or(Ok(()))?;
         Ok(0)
     }
 
@@ -106,8 +80,8 @@ impl Write {
         let keys = check::keys(keys, count)?;
         let cfg = config::replicate_config(cfg)?;
         let values = batch::sources(&batch::flat_buffers(values, sizes, count)?)?;
-        let values: Vec<&[u8]> = values.into_iter().flatten().collect();
-        self.batch(&client, &keys, &values, &cfg)?;
+        // SAFETY: the caller promises readable buffers (host or device) for the call.
+        unsafe { client.copying_write_raw(&keys, values, &cfg, self.mode()) }?;
         Ok(0)
     }
 
@@ -125,7 +99,8 @@ impl Write {
             let keys = check::keys(keys, count)?;
             let cfg = config::replicate_config(cfg)?;
             let bufs = batch::sources(&lists()?)?;
-            Ok(self.multi(client, &keys, &bufs, &cfg))
+            // SAFETY: the caller promises readable buffers (host or device) for the call.
+            Ok(unsafe { client.write_raw(&keys, bufs, &cfg, self.mode()) })
         })
     }
 }

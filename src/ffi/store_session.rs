@@ -63,8 +63,9 @@ pub extern "C" fn mc_store_batch_get_into_multi_buffer_ranges(
             let keys = check::keys(keys, count)?;
             let lists = batch::multi_buffers(bufs, sizes, buf_counts, count)?;
             let src = offsets(src_offsets, buf_counts, count, "src_offsets")?;
-            let mut bufs = batch::destinations(&lists)?;
-            Ok(client.batch_get_into_multi_buffer_ranges(&keys, &mut bufs, &src))
+            let bufs = batch::destinations(&lists)?;
+            // SAFETY: the caller promises writable, non-overlapping buffers (host or device).
+            Ok(unsafe { client.batch_get_into_multi_buffer_ranges_raw(&keys, bufs, &src) })
         })
     })
 }
@@ -128,7 +129,8 @@ pub extern "C" fn mc_store_batch_put_from_multi_buffer_ranges(
             let lists = batch::multi_buffers(bufs, sizes, buf_counts, count)?;
             let dst = offsets(dst_offsets, buf_counts, count, "dst_offsets")?;
             let bufs = batch::sources(&lists)?;
-            Ok(client.batch_put_from_multi_buffer_ranges(&keys, &bufs, &dst))
+            // SAFETY: the caller promises readable buffers (host or device) for the call.
+            Ok(unsafe { client.batch_put_from_multi_buffer_ranges_raw(&keys, bufs, &dst) })
         })
     })
 }

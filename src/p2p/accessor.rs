@@ -327,7 +327,7 @@ impl Accessor {
                 let slot = self.stage(value.len() as u64)?;
                 // SAFETY: the slot is ours, `value.len()` bytes; the source is the caller's
                 // slice; distinct memory.
-                unsafe { copy::copy_bytes(slot.addr() as *mut u8, value.as_ptr(), value.len()) };
+                unsafe { copy::copy_or_fail(slot.addr() as *mut u8, value.as_ptr(), value.len()) }?;
                 bump(&self.counters.staging_copies);
                 Ok(slot)
             })
@@ -440,8 +440,8 @@ impl Accessor {
                 // SAFETY: the owner filled `len` ≤ slot bytes of our slot; the target is the
                 // caller's exclusive slice of at least `len` bytes.
                 unsafe {
-                    copy::copy_bytes(buffer.as_mut_ptr(), slot.addr() as *const u8, len as usize)
-                };
+                    copy::copy_or_fail(buffer.as_mut_ptr(), slot.addr() as *const u8, len as usize)
+                }?;
                 bump(&self.counters.staging_copies);
                 bump(&self.counters.reverse_gets);
                 Ok(len)

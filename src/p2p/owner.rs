@@ -401,7 +401,7 @@ impl DataManager {
         let (grant, handle) = self.reserve(key, value.len() as u64)?;
         // SAFETY: `handle` is a fresh allocation of `value.len()` bytes we hold; the source
         // is the caller's slice; they cannot overlap.
-        unsafe { copy::copy_bytes(handle.addr() as *mut u8, value.as_ptr(), value.len()) };
+        unsafe { copy::copy_or_fail(handle.addr() as *mut u8, value.as_ptr(), value.len()) }?;
         self.commit(key, grant.write_operation_id)
     }
 
@@ -421,7 +421,7 @@ impl DataManager {
         }
         // SAFETY: the handle keeps `len` bytes allocated and mapped; the target is the
         // caller's exclusive slice of at least `len` bytes.
-        unsafe { copy::copy_bytes(buffer.as_mut_ptr(), handle.addr() as *const u8, len) };
+        unsafe { copy::copy_or_fail(buffer.as_mut_ptr(), handle.addr() as *const u8, len) }?;
         Ok(len as u64)
     }
 

@@ -11,7 +11,7 @@
 
 use super::config::TieredConfig;
 use super::records::shard_index;
-use crate::client::MappedRegion;
+use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{Allocation, OffsetAllocator};
 use crate::transfer::TransferEngine;
@@ -66,7 +66,7 @@ impl TieredBackend {
     ) -> Result<TieredBackend> {
         let mut tiers = Vec::with_capacity(config.tiers.len());
         for tier in &config.tiers {
-            let region = MappedRegion::new(tier.capacity)?;
+            let region = MappedRegion::pinned(tier.capacity, "p2p tier")?;
             engine.register(region.addr(), region.len(), true)?;
             tiers.push(Arc::new(Tier {
                 allocator: OffsetAllocator::new(region.len() as u64),

@@ -10,6 +10,7 @@
 use super::copy::copy_bytes;
 use super::pool::{ConnectionPool, Slice};
 use super::settings::{MIN_SLICE, PIPELINE_GROUP_BYTES, PIPELINE_GROUP_SLICES, PIPELINE_MAX_SLICE};
+use super::staging::Staging;
 use super::wire::Opcode;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
@@ -33,6 +34,24 @@ pub(crate) struct Job {
     pub(crate) request: usize,
     pub(crate) route: Route,
     pub(crate) slice: Slice,
+    /// The local memory is device memory: a remote job goes through a bounce buffer (its
+    /// slice is at most [`STAGE_CHUNK`](super::staging::STAGE_CHUNK) bytes).
+    pub(crate) staged: bool,
+}
+
+/// How one request of a batch ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    /// The first error of its jobs (`None`: all succeeded).
+    pub(crate) error: Option<String>,
+    /// Bytes copied locally for it (local copies and bounce copies).
+    pub(crate) copied: u64,
+}
+
+/// What executing jobs needs: the connections and the bounce buffers.
+pub(crate) struct Io {
+    pub(crate) pool: Arc<ConnectionPool>,
+    pub(crate) staging: Arc<Staging>,
 }
 
 /// The `(offset, len)` parts a request of `len` bytes is split into: parts of at least
@@ -100,8 +119,8 @@ struct Batch {
 struct BatchState {
     /// Units finished.
     completed: usize,
-    /// First error per request.
-    errors: Vec<Option<String>>,
+    /// Per request.
+    outcomes: Vec<Outcome>,
 }
 
 // SAFETY: the raw pointers in `jobs` are only dereferenced while executing a claimed unit,
@@ -113,7 +132,7 @@ unsafe impl Sync for Batch {}
 
 impl Batch {
     /// Claims and executes units until none are left.
-    fn work(&self, pool: &ConnectionPool) {
+    fn work(&self, io: &Io) {
         loop {
             let index = self.next.fetch_add(1, Ordering::Relaxed);
             let Some(range) = self.units.get(index) else {
@@ -121,11 +140,15 @@ impl Batch {
             };
             let unit = &self.jobs[range.clone()];
             // SAFETY: see the `Send` impl; the jobs' memory is valid until the batch ends.
-            let outcomes = unsafe { execute(pool, unit) };
+            let outcomes = unsafe { execute(io, unit) };
             let mut state = self.state.lock();
             for (job, outcome) in unit.iter().zip(outcomes) {
-                if let Err(message) = outcome {
-                    state.errors[job.request].get_or_insert(message);
+                let slot = &mut state.outcomes[job.request];
+                match outcome {
+                    Ok(copied) => slot.copied += copied,
+                    Err(message) => {
+                        slot.error.get_or_insert(message);
+                    }
                 }
             }
             state.completed += 1;
@@ -135,28 +158,26 @@ impl Batch {
         }
     }
 
-    fn wait(&self) -> Vec<Option<String>> {
+    fn wait(&self) -> Vec<Outcome> {
         let mut state = self.state.lock();
         while state.completed < self.units.len() {
             self.finished.wait(&mut state);
         }
-        std::mem::take(&mut state.errors)
+        std::mem::take(&mut state.outcomes)
     }
 }
 
-/// Executes one unit (a local job, or remote jobs to one peer) on the calling thread; one
-/// outcome per job.
+/// Executes one unit (a local job, or remote jobs to one peer) on the calling thread; per
+/// job the bytes copied locally, or the error.
 ///
 /// # Safety
 /// The jobs' local ranges (and, for [`Route::Local`], their `remote` ranges) must be valid
 /// for the operation and not overlap.
-unsafe fn execute(pool: &ConnectionPool, unit: &[Job]) -> Vec<Result<(), String>> {
+unsafe fn execute(io: &Io, unit: &[Job]) -> Vec<Result<u64, String>> {
     let Some(first) = unit.first() else {
         return Vec::new();
     };
     match first.route {
-        // SAFETY: the caller guarantees both ranges (the engine checked `remote` against the
-        // registry and that the ranges do not overlap).
         Route::Local => unit
             .iter()
             .map(|job| {
@@ -166,66 +187,110 @@ unsafe fn execute(pool: &ConnectionPool, unit: &[Job]) -> Vec<Result<(), String>
                     len,
                     remote,
                 } = job.slice;
-                unsafe {
+                let remote = remote as usize as *mut u8;
+                // SAFETY: the caller guarantees both ranges (the engine checked `remote`
+                // against the registry and that the ranges do not overlap).
+                let copied = unsafe {
                     match op {
-                        Opcode::Read => copy_bytes(local, remote as usize as *const u8, len),
-                        Opcode::Write => copy_bytes(remote as usize as *mut u8, local, len),
+                        Opcode::Read => copy_bytes(local, remote, len),
+                        Opcode::Write => copy_bytes(remote, local, len),
                     }
-                }
-                Ok(())
+                };
+                copied.map(|_| len as u64)
             })
             .collect(),
-        Route::Remote(peer) => {
-            let slices: Vec<Slice> = unit.iter().map(|job| job.slice).collect();
-            // SAFETY: forwarded from the caller; `units` puts only jobs to `peer` together.
-            unsafe { pool.execute(peer, &slices) }
-        }
+        // SAFETY: forwarded from the caller; `units` puts only jobs to `peer` together.
+        Route::Remote(peer) => unsafe { execute_remote(io, peer, unit) },
     }
+}
+
+/// Remote jobs to one peer; staged jobs go through bounce buffers (see `staging`).
+///
+/// # Safety
+/// As [`execute`].
+unsafe fn execute_remote(io: &Io, peer: SocketAddr, unit: &[Job]) -> Vec<Result<u64, String>> {
+    let mut slices: Vec<Slice> = Vec::with_capacity(unit.len());
+    let mut bounces = Vec::new();
+    for job in unit.iter() {
+        let mut slice = job.slice;
+        if job.staged {
+            let bounce = match io.staging.take() {
+                Ok(bounce) => bounce,
+                Err(e) => return unit.iter().map(|_| Err(e.clone())).collect(),
+            };
+            if slice.op == Opcode::Write {
+                // SAFETY: the bounce holds STAGE_CHUNK >= len bytes; the caller guarantees
+                // the source.
+                if let Err(e) = unsafe { io.staging.copy(bounce.ptr(), slice.local, slice.len) } {
+                    return unit.iter().map(|_| Err(e.clone())).collect();
+                }
+            }
+            slice.local = bounce.ptr();
+            bounces.push(Some(bounce));
+        } else {
+            bounces.push(None);
+        }
+        slices.push(slice);
+    }
+    // SAFETY: forwarded from the caller; bounces are our own, alive until the end.
+    let sent = unsafe { io.pool.execute(peer, &slices) };
+    sent.into_iter()
+        .zip(unit.iter().zip(bounces))
+        .map(|(result, (job, bounce))| {
+            result?;
+            let Some(bounce) = bounce else {
+                return Ok(0);
+            };
+            let len = job.slice.len;
+            if job.slice.op == Opcode::Read {
+                // SAFETY: the caller guarantees the destination; the bounce holds the data.
+                unsafe { io.staging.copy(job.slice.local, bounce.ptr(), len) }?;
+            }
+            Ok(len as u64)
+        })
+        .collect()
 }
 
 /// The worker pool. Thread-safe; stopping it is idempotent.
 pub(crate) struct Executor {
-    pool: Arc<ConnectionPool>,
+    io: Arc<Io>,
     wake: Mutex<Option<Sender<Arc<Batch>>>>,
     workers: usize,
     lanes: usize,
 }
 
 impl Executor {
-    /// Starts `workers` persistent threads that execute jobs through `pool`; small remote
+    /// Starts `workers` persistent threads that execute jobs through `io`; small remote
     /// jobs to one peer are pipelined over up to `lanes` connections.
-    pub(crate) fn new(
-        workers: usize,
-        lanes: usize,
-        pool: Arc<ConnectionPool>,
-    ) -> std::io::Result<Executor> {
+    pub(crate) fn new(workers: usize, lanes: usize, io: Io) -> std::io::Result<Executor> {
+        let io = Arc::new(io);
         let (sender, receiver) = crossbeam_channel::unbounded::<Arc<Batch>>();
         for index in 0..workers {
             let receiver: Receiver<Arc<Batch>> = receiver.clone();
-            let pool = Arc::clone(&pool);
+            let io = Arc::clone(&io);
             std::thread::Builder::new()
                 .name(format!("mc-transfer-{index}"))
                 .spawn(move || {
                     for batch in receiver {
-                        batch.work(&pool);
+                        batch.work(&io);
                     }
                 })?;
         }
         Ok(Executor {
-            pool,
+            io,
             wake: Mutex::new(Some(sender)),
             workers,
             lanes,
         })
     }
 
-    /// Runs every job and returns the first error of each of `requests` requests (`None`:
-    /// all its jobs succeeded). Blocks until all jobs finished.
+    /// Runs every job and returns the outcome of each of `requests` requests. Blocks until
+    /// all jobs finished.
     ///
     /// # Safety
     /// Every job's memory must be valid for its operation until this returns, and no two
     /// jobs may write overlapping local memory.
-    pub(crate) unsafe fn run(&self, jobs: Vec<Job>, requests: usize) -> Vec<Option<String>> {
+    pub(crate) unsafe fn run(&self, jobs: Vec<Job>, requests: usize) -> Vec<Outcome> {
         let (jobs, units) = units(jobs, self.lanes);
         let helpers = units.len().saturating_sub(1).min(self.workers);
         let batch = Arc::new(Batch {
@@ -234,7 +299,7 @@ impl Executor {
             next: AtomicUsize::new(0),
             state: Mutex::new(BatchState {
                 completed: 0,
-                errors: vec![None; requests],
+                outcomes: vec![Outcome::default(); requests],
             }),
             finished: Condvar::new(),
         });
@@ -246,7 +311,7 @@ impl Executor {
                 }
             }
         }
-        batch.work(&self.pool);
+        batch.work(&self.io);
         batch.wait()
     }
 
@@ -295,6 +360,7 @@ mod tests {
                 len,
                 remote: 0,
             },
+            staged: false,
         }
     }
 

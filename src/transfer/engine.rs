@@ -2,14 +2,16 @@
 //! optional TCP server, the connection pool and the worker pool, and turns
 //! [`TransferRequest`]s into local copies or TCP slices.
 
-use super::batch::{split, Executor, Job, Route};
-use super::metrics::{add, bump, Metrics, TransferMetrics};
+use super::batch::{split, Executor, Io, Job, Route};
+use super::metrics::{add, bump, CopyPaths, Metrics, Path, PathCounters, TransferMetrics};
 use super::pool::{ConnectionPool, Slice};
 use super::registry::{MemoryRegion, Registry};
 use super::resolver::SegmentResolver;
 use super::server::Server;
 use super::settings::Settings;
+use super::staging::{Staging, STAGE_CHUNK};
 use super::wire::Opcode;
+use crate::device::{self, MemoryKind};
 use crate::error::{fail, ErrorCode, Result};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -66,6 +68,7 @@ pub struct TransferEngine {
     settings: Settings,
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
+    paths: PathCounters,
     pool: Arc<ConnectionPool>,
     executor: Executor,
     server: Option<Server>,
@@ -82,7 +85,11 @@ impl TransferEngine {
         let metrics = Arc::new(Metrics::default());
         let pool = Arc::new(ConnectionPool::new(settings, Arc::clone(&metrics)));
         let workers = settings.lanes.saturating_sub(1).max(1);
-        let executor = match Executor::new(workers, settings.lanes, Arc::clone(&pool)) {
+        let io = Io {
+            pool: Arc::clone(&pool),
+            staging: Arc::new(Staging::new(Arc::clone(&metrics))),
+        };
+        let executor = match Executor::new(workers, settings.lanes, io) {
             Ok(executor) => executor,
             Err(e) => {
                 return fail(
@@ -108,6 +115,7 @@ impl TransferEngine {
             settings,
             registry,
             metrics,
+            paths: PathCounters::default(),
             pool,
             executor,
             server,
@@ -157,6 +165,10 @@ impl TransferEngine {
     /// order. A single-slice request runs on the calling thread; larger ones are split into
     /// up to `MC_TCP_LANES_PER_PEER` slices run in parallel on separate connections.
     ///
+    /// The local buffer may be device memory (see [`crate::device`]): local requests then
+    /// copy with the driver, and remote ones go through pinned bounce buffers in slices of
+    /// at most 4 MiB. Each completed request is counted on its path ([`Self::copy_paths`]).
+    ///
     /// Errors per request: `TRANSFER_FAIL` (detail via `last_error_message` on this thread,
     /// for the last failed request) when a local request's remote range is not inside one of
     /// our registered ranges or overlaps the local range, when the endpoint does not resolve,
@@ -164,35 +176,37 @@ impl TransferEngine {
     /// operation), or after [`shutdown`](Self::shutdown) for remote endpoints.
     ///
     /// # Safety
-    /// For every request, `[local_addr, local_addr+len)` is valid memory for the operation
-    /// (readable for Write, writable for Read) until this returns; requests must not overlap
-    /// each other's local ranges for Read.
+    /// For every request, `[local_addr, local_addr+len)` is valid memory (host or device)
+    /// for the operation (readable for Write, writable for Read) until this returns;
+    /// requests must not overlap each other's local ranges for Read.
     pub unsafe fn transfer(&self, requests: &[TransferRequest<'_>]) -> Vec<Result<()>> {
-        let mut planned: Vec<Option<String>> = vec![None; requests.len()];
+        let mut planned: Vec<std::result::Result<Option<Path>, String>> =
+            Vec::with_capacity(requests.len());
         let mut jobs = Vec::with_capacity(requests.len());
         for (index, request) in requests.iter().enumerate() {
-            if let Err(message) = self.plan(index, request, &mut jobs) {
-                planned[index] = Some(message);
-            }
+            planned.push(self.plan(index, request, &mut jobs));
         }
         // SAFETY: forwarded from the caller; planned jobs stay inside the requests' ranges.
         let executed = unsafe { self.executor.run(jobs, requests.len()) };
         requests
             .iter()
             .zip(planned.into_iter().zip(executed))
-            .map(
-                |(request, (plan_error, run_error))| match plan_error.or(run_error) {
-                    Some(message) => {
-                        bump(&self.metrics.failed_requests);
-                        fail(ErrorCode::TransferFail, message)
-                    }
-                    None => {
-                        self.count_success(request);
-                        Ok(())
-                    }
-                },
-            )
+            .map(|(request, (plan, run))| match (plan, run.error) {
+                (Err(message), _) | (Ok(_), Some(message)) => {
+                    bump(&self.metrics.failed_requests);
+                    fail(ErrorCode::TransferFail, message)
+                }
+                (Ok(path), None) => {
+                    self.count_success(request, path, run.copied);
+                    Ok(())
+                }
+            })
             .collect()
+    }
+
+    /// A snapshot of the per-path counters (the zero-copy table).
+    pub fn copy_paths(&self) -> CopyPaths {
+        self.paths.snapshot()
     }
 
     /// A snapshot of the counters.
@@ -211,15 +225,16 @@ impl TransferEngine {
         self.executor.stop();
     }
 
-    /// Checks `request` and appends its jobs (none for zero length).
+    /// Checks `request`, appends its jobs (none for zero length) and says which path it
+    /// takes.
     fn plan(
         &self,
         index: usize,
         request: &TransferRequest<'_>,
         jobs: &mut Vec<Job>,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<Option<Path>, String> {
         if request.len == 0 {
-            return Ok(());
+            return Ok(None);
         }
         let op = match request.op {
             TransferOp::Read => Opcode::Read,
@@ -239,6 +254,10 @@ impl TransferEngine {
             return Err(refuse("remote range wraps around"));
         }
         let local = request.local_addr as *mut u8;
+        let on_device = matches!(
+            device::runtime().classify(request.local_addr),
+            MemoryKind::Device(_)
+        );
         if self.is_local(request.endpoint) {
             if self
                 .registry
@@ -260,33 +279,56 @@ impl TransferEngine {
                     len,
                     remote: request.remote_addr,
                 },
+                staged: false,
             });
-            return Ok(());
+            return Ok(Some(match (request.op, on_device) {
+                (TransferOp::Write, false) => Path::HostToLocalSegment,
+                (TransferOp::Write, true) => Path::DeviceToLocalSegment,
+                (TransferOp::Read, false) => Path::LocalSegmentToHost,
+                (TransferOp::Read, true) => Path::LocalSegmentToDevice,
+            }));
         }
         let peer = self
             .resolver
             .resolve(request.endpoint)
             .map_err(|code| refuse(&format!("cannot resolve the endpoint ({code})")))?;
         for (offset, part) in split(request.len, self.settings.lanes) {
-            jobs.push(Job {
-                request: index,
-                route: Route::Remote(peer),
-                slice: Slice {
-                    op,
-                    // In range: offset < len and local + len did not overflow.
-                    local: local.wrapping_add(offset as usize),
-                    len: part as usize,
-                    remote: request.remote_addr + offset,
-                },
-            });
+            // Device memory is staged through bounces of STAGE_CHUNK bytes.
+            let chunk = if on_device { STAGE_CHUNK as u64 } else { part };
+            let mut done = 0;
+            while done < part {
+                let len = chunk.min(part - done);
+                let at = offset + done;
+                jobs.push(Job {
+                    request: index,
+                    route: Route::Remote(peer),
+                    slice: Slice {
+                        op,
+                        // In range: at < len and local + len did not overflow.
+                        local: local.wrapping_add(at as usize),
+                        len: len as usize,
+                        remote: request.remote_addr + at,
+                    },
+                    staged: on_device,
+                });
+                done += len;
+            }
         }
-        Ok(())
+        let registered = || self.registry.within(request.local_addr as u64, request.len);
+        Ok(Some(match (request.op, on_device) {
+            (TransferOp::Write, true) => Path::DeviceToRemote,
+            (TransferOp::Write, false) if registered().is_some() => Path::RegisteredToRemote,
+            (TransferOp::Write, false) => Path::UnregisteredToRemote,
+            (TransferOp::Read, true) => Path::RemoteToDevice,
+            (TransferOp::Read, false) => Path::RemoteToHost,
+        }))
     }
 
-    fn count_success(&self, request: &TransferRequest<'_>) {
-        if request.len == 0 {
+    fn count_success(&self, request: &TransferRequest<'_>, path: Option<Path>, copied: u64) {
+        let Some(path) = path else {
             return;
-        }
+        };
+        self.paths.record(path, request.len, copied);
         let m = &self.metrics;
         let (count, bytes) = match (self.is_local(request.endpoint), request.op) {
             (true, _) => (&m.local_copies, &m.local_copy_bytes),

@@ -59,6 +59,11 @@ counters! {
     failed_requests,
     /// Outgoing TCP connections opened.
     connections_opened,
+    /// Copies through a pinned bounce buffer for device memory sent or received over TCP
+    /// (device → bounce before a send, bounce → device after a receive).
+    device_staging_copies,
+    /// Bytes of those copies.
+    device_staging_bytes,
 }
 
 /// Adds one event of `bytes` bytes to a count/bytes counter pair.
@@ -70,4 +75,95 @@ pub(crate) fn add(count: &AtomicU64, bytes_counter: &AtomicU64, bytes: u64) {
 /// Adds one to a counter.
 pub(crate) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The data path a completed request took (the rows of the zero-copy table). Reads and
+/// writes are seen from this process: "local segment" is registered memory of this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Path {
+    HostToLocalSegment,
+    DeviceToLocalSegment,
+    RegisteredToRemote,
+    UnregisteredToRemote,
+    DeviceToRemote,
+    LocalSegmentToHost,
+    LocalSegmentToDevice,
+    RemoteToHost,
+    RemoteToDevice,
+}
+
+/// One path's totals: completed requests, their payload bytes, and the bytes this process
+/// copied locally for them (`copied_bytes / bytes` = local copies per byte; socket I/O is
+/// not a local copy).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PathStats {
+    /// Completed requests.
+    pub ops: u64,
+    /// Their payload bytes.
+    pub bytes: u64,
+    /// Bytes copied locally (CPU memcpy or device driver copy) for them.
+    pub copied_bytes: u64,
+}
+
+macro_rules! paths {
+    ($( $(#[$doc:meta])* $field:ident = $path:ident, )*) => {
+        /// Per-path counters (see [`PathStats`]), a snapshot.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+        pub struct CopyPaths {
+            $( $(#[$doc])* pub $field: PathStats, )*
+        }
+
+        /// The live per-path counters. Thread-safe.
+        #[derive(Debug, Default)]
+        pub(crate) struct PathCounters {
+            $( $field: [AtomicU64; 3], )*
+        }
+
+        impl PathCounters {
+            fn slot(&self, path: Path) -> &[AtomicU64; 3] {
+                match path { $( Path::$path => &self.$field, )* }
+            }
+
+            pub(crate) fn snapshot(&self) -> CopyPaths {
+                let read = |c: &[AtomicU64; 3]| PathStats {
+                    ops: c[0].load(Ordering::Relaxed),
+                    bytes: c[1].load(Ordering::Relaxed),
+                    copied_bytes: c[2].load(Ordering::Relaxed),
+                };
+                CopyPaths { $( $field: read(&self.$field), )* }
+            }
+        }
+    };
+}
+
+paths! {
+    /// Host memory → this process's segment (put): one CPU copy.
+    host_to_local_segment = HostToLocalSegment,
+    /// Device memory → this process's segment (put): one driver copy (device → pinned).
+    device_to_local_segment = DeviceToLocalSegment,
+    /// Registered host buffer → remote segment: no local copy.
+    registered_to_remote = RegisteredToRemote,
+    /// Unregistered host buffer → remote segment: no local copy over TCP (only a transport
+    /// that needs registered memory, such as RDMA, would stage it).
+    unregistered_to_remote = UnregisteredToRemote,
+    /// Device memory → remote segment: one driver copy into a pinned bounce buffer.
+    device_to_remote = DeviceToRemote,
+    /// This process's segment → host memory (get): one CPU copy.
+    local_segment_to_host = LocalSegmentToHost,
+    /// This process's segment → device memory (get): one driver copy.
+    local_segment_to_device = LocalSegmentToDevice,
+    /// Remote segment → host memory: received in place, no local copy.
+    remote_to_host = RemoteToHost,
+    /// Remote segment → device memory: one driver copy from the bounce buffer.
+    remote_to_device = RemoteToDevice,
+}
+
+impl PathCounters {
+    /// Counts one completed request on `path`.
+    pub(crate) fn record(&self, path: Path, bytes: u64, copied_bytes: u64) {
+        let slot = self.slot(path);
+        slot[0].fetch_add(1, Ordering::Relaxed);
+        slot[1].fetch_add(bytes, Ordering::Relaxed);
+        slot[2].fetch_add(copied_bytes, Ordering::Relaxed);
+    }
 }

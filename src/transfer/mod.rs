@@ -4,7 +4,7 @@
 //! Modules, one job each: `registry` (registered ranges), [`copy`] (the single primitive
 //! that copies caller memory — route every such copy in the crate through it), `wire`
 //! (Mooncake's TCP v2 framing), `server` (serving peers), `pool` (outgoing connections, one
-//! slice at a time), `batch` (slicing and the worker pool), `resolver` (segment name →
+//! slice at a time), `staging` (pinned bounce buffers for device memory over TCP), `batch` (slicing and the worker pool), `resolver` (segment name →
 //! socket address), `metrics` (counters), `settings` (environment tunables) and `engine`
 //! ([`TransferEngine`]).
 
@@ -18,12 +18,13 @@ mod registry;
 mod resolver;
 mod server;
 mod settings;
+mod staging;
 mod wire;
 
 #[cfg(test)]
 mod tests;
 
 pub use engine::{EngineConfig, TransferEngine, TransferOp, TransferRequest};
-pub use metrics::TransferMetrics;
+pub use metrics::{CopyPaths, PathStats, TransferMetrics};
 pub use registry::MemoryRegion;
 pub use resolver::{DirectResolver, SegmentResolver};

@@ -89,12 +89,13 @@ fn embedded(report: &mut Report, memcpy: f64, duration: Duration) -> Result<(), 
     let client = Client::setup(SetupConfig {
         local_hostname: "bench".into(),
         global_segment_size: 256 * MIB as u64,
-        local_buffer_size: 0,
+        local_buffer_size: 16 * MIB as u64,
         master_server_addr: "embedded".into(),
         ..SetupConfig::default()
     })
     .map_err(|e| format!("embedded setup: {e}"))?;
     let size = 4 * MIB;
+    let path_before = client.metrics().paths.host_to_local_segment;
     let src = Pool::new(16, size, 3);
     let cfg = ReplicateConfig::default();
     let (mut put_time, mut put_bytes, mut i) = (0.0, 0u64, 0usize);
@@ -117,7 +118,15 @@ fn embedded(report: &mut Report, memcpy: f64, duration: Duration) -> Result<(), 
         "memcpy 1 thread",
         memcpy,
     );
-    let before = client.metrics().transfer.local_copies;
+    let path = client.metrics().paths.host_to_local_segment;
+    copies_line(
+        report,
+        "embedded put_from copies/op",
+        path.copied_bytes - path_before.copied_bytes,
+        put_bytes,
+    );
+    copying_put(report, &client, &src, memcpy, duration)?;
+    let reads_before = client.metrics().paths.local_segment_to_host;
     let mut dst = Pool::new(16, size, 0);
     let keys = i.min(32);
     let (mut bytes, mut gets) = (0u64, 0u64);
@@ -137,15 +146,59 @@ fn embedded(report: &mut Report, memcpy: f64, duration: Duration) -> Result<(), 
         "memcpy 1 thread",
         memcpy,
     );
-    let copies = (client.metrics().transfer.local_copies - before) as f64 / gets as f64;
-    report.line(
+    let reads = client.metrics().paths.local_segment_to_host;
+    copies_line(
+        report,
         "embedded get_into copies/op",
-        copies,
-        "count",
-        "one copy",
-        1.0,
+        reads.copied_bytes - reads_before.copied_bytes,
+        bytes,
     );
     client.teardown();
+    Ok(())
+}
+
+/// Prints local copies per payload byte (1.0 = each byte copied once) against one copy.
+pub fn copies_line(report: &mut Report, name: &str, copied: u64, bytes: u64) {
+    let copies = copied as f64 / bytes.max(1) as f64;
+    report.line(name, copies, "count", "one copy", 1.0);
+}
+
+/// The copying `put` (Mooncake's staging family): now one copy, like `put_from`.
+fn copying_put(
+    report: &mut Report,
+    client: &Client,
+    src: &Pool,
+    memcpy: f64,
+    duration: Duration,
+) -> Result<(), String> {
+    let before = client.metrics().paths.host_to_local_segment;
+    let (mut time, mut bytes, mut i) = (0.0, 0u64, 0usize);
+    let start = Instant::now();
+    while start.elapsed() < duration {
+        let key = format!("c{}", i % 8);
+        let _ = client.remove(&key, true);
+        let t = Instant::now();
+        client
+            .put(&key, &src.bufs[i % 16], &ReplicateConfig::default())
+            .map_err(|e| format!("put: {e}"))?;
+        time += t.elapsed().as_secs_f64();
+        bytes += src.bufs[i % 16].len() as u64;
+        i += 1;
+    }
+    report.line(
+        "embedded put 4MiB",
+        gbps(bytes, time),
+        "GB/s",
+        "memcpy 1 thread",
+        memcpy,
+    );
+    let after = client.metrics().paths.host_to_local_segment;
+    copies_line(
+        report,
+        "embedded put copies/op",
+        after.copied_bytes - before.copied_bytes,
+        bytes,
+    );
     Ok(())
 }
 
@@ -381,12 +434,17 @@ fn allocator(report: &mut Report, duration: Duration) {
     );
 }
 
-/// Runs every limit and scenario, printing as it goes.
-pub fn run_all(report: &mut Report, quick: bool) -> Result<(), String> {
+/// Runs every limit and scenario, printing as it goes (`device_only`: the memcpy limit, the
+/// embedded scenarios and the device scenarios).
+pub fn run_all(report: &mut Report, quick: bool, device_only: bool) -> Result<(), String> {
     let duration = Duration::from_millis(if quick { 300 } else { 1500 });
     let samples = if quick { 300 } else { 3000 };
     let memcpy = limits::memcpy_gbps(4 * MIB, duration);
     report.limit("memcpy 1 thread 4MiB", memcpy, "GB/s");
+    if device_only {
+        embedded(report, memcpy, duration)?;
+        return crate::device::run(report, duration);
+    }
     let raw = limits::raw_tcp(4 * MIB, duration, samples).map_err(|e| format!("raw tcp: {e}"))?;
     report.limit("raw tcp 1 stream 4MiB", raw.get_gbps, "GB/s");
     report.limit("raw tcp 64B rtt p50", raw.rtt_us, "us");
@@ -400,6 +458,7 @@ pub fn run_all(report: &mut Report, quick: bool) -> Result<(), String> {
     }
     allocator(report, duration);
     embedded(report, memcpy, duration)?;
+    crate::device::run(report, duration)?;
     over_tcp(report, &raw, raw_1m, redis_1m, duration, samples)?;
     crate::p2p::run(report, &raw, raw_1m, duration, samples)
 }

@@ -1,15 +1,19 @@
-//! Anonymous memory mappings for segments and the local buffer, pre-faulted at creation so
-//! the first copy into them runs at memory speed instead of page-fault speed.
+//! Anonymous host memory mappings for segments, the local buffer and transfer bounce
+//! buffers: pre-faulted at creation so the first copy into them runs at memory speed, and
+//! optionally registered ("pinned") with the device runtime for full-bandwidth device DMA.
 
+use super::pin::HostRegistration;
 use crate::error::{fail, ErrorCode, Result};
 
-/// An owned, page-aligned, zero-filled anonymous mapping. Unmapped on drop.
+/// An owned, page-aligned, zero-filled anonymous mapping. Unregistered (if pinned), then
+/// unmapped, on drop.
 ///
 /// Thread-safety: the mapping itself is just an address range; concurrent access to its bytes
-/// is coordinated by the master's allocation of disjoint ranges.
-pub(crate) struct MappedRegion {
+/// is coordinated by whoever hands out disjoint ranges of it.
+pub struct MappedRegion {
     base: *mut u8,
     len: usize,
+    pin: Option<HostRegistration>,
 }
 
 // SAFETY: the region is plain memory owned by this value; it has no thread affinity.
@@ -49,9 +53,25 @@ impl MappedRegion {
         let region = MappedRegion {
             base: base.cast(),
             len,
+            pin: None,
         };
         region.prefault();
         Ok(region)
+    }
+
+    /// [`MappedRegion::new`], then registered with the device runtime when there is one (see
+    /// [`HostRegistration::new`]: best effort, never fails the mapping). `what` names the
+    /// memory in logs.
+    pub fn pinned(len: u64, what: &str) -> Result<MappedRegion> {
+        let mut region = MappedRegion::new(len)?;
+        // SAFETY: our own mapping; `pin` is dropped before the unmapping in `Drop`.
+        region.pin = unsafe { HostRegistration::new(region.addr(), region.len, what) };
+        Ok(region)
+    }
+
+    /// Whether the region is registered with the device runtime.
+    pub fn is_pinned(&self) -> bool {
+        self.pin.is_some()
     }
 
     fn prefault(&self) {
@@ -81,10 +101,17 @@ impl MappedRegion {
     pub fn len(&self) -> usize {
         self.len
     }
+
+    /// Never true: regions have at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 impl Drop for MappedRegion {
     fn drop(&mut self) {
+        // Unregister before the pages go away.
+        drop(self.pin.take());
         // SAFETY: unmapping exactly the mapping we created.
         unsafe { libc::munmap(self.base.cast(), self.len) };
     }

@@ -1,0 +1,231 @@
+//! Device runtimes: which accelerator (if any) this process can reach, what kind of memory a
+//! caller's pointer refers to, the one primitive that copies caller memory ([`memcpy_safe`])
+//! and host-memory registration ("pinning") for full-bandwidth device DMA.
+//!
+//! Runtimes, chosen once per process by [`runtime`] (`MC_DEVICE_RUNTIME` = `auto` (default),
+//! `cuda`, `ascend` or `none`):
+//! - `cuda`: the CUDA driver API through cudarc's `driver::sys`, loaded at run time
+//!   (`libcuda.so`); no toolkit is needed at build time. The library and every symbol are
+//!   probed before the first call, because cudarc panics on a missing library or symbol.
+//! - `ascend`: `libascendcl.so` through `dlopen` (pointer attributes, memcpy, host register).
+//! - host (no runtime): every pointer is host memory and copies are plain memcpys.
+//!
+//! An absent library means "host only" with one info log line; a missing optional symbol
+//! disables only the feature that needs it (see [`DeviceInfo`]).
+//!
+//! Modules: `copy` ([`memcpy_safe`], the only copy of caller memory in the crate), `pin`
+//! ([`HostRegistration`], the pin budget), `region` ([`MappedRegion`], pre-faulted host
+//! mappings, optionally pinned), `stats` (counters), `cuda`, `ascend`, `dl`
+//! (symbol probing).
+
+mod ascend;
+mod copy;
+mod cuda;
+mod dl;
+mod pin;
+mod region;
+mod stats;
+
+pub use copy::{memcpy_safe, CopyRoute};
+pub use pin::HostRegistration;
+pub use region::MappedRegion;
+pub use stats::DeviceStats;
+
+use std::sync::OnceLock;
+
+/// What a caller's pointer refers to, as the device runtime sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// Host memory the runtime does not know (pageable, or no runtime at all).
+    Pageable,
+    /// Host memory pinned or registered with the runtime (host-readable).
+    PinnedHost,
+    /// Memory the host must not dereference: device memory (or managed/array memory) of the
+    /// device with this ordinal.
+    Device(i32),
+}
+
+impl MemoryKind {
+    /// The device ordinal for device memory, `None` for host memory.
+    pub fn device(self) -> Option<i32> {
+        match self {
+            MemoryKind::Device(ordinal) => Some(ordinal),
+            _ => None,
+        }
+    }
+}
+
+/// A loaded device runtime. Implementations are thread-safe and never panic: every driver
+/// symbol they call was probed when they were loaded.
+pub(crate) trait Backend: Send + Sync {
+    /// `"cuda"` or `"ascend"`.
+    fn name(&self) -> &'static str;
+    /// Classifies `addr` (unknown or failing lookups are [`MemoryKind::Pageable`]).
+    fn classify(&self, addr: usize) -> MemoryKind;
+    /// Copies `len` bytes with the driver (at least one side is [`MemoryKind::Device`]);
+    /// returns when the destination holds the data (host side) or the copy is ordered
+    /// before later work on the device.
+    ///
+    /// # Safety
+    /// Both ranges are valid for `len` bytes (on host or device) and do not overlap.
+    unsafe fn copy(&self, dst: Side, src: Side, len: usize) -> Result<(), String>;
+    /// Whether host registration is available (its symbols resolved).
+    fn can_register(&self) -> bool;
+    /// Registers `[addr, addr+len)` as pinned, portable and device-mapped host memory.
+    ///
+    /// # Safety
+    /// The range is mapped host memory that stays mapped until [`Backend::unregister`].
+    unsafe fn register(&self, addr: usize, len: usize) -> Result<(), String>;
+    /// Undoes [`Backend::register`] for the range starting at `addr`.
+    ///
+    /// # Safety
+    /// `addr` is the base of a range registered by `register`.
+    unsafe fn unregister(&self, addr: usize) -> Result<(), String>;
+    /// Allocates `len` bytes of device memory on device 0 (benchmarks and checks).
+    fn alloc_device(&self, _len: usize) -> Result<usize, String> {
+        Err("device allocation unsupported".into())
+    }
+    /// Frees memory from [`Backend::alloc_device`].
+    ///
+    /// # Safety
+    /// `addr` came from `alloc_device` and is no longer used.
+    unsafe fn free_device(&self, _addr: usize) -> Result<(), String> {
+        Err("device allocation unsupported".into())
+    }
+}
+
+/// One side of a driver copy: its address and what it is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Side {
+    pub(crate) addr: usize,
+    pub(crate) kind: MemoryKind,
+}
+
+/// Device memory allocated through the runtime (for benchmarks and device checks); freed on
+/// drop. Never dereference [`DeviceAlloc::addr`] on the host.
+#[derive(Debug)]
+pub struct DeviceAlloc {
+    addr: usize,
+    len: usize,
+}
+
+impl DeviceAlloc {
+    /// Allocates `len` bytes on device 0. Errors: no runtime, no allocation symbols, or the
+    /// driver's refusal.
+    pub fn new(len: usize) -> Result<DeviceAlloc, String> {
+        let backend = runtime().backend().ok_or("no device runtime")?;
+        let addr = backend.alloc_device(len)?;
+        Ok(DeviceAlloc { addr, len })
+    }
+
+    /// The device address.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length allocation.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        if let Some(backend) = runtime().backend() {
+            // SAFETY: allocated by this backend, dropped once.
+            let _ = unsafe { backend.free_device(self.addr) };
+        }
+    }
+}
+
+/// The process's device runtime (or none). Thread-safe; lives for the whole process.
+pub struct Runtime {
+    backend: Option<Box<dyn Backend>>,
+}
+
+/// What the process's runtime offers, for metrics and logs.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceInfo {
+    /// `"cuda"`, `"ascend"` or `"none"`.
+    pub runtime: &'static str,
+    /// Whether host memory can be registered (pinned) with the runtime.
+    pub host_register: bool,
+}
+
+impl Runtime {
+    /// Loads the runtime `MC_DEVICE_RUNTIME` asks for (default `auto`: CUDA, then Ascend).
+    fn load() -> Runtime {
+        let wanted = std::env::var("MC_DEVICE_RUNTIME").unwrap_or_default();
+        let wanted = wanted.trim().to_ascii_lowercase();
+        let mut reasons = Vec::new();
+        let mut attempt = |name: &str, loader: fn() -> Result<Box<dyn Backend>, String>| {
+            if !(wanted.is_empty() || wanted == "auto" || wanted == name) {
+                return None;
+            }
+            match loader() {
+                Ok(backend) => Some(backend),
+                Err(why) => {
+                    reasons.push(format!("{name}: {why}"));
+                    None
+                }
+            }
+        };
+        let backend = if wanted == "none" {
+            None
+        } else {
+            attempt("cuda", cuda::load).or_else(|| attempt("ascend", ascend::load))
+        };
+        match &backend {
+            Some(b) => tracing::info!(
+                runtime = b.name(),
+                host_register = b.can_register(),
+                "device runtime loaded"
+            ),
+            None => tracing::info!(
+                "no device runtime ({}); host-only copies",
+                if reasons.is_empty() {
+                    "MC_DEVICE_RUNTIME=none".to_string()
+                } else {
+                    reasons.join("; ")
+                }
+            ),
+        }
+        Runtime { backend }
+    }
+
+    /// What this runtime offers.
+    pub fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            runtime: self.backend.as_ref().map_or("none", |b| b.name()),
+            host_register: self.backend.as_ref().is_some_and(|b| b.can_register()),
+        }
+    }
+
+    /// Classifies `addr`; always [`MemoryKind::Pageable`] without a runtime.
+    pub fn classify(&self, addr: usize) -> MemoryKind {
+        match &self.backend {
+            Some(b) if addr != 0 => b.classify(addr),
+            _ => MemoryKind::Pageable,
+        }
+    }
+
+    /// Whether `addr` is memory the host must not dereference.
+    pub fn is_device(&self, addr: usize) -> bool {
+        self.classify(addr).device().is_some()
+    }
+
+    pub(crate) fn backend(&self) -> Option<&dyn Backend> {
+        self.backend.as_deref()
+    }
+}
+
+/// The process-wide runtime, loaded on first use (one info log line says which).
+pub fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(Runtime::load)
+}

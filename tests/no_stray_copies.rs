@@ -1,0 +1,89 @@
+//! The one-copy-primitive rule: caller memory (which may be device memory) is copied only by
+//! `device::memcpy_safe` (src/device/copy.rs). This test greps `src/` for every other way
+//! Rust code can copy bytes or view raw memory as a slice, and allows only the sites listed
+//! below, each with why it never touches caller data buffers. A new site fails the test:
+//! route the copy through `memcpy_safe`, or (if it copies only our own memory) add it here
+//! with the reason.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Byte copies and raw slices (over memory that might be a caller's).
+const PATTERNS: &[&str] = &[
+    "copy_nonoverlapping",
+    "ptr::copy(",
+    ".copy_from(",
+    ".copy_to(",
+    "copy_to_nonoverlapping",
+    "copy_from_nonoverlapping",
+    "memcpy(",
+    "memmove(",
+    "copy_from_slice",
+    "clone_from_slice",
+    "from_raw_parts",
+];
+
+/// (file, allowed occurrences, why).
+const ALLOWED: &[(&str, usize, &str)] = &[
+    ("src/device/copy.rs", 1, "the primitive itself (host <-> host only)"),
+    ("src/transfer/pool.rs", 2, "socket I/O slices over slice memory: host only (device memory is replaced by pinned bounces before)"),
+    ("src/transfer/server.rs", 2, "serving our own registered segments (host mappings)"),
+    ("src/transfer/wire.rs", 4, "encoding/decoding our own header arrays"),
+    ("src/transfer/tests.rs", 1, "test data"),
+    ("src/rpc/codec.rs", 1, "our own RPC frame"),
+    ("src/ffi/check.rs", 3, "arrays of pointers/sizes/keys (never data buffers) and NUL-terminated text into a char buffer"),
+    ("src/ffi/error.rs", 1, "error text into the caller's char buffer"),
+    ("src/client/buffer.rs", 1, "a get_buffer handle's own local-buffer memory"),
+    ("src/device/region.rs", 1, "unit test of our own mapping"),
+    ("src/bin/mc_bench/limits.rs", 1, "the benchmark's memcpy baseline on its own buffers"),
+];
+
+fn scan(dir: &Path, found: &mut BTreeMap<String, usize>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            scan(&path, found);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let hits: usize = text
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("//"))
+                .map(|line| PATTERNS.iter().filter(|p| line.contains(*p)).count())
+                .sum();
+            if hits > 0 {
+                let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+                let name = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                found.insert(name, hits);
+            }
+        }
+    }
+}
+
+#[test]
+fn caller_memory_is_copied_only_by_memcpy_safe() {
+    let mut found = BTreeMap::new();
+    scan(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut found,
+    );
+    for (file, hits) in &found {
+        match ALLOWED.iter().find(|(f, _, _)| f == file) {
+            Some((_, allowed, _)) => assert!(
+                hits <= allowed,
+                "{file}: {hits} byte copies / raw slices, {allowed} allowed; use device::memcpy_safe"
+            ),
+            None => panic!(
+                "{file}: {hits} byte copies / raw slices outside device::memcpy_safe; \
+                 caller memory may be device memory"
+            ),
+        }
+    }
+    assert!(
+        found.contains_key("src/device/copy.rs"),
+        "the primitive moved?"
+    );
+}
