@@ -23,6 +23,7 @@ pub mod buffer;
 mod check;
 pub mod config;
 pub mod error;
+mod handle;
 pub mod p2p;
 mod panic;
 pub mod store;

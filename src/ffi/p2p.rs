@@ -3,12 +3,11 @@
 
 use super::batch::Slot;
 use super::check;
+use super::handle::{self, ClientSlot};
 use super::panic::{ffi_boundary, Poison};
 use crate::error::{fail, ErrorCode, Result};
 use crate::p2p::{P2pClient, P2pSetupConfig, RequestOptions, TransferDirection};
-use parking_lot::RwLock;
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `direction`: the handle's `p2p_transfer_direction_mode` (REVERSE unless set up otherwise).
 pub const MC_P2P_DIRECTION_DEFAULT: i32 = -1;
@@ -63,42 +62,26 @@ pub type mc_p2p_setup_config_t = mc_p2p_setup_config;
 /// at once, except `mc_p2p_store_free`, which must be the last call. A caught panic poisons
 /// the handle (every later call: -1).
 pub struct mc_p2p_store {
-    client: RwLock<Option<P2pClient>>,
-    poisoned: AtomicBool,
+    slot: ClientSlot<P2pClient>,
 }
 /// See `struct mc_p2p_store`.
 pub type mc_p2p_store_t = mc_p2p_store;
 
 impl Poison for mc_p2p_store {
     fn poison(&self) {
-        self.poisoned.store(true, Ordering::Release);
+        self.slot.poison();
     }
 }
 
 impl mc_p2p_store {
     fn from_ptr<'a>(store: *const mc_p2p_store) -> Result<&'a mc_p2p_store> {
-        // SAFETY: NULL is checked by `as_ref`; otherwise the caller passes a live handle from
-        // `mc_p2p_store_new` not yet released by `mc_p2p_store_free`.
-        let Some(store) = (unsafe { store.as_ref() }) else {
-            return fail(ErrorCode::InvalidParams, "store is NULL");
-        };
-        if store.poisoned.load(Ordering::Acquire) {
-            return fail(
-                ErrorCode::InternalError,
-                "handle poisoned by an earlier panic",
-            );
-        }
-        Ok(store)
+        handle::checked(store, |s: &mc_p2p_store| &s.slot)
     }
 
     fn client(store: *const mc_p2p_store) -> Result<P2pClient> {
-        match &*Self::from_ptr(store)?.client.read() {
-            Some(client) => Ok(client.clone()),
-            None => fail(
-                ErrorCode::InvalidParams,
-                "P2P store is not set up (call mc_p2p_store_setup first)",
-            ),
-        }
+        Self::from_ptr(store)?
+            .slot
+            .client("P2P store is not set up (call mc_p2p_store_setup first)")
     }
 }
 
@@ -180,8 +163,7 @@ pub extern "C" fn mc_p2p_store_new() -> *mut mc_p2p_store_t {
     ffi_boundary!({
         crate::init_logging();
         Ok(Box::into_raw(Box::new(mc_p2p_store {
-            client: RwLock::new(None),
-            poisoned: AtomicBool::new(false),
+            slot: ClientSlot::new(),
         })))
     })
 }
@@ -194,7 +176,7 @@ pub extern "C" fn mc_p2p_store_free(store: *mut mc_p2p_store_t) {
         if !store.is_null() {
             // SAFETY: non-NULL; a handle from `mc_p2p_store_new`, released exactly once.
             let store = unsafe { Box::from_raw(store) };
-            if let Some(client) = store.client.into_inner() {
+            if let Some(client) = store.slot.into_client() {
                 client.teardown();
             }
         }
@@ -214,11 +196,7 @@ pub extern "C" fn mc_p2p_store_setup(
     ffi_boundary!(poison_handle: store as *const mc_p2p_store, {
         let handle = mc_p2p_store::from_ptr(store)?;
         let config = setup_config(config)?;
-        let mut slot = handle.client.write();
-        if slot.is_some() {
-            return fail(ErrorCode::InvalidParams, "P2P store is already set up");
-        }
-        *slot = Some(P2pClient::setup_p2p(config)?);
+        handle.slot.install(|| P2pClient::setup_p2p(config))?;
         Ok(0)
     })
 }
@@ -227,7 +205,7 @@ pub extern "C" fn mc_p2p_store_setup(
 #[no_mangle]
 pub extern "C" fn mc_p2p_store_teardown(store: *mut mc_p2p_store_t) -> c_int {
     ffi_boundary!(poison_handle: store as *const mc_p2p_store, {
-        if let Some(client) = mc_p2p_store::from_ptr(store)?.client.write().take() {
+        if let Some(client) = mc_p2p_store::from_ptr(store)?.slot.take() {
             client.teardown();
         }
         Ok(0)

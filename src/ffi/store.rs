@@ -3,12 +3,11 @@
 
 use super::check;
 use super::config::{self, mc_setup_config_t, MC_HEALTH_NOT_INITIALIZED};
+use super::handle::{self, ClientSlot};
 use super::panic::ffi_boundary;
 use crate::client::Client;
 use crate::error::{fail, ErrorCode, Result};
-use parking_lot::RwLock;
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A store client handle (Mooncake's RealClient). Opaque.
 ///
@@ -25,8 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// `mc_store_unregister_buffer`, the put / upsert / get / session / exist / remove families,
 /// `mc_store_metrics_json`, `mc_store_free`.
 pub struct mc_store {
-    client: RwLock<Option<Client>>,
-    poisoned: AtomicBool,
+    slot: ClientSlot<Client>,
 }
 /// See `struct mc_store`.
 pub type mc_store_t = mc_store;
@@ -34,34 +32,19 @@ pub type mc_store_t = mc_store;
 impl mc_store {
     /// Marks the handle unusable after a caught panic.
     pub(crate) fn poison(&self) {
-        self.poisoned.store(true, Ordering::Release);
+        self.slot.poison();
     }
 
     /// The handle, unless it is NULL or poisoned.
     pub(crate) fn from_ptr<'a>(store: *const mc_store) -> Result<&'a mc_store> {
-        // SAFETY: NULL is checked by `as_ref`; otherwise the caller passes a live handle from
-        // `mc_store_new` that `mc_store_free` has not released.
-        let Some(store) = (unsafe { store.as_ref() }) else {
-            return fail(ErrorCode::InvalidParams, "store is NULL");
-        };
-        if store.poisoned.load(Ordering::Acquire) {
-            return fail(
-                ErrorCode::InternalError,
-                "handle poisoned by an earlier panic",
-            );
-        }
-        Ok(store)
+        handle::checked(store, |s: &mc_store| &s.slot)
     }
 
     /// The set-up client (a cheap clone, so the lock is not held during the operation).
     pub(crate) fn client(store: *const mc_store) -> Result<Client> {
-        match &*Self::from_ptr(store)?.client.read() {
-            Some(client) => Ok(client.clone()),
-            None => fail(
-                ErrorCode::InvalidParams,
-                "store is not set up (call mc_store_setup first)",
-            ),
-        }
+        Self::from_ptr(store)?
+            .slot
+            .client("store is not set up (call mc_store_setup first)")
     }
 
     /// Installs a client made by `make` unless one is already installed.
@@ -69,19 +52,13 @@ impl mc_store {
         store: *const mc_store,
         make: impl FnOnce() -> Result<Client>,
     ) -> Result<()> {
-        let mut slot = Self::from_ptr(store)?.client.write();
-        if slot.is_some() {
-            return fail(ErrorCode::InvalidParams, "store is already set up");
-        }
-        *slot = Some(make()?);
-        Ok(())
+        Self::from_ptr(store)?.slot.install(make)
     }
 
     pub(crate) fn new_raw() -> *mut mc_store {
         crate::init_logging();
         Box::into_raw(Box::new(mc_store {
-            client: RwLock::new(None),
-            poisoned: AtomicBool::new(false),
+            slot: ClientSlot::new(),
         }))
     }
 
@@ -92,21 +69,20 @@ impl mc_store {
         }
         // SAFETY: non-NULL; the caller passes a handle from `mc_store_new` exactly once.
         let store = unsafe { Box::from_raw(store) };
-        let client = store.client.into_inner();
-        if let Some(client) = client {
+        if let Some(client) = store.slot.into_client() {
             client.teardown();
         }
     }
 
     pub(crate) fn teardown(store: *const mc_store) -> Result<()> {
-        if let Some(client) = Self::from_ptr(store)?.client.write().take() {
+        if let Some(client) = Self::from_ptr(store)?.slot.take() {
             client.teardown();
         }
         Ok(())
     }
 
     pub(crate) fn health(store: *const mc_store) -> Result<c_int> {
-        Ok(match &*Self::from_ptr(store)?.client.read() {
+        Ok(match Self::from_ptr(store)?.slot.current() {
             Some(client) => client.health_check(),
             None => MC_HEALTH_NOT_INITIALIZED,
         })

@@ -255,6 +255,7 @@ unsafe fn execute_remote(io: &Io, peer: SocketAddr, unit: &[Job]) -> Vec<Result<
 pub(crate) struct Executor {
     io: Arc<Io>,
     wake: Mutex<Option<Sender<Arc<Batch>>>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     workers: usize,
     lanes: usize,
 }
@@ -265,20 +266,24 @@ impl Executor {
     pub(crate) fn new(workers: usize, lanes: usize, io: Io) -> std::io::Result<Executor> {
         let io = Arc::new(io);
         let (sender, receiver) = crossbeam_channel::unbounded::<Arc<Batch>>();
+        let mut threads = Vec::with_capacity(workers);
         for index in 0..workers {
             let receiver: Receiver<Arc<Batch>> = receiver.clone();
             let io = Arc::clone(&io);
-            std::thread::Builder::new()
-                .name(format!("mc-transfer-{index}"))
-                .spawn(move || {
-                    for batch in receiver {
-                        batch.work(&io);
-                    }
-                })?;
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("mc-transfer-{index}"))
+                    .spawn(move || {
+                        for batch in receiver {
+                            batch.work(&io);
+                        }
+                    })?,
+            );
         }
         Ok(Executor {
             io,
             wake: Mutex::new(Some(sender)),
+            threads: Mutex::new(threads),
             workers,
             lanes,
         })
@@ -315,10 +320,19 @@ impl Executor {
         batch.wait()
     }
 
-    /// Lets the worker threads exit once they finish what they are doing (bounded by the I/O
-    /// timeout); later batches run on the caller's thread only.
+    /// Stops the worker threads and waits for them: each finishes what it is doing (bounded
+    /// by the I/O timeout) and exits, so no transfer thread outlives the engine (a thread still
+    /// exiting while the process ends confuses tools such as LeakSanitizer). Later batches run
+    /// on the caller's thread only. Idempotent.
     pub(crate) fn stop(&self) {
         self.wake.lock().take();
+        let me = std::thread::current().id();
+        let threads: Vec<_> = self.threads.lock().drain(..).collect();
+        for thread in threads {
+            if thread.thread().id() != me {
+                let _ = thread.join();
+            }
+        }
     }
 }
 
