@@ -85,6 +85,25 @@ impl mc_p2p_store {
     }
 }
 
+/// A batch call's keys and its (buffer, size) pairs.
+type BatchArgs<'a, P> = (Vec<&'a str>, Vec<(P, usize)>);
+
+/// The keys and the (buffer, size) pairs of a batch call, checked.
+fn batch_args<'a, P: Copy>(
+    keys: *const *const c_char,
+    bufs: *const P,
+    sizes: *const usize,
+    count: usize,
+) -> Result<BatchArgs<'a, P>> {
+    let keys = check::keys(keys, count)?;
+    let bufs = check::array(bufs, count, "bufs")?;
+    let sizes = check::array(sizes, count, "sizes")?;
+    Ok((
+        keys,
+        bufs.iter().copied().zip(sizes.iter().copied()).collect(),
+    ))
+}
+
 fn options(direction: i32) -> Result<RequestOptions> {
     Ok(RequestOptions {
         direction: match direction {
@@ -293,13 +312,10 @@ pub extern "C" fn mc_p2p_store_batch_put(
 ) -> c_int {
     ffi_boundary!(poison_handle: store as *const mc_p2p_store, {
         run_batch(store, count, results, |client| {
-            let keys = check::keys(keys, count)?;
-            let bufs = check::array(bufs, count, "bufs")?;
-            let sizes = check::array(sizes, count, "sizes")?;
+            let (keys, bufs) = batch_args(keys, bufs, sizes, count)?;
             let values = bufs
                 .iter()
-                .zip(sizes)
-                .map(|(&b, &s)| check::host_bytes(b, s, "bufs[i]"))
+                .map(|&(b, s)| check::host_bytes(b, s, "bufs[i]"))
                 .collect::<Result<Vec<&[u8]>>>()?;
             Ok(client.batch_put(&keys, &values, &options(direction)?))
         })
@@ -321,16 +337,12 @@ pub extern "C" fn mc_p2p_store_batch_get_into(
 ) -> c_int {
     ffi_boundary!(poison_handle: store as *const mc_p2p_store, {
         run_batch(store, count, results, |client| {
-            let keys = check::keys(keys, count)?;
-            let bufs = check::array(bufs, count, "bufs")?;
-            let sizes = check::array(sizes, count, "sizes")?;
-            let ranges: Vec<(usize, usize)> =
-                bufs.iter().zip(sizes).map(|(&b, &s)| (b as usize, s)).collect();
+            let (keys, bufs) = batch_args(keys, bufs, sizes, count)?;
+            let ranges: Vec<(usize, usize)> = bufs.iter().map(|&(b, s)| (b as usize, s)).collect();
             check::disjoint(&ranges, "bufs")?;
             let mut views = bufs
                 .iter()
-                .zip(sizes)
-                .map(|(&b, &s)| check::bytes_mut(b, s, "bufs[i]"))
+                .map(|&(b, s)| check::bytes_mut(b, s, "bufs[i]"))
                 .collect::<Result<Vec<&mut [u8]>>>()?;
             Ok(client.batch_get_into(&keys, &mut views, &options(direction)?))
         })

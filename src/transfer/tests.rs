@@ -592,12 +592,19 @@ fn pipelined_small_batches_are_exact() {
     assert_eq!((s.served_reads, s.served_read_bytes), (48, read_bytes));
     assert_eq!(s.rejected_requests, 0);
 
-    // The same batch again reuses the pooled connections.
-    let opened = m.connections_opened;
-    // SAFETY: as above.
-    let again = unsafe { client.transfer(&requests) };
-    assert!(again.iter().all(Result::is_ok));
-    assert_eq!(client.metrics().connections_opened, opened);
+    // The same batch again reuses the pooled connections: however the groups happen to be
+    // spread over the lanes (which depends on when the workers wake), three more runs of 96
+    // requests stay within the same bound instead of opening connections per request.
+    for _ in 0..3 {
+        // SAFETY: as above.
+        let again = unsafe { client.transfer(&requests) };
+        assert!(again.iter().all(Result::is_ok));
+    }
+    let opened = client.metrics().connections_opened;
+    assert!(
+        (1..=16).contains(&opened),
+        "{opened} connections after 4 runs"
+    );
 }
 
 /// Refused requests in the middle of pipelined groups fail alone; the valid requests around
