@@ -110,6 +110,11 @@ error_codes! {
     TenantQuotaExceeded = -1700 => "TENANT_QUOTA_EXCEEDED",
     TenantNotRegistered = -1701 => "TENANT_NOT_REGISTERED",
     TenantNotEmpty = -1702 => "TENANT_NOT_EMPTY",
+    // mooncake-rs codes (not in Mooncake's table; -9000 and below stay clear of its ranges).
+    TryAgain = -9001 => "TRY_AGAIN",
+    StreamCaptureUnsupported = -9002 => "STREAM_CAPTURE_UNSUPPORTED",
+    TransferTimeout = -9003 => "TRANSFER_TIMEOUT",
+    Cancelled = -9004 => "CANCELLED",
 }
 
 impl ErrorCode {

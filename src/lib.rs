@@ -12,6 +12,7 @@ pub mod master;
 pub mod p2p;
 mod process;
 pub mod rpc;
+pub mod stream;
 pub mod transfer;
 pub mod types;
 

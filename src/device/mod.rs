@@ -92,6 +92,63 @@ pub(crate) trait Backend: Send + Sync {
     unsafe fn free_device(&self, _addr: usize) -> Result<(), String> {
         Err("device allocation unsupported".into())
     }
+    /// Operations on this runtime's own streams, when every symbol they need resolved.
+    fn stream_ops(&self) -> Option<&dyn StreamOps> {
+        None
+    }
+}
+
+/// Work enqueued on a runtime's own stream (`CUstream`, `aclrtStream`) by the on-stream API
+/// (`crate::stream`). Every `enqueue_*` returns without waiting for the device; the work runs
+/// in stream order. Streams are raw handles owned by the caller; the caller's current
+/// context is left as it was. Implementations never panic.
+pub(crate) trait StreamOps: Send + Sync {
+    /// Whether `stream` is being captured into a graph (work enqueued now would only be
+    /// recorded, not run).
+    fn is_capturing(&self, stream: usize) -> Result<bool, String>;
+    /// The address under which the device sees the pinned, device-mapped host memory at
+    /// `host_addr` (registered through [`Backend::register`]).
+    fn device_address(&self, host_addr: usize) -> Result<usize, String>;
+    /// Later work on `stream` waits until the 32-bit word at `host_addr` (device address
+    /// `device_addr`) equals `value`. Runtimes whose wait is a host function give up after
+    /// `timeout` (the host opens every gate before its deadline anyway).
+    ///
+    /// # Safety
+    /// The word stays mapped until the stream has passed the wait.
+    unsafe fn enqueue_wait(
+        &self,
+        stream: usize,
+        host_addr: usize,
+        device_addr: usize,
+        value: u32,
+        timeout: std::time::Duration,
+    ) -> Result<(), String>;
+    /// Enqueues an asynchronous copy of `len` bytes. One side is device memory, the other
+    /// pinned host memory (a pageable side could block the caller, see streams.md §1.4).
+    ///
+    /// # Safety
+    /// Both ranges stay valid until the stream has passed the copy.
+    unsafe fn enqueue_copy(
+        &self,
+        stream: usize,
+        dst: usize,
+        src: usize,
+        len: usize,
+    ) -> Result<(), String>;
+    /// Enqueues `f(arg)`, run on a runtime thread once earlier work on `stream` is done.
+    /// `f` must not block and must not call the runtime.
+    ///
+    /// # Safety
+    /// `arg` stays valid until `f` has run.
+    unsafe fn enqueue_host_fn(
+        &self,
+        stream: usize,
+        f: unsafe extern "C" fn(*mut std::ffi::c_void),
+        arg: *mut std::ffi::c_void,
+    ) -> Result<(), String>;
+    /// Called once on each of our worker threads before it uses the runtime (CUDA: relaxed
+    /// capture mode, so a caller's capture elsewhere cannot fail our calls).
+    fn prepare_thread(&self) {}
 }
 
 /// One side of a driver copy: its address and what it is.
@@ -221,6 +278,14 @@ impl Runtime {
 
     pub(crate) fn backend(&self) -> Option<&dyn Backend> {
         self.backend.as_deref()
+    }
+
+    /// The stream operations of the runtime named `name` (`"cuda"` / `"ascend"`), when that
+    /// runtime is loaded and supports them.
+    pub(crate) fn stream_ops(&self, name: &str) -> Option<&dyn StreamOps> {
+        self.backend()
+            .filter(|b| b.name() == name)
+            .and_then(|b| b.stream_ops())
     }
 }
 

@@ -1,0 +1,215 @@
+//! Tickets: the state of one on-stream call, shared by the caller's handle, the stream's
+//! release marker, the transfer that fills staging and the engine's housekeeper.
+//!
+//! Life of a ticket:
+//! 1. *Issued*: its copies and release marker are on the stream; it holds the replicas'
+//!    pins and its staging ranges ([`Hold`]).
+//! 2. *Gate open* (tickets with a staged part only): the transfer finished, failed, timed out
+//!    or the store was torn down; the status word holds the outcome. Exactly once.
+//! 3. *Released*: the stream ran the release marker; the housekeeper unpinned the replicas,
+//!    returned staging (quarantined while a late transfer still holds it) and published the
+//!    final status. Waiters wake up.
+//!
+//! Thread-safety: everything is behind atomics or short mutexes; no lock is held while
+//! calling out.
+
+use super::slab::{GateSlot, TICKET_PENDING};
+use crate::error::{ErrorCode, Result};
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What a ticket keeps alive until the stream passes its release point: `release` runs on
+/// the housekeeper thread (it may make a master call, e.g. to unpin) and then everything it
+/// captured is dropped.
+pub(crate) type Hold = Box<dyn FnOnce(&[Result<u64>]) + Send>;
+
+#[derive(Default)]
+struct Phase {
+    /// The staged part's outcome, once the gate is open.
+    gate: Option<Result<()>>,
+    /// The final status, once the release marker ran.
+    released: Option<i32>,
+}
+
+/// One on-stream call's shared state.
+pub(crate) struct TicketState {
+    pub(crate) id: u64,
+    slot: GateSlot,
+    /// Whether the stream waits on the gate (the call has a staged part).
+    pub(crate) gated: bool,
+    /// When the housekeeper opens the gate with `TRANSFER_TIMEOUT` if nothing else did.
+    pub(crate) deadline: Instant,
+    results: Mutex<Vec<Result<u64>>>,
+    phase: Mutex<Phase>,
+    changed: Condvar,
+    gate_opened: AtomicBool,
+    hold: Mutex<Option<Hold>>,
+}
+
+impl TicketState {
+    pub(crate) fn new(
+        id: u64,
+        slot: GateSlot,
+        gated: bool,
+        deadline: Instant,
+        results: Vec<Result<u64>>,
+        hold: Hold,
+    ) -> TicketState {
+        TicketState {
+            id,
+            slot,
+            gated,
+            deadline,
+            results: Mutex::new(results),
+            phase: Mutex::new(Phase::default()),
+            changed: Condvar::new(),
+            gate_opened: AtomicBool::new(false),
+            hold: Mutex::new(Some(hold)),
+        }
+    }
+
+    pub(crate) fn slot(&self) -> &GateSlot {
+        &self.slot
+    }
+
+    /// Records a key's failure (the transfer of its staged part).
+    pub(crate) fn fail_key(&self, index: usize, error: ErrorCode) {
+        if let Some(r) = self.results.lock().get_mut(index) {
+            *r = Err(error);
+        }
+    }
+
+    /// The first failed key's error, if any.
+    fn first_key_error(&self) -> Option<ErrorCode> {
+        self.results.lock().iter().find_map(|r| r.err())
+    }
+
+    /// Opens the gate with `outcome`: the status word gets the call's status, then the gate
+    /// word opens, then host waiters wake. Only the first call has any effect; returns
+    /// whether it was this one.
+    pub(crate) fn open_gate(&self, outcome: Result<()>) -> bool {
+        if self.gate_opened.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let status = outcome
+            .err()
+            .or_else(|| self.first_key_error())
+            .map_or(0, |e| e.code());
+        self.phase.lock().gate = Some(outcome);
+        self.slot.open(status);
+        self.changed.notify_all();
+        true
+    }
+
+    /// For tickets without a staged part: the status word is final at issue time.
+    pub(crate) fn publish_issue_status(&self) {
+        let status = self.first_key_error().map_or(0, |e| e.code());
+        self.slot.set_status(status);
+    }
+
+    /// Whether the gate opened with a failure (host streams then skip the staged copies).
+    pub(crate) fn gate_failed(&self) -> bool {
+        matches!(self.phase.lock().gate, Some(Err(_)))
+    }
+
+    /// Whether the gate is open (or there is none).
+    pub(crate) fn gate_is_open(&self) -> bool {
+        !self.gated || self.gate_opened.load(Ordering::Acquire)
+    }
+
+    /// Host streams: blocks until the gate opens (bounded: the housekeeper opens it at the
+    /// deadline at the latest).
+    pub(crate) fn wait_gate(&self) {
+        let mut phase = self.phase.lock();
+        while self.gated && phase.gate.is_none() {
+            self.changed.wait(&mut phase);
+        }
+    }
+
+    /// Housekeeper, after the release marker ran: releases the hold and publishes the final
+    /// status. Returns the status.
+    pub(crate) fn release(&self) -> i32 {
+        if !self.gate_is_open() {
+            // The marker can only run after the gate (it is later on the stream); a stream
+            // that skipped the wait is a runtime bug — never leave the gate closed.
+            self.open_gate(Err(ErrorCode::InternalError));
+        }
+        let results = self.results.lock().clone();
+        if let Some(hold) = self.hold.lock().take() {
+            hold(&results);
+        }
+        let gate_error = match &self.phase.lock().gate {
+            Some(Err(e)) => Some(*e),
+            _ => None,
+        };
+        let status = gate_error
+            .or_else(|| results.iter().find_map(|r| r.err()))
+            .map_or(0, |e| e.code());
+        self.phase.lock().released = Some(status);
+        self.changed.notify_all();
+        status
+    }
+
+    /// `TICKET_PENDING` until released, then 0 or the first error code.
+    pub(crate) fn status(&self) -> i32 {
+        self.phase.lock().released.unwrap_or(TICKET_PENDING)
+    }
+
+    /// Waits up to `timeout` (None: no limit) for the release; returns [`TicketState::status`].
+    pub(crate) fn wait(&self, timeout: Option<Duration>) -> i32 {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut phase = self.phase.lock();
+        while phase.released.is_none() {
+            match deadline {
+                None => self.changed.wait(&mut phase),
+                Some(d) => {
+                    if self.changed.wait_until(&mut phase, d).timed_out() {
+                        break;
+                    }
+                }
+            }
+        }
+        phase.released.unwrap_or(TICKET_PENDING)
+    }
+
+    /// Per-key results: bytes read or the key's error (final once released).
+    pub(crate) fn results(&self) -> Vec<Result<u64>> {
+        self.results.lock().clone()
+    }
+}
+
+/// The caller's handle to an on-stream call. Cheap to clone; dropping every handle before
+/// the stream reaches the release point is safe (the stream's marker keeps the state alive
+/// and releases it).
+#[derive(Clone)]
+pub struct Ticket {
+    pub(crate) state: Arc<TicketState>,
+}
+
+impl Ticket {
+    /// `TICKET_PENDING` (1) until the stream passed the call's release point, then 0 or the
+    /// first error (the gate's outcome, else the first failed key).
+    pub fn status(&self) -> i32 {
+        self.state.status()
+    }
+
+    /// Waits until the ticket is final or `timeout` (None: no limit) passes; returns the
+    /// status (`TICKET_PENDING` on timeout).
+    pub fn wait(&self, timeout: Option<Duration>) -> i32 {
+        self.state.wait(timeout)
+    }
+
+    /// Per key, in call order: the bytes read, or the key's error.
+    pub fn results(&self) -> Vec<Result<u64>> {
+        self.state.results()
+    }
+
+    /// The device-readable address of the status word: `TICKET_PENDING` until the call's
+    /// data is known (gate open, or issue time without a staged part), then 0 or a negative
+    /// code. For host streams it is the host address. Valid while this handle lives.
+    pub fn status_word(&self) -> usize {
+        self.state.slot().status_device()
+    }
+}
