@@ -54,9 +54,10 @@ impl Target {
     }
 }
 
-/// One stream copy of `len` bytes from `src` to `dst`.
+/// One stream copy of `len` bytes from `src` to `dst`, for the call's key number `key`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Copy {
+    pub key: usize,
     pub dst: usize,
     pub src: usize,
     pub len: usize,
@@ -65,6 +66,7 @@ pub(crate) struct Copy {
 /// What to enqueue for one call: `direct` copies (sources already in place: resident
 /// replicas, or the caller's memory for puts), then — if `gated` — the gate, then `staged`
 /// copies, then the release marker.
+#[derive(Default)]
 pub(crate) struct Plan {
     pub direct: Vec<Copy>,
     pub gated: bool,
@@ -280,7 +282,10 @@ impl StreamEngine {
     /// A pinned staging range of `len` bytes, or `TRY_AGAIN`.
     pub(crate) fn staging(&self, len: u64) -> Result<Arc<StagingBuf>> {
         self.shared.staging.take(len).inspect_err(|_| {
-            self.shared.counters.try_again.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .counters
+                .try_again
+                .fetch_add(1, Ordering::Relaxed);
         })
     }
 
@@ -291,7 +296,10 @@ impl StreamEngine {
             return fail(ErrorCode::Cancelled, "the store is torn down");
         }
         self.shared.slab.take().inspect_err(|_| {
-            self.shared.counters.try_again.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .counters
+                .try_again
+                .fetch_add(1, Ordering::Relaxed);
         })
     }
 
@@ -355,10 +363,7 @@ impl StreamEngine {
         counters
             .staged_copies
             .fetch_add(plan.staged.len() as u64, Ordering::Relaxed);
-        shared
-            .outstanding
-            .lock()
-            .insert(id, Arc::downgrade(&state));
+        shared.outstanding.lock().insert(id, Arc::downgrade(&state));
         counters.issued.fetch_add(1, Ordering::Relaxed);
         // SAFETY: forwarded from the caller.
         if let Err(e) = unsafe { enqueue(target, &state, &plan, shared) } {
@@ -484,7 +489,11 @@ unsafe fn enqueue(
                 stream.enqueue(Box::new(move || {
                     ticket.wait_gate();
                     if !ticket.gate_failed() {
-                        run_copies(&staged);
+                        let ok: Vec<Copy> = staged
+                            .into_iter()
+                            .filter(|c| !ticket.key_failed(c.key))
+                            .collect();
+                        run_copies(&ok);
                     }
                 }));
             }

@@ -118,11 +118,6 @@ impl HostStream {
         }
         true
     }
-
-    /// Whether the calling thread is this stream's thread.
-    pub(crate) fn is_stream_thread(&self) -> bool {
-        std::thread::current().id() == self.owner.thread_id
-    }
 }
 
 fn run(shared: &Shared) {
@@ -229,8 +224,7 @@ impl HostEvent {
             match deadline {
                 None => self.done.wait(&mut state),
                 Some(d) => {
-                    if self.done.wait_until(&mut state, d).timed_out() && state.completed < target
-                    {
+                    if self.done.wait_until(&mut state, d).timed_out() && state.completed < target {
                         return false;
                     }
                 }
