@@ -43,6 +43,11 @@ impl Client {
         let core = &self.core;
         core.check_open()?;
         lengths_match(keys.len(), &[bufs.len()])?;
+        if let StreamRef::Blocking = stream {
+            // SAFETY: forwarded from the caller.
+            let results = unsafe { self.get_into_raw(keys, bufs, exact) };
+            return core.streams.completed(results);
+        }
         let target = core.streams.target(stream)?;
         check_destinations(&target, bufs.iter().flatten())?;
         let slot = core.streams.reserve()?;
@@ -100,6 +105,12 @@ impl Client {
         let core = &self.core;
         core.check_open()?;
         lengths_match(keys.len(), &[bufs.len(), src_offsets.len()])?;
+        if let StreamRef::Blocking = stream {
+            // SAFETY: forwarded from the caller.
+            let results =
+                unsafe { self.batch_get_into_multi_buffer_ranges_raw(keys, bufs, src_offsets) };
+            return core.streams.completed(results);
+        }
         let target = core.streams.target(stream)?;
         check_destinations(&target, bufs.iter().flatten())?;
         let slot = core.streams.reserve()?;

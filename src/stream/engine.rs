@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 /// Which stream a call is enqueued on.
 #[derive(Clone, Copy)]
 pub enum StreamRef<'a> {
+    /// No stream: the blocking call runs, and the returned ticket is already final.
+    Blocking,
     /// One of our host streams.
     Host(&'a HostStream),
     /// A raw `CUstream` (`cudaStream_t`); never the NULL stream (that is the blocking call).
@@ -238,6 +240,9 @@ impl StreamEngine {
     /// stream), `STREAM_CAPTURE_UNSUPPORTED`.
     pub(crate) fn target(&self, stream: StreamRef<'_>) -> Result<Target> {
         let (name, handle) = match stream {
+            StreamRef::Blocking => {
+                return fail(ErrorCode::InternalError, "a blocking call has no stream")
+            }
             StreamRef::Host(s) => return Ok(Target::Host(s.clone())),
             StreamRef::Cuda(h) => ("cuda", h),
             StreamRef::Ascend(h) => ("ascend", h),
@@ -392,6 +397,24 @@ impl StreamEngine {
                 state.open_gate(Err(ErrorCode::Cancelled));
             }
         }
+        Ok(Ticket { state })
+    }
+
+    /// A ticket that is already final (the blocking form of an on-stream call). `TRY_AGAIN`
+    /// when no slot is free (its status word needs one), `CANCELLED` after teardown.
+    pub(crate) fn completed(&self, results: Vec<Result<u64>>) -> Result<Ticket> {
+        let slot = self.reserve()?;
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let state = Arc::new(TicketState::new(
+            id,
+            slot,
+            false,
+            Instant::now(),
+            results,
+            Box::new(|_| {}),
+        ));
+        state.publish_issue_status();
+        state.release();
         Ok(Ticket { state })
     }
 
