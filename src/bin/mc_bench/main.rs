@@ -1,9 +1,11 @@
 //! `mc_bench`: measures the hardware limits and the store's scenarios in the same run and
-//! prints each scenario as a ratio to its limit.
+//! prints each scenario as a ratio to its limit (the on-stream scenarios, `stream.rs`, are
+//! compared with each other: call cost vs bytes, session vs pinning calls, pipeline vs ideal).
 //!
-//! Usage: `mc_bench [--json] [--quick] [--device]` (`--device`: only the memcpy limit, the
-//! embedded host scenarios and the device scenarios, which need a GPU and are skipped
-//! cleanly without one). With `--json` every line is one JSON object
+//! Usage: `mc_bench [--json] [--quick] [--device | --stream]` (`--device`: only the memcpy
+//! limit, the embedded host scenarios and the device scenarios, which need a GPU and are
+//! skipped cleanly without one; `--stream`: only the memcpy limit and the on-stream
+//! scenarios). With `--json` every line is one JSON object
 //! `{name, value, unit, limit_name, limit_value, ratio}`. `ratio = value / limit_value`; for
 //! latencies (unit `us`) lower is better, for throughputs higher is better.
 
@@ -13,6 +15,7 @@ mod p2p;
 mod redis;
 mod report;
 mod scenarios;
+mod stream;
 
 use report::Report;
 
@@ -27,20 +30,23 @@ fn main() {
     }
     let mut json = false;
     let mut quick = false;
-    let mut device_only = false;
+    let mut only = scenarios::Only::All;
     for arg in &args {
         match arg.as_str() {
             "--json" => json = true,
             "--quick" => quick = true,
-            "--device" => device_only = true,
+            "--device" => only = scenarios::Only::Device,
+            "--stream" => only = scenarios::Only::Stream,
             other => {
-                eprintln!("mc_bench: unknown argument '{other}' (use --json, --quick, --device)");
+                eprintln!(
+                    "mc_bench: unknown argument '{other}' (use --json, --quick, --device, --stream)"
+                );
                 std::process::exit(2);
             }
         }
     }
     let mut report = Report::new(json);
-    if let Err(message) = scenarios::run_all(&mut report, quick, device_only) {
+    if let Err(message) = scenarios::run_all(&mut report, quick, only) {
         eprintln!("mc_bench: {message}");
         std::process::exit(1);
     }

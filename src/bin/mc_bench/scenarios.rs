@@ -434,16 +434,30 @@ fn allocator(report: &mut Report, duration: Duration) {
     );
 }
 
-/// Runs every limit and scenario, printing as it goes (`device_only`: the memcpy limit, the
-/// embedded scenarios and the device scenarios).
-pub fn run_all(report: &mut Report, quick: bool, device_only: bool) -> Result<(), String> {
+/// Which scenarios a run measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Only {
+    /// Every limit and scenario.
+    All,
+    /// The memcpy limit, the embedded scenarios and the device scenarios (`--device`).
+    Device,
+    /// The memcpy limit and the on-stream scenarios (`--stream`).
+    Stream,
+}
+
+/// Runs the limits and scenarios `only` selects, printing as it goes.
+pub fn run_all(report: &mut Report, quick: bool, only: Only) -> Result<(), String> {
     let duration = Duration::from_millis(if quick { 300 } else { 1500 });
     let samples = if quick { 300 } else { 3000 };
     let memcpy = limits::memcpy_gbps(4 * MIB, duration);
     report.limit("memcpy 1 thread 4MiB", memcpy, "GB/s");
-    if device_only {
-        embedded(report, memcpy, duration)?;
-        return crate::device::run(report, duration);
+    match only {
+        Only::All => {}
+        Only::Device => {
+            embedded(report, memcpy, duration)?;
+            return crate::device::run(report, duration);
+        }
+        Only::Stream => return crate::stream::run(report, memcpy, quick),
     }
     let raw = limits::raw_tcp(4 * MIB, duration, samples).map_err(|e| format!("raw tcp: {e}"))?;
     report.limit("raw tcp 1 stream 4MiB", raw.get_gbps, "GB/s");
@@ -458,6 +472,7 @@ pub fn run_all(report: &mut Report, quick: bool, device_only: bool) -> Result<()
     }
     allocator(report, duration);
     embedded(report, memcpy, duration)?;
+    crate::stream::run(report, memcpy, quick)?;
     crate::device::run(report, duration)?;
     over_tcp(report, &raw, raw_1m, redis_1m, duration, samples)?;
     crate::p2p::run(report, &raw, raw_1m, duration, samples)
