@@ -48,10 +48,11 @@ impl Blocker {
     }
 }
 
-/// Waits for `tickets`; every one must end with status 0. A ticket still pending after
-/// [`WAIT`] means a stream may still write into buffers this process would free: the bench
-/// exits at once rather than unwinding.
+/// Waits for every one of `tickets`; each must end with status 0. A ticket still pending
+/// after [`WAIT`] means a stream may still write into buffers this process would free: the
+/// bench exits at once rather than unwinding.
 fn settle(tickets: &[Ticket], what: &str) -> Result<(), String> {
+    let mut first_error = None;
     for ticket in tickets {
         match ticket.wait(Some(WAIT)) {
             0 => {}
@@ -59,10 +60,29 @@ fn settle(tickets: &[Ticket], what: &str) -> Result<(), String> {
                 eprintln!("mc_bench: {what}: a ticket is still pending after {WAIT:?}");
                 std::process::exit(1);
             }
-            code => return Err(format!("{what}: ticket status {code}")),
+            code => {
+                first_error.get_or_insert(code);
+            }
         }
     }
-    Ok(())
+    match first_error {
+        None => Ok(()),
+        Some(code) => Err(format!("{what}: ticket status {code}")),
+    }
+}
+
+/// Leaves a held window after a failed call: releases the stream, waits for the calls
+/// already issued (their copies write into buffers the caller is about to free) and returns
+/// the error.
+fn bail<T>(
+    blocker: Blocker,
+    tickets: &[Ticket],
+    what: &str,
+    error: impl std::fmt::Display,
+) -> Result<T, String> {
+    drop(blocker);
+    settle(tickets, what)?;
+    Err(format!("{what}: {error}"))
 }
 
 fn sync(stream: &HostStream, what: &str) {
@@ -185,11 +205,7 @@ fn on_stream_calls(
                 *t_us = t.elapsed().as_secs_f64() * 1e6;
                 match ticket {
                     Ok(ticket) => tickets.push(ticket),
-                    Err(e) => {
-                        drop(blocker);
-                        settle(&tickets, "on-stream get")?;
-                        return Err(format!("on-stream get: {e}"));
-                    }
+                    Err(e) => return bail(blocker, &tickets, "on-stream get", e),
                 }
             }
             blocker.release();
@@ -324,7 +340,10 @@ fn session_layers(report: &mut Report, quick: bool) -> Result<(), String> {
                 )
             };
             samples.push(t.elapsed().as_secs_f64() * 1e6);
-            tickets.push(ticket.map_err(|e| format!("ranges on stream: {e}"))?);
+            match ticket {
+                Ok(ticket) => tickets.push(ticket),
+                Err(e) => return bail(blocker, &tickets, "ranges on stream", e),
+            }
         }
         blocker.release();
         settle(&tickets, "session ranges on stream")?;
@@ -467,7 +486,7 @@ fn pipeline(report: &mut Report, memcpy: f64, quick: bool) -> Result<(), String>
     let compute_stamps = Arc::new(Mutex::new(Vec::with_capacity(LAYERS + 1)));
 
     // Issues layer `layer`'s load on `load` (the caller keeps `out` alive until settled).
-    let issue = |layer: usize| -> Result<Ticket, String> {
+    let issue = |layer: usize| {
         let bufs: Vec<Vec<Buf>> = (0..KEYS)
             .map(|k| vec![Buf::new(base + (layer * KEYS + k) * PART, PART as u64)])
             .collect();
@@ -482,7 +501,6 @@ fn pipeline(report: &mut Report, memcpy: f64, quick: bool) -> Result<(), String>
                 StreamRef::Host(&load),
             )
         }
-        .map_err(|e| format!("ranges on stream: {e}"))
     };
 
     let mut runs = Vec::with_capacity(reps);
@@ -492,7 +510,10 @@ fn pipeline(report: &mut Report, memcpy: f64, quick: bool) -> Result<(), String>
         stamp(&load, &load_stamps);
         let mut tickets = Vec::with_capacity(LAYERS);
         for layer in 0..LAYERS {
-            tickets.push(issue(layer)?);
+            match issue(layer) {
+                Ok(ticket) => tickets.push(ticket),
+                Err(e) => return bail(blocker, &tickets, "pipeline loads", e),
+            }
             stamp(&load, &load_stamps);
         }
         blocker.release();
@@ -518,7 +539,10 @@ fn pipeline(report: &mut Report, memcpy: f64, quick: bool) -> Result<(), String>
         stamp(&load, &load_stamps);
         let mut tickets = Vec::with_capacity(LAYERS);
         for (layer, event) in events.iter().enumerate() {
-            tickets.push(issue(layer)?);
+            match issue(layer) {
+                Ok(ticket) => tickets.push(ticket),
+                Err(e) => return bail(blocker, &tickets, "pipeline", e),
+            }
             event.record(&load);
             compute.wait_event(event);
             compute.launch(move || spin(compute_for));
