@@ -134,6 +134,18 @@ struct Layerwise {
     }
 };
 
+// Prints the store's "stream" counters (direct vs staged copies, tickets, pins).
+static void print_stream_metrics(mc_store_t *store) {
+    size_t needed = 0;
+    mc_store_metrics_json(store, nullptr, 0, &needed);
+    std::string json(needed, '\0');
+    if (needed && mc_store_metrics_json(store, json.data(), needed, &needed) == 0) {
+        size_t at = json.find("\"stream\"");
+        if (at != std::string::npos)
+            std::printf("metrics %s\n", json.substr(at, json.find('}', at) - at + 1).c_str());
+    }
+}
+
 // Waits for every ticket; returns how many did not end with status 0 and exactly the layer's
 // bytes, and frees them.
 static int settle(std::vector<mc_ticket_t *> &tickets, size_t layer_bytes, const char *what) {
@@ -259,6 +271,10 @@ int main(int argc, char **argv) {
         }
         if (rc != 0) {
             check(false, "on-stream get on a CUDA stream", mc_error(rc));
+            if (rc == MC_ERR_TRY_AGAIN)
+                std::printf("hint: staging exhausted; resident layers should need none (is the "
+                            "segment pinned? see staged_copies)\n");
+            print_stream_metrics(lw.store);
             std::printf("RESULT: FAIL\n");
             return 1;
         }
@@ -398,14 +414,7 @@ int main(int argc, char **argv) {
                 median(replay_call_us), double(total) / (load_ms * 1e-3) / 1e9, load_ms,
                 compute_ms, t_total, overlap);
 
-    size_t needed = 0;
-    mc_store_metrics_json(lw.store, nullptr, 0, &needed);
-    std::string json(needed, '\0');
-    if (needed && mc_store_metrics_json(lw.store, json.data(), needed, &needed) == 0) {
-        size_t at = json.find("\"stream\"");
-        if (at != std::string::npos)
-            std::printf("metrics %s\n", json.substr(at, json.find('}', at) - at + 1).c_str());
-    }
+    print_stream_metrics(lw.store);
 
     mc_store_batch_get_session_end(lw.store, key_ptrs.data(), layers);
     mc_store_free(lw.store);
