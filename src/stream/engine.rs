@@ -280,7 +280,10 @@ impl StreamEngine {
     /// A pinned staging range of `len` bytes, or `TRY_AGAIN`.
     pub(crate) fn staging(&self, len: u64) -> Result<Arc<StagingBuf>> {
         self.shared.staging.take(len).inspect_err(|_| {
-            self.shared.counters.try_again.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .counters
+                .try_again
+                .fetch_add(1, Ordering::Relaxed);
         })
     }
 
@@ -291,7 +294,10 @@ impl StreamEngine {
             return fail(ErrorCode::Cancelled, "the store is torn down");
         }
         self.shared.slab.take().inspect_err(|_| {
-            self.shared.counters.try_again.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .counters
+                .try_again
+                .fetch_add(1, Ordering::Relaxed);
         })
     }
 
@@ -355,10 +361,7 @@ impl StreamEngine {
         counters
             .staged_copies
             .fetch_add(plan.staged.len() as u64, Ordering::Relaxed);
-        shared
-            .outstanding
-            .lock()
-            .insert(id, Arc::downgrade(&state));
+        shared.outstanding.lock().insert(id, Arc::downgrade(&state));
         counters.issued.fetch_add(1, Ordering::Relaxed);
         // SAFETY: forwarded from the caller.
         if let Err(e) = unsafe { enqueue(target, &state, &plan, shared) } {

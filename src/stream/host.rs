@@ -229,8 +229,7 @@ impl HostEvent {
             match deadline {
                 None => self.done.wait(&mut state),
                 Some(d) => {
-                    if self.done.wait_until(&mut state, d).timed_out() && state.completed < target
-                    {
+                    if self.done.wait_until(&mut state, d).timed_out() && state.completed < target {
                         return false;
                     }
                 }

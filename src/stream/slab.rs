@@ -39,7 +39,10 @@ impl GateSlab {
         device_address: impl Fn(usize) -> std::result::Result<usize, String>,
     ) -> Result<Arc<GateSlab>> {
         if slots == 0 {
-            return fail(ErrorCode::InvalidParams, "the gate slab needs at least one slot");
+            return fail(
+                ErrorCode::InvalidParams,
+                "the gate slab needs at least one slot",
+            );
         }
         let region = MappedRegion::pinned(slots as u64 * SLOT_BYTES as u64, "stream gate words")?;
         let device_base = match device_address(region.addr()) {
@@ -69,7 +72,10 @@ impl GateSlab {
             );
         };
         let generation = loop {
-            let g = self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+            let g = self
+                .generation
+                .fetch_add(1, Ordering::Relaxed)
+                .wrapping_add(1);
             if g != 0 {
                 break g;
             }

@@ -39,8 +39,7 @@ impl StagingPool {
 
     /// A `len`-byte range (len > 0). `TRY_AGAIN` when the pool has no room now.
     pub(crate) fn take(self: &Arc<Self>, len: u64) -> Result<Arc<StagingBuf>> {
-        let (Some(region), Some(allocation)) = (&self.region, self.allocator.allocate(len))
-        else {
+        let (Some(region), Some(allocation)) = (&self.region, self.allocator.allocate(len)) else {
             return fail(
                 ErrorCode::TryAgain,
                 format!(
