@@ -4,12 +4,13 @@
 use super::config::{env_bool, env_u64, MetadataMode, SetupConfig};
 use super::heartbeat::Heartbeat;
 use super::local_buffer::LocalBuffer;
-use super::metrics::ClientCounters;
+use super::metrics::{ClientCounters, CountedMaster};
 use super::sessions::Sessions;
 use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{MasterApi, MasterConfig, MasterService};
 use crate::rpc;
+use crate::stream::{StreamConfig, StreamEngine};
 use crate::transfer::{DirectResolver, EngineConfig, SegmentResolver, TransferEngine};
 use crate::types::{ClientId, Segment, Uuid};
 use parking_lot::Mutex;
@@ -45,6 +46,7 @@ pub(super) struct ClientCore {
     segment: Option<(Segment, MappedRegion)>,
     pub(super) local_buffer: Option<Arc<LocalBuffer>>,
     pub(super) sessions: Sessions,
+    pub(super) streams: StreamEngine,
     pub(super) counters: ClientCounters,
     pub(super) master_reachable: AtomicBool,
     closed: AtomicBool,
@@ -71,6 +73,8 @@ impl Client {
         } else {
             (rpc::connect_master(config.master_server_addr.trim())?, None)
         };
+        let counters = ClientCounters::default();
+        let master = CountedMaster::wrap(master, counters.master_calls.clone());
         let (hostname, engine, metadata) = start_engine(&config, &metadata_mode)?;
         let id = Uuid::random();
         let local_buffer = match config.local_buffer_size {
@@ -107,7 +111,8 @@ impl Client {
             segment,
             local_buffer,
             sessions: Sessions::default(),
-            counters: ClientCounters::default(),
+            streams: StreamEngine::start(StreamConfig::from_env())?,
+            counters,
             master_reachable: AtomicBool::new(true),
             closed: AtomicBool::new(false),
             heartbeat: Mutex::new(None),
@@ -196,6 +201,12 @@ impl ClientCore {
         Ok(())
     }
 
+    /// Whether the mounted segment is registered with the device runtime (device streams
+    /// may then copy straight from it).
+    pub(super) fn segment_is_pinned(&self) -> bool {
+        self.segment.as_ref().is_some_and(|(_, r)| r.is_pinned())
+    }
+
     /// The mounted segment, if any (for the heartbeat's remount).
     pub(super) fn segment(&self) -> Option<&Segment> {
         self.segment.as_ref().map(|(s, _)| s)
@@ -208,6 +219,7 @@ impl ClientCore {
         if let Some(heartbeat) = self.heartbeat.lock().take() {
             heartbeat.stop();
         }
+        self.streams.shutdown();
         if let Some((segment, _)) = &self.segment {
             if let Err(e) = self.master.unmount_segment(self.id, segment.id) {
                 tracing::warn!(error = %e, "unmount at teardown failed");

@@ -2,9 +2,14 @@
 
 use super::core::Client;
 use crate::device::{DeviceInfo, DeviceStats};
+use crate::error::Result;
+use crate::master::{MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster};
+use crate::rpc::{Call, Interface};
+use crate::stream::StreamMetrics;
 use crate::transfer::{CopyPaths, TransferMetrics};
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Live counters; updated with relaxed atomics on every operation.
 #[derive(Default)]
@@ -16,6 +21,29 @@ pub(super) struct ClientCounters {
     pub(super) get_buffer_ops: AtomicU64,
     pub(super) get_buffer_bytes: AtomicU64,
     pub(super) failed_ops: AtomicU64,
+    /// Master calls made (RPCs, or direct calls to an embedded master).
+    pub(super) master_calls: Arc<AtomicU64>,
+}
+
+/// Counts every master call on the way to the real master (any [`MasterApi`]): the generated
+/// forwarding implementation over a transport that dispatches in process.
+pub(super) struct CountedMaster {
+    inner: Arc<dyn MasterApi>,
+    calls: Arc<AtomicU64>,
+}
+
+impl CountedMaster {
+    /// `inner`, with every call counted in `calls`.
+    pub(super) fn wrap(inner: Arc<dyn MasterApi>, calls: Arc<AtomicU64>) -> Arc<dyn MasterApi> {
+        Arc::new(RemoteMaster(CountedMaster { inner, calls }))
+    }
+}
+
+impl Call<MasterInterface> for CountedMaster {
+    fn call(&self, request: MasterRequest) -> Result<MasterResponse> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        Ok(MasterInterface::dispatch(request, &*self.inner))
+    }
 }
 
 impl ClientCounters {
@@ -39,6 +67,10 @@ pub struct ClientMetrics {
     pub get_buffer: GetBufferStats,
     /// Per-key operations that failed.
     pub failed_ops: u64,
+    /// Calls this client made to the master (RPCs or embedded calls), heartbeats included.
+    pub master_calls: u64,
+    /// On-stream calls: tickets, copies, pins held, staging in use.
+    pub stream: StreamMetrics,
     /// Transfer engine counters.
     pub transfer: TransferMetrics,
     /// Requests, bytes and local copies per data path (the zero-copy table).
@@ -77,6 +109,8 @@ impl Client {
                 copied_bytes: get(&c.get_buffer_bytes),
             },
             failed_ops: get(&c.failed_ops),
+            master_calls: get(&c.master_calls),
+            stream: self.core.streams.metrics(),
             transfer: self.core.engine.metrics(),
             paths: self.core.engine.copy_paths(),
             device_info: crate::device::runtime().info(),

@@ -16,6 +16,7 @@ mod core;
 mod heartbeat;
 mod local_buffer;
 mod metrics;
+mod on_stream;
 mod pins;
 mod plan;
 mod ranges;

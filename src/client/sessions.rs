@@ -6,24 +6,44 @@ use super::core::Client;
 use super::plan::{self, Buf, Fragment};
 use super::read::{per_key, ReadJob};
 use crate::error::{fail, ErrorCode, Result};
-use crate::types::{ReplicaDescriptor, ReplicateConfig};
+use crate::master::MasterApi;
+use crate::types::{ClientId, ReplicaDescriptor, ReplicateConfig};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The client's session tables. Thread-safe; locks are never held across a transfer.
 #[derive(Default)]
 pub(super) struct Sessions {
-    get: Mutex<HashMap<String, GetSession>>,
+    pub(super) get: Mutex<HashMap<String, GetSession>>,
     put: Mutex<HashMap<String, Arc<PutSession>>>,
 }
 
 #[derive(Clone)]
-struct GetSession {
-    replica: ReplicaDescriptor,
-    size: u64,
-    deadline: Instant,
+pub(super) struct GetSession {
+    pub(super) replica: ReplicaDescriptor,
+    pub(super) size: u64,
+    pub(super) deadline: Instant,
+    /// The object's pin, shared with on-stream tickets reading through the session; the
+    /// object is unpinned when the session ends and the last such ticket is released.
+    pub(super) pin: Arc<SessionPin>,
+}
+
+/// A master pin held by a get session; unpinned (one master call) when dropped. Never drop
+/// it under a session-table lock.
+pub(super) struct SessionPin {
+    master: Arc<dyn MasterApi>,
+    client: ClientId,
+    pin_id: u64,
+}
+
+impl Drop for SessionPin {
+    fn drop(&mut self) {
+        if let Err(e) = self.master.unpin(self.client, vec![self.pin_id]) {
+            tracing::debug!(error = %e, pin = self.pin_id, "unpin of an ended get session failed");
+        }
+    }
 }
 
 struct PutSession {
@@ -69,7 +89,7 @@ impl PutSession {
     }
 }
 
-fn session_fragments(bufs: &[Buf], offsets: &[u64], size: u64) -> Result<Vec<Fragment>> {
+pub(super) fn session_fragments(bufs: &[Buf], offsets: &[u64], size: u64) -> Result<Vec<Fragment>> {
     if bufs.len() != offsets.len() {
         return fail(
             ErrorCode::InvalidParams,
@@ -91,7 +111,7 @@ fn session_fragments(bufs: &[Buf], offsets: &[u64], size: u64) -> Result<Vec<Fra
 }
 
 /// The sessions of `keys` (cloned out, so no lock is held during transfers).
-fn snapshot<T: Clone, K: AsRef<str>>(
+pub(super) fn snapshot<T: Clone, K: AsRef<str>>(
     table: &Mutex<HashMap<String, T>>,
     keys: &[K],
 ) -> Vec<Option<T>> {
@@ -101,7 +121,7 @@ fn snapshot<T: Clone, K: AsRef<str>>(
         .collect()
 }
 
-fn lengths_match(n: usize, others: &[usize]) -> Result<()> {
+pub(super) fn lengths_match(n: usize, others: &[usize]) -> Result<()> {
     if others.iter().all(|&m| m == n) {
         Ok(())
     } else {
@@ -113,41 +133,61 @@ fn lengths_match(n: usize, others: &[usize]) -> Result<()> {
 }
 
 impl Client {
-    /// Starts get sessions: one master query for all keys. Per key: 0, the query error,
-    /// `LEASE_EXPIRED`, or `INVALID_REPLICA` when no replica is readable. Restarting a key
-    /// replaces its session.
+    /// Starts get sessions: one master call for all keys, which also pins each object for
+    /// the session (its bytes cannot be evicted or freed by a remove until
+    /// [`Client::batch_get_session_end`], so on-stream ranged reads need no further master
+    /// call). Per key: 0, the query error, `LEASE_EXPIRED`, or `INVALID_REPLICA` when no
+    /// replica is readable. Restarting a key replaces its session.
     pub fn batch_get_session_start<K: AsRef<str>>(&self, keys: &[K]) -> Vec<Result<()>> {
         let core = &self.core;
         if let Err(e) = core.check_open() {
             return vec![Err(e); keys.len()];
         }
-        let answers = core.query(keys);
+        let started = Instant::now();
+        let names = keys.iter().map(|k| k.as_ref().to_string()).collect();
+        let answers = per_key(core.master.batch_pin(core.id, names), keys.len());
+        let mut replaced = Vec::new();
         let mut table = core.sessions.get.lock();
-        keys.iter()
+        let results = keys
+            .iter()
             .zip(answers)
             .map(|(key, answer)| {
-                let leased = answer?;
-                if leased.expired() {
+                let pinned = answer?;
+                let pin = Arc::new(SessionPin {
+                    master: core.master.clone(),
+                    client: core.id,
+                    pin_id: pinned.pin_id,
+                });
+                let deadline = started + Duration::from_millis(pinned.query.lease_ttl_ms);
+                if Instant::now() >= deadline {
+                    replaced.push(pin);
                     return fail(
                         ErrorCode::LeaseExpired,
                         "lease expired before the session started",
                     );
                 }
-                let Some(replica) = core.ordered(&leased.query).first().map(|r| (*r).clone())
+                let Some(replica) = core.ordered(&pinned.query).first().map(|r| (*r).clone())
                 else {
+                    replaced.push(pin);
                     return fail(ErrorCode::InvalidReplica, "no readable memory replica");
                 };
-                table.insert(
-                    key.as_ref().to_string(),
-                    GetSession {
-                        replica,
-                        size: leased.query.size,
-                        deadline: leased.deadline,
-                    },
+                let session = GetSession {
+                    replica,
+                    size: pinned.query.size,
+                    deadline,
+                    pin,
+                };
+                replaced.extend(
+                    table
+                        .insert(key.as_ref().to_string(), session)
+                        .map(|s| s.pin),
                 );
                 Ok(())
             })
-            .collect()
+            .collect();
+        drop(table);
+        drop(replaced); // unpins outside the lock
+        results
     }
 
     /// Ranged reads within get sessions, no master call: `bufs[i][j]` receives object bytes
@@ -223,29 +263,35 @@ impl Client {
                 results[i] = Err(e);
             }
         }
+        let mut ended = Vec::new();
         let mut table = core.sessions.get.lock();
         for i in 0..n {
             let expired = sessions[i]
                 .as_ref()
                 .is_some_and(|s| Instant::now() >= s.deadline);
             if expired {
-                table.remove(keys[i].as_ref());
+                ended.extend(table.remove(keys[i].as_ref()));
                 if results[i].is_ok() || results[i] == Err(ErrorCode::LeaseExpired) {
                     results[i] = fail(ErrorCode::LeaseExpired, "get session lease expired");
                 }
             }
         }
         drop(table);
+        drop((ended, sessions)); // unpins outside the lock
         core.count_reads(&results);
         results
     }
 
-    /// Ends get sessions (idempotent; always 0).
+    /// Ends get sessions (idempotent; always 0). Each object is unpinned here, or when the
+    /// last on-stream ticket reading through the session is released.
     pub fn batch_get_session_end<K: AsRef<str>>(&self, keys: &[K]) -> Result<()> {
         let mut table = self.core.sessions.get.lock();
-        for key in keys {
-            table.remove(key.as_ref());
-        }
+        let ended: Vec<GetSession> = keys
+            .iter()
+            .filter_map(|key| table.remove(key.as_ref()))
+            .collect();
+        drop(table);
+        drop(ended); // unpins outside the lock
         Ok(())
     }
 

@@ -54,9 +54,10 @@ impl Target {
     }
 }
 
-/// One stream copy of `len` bytes from `src` to `dst`.
+/// One stream copy of `len` bytes from `src` to `dst`, for the call's key number `key`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Copy {
+    pub key: usize,
     pub dst: usize,
     pub src: usize,
     pub len: usize,
@@ -65,6 +66,7 @@ pub(crate) struct Copy {
 /// What to enqueue for one call: `direct` copies (sources already in place: resident
 /// replicas, or the caller's memory for puts), then — if `gated` — the gate, then `staged`
 /// copies, then the release marker.
+#[derive(Default)]
 pub(crate) struct Plan {
     pub direct: Vec<Copy>,
     pub gated: bool,
@@ -487,7 +489,11 @@ unsafe fn enqueue(
                 stream.enqueue(Box::new(move || {
                     ticket.wait_gate();
                     if !ticket.gate_failed() {
-                        run_copies(&staged);
+                        let ok: Vec<Copy> = staged
+                            .into_iter()
+                            .filter(|c| !ticket.key_failed(c.key))
+                            .collect();
+                        run_copies(&ok);
                     }
                 }));
             }

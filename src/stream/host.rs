@@ -118,11 +118,6 @@ impl HostStream {
         }
         true
     }
-
-    /// Whether the calling thread is this stream's thread.
-    pub(crate) fn is_stream_thread(&self) -> bool {
-        std::thread::current().id() == self.owner.thread_id
-    }
 }
 
 fn run(shared: &Shared) {

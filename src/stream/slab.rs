@@ -91,7 +91,8 @@ impl GateSlab {
     }
 
     /// Slots currently handed out.
-    pub(crate) fn in_use(&self, total: u32) -> u32 {
+    #[cfg(test)]
+    fn in_use(&self, total: u32) -> u32 {
         total - self.free.lock().len() as u32
     }
 }
@@ -151,7 +152,8 @@ impl GateSlot {
     }
 
     /// Whether the gate word is open.
-    pub(crate) fn is_open(&self) -> bool {
+    #[cfg(test)]
+    fn is_open(&self) -> bool {
         self.gate().load(Ordering::Acquire) == self.generation
     }
 }

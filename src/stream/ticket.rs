@@ -81,6 +81,11 @@ impl TicketState {
         }
     }
 
+    /// Whether key `index` failed.
+    pub(crate) fn key_failed(&self, index: usize) -> bool {
+        self.results.lock().get(index).is_some_and(|r| r.is_err())
+    }
+
     /// The first failed key's error, if any.
     fn first_key_error(&self) -> Option<ErrorCode> {
         self.results.lock().iter().find_map(|r| r.err())
