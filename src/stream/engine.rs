@@ -627,11 +627,12 @@ fn housekeeper(shared: &Shared, released: &Receiver<Arc<TicketState>>) {
 
 fn release(shared: &Shared, ticket: &TicketState) {
     shared.outstanding.lock().remove(&ticket.id);
-    let status = ticket.release();
-    let counter = if status == 0 {
-        &shared.counters.ok
-    } else {
-        &shared.counters.failed
-    };
-    counter.fetch_add(1, Ordering::Relaxed);
+    ticket.release(|status| {
+        let counter = if status == 0 {
+            &shared.counters.ok
+        } else {
+            &shared.counters.failed
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    });
 }

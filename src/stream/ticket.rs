@@ -133,9 +133,10 @@ impl TicketState {
         }
     }
 
-    /// Housekeeper, after the release marker ran: releases the hold and publishes the final
-    /// status. Returns the status.
-    pub(crate) fn release(&self) -> i32 {
+    /// Housekeeper, after the release marker ran: releases the hold, hands the final status
+    /// to `account` (before anyone can observe it, so a waiter that wakes up finds it
+    /// counted), then publishes it.
+    pub(crate) fn release(&self, account: impl FnOnce(i32)) {
         if !self.gate_is_open() {
             // The marker can only run after the gate (it is later on the stream); a stream
             // that skipped the wait is a runtime bug — never leave the gate closed.
@@ -152,9 +153,9 @@ impl TicketState {
         let status = gate_error
             .or_else(|| results.iter().find_map(|r| r.err()))
             .map_or(0, |e| e.code());
+        account(status);
         self.phase.lock().released = Some(status);
         self.changed.notify_all();
-        status
     }
 
     /// `TICKET_PENDING` until released, then 0 or the first error code.
