@@ -273,3 +273,47 @@ unsafe extern "C" fn poll_gate(arg: *mut c_void) {
     let poll = unsafe { Box::from_raw(arg.cast::<GatePoll>()) };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poll.run()));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::{self, Receiver};
+    use std::sync::Arc;
+
+    /// Launches `poll_gate` the way ACL would, on another thread; the receiver gets a message
+    /// when it returned.
+    fn launch(word: &Arc<AtomicU32>, value: u32, timeout: Duration) -> Receiver<()> {
+        let arg = Box::into_raw(Box::new(GatePoll {
+            word: word.as_ptr() as usize,
+            value,
+            deadline: Instant::now() + timeout,
+        })) as usize;
+        let keep = word.clone();
+        let (done, returned) = mpsc::channel();
+        std::thread::spawn(move || {
+            // SAFETY: a fresh allocation handed over once, as `enqueue_wait` does; `keep`
+            // holds the word until the poll returned.
+            unsafe { poll_gate(arg as *mut c_void) };
+            drop(keep);
+            let _ = done.send(());
+        });
+        returned
+    }
+
+    #[test]
+    fn the_poll_returns_once_the_word_holds_the_value() {
+        let word = Arc::new(AtomicU32::new(0));
+        let returned = launch(&word, 7, Duration::from_secs(3600));
+        word.store(3, Ordering::Release); // another generation: still closed
+        word.store(7, Ordering::Release);
+        assert!(returned.recv_timeout(Duration::from_secs(30)).is_ok());
+    }
+
+    #[test]
+    fn the_poll_gives_up_at_its_deadline() {
+        let word = Arc::new(AtomicU32::new(0));
+        let returned = launch(&word, 1, Duration::from_millis(20));
+        assert!(returned.recv_timeout(Duration::from_secs(30)).is_ok());
+        assert_eq!(word.load(Ordering::Acquire), 0);
+    }
+}
