@@ -77,6 +77,9 @@ pub(crate) struct Plan {
 /// deadline) and may record per-key failures.
 pub(crate) type Fetch = Box<dyn FnOnce(&TicketState) + Send>;
 
+/// A gated ticket and its fetch, queued for a fetch worker.
+type Job = (Arc<TicketState>, Fetch);
+
 /// Engine sizes, from the environment at setup.
 #[derive(Clone, Debug)]
 pub(crate) struct StreamConfig {
@@ -171,7 +174,7 @@ struct Shared {
 /// The engine. Thread-safe; owned by the client core.
 pub(crate) struct StreamEngine {
     shared: Arc<Shared>,
-    jobs: Mutex<Option<Sender<(Arc<TicketState>, Fetch)>>>,
+    jobs: Mutex<Option<Sender<Job>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
     housekeeper: Mutex<Option<JoinHandle<()>>>,
 }
@@ -202,7 +205,7 @@ impl StreamEngine {
             next_id: AtomicU64::new(1),
             counters: StreamCounters::default(),
         });
-        let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<(Arc<TicketState>, Fetch)>();
+        let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Job>();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name)
@@ -574,7 +577,7 @@ unsafe extern "C" fn release_marker(arg: *mut c_void) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Marker(data).fire()));
 }
 
-fn fetch_worker(jobs: &Receiver<(Arc<TicketState>, Fetch)>) {
+fn fetch_worker(jobs: &Receiver<Job>) {
     if let Some(ops) = device::runtime()
         .backend()
         .and_then(|b| device::runtime().stream_ops(b.name()))
