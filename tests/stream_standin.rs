@@ -180,6 +180,34 @@ impl DevStream {
         }
     }
 
+    /// CUDA's legacy default stream (`CU_STREAM_LEGACY`, handle 0x1; never destroyed).
+    fn legacy() -> DevStream {
+        Driver::Cuda.enter();
+        DevStream {
+            driver: Driver::Cuda,
+            handle: 1,
+        }
+    }
+
+    /// A CUDA event recorded on the stream now (`None` for Ascend: its stand-in has none).
+    fn record(&self) -> Option<DevEvent> {
+        if self.driver != Driver::Cuda {
+            return None;
+        }
+        let mut event = std::ptr::null_mut();
+        // SAFETY: documented prototypes; the event is destroyed by `DevEvent`.
+        unsafe {
+            let create: unsafe extern "C" fn(*mut *mut c_void, u32) -> c_int =
+                self.driver.entry("cuEventCreate");
+            let record: unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int =
+                self.driver.entry("cuEventRecord");
+            self.driver.check("cuEventCreate", create(&mut event, 0));
+            self.driver
+                .check("cuEventRecord", record(event, self.handle as *mut c_void));
+        }
+        Some(DevEvent(event as usize))
+    }
+
     fn as_ref(&self) -> StreamRef<'static> {
         match self.driver {
             Driver::Cuda => StreamRef::Cuda(self.handle),
@@ -235,6 +263,9 @@ impl DevStream {
 
 impl Drop for DevStream {
     fn drop(&mut self) {
+        if self.handle <= 2 {
+            return; // a special handle: nothing to destroy
+        }
         let name = match self.driver {
             Driver::Cuda => "cuStreamDestroy_v2",
             Driver::Ascend => "aclrtDestroyStream",
@@ -244,6 +275,34 @@ impl Drop for DevStream {
             self.driver
                 .entry::<unsafe extern "C" fn(*mut c_void) -> c_int>(name)(
                 self.handle as *mut c_void,
+            );
+        }
+    }
+}
+
+/// A CUDA event; destroyed on drop.
+struct DevEvent(usize);
+
+impl DevEvent {
+    /// Whether the stream passed the record (`cuEventQuery`: 0 done, 600 not ready).
+    fn done(&self) -> bool {
+        // SAFETY: documented prototype; our live event.
+        let rc = unsafe {
+            Driver::Cuda.entry::<unsafe extern "C" fn(*mut c_void) -> c_int>("cuEventQuery")(
+                self.0 as *mut c_void,
+            )
+        };
+        assert!(rc == 0 || rc == 600, "cuEventQuery returned {rc}");
+        rc == 0
+    }
+}
+
+impl Drop for DevEvent {
+    fn drop(&mut self) {
+        // SAFETY: documented prototype; our event, destroyed once.
+        unsafe {
+            Driver::Cuda.entry::<unsafe extern "C" fn(*mut c_void) -> c_int>("cuEventDestroy_v2")(
+                self.0 as *mut c_void,
             );
         }
     }
@@ -364,15 +423,19 @@ fn local_scenario(driver: Driver) {
     let before = Counters::read(driver);
     let blocker = stream.block();
     let ticket = get_on(&client, &keys, &dsts, stream.as_ref());
+    // The supported pattern for graphs: an event recorded after the call.
+    let event = stream.record();
     assert_eq!(ticket.status(), TICKET_PENDING);
     assert_eq!(ticket.wait(Some(Duration::from_millis(30))), TICKET_PENDING);
     assert!(
         untouched(&dsts),
         "nothing moved while the stream is blocked"
     );
+    assert!(!event.as_ref().is_some_and(DevEvent::done));
     assert_eq!(client.metrics().stream.pins_held, 2);
     blocker.release();
     stream.synchronize();
+    assert!(event.as_ref().map_or(true, DevEvent::done));
     assert_eq!(ticket.wait(LIMIT), 0);
     for (d, v) in dsts.iter().zip(&values) {
         assert_eq!(&read_device(d), v);
@@ -541,11 +604,15 @@ fn child_cuda_stream_refusals() {
     assert_eq!(client.metrics().stream.pins_held, 0);
     assert_eq!(Counters::read(driver).since(before), Counters::default());
 
-    // The stream itself is fine once it is no longer captured.
-    let ticket = get_on(&client, &["k"], &dsts, stream.as_ref());
-    stream.synchronize();
-    assert_eq!(ticket.wait(LIMIT), 0);
-    assert_eq!(read_device(&dsts[0]), value);
+    // The stream itself is fine once it is no longer captured, and so is the legacy
+    // default stream (handle 0x1: device 0's primary context).
+    for stream in [stream, DevStream::legacy()] {
+        let dsts = filled(&[value.len()]);
+        let ticket = get_on(&client, &["k"], &dsts, stream.as_ref());
+        stream.synchronize();
+        assert_eq!(ticket.wait(LIMIT), 0);
+        assert_eq!(read_device(&dsts[0]), value);
+    }
     assert_eq!(Counters::read(driver).pageable_async_sources, 0);
 }
 
