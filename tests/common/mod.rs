@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod streams;
+
 use mooncake_rs::client::{Client, SetupConfig};
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
