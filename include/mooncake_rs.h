@@ -185,6 +185,33 @@
 #define MC_ERR_RPC_TIMEOUT (0 - 901)
 
 /**
+ * The operation is not supported here (e.g. no runtime for an on-stream call's stream kind).
+ */
+#define MC_ERR_NOT_SUPPORTED (0 - 1012)
+
+/**
+ * Resources for on-stream calls (ticket slots, pinned staging) are exhausted for now: free
+ * tickets or wait for earlier calls to complete, then retry (mooncake-rs code).
+ */
+#define MC_ERR_TRY_AGAIN (0 - 9001)
+
+/**
+ * The stream is being captured into a graph; on-stream calls cannot be captured
+ * (mooncake-rs code).
+ */
+#define MC_ERR_STREAM_CAPTURE_UNSUPPORTED (0 - 9002)
+
+/**
+ * An on-stream transfer missed its deadline (`MC_STREAM_TIMEOUT_MS`) (mooncake-rs code).
+ */
+#define MC_ERR_TRANSFER_TIMEOUT (0 - 9003)
+
+/**
+ * The store was torn down before an on-stream transfer completed (mooncake-rs code).
+ */
+#define MC_ERR_CANCELLED (0 - 9004)
+
+/**
  * `direction`: the handle's `p2p_transfer_direction_mode` (REVERSE unless set up otherwise).
  */
 #define MC_P2P_DIRECTION_DEFAULT -1
@@ -198,6 +225,27 @@
  * `direction`: FORWARD — this client's engine moves them (PreWrite/WriteCommit, PinKey).
  */
 #define MC_P2P_DIRECTION_FORWARD 1
+
+/**
+ * Returned by `mc_ticket_status`, `mc_ticket_wait`, `mc_host_event_query`,
+ * `mc_host_event_wait` and `mc_host_stream_synchronize` while the work is not done yet.
+ */
+#define MC_PENDING 1
+
+/**
+ * `stream_kind` of the on-stream calls: `stream` is an `mc_host_stream_t *`.
+ */
+#define MC_STREAM_HOST 0
+
+/**
+ * `stream_kind`: `stream` is a CUDA `cudaStream_t` / `CUstream`.
+ */
+#define MC_STREAM_CUDA 1
+
+/**
+ * `stream_kind`: `stream` is an Ascend `aclrtStream`.
+ */
+#define MC_STREAM_ASCEND 2
 
 /**
  * An object's bytes in client-owned memory (Mooncake's `BufferHandle`). Opaque and
@@ -214,6 +262,25 @@
  * Methods: `mc_buffer_ptr`, `mc_buffer_len`, `mc_buffer_free`.
  */
 typedef struct mc_buffer mc_buffer;
+
+/**
+ * A host event: a point in a host stream that other streams or threads can wait for.
+ * Opaque; created by `mc_host_event_new`, released by `mc_host_event_free`. Thread-safe.
+ */
+typedef struct mc_host_event mc_host_event;
+
+/**
+ * A host stream: functions and on-stream transfers run in enqueue order on one dedicated
+ * thread. Opaque.
+ *
+ * Created by `mc_host_stream_new`, released by `mc_host_stream_free` (which first runs
+ * everything already enqueued). Thread-safety: every function may be called from any
+ * thread; `mc_host_stream_free` must be the last call on the handle.
+ *
+ * Methods: `mc_host_stream_launch`, `mc_host_stream_wait_event`,
+ * `mc_host_stream_synchronize`; pass it as `stream` with `MC_STREAM_HOST`.
+ */
+typedef struct mc_host_stream mc_host_stream;
 
 /**
  * A P2P client handle. Opaque. Create with `mc_p2p_store_new`, set up with
@@ -245,6 +312,16 @@ typedef struct mc_p2p_store mc_p2p_store;
  * `mc_store_metrics_json`, `mc_store_free`.
  */
 typedef struct mc_store mc_store;
+
+/**
+ * The outcome of one on-stream call. Opaque; produced by the `mc_store_*_on_stream` calls
+ * and owned by the caller until `mc_ticket_free`.
+ *
+ * Freeing it before the stream has passed the call is safe: the library keeps what it
+ * needs until the stream reaches the call's release point. Thread-safety: the query
+ * functions may be called from any thread at once; `mc_ticket_free` must be the last call.
+ */
+typedef struct mc_ticket mc_ticket;
 
 /**
  * See `struct mc_buffer`.
@@ -435,6 +512,21 @@ typedef struct mc_range {
  * See `struct mc_range`.
  */
 typedef struct mc_range mc_range_t;
+
+/**
+ * See `struct mc_ticket`.
+ */
+typedef struct mc_ticket mc_ticket_t;
+
+/**
+ * See `struct mc_host_stream`.
+ */
+typedef struct mc_host_stream mc_host_stream_t;
+
+/**
+ * See `struct mc_host_event`.
+ */
+typedef struct mc_host_event mc_host_event_t;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1031,6 +1123,173 @@ int mc_store_batch_put_session_revoke(mc_store_t *store,
                                       const char *const *keys,
                                       size_t count,
                                       int *results);
+
+/**
+ * `mc_store_batch_get_into` on a stream: `keys[i]` into `bufs[i]` (`sizes[i]` bytes, at
+ * least the object size), one master call (which pins the objects), then the copies are
+ * enqueued on `stream` and the call returns without waiting for them.
+ *
+ * `stream_kind`: `MC_STREAM_HOST` (`stream` is an `mc_host_stream_t *`), `MC_STREAM_CUDA`
+ * (`cudaStream_t`) or `MC_STREAM_ASCEND` (`aclrtStream`) — never guessed from the pointer.
+ * `stream` NULL runs the blocking call and returns a ticket that is already final. On a
+ * CUDA/Ascend stream every destination must be device memory; a host stream takes any.
+ *
+ * When the stream reaches any work enqueued after this call, every successful key's bytes
+ * are in its buffer; `mc_ticket_status` / `mc_ticket_status_word` say whether all keys
+ * succeeded. The buffers must stay valid and unused by others until then. The objects stay
+ * pinned (not evicted, not freed by a forced remove) until the stream has passed the call.
+ *
+ * Returns 0 and stores a ticket in `*ticket` (free it with `mc_ticket_free`); per-key
+ * outcomes are in the ticket. Otherwise nothing was enqueued, `*ticket` is NULL and the
+ * return value says why: -600 (bad arguments, store not set up, host destination on a
+ * device stream, overlapping buffers), -1012 `MC_ERR_NOT_SUPPORTED` (no runtime for the
+ * stream kind), -9002 `MC_ERR_STREAM_CAPTURE_UNSUPPORTED` (the stream is being captured:
+ * issue the call on an uncaptured side stream and let the graph wait on an event recorded
+ * after it), -9001 `MC_ERR_TRY_AGAIN` (ticket slots or staging exhausted for now), -1
+ * (the runtime refused an enqueue). Thread-safe; capture-unsafe.
+ */
+int mc_store_batch_get_into_on_stream(mc_store_t *store,
+                                      const char *const *keys,
+                                      void *const *bufs,
+                                      const size_t *sizes,
+                                      size_t count,
+                                      int32_t stream_kind,
+                                      void *stream,
+                                      mc_ticket_t **ticket);
+
+/**
+ * `mc_store_batch_get_into_multi_buffers` on a stream: key `i`'s object scattered over
+ * `buf_counts[i]` buffers `bufs[i][j]` of `sizes[i][j]` bytes (adding up to the object
+ * size exactly). Stream, ticket and error contract as `mc_store_batch_get_into_on_stream`.
+ */
+int mc_store_batch_get_into_multi_buffers_on_stream(mc_store_t *store,
+                                                    const char *const *keys,
+                                                    size_t count,
+                                                    void *const *const *bufs,
+                                                    const size_t *const *sizes,
+                                                    const size_t *buf_counts,
+                                                    int32_t stream_kind,
+                                                    void *stream,
+                                                    mc_ticket_t **ticket);
+
+/**
+ * `mc_store_batch_get_into_multi_buffer_ranges` on a stream, inside get sessions (started
+ * once with `mc_store_batch_get_session_start`): **no master call** — the session's pin
+ * keeps each object. For key `i`, `bufs[i][j]` receives `sizes[i][j]` object bytes from
+ * offset `src_offsets[i][j]` (`buf_counts[i]` fragments). Per-key errors in the ticket:
+ * -600 (no session, range past the object). Stream, ticket and call errors as
+ * `mc_store_batch_get_into_on_stream`. One call per layer is the intended use.
+ */
+int mc_store_get_into_ranges_on_stream(mc_store_t *store,
+                                       const char *const *keys,
+                                       size_t count,
+                                       void *const *const *bufs,
+                                       const size_t *const *sizes,
+                                       const uint64_t *const *src_offsets,
+                                       const size_t *buf_counts,
+                                       int32_t stream_kind,
+                                       void *stream,
+                                       mc_ticket_t **ticket);
+
+/**
+ * A new host stream and its thread; NULL when the thread cannot start (see
+ * `mc_last_error_message`). Release it with `mc_host_stream_free`.
+ */
+mc_host_stream_t *mc_host_stream_new(void);
+
+/**
+ * Runs everything already enqueued on `stream`, then stops its thread and releases it.
+ * NULL is fine. Blocks while enqueued work runs (an on-stream transfer waiting for its data
+ * at most until its deadline, `MC_STREAM_TIMEOUT_MS`).
+ */
+void mc_host_stream_free(mc_host_stream_t *stream);
+
+/**
+ * Enqueues `fn(arg)` on `stream`: it runs on the stream's thread after everything enqueued
+ * before, and everything enqueued later waits for it (a host "kernel"). `arg` must stay
+ * valid until `fn` ran. Returns 0; -600 for a NULL stream or function.
+ */
+int mc_host_stream_launch(mc_host_stream_t *stream, void (*func)(void *arg), void *arg);
+
+/**
+ * Makes work enqueued on `stream` after this call wait until `event`'s most recent record
+ * (as of this call) completed. Returns 0; -600 for NULL arguments.
+ */
+int mc_host_stream_wait_event(mc_host_stream_t *stream, const mc_host_event_t *event);
+
+/**
+ * Waits until everything enqueued on `stream` before this call has run. Returns 0, or
+ * `MC_PENDING` when `timeout_ms` (negative: no limit) passed first; -600 for NULL.
+ */
+int mc_host_stream_synchronize(mc_host_stream_t *stream, int64_t timeout_ms);
+
+/**
+ * A new host event (never recorded: it counts as complete). Release it with
+ * `mc_host_event_free`. NULL only after an internal failure.
+ */
+mc_host_event_t *mc_host_event_new(void);
+
+/**
+ * Records `event` on `stream`: it completes when the stream has run everything enqueued
+ * before this call. Returns 0; -600 for NULL arguments.
+ */
+int mc_host_event_record(mc_host_event_t *event, mc_host_stream_t *stream);
+
+/**
+ * 0 when `event`'s most recent record completed (or it was never recorded), `MC_PENDING`
+ * otherwise; -600 for NULL.
+ */
+int mc_host_event_query(const mc_host_event_t *event);
+
+/**
+ * Waits for `event`'s most recent record to complete: 0, or `MC_PENDING` when `timeout_ms`
+ * (negative: no limit) passed first; -600 for NULL.
+ */
+int mc_host_event_wait(const mc_host_event_t *event, int64_t timeout_ms);
+
+/**
+ * Releases an event. NULL is fine. Records still on a stream complete normally.
+ */
+void mc_host_event_free(mc_host_event_t *event);
+
+/**
+ * `MC_PENDING` until the stream has passed the call (its data is then in place), then 0 or
+ * the first error: the transfer's (-800, -9003 `MC_ERR_TRANSFER_TIMEOUT`, -9004
+ * `MC_ERR_CANCELLED` after teardown) or the first failed key's. -600 for NULL.
+ */
+int mc_ticket_status(const mc_ticket_t *ticket);
+
+/**
+ * Waits until the ticket is final; returns its status, or `MC_PENDING` when `timeout_ms`
+ * (negative: no limit) passed first. For host code outside graphs. -600 for NULL.
+ */
+int mc_ticket_wait(const mc_ticket_t *ticket, int64_t timeout_ms);
+
+/**
+ * Number of keys of the call (the length `mc_ticket_results` expects); 0 for NULL.
+ */
+size_t mc_ticket_key_count(const mc_ticket_t *ticket);
+
+/**
+ * Writes per key, in call order, the bytes read or the key's negative error into
+ * `results[count]`; final once `mc_ticket_status` is not `MC_PENDING`. Returns 0; -600 for
+ * NULL arguments or a `count` other than `mc_ticket_key_count`.
+ */
+int mc_ticket_results(const mc_ticket_t *ticket, int64_t *results, size_t count);
+
+/**
+ * The device-readable address of the ticket's status word (a 32-bit integer): `MC_PENDING`
+ * until the call's data is known, then 0 or a negative code — written before the stream's
+ * gate opens, so a kernel enqueued after the call reads the final value. For CUDA it is a
+ * device pointer to mapped pinned memory; for host streams a host address. Valid until
+ * `mc_ticket_free`. NULL for NULL.
+ */
+const int32_t *mc_ticket_status_word(const mc_ticket_t *ticket);
+
+/**
+ * Releases the caller's handle. NULL is fine. Safe before the ticket is final.
+ */
+void mc_ticket_free(mc_ticket_t *ticket);
 
 #ifdef __cplusplus
 }  // extern "C"

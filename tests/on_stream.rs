@@ -5,8 +5,9 @@
 
 mod common;
 
+use common::streams::{buf, embedded, on, Blocker};
 use common::{local_client, pattern, wait_until, PeerClient};
-use mooncake_rs::client::{Buf, Client, SetupConfig};
+use mooncake_rs::client::{Buf, Client};
 use mooncake_rs::master::{MasterConfig, MasterService};
 use mooncake_rs::rpc::RpcServer;
 use mooncake_rs::stream::{HostEvent, HostStream, StreamRef, Ticket, TICKET_PENDING};
@@ -18,46 +19,6 @@ use std::time::Duration;
 
 const MIB: usize = 1 << 20;
 const LIMIT: Option<Duration> = Some(Duration::from_secs(20));
-
-fn embedded(segment: u64) -> Client {
-    Client::setup(SetupConfig {
-        local_hostname: "stream-test".into(),
-        global_segment_size: segment,
-        local_buffer_size: 0,
-        master_server_addr: "embedded".into(),
-        ..SetupConfig::default()
-    })
-    .expect("embedded setup")
-}
-
-fn on(segment: &str) -> ReplicateConfig {
-    ReplicateConfig {
-        preferred_segments: vec![segment.to_string()],
-        ..ReplicateConfig::default()
-    }
-}
-
-/// A host-stream item that blocks the stream until [`Blocker::release`] (or 30 s).
-struct Blocker(Arc<AtomicBool>);
-
-impl Blocker {
-    fn block(stream: &HostStream) -> Blocker {
-        let open = Arc::new(AtomicBool::new(false));
-        let flag = open.clone();
-        stream.launch(move || {
-            let _ = wait_until(Duration::from_secs(30), || flag.load(Ordering::Acquire));
-        });
-        Blocker(open)
-    }
-
-    fn release(&self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
-
-fn buf(v: &mut [u8]) -> Vec<Buf> {
-    vec![Buf::new(v.as_mut_ptr() as usize, v.len() as u64)]
-}
 
 fn get_on(client: &Client, keys: &[&str], outs: &mut [Vec<u8>], stream: &HostStream) -> Ticket {
     let bufs = outs.iter_mut().map(|o| buf(o)).collect();

@@ -57,6 +57,18 @@ pub const MC_ERR_CHECKSUM_MISMATCH: i32 = 0 - 801;
 pub const MC_ERR_RPC_FAIL: i32 = 0 - 900;
 /// A master RPC timed out.
 pub const MC_ERR_RPC_TIMEOUT: i32 = 0 - 901;
+/// The operation is not supported here (e.g. no runtime for an on-stream call's stream kind).
+pub const MC_ERR_NOT_SUPPORTED: i32 = 0 - 1012;
+/// Resources for on-stream calls (ticket slots, pinned staging) are exhausted for now: free
+/// tickets or wait for earlier calls to complete, then retry (mooncake-rs code).
+pub const MC_ERR_TRY_AGAIN: i32 = 0 - 9001;
+/// The stream is being captured into a graph; on-stream calls cannot be captured
+/// (mooncake-rs code).
+pub const MC_ERR_STREAM_CAPTURE_UNSUPPORTED: i32 = 0 - 9002;
+/// An on-stream transfer missed its deadline (`MC_STREAM_TIMEOUT_MS`) (mooncake-rs code).
+pub const MC_ERR_TRANSFER_TIMEOUT: i32 = 0 - 9003;
+/// The store was torn down before an on-stream transfer completed (mooncake-rs code).
+pub const MC_ERR_CANCELLED: i32 = 0 - 9004;
 
 static VERSION: &std::ffi::CStr = match std::ffi::CStr::from_bytes_with_nul(
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes(),

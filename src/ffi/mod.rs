@@ -32,3 +32,5 @@ pub mod store_c;
 pub mod store_get;
 pub mod store_put;
 pub mod store_session;
+pub mod store_stream;
+pub mod stream;

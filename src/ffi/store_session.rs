@@ -11,7 +11,7 @@ use crate::error::Result;
 use std::ffi::{c_char, c_int, c_void};
 
 /// Per-key offsets `offsets[i][j]` (`buf_counts[i]` entries each).
-fn offsets(
+pub(super) fn offsets(
     offsets: *const *const u64,
     buf_counts: *const usize,
     count: usize,

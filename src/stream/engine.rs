@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 /// Which stream a call is enqueued on.
 #[derive(Clone, Copy)]
 pub enum StreamRef<'a> {
+    /// No stream: the blocking call runs, and the returned ticket is already final.
+    Blocking,
     /// One of our host streams.
     Host(&'a HostStream),
     /// A raw `CUstream` (`cudaStream_t`); never the NULL stream (that is the blocking call).
@@ -66,19 +68,23 @@ pub(crate) struct Copy {
 /// What to enqueue for one call: `direct` copies (sources already in place: resident
 /// replicas, or the caller's memory for puts), then — if `gated` — the gate, then `staged`
 /// copies, then the release marker.
+///
+/// `commits`: the release does real work (a put's transfers and commit), so it runs on a
+/// worker rather than the housekeeper, and the status word is written only then.
 #[derive(Default)]
 pub(crate) struct Plan {
     pub direct: Vec<Copy>,
     pub gated: bool,
     pub staged: Vec<Copy>,
+    pub commits: bool,
 }
 
 /// A fetch run by a worker for a gated ticket; it must open the gate (or leave it to the
 /// deadline) and may record per-key failures.
 pub(crate) type Fetch = Box<dyn FnOnce(&TicketState) + Send>;
 
-/// A gated ticket and its fetch, queued for a fetch worker.
-type Job = (Arc<TicketState>, Fetch);
+/// Work for the worker pool: a fetch for a gated ticket, or a release that commits.
+type Job = Box<dyn FnOnce() + Send>;
 
 /// Engine sizes, from the environment at setup.
 #[derive(Clone, Debug)]
@@ -161,6 +167,8 @@ pub struct StreamMetrics {
 
 struct Shared {
     config: StreamConfig,
+    /// The worker pool's queue; `None` once shut down.
+    jobs: Mutex<Option<Sender<Job>>>,
     slab: Arc<GateSlab>,
     staging: Arc<StagingPool>,
     /// Tickets issued and not yet released, for deadlines and teardown.
@@ -174,7 +182,6 @@ struct Shared {
 /// The engine. Thread-safe; owned by the client core.
 pub(crate) struct StreamEngine {
     shared: Arc<Shared>,
-    jobs: Mutex<Option<Sender<Job>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
     housekeeper: Mutex<Option<JoinHandle<()>>>,
 }
@@ -195,8 +202,10 @@ impl StreamEngine {
         .or_else(|_| GateSlab::new(config.tickets, Ok))?;
         let staging = StagingPool::new(config.staging_bytes)?;
         let (released_tx, released_rx) = crossbeam_channel::unbounded();
+        let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Job>();
         let shared = Arc::new(Shared {
             config: config.clone(),
+            jobs: Mutex::new(Some(jobs_tx)),
             slab,
             staging,
             outstanding: Mutex::new(HashMap::new()),
@@ -205,7 +214,6 @@ impl StreamEngine {
             next_id: AtomicU64::new(1),
             counters: StreamCounters::default(),
         });
-        let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Job>();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name)
@@ -227,7 +235,6 @@ impl StreamEngine {
         )?;
         Ok(StreamEngine {
             shared,
-            jobs: Mutex::new(Some(jobs_tx)),
             workers: Mutex::new(workers),
             housekeeper: Mutex::new(Some(housekeeper)),
         })
@@ -238,6 +245,9 @@ impl StreamEngine {
     /// stream), `STREAM_CAPTURE_UNSUPPORTED`.
     pub(crate) fn target(&self, stream: StreamRef<'_>) -> Result<Target> {
         let (name, handle) = match stream {
+            StreamRef::Blocking => {
+                return fail(ErrorCode::InternalError, "a blocking call has no stream")
+            }
             StreamRef::Host(s) => return Ok(Target::Host(s.clone())),
             StreamRef::Cuda(h) => ("cuda", h),
             StreamRef::Ascend(h) => ("ascend", h),
@@ -354,9 +364,15 @@ impl StreamEngine {
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + shared.config.timeout;
         let state = Arc::new(TicketState::new(
-            id, slot, plan.gated, deadline, results, hold,
+            id,
+            slot,
+            plan.gated,
+            plan.commits,
+            deadline,
+            results,
+            hold,
         ));
-        if !plan.gated {
+        if !plan.gated && !plan.commits {
             state.publish_issue_status();
         }
         let counters = &shared.counters;
@@ -384,14 +400,46 @@ impl StreamEngine {
             );
         }
         if plan.gated {
-            let sent = match (self.jobs.lock().as_ref(), fetch) {
-                (Some(jobs), Some(fetch)) => jobs.send((state.clone(), fetch)).is_ok(),
-                _ => false,
+            let sent = match fetch {
+                Some(fetch) => {
+                    let ticket = state.clone();
+                    shared.submit(Box::new(move || {
+                        if ticket.gate_is_open() {
+                            return; // cancelled or timed out before it started
+                        }
+                        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            fetch(&ticket)
+                        }));
+                        if run.is_err() {
+                            ticket.open_gate(Err(ErrorCode::InternalError));
+                        }
+                    }))
+                }
+                None => false,
             };
             if !sent {
                 state.open_gate(Err(ErrorCode::Cancelled));
             }
         }
+        Ok(Ticket { state })
+    }
+
+    /// A ticket that is already final (the blocking form of an on-stream call). `TRY_AGAIN`
+    /// when no slot is free (its status word needs one), `CANCELLED` after teardown.
+    pub(crate) fn completed(&self, results: Vec<Result<u64>>) -> Result<Ticket> {
+        let slot = self.reserve()?;
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let state = Arc::new(TicketState::new(
+            id,
+            slot,
+            false,
+            false,
+            Instant::now(),
+            results,
+            Box::new(|_| {}),
+        ));
+        state.publish_issue_status();
+        state.release(|_| {});
         Ok(Ticket { state })
     }
 
@@ -435,7 +483,7 @@ impl StreamEngine {
                 shared.counters.cancelled.fetch_add(1, Ordering::Relaxed);
             }
         }
-        drop(self.jobs.lock().take());
+        drop(shared.jobs.lock().take());
         let me = std::thread::current().id();
         for worker in self.workers.lock().drain(..) {
             if worker.thread().id() != me {
@@ -577,6 +625,16 @@ unsafe extern "C" fn release_marker(arg: *mut c_void) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Marker(data).fire()));
 }
 
+impl Shared {
+    /// Queues `job` for the worker pool; false once the pool is shut down.
+    fn submit(&self, job: Job) -> bool {
+        match self.jobs.lock().as_ref() {
+            Some(jobs) => jobs.send(job).is_ok(),
+            None => false,
+        }
+    }
+}
+
 fn fetch_worker(jobs: &Receiver<Job>) {
     if let Some(ops) = device::runtime()
         .backend()
@@ -584,26 +642,32 @@ fn fetch_worker(jobs: &Receiver<Job>) {
     {
         ops.prepare_thread();
     }
-    for (ticket, fetch) in jobs.iter() {
-        if ticket.gate_is_open() {
-            continue; // cancelled or timed out before it started
-        }
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fetch(&ticket)));
-        if run.is_err() {
-            ticket.open_gate(Err(ErrorCode::InternalError));
+    for job in jobs.iter() {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+            tracing::error!("a stream worker job panicked; the worker continues");
         }
     }
 }
 
-fn housekeeper(shared: &Shared, released: &Receiver<Arc<TicketState>>) {
+fn housekeeper(shared: &Arc<Shared>, released: &Receiver<Arc<TicketState>>) {
+    let dispatch = |ticket: Arc<TicketState>| {
+        if ticket.commits {
+            let on_worker = shared.clone();
+            let queued = ticket.clone();
+            if shared.submit(Box::new(move || release(&on_worker, &queued))) {
+                return;
+            }
+        }
+        release(shared, &ticket);
+    };
     loop {
         match released.recv_timeout(Duration::from_millis(10)) {
-            Ok(ticket) => release(shared, &ticket),
+            Ok(ticket) => dispatch(ticket),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
         while let Ok(ticket) = released.try_recv() {
-            release(shared, &ticket);
+            dispatch(ticket);
         }
         let now = Instant::now();
         let late: Vec<Arc<TicketState>> = shared

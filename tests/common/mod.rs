@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod standin;
+pub mod streams;
 
 use mooncake_rs::client::{Client, SetupConfig};
 use std::io::{BufRead, BufReader};
