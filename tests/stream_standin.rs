@@ -14,6 +14,7 @@ mod common;
 
 use common::pattern;
 use common::standin::*;
+use common::streams::on;
 use mooncake_rs::client::{Buf, Client};
 use mooncake_rs::device::{self, DeviceAlloc};
 use mooncake_rs::stream::{HostStream, StreamRef, Ticket, TICKET_PENDING};
@@ -393,13 +394,6 @@ fn get_on(client: &Client, keys: &[&str], dsts: &[DeviceAlloc], stream: StreamRe
         .expect("on-stream get issued")
 }
 
-fn on(segment: String) -> ReplicateConfig {
-    ReplicateConfig {
-        preferred_segments: vec![segment],
-        ..ReplicateConfig::default()
-    }
-}
-
 /// The gate's cost on the stream: CUDA waits on the word itself, Ascend polls it in a host
 /// function (`fake_waits`, `fake_host_fns`).
 fn gate_ops(driver: Driver) -> (u64, u64) {
@@ -489,7 +483,7 @@ fn remote_scenario(driver: Driver) {
     let reader = master.client(0);
     let value = pattern(3 * MIB as usize + 5, 9);
     owner
-        .put_from("far", &value, &on(owner.get_hostname()))
+        .put_from("far", &value, &on(&owner.get_hostname()))
         .unwrap();
     let stream = DevStream::new(driver);
     let dsts = filled(&[value.len()]);
@@ -528,7 +522,7 @@ fn remote_scenario(driver: Driver) {
     // the copy behind it must still see them all.
     let big = pattern(16 * MIB as usize, 10);
     owner
-        .put_from("big", &big, &on(owner.get_hostname()))
+        .put_from("big", &big, &on(&owner.get_hostname()))
         .unwrap();
     let dsts = filled(&[big.len()]);
     let ticket = get_on(&reader, &["big"], &dsts, stream.as_ref());
