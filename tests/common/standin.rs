@@ -10,27 +10,38 @@ use mooncake_rs::rpc::RpcServer;
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 pub const MIB: u64 = 1 << 20;
 
 // ---------------------------------------------------------------- parent side
 
-/// Compiles `tests/standin/<source>` into `<tmp>/standin-<variant>/<lib>` and returns the
-/// folder.
+/// Compiles `tests/standin/<source>` into `<tmp>/standin-<variant>/<lib>` (once per process)
+/// and returns the folder. The library is written under a temporary name and renamed into
+/// place, so a child of a concurrent test that is loading the previous build never sees a
+/// half-written file.
 pub fn build(source: &str, lib: &str, variant: &str, defines: &[&str]) -> PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("standin-{variant}"));
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if built.iter().any(|v| v == variant) {
+        return dir;
+    }
     std::fs::create_dir_all(&dir).unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/standin")
         .join(source);
+    let partial = dir.join(format!(".{lib}.{}", std::process::id()));
     let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
         .args(["-shared", "-fPIC", "-O1", "-Wall", "-o"])
-        .arg(dir.join(lib))
+        .arg(&partial)
         .arg(&src)
         .args(defines)
         .status()
         .expect("a C compiler (cc) is needed to build the stand-in driver");
     assert!(status.success(), "building {source} failed");
+    std::fs::rename(&partial, dir.join(lib)).unwrap();
+    built.push(variant.to_string());
     dir
 }
 
