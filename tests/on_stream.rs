@@ -417,3 +417,37 @@ fn a_peer_killed_mid_transfer_fails_the_ticket_and_the_stream_goes_on() {
     }));
     assert!(reader.metrics().stream.tickets_failed >= 1);
 }
+
+#[test]
+fn staging_exhaustion_is_try_again_and_gives_the_pins_back() {
+    let master = MasterService::new(MasterConfig::default());
+    let server = RpcServer::start("127.0.0.1:0".parse().unwrap(), master.clone()).unwrap();
+    let addr = server.local_addr().to_string();
+    let peer = local_client(&addr, 96 * MIB as u64, 0);
+    let reader = local_client(&addr, 8 * MIB as u64, 0);
+    let keys = ["s0", "s1", "s2"];
+    for (i, k) in keys.iter().enumerate() {
+        reader
+            .put_from(k, &pattern(24 * MIB, i as u8), &on(&peer.get_hostname()))
+            .unwrap();
+    }
+    let stream = HostStream::new().unwrap();
+    let mut outs: Vec<Vec<u8>> = keys.iter().map(|_| vec![0u8; 24 * MIB]).collect();
+    let bufs = outs.iter_mut().map(|o| buf(o)).collect();
+    // 72 MiB of remote data does not fit the default 64 MiB of staging.
+    let refused = unsafe {
+        reader.batch_get_into_on_stream_raw(&keys, bufs, false, StreamRef::Host(&stream))
+    };
+    assert_eq!(refused.err(), Some(ErrorCode::TryAgain));
+    let m = reader.metrics().stream;
+    assert_eq!(
+        (m.pins_held, m.staging_bytes_in_use, m.tickets_issued),
+        (0, 0, 0)
+    );
+    assert_eq!(master.metrics().active_pins, 0, "the pins were given back");
+    // Two of them fit.
+    let t = get_on(&reader, &keys[..2], &mut outs[..2], &stream);
+    assert_eq!(t.wait(LIMIT), 0);
+    assert_eq!(outs[1], pattern(24 * MIB, 1));
+    drop(peer);
+}

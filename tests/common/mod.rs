@@ -166,6 +166,12 @@ impl PeerClient {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Sends `signal` (e.g. `libc::SIGSTOP`) to the peer.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: a plain kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
 }
 
 impl Drop for PeerClient {
