@@ -126,6 +126,24 @@ int64_t with_event(const std::function<int64_t(mc_host_event_t *)> &f) {
     return rc;
 }
 
+const void *g_src[1] = {g_buf};
+const void *const *g_src_rows[1] = {g_src};
+const char *g_dup_keys[kN] = {"args/dup", "args/dup"};
+
+int64_t put_on(mc_store_t *s, const char *const *keys, const void *const *bufs, const size_t *sizes,
+               size_t count, const mc_replicate_config_t *cfg, int32_t kind) {
+    return on_stream([&](mc_ticket_t **t) {
+        return mc_store_batch_put_from_on_stream(s, keys, bufs, sizes, count, cfg, kind, host(), t);
+    });
+}
+int64_t put_multi_on(mc_store_t *s, const void *const *const *bufs, const size_t *counts,
+                     int32_t kind) {
+    return on_stream([&](mc_ticket_t **t) {
+        return mc_store_batch_put_from_multi_buffers_on_stream(s, g_known, 1, bufs, g_out_size_rows,
+                                                               counts, nullptr, kind, host(), t);
+    });
+}
+
 int64_t get_on(mc_store_t *s, const char *const *keys, void *const *bufs, const size_t *sizes,
                size_t count, int32_t kind, void *stream) {
     return on_stream([&](mc_ticket_t **t) {
@@ -267,6 +285,20 @@ const std::vector<Case> &cases() {
         {"ranges_on_stream_null_buf_counts", [](mc_store_t *s) { return ranges_on(s, g_known, g_out_rows, g_out_size_rows, g_zero_rows, nullptr, MC_STREAM_HOST); }},
         {"ranges_on_stream_unknown_kind", [](mc_store_t *s) { return ranges_on(s, g_known, g_out_rows, g_out_size_rows, g_zero_rows, g_one, 3); }},
         {"ranges_on_stream_null_ticket_out", [](mc_store_t *s) { return (int64_t)mc_store_get_into_ranges_on_stream(s, g_known, 1, g_out_rows, g_out_size_rows, g_zero_rows, g_one, MC_STREAM_HOST, host(), nullptr); }},
+        // on-stream puts (nothing is reserved by a refused call)
+        {"put_on_stream_null_store", [](mc_store_t *) { return put_on(nullptr, g_known, g_src, g_out_size, 1, nullptr, MC_STREAM_HOST); }},
+        {"put_on_stream_null_keys", [](mc_store_t *s) { return put_on(s, nullptr, g_src, g_out_size, 1, nullptr, MC_STREAM_HOST); }},
+        {"put_on_stream_null_bufs", [](mc_store_t *s) { return put_on(s, g_known, nullptr, g_out_size, 1, nullptr, MC_STREAM_HOST); }},
+        {"put_on_stream_null_sizes", [](mc_store_t *s) { return put_on(s, g_known, g_src, nullptr, 1, nullptr, MC_STREAM_HOST); }},
+        {"put_on_stream_duplicate_key", [](mc_store_t *s) { return put_on(s, g_dup_keys, g_cbufs, g_sizes, kN, nullptr, MC_STREAM_HOST); }},
+        {"put_on_stream_bad_cfg_enum", [](mc_store_t *s) { mc_replicate_config_t c = config_with([](mc_replicate_config_t &x) { x.soft_pin_action = 9; }); return put_on(s, g_known, g_src, g_out_size, 1, &c, MC_STREAM_HOST); }},
+        {"put_on_stream_unknown_kind", [](mc_store_t *s) { return put_on(s, g_known, g_src, g_out_size, 1, nullptr, 3); }},
+        {"put_on_stream_null_ticket_out", [](mc_store_t *s) { return (int64_t)mc_store_batch_put_from_on_stream(s, g_known, g_src, g_out_size, 1, nullptr, MC_STREAM_HOST, host(), nullptr); }},
+        {"put_multi_on_stream_null_store", [](mc_store_t *) { return put_multi_on(nullptr, g_src_rows, g_one, MC_STREAM_HOST); }},
+        {"put_multi_on_stream_null_bufs", [](mc_store_t *s) { return put_multi_on(s, nullptr, g_one, MC_STREAM_HOST); }},
+        {"put_multi_on_stream_null_buf_counts", [](mc_store_t *s) { return put_multi_on(s, g_src_rows, nullptr, MC_STREAM_HOST); }},
+        {"put_multi_on_stream_unknown_kind", [](mc_store_t *s) { return put_multi_on(s, g_src_rows, g_one, -2); }},
+        {"put_multi_on_stream_null_ticket_out", [](mc_store_t *s) { return (int64_t)mc_store_batch_put_from_multi_buffers_on_stream(s, g_known, 1, g_src_rows, g_out_size_rows, g_one, nullptr, MC_STREAM_HOST, host(), nullptr); }},
         // tickets (NULL ticket: -600, or 0 / NULL where the return type has no code)
         {"ticket_status_null", [](mc_store_t *) { return (int64_t)mc_ticket_status(nullptr); }},
         {"ticket_wait_null", [](mc_store_t *) { return (int64_t)mc_ticket_wait(nullptr, 0); }},

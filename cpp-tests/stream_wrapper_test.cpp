@@ -1,4 +1,4 @@
-// On-stream gets through the C++ wrapper (HostStream, HostEvent, Ticket and the three
+// On-stream gets and puts through the C++ wrapper (HostStream, HostEvent, Ticket and the
 // RealClient::*_on_stream methods), embedded master, host streams. Compiled with
 // -fno-exceptions: the wrapper must not need them. Every wait is bounded.
 //
@@ -6,6 +6,7 @@
 // the stream (destroyed after it drained), blockers after it (released before it drains).
 #include "support.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -104,6 +105,46 @@ TEST_F(StreamWrapperTest, HeldStreamKeepsEveryCallPendingUntilReleased) {
     }
 }
 
+TEST_F(StreamWrapperTest, PutsReadTheSourceInStreamOrderAndCommitWhenFinal) {
+    std::vector<char> value = pattern(3 * kLayer, 61);
+    std::vector<char> src(value.size(), 0);                // produced on the stream, after the call
+    std::vector<char> head = pattern(1000, 62), tail = pattern(24, 63);
+    std::vector<char> out(value.size(), 0);
+    HostStream stream;
+    StreamBlocker blocker(stream.get());
+    ASSERT_EQ(stream.launch([&] { std::copy(value.begin(), value.end(), src.begin()); }),
+              0);  // the producer
+    OnStreamResult one = client->batch_put_from_on_stream({key("one")}, {src.data()}, {src.size()},
+                                                          {}, MC_STREAM_HOST, stream.get());
+    OnStreamResult multi = client->batch_put_from_multi_buffers_on_stream(
+        {key("multi")}, {{head.data(), tail.data()}}, {{head.size(), tail.size()}}, {},
+        MC_STREAM_HOST, stream.get());
+    ASSERT_EQ(one.rc, 0) << test::last_error();
+    ASSERT_EQ(multi.rc, 0) << test::last_error();
+    EXPECT_EQ(one.ticket.status(), MC_PENDING);
+    EXPECT_LT(client->get_into(key("one"), out.data(), out.size()), 0);  // invisible until final
+    blocker.release();
+    EXPECT_EQ(one.ticket.wait(kStreamWaitMs), 0);
+    EXPECT_EQ(one.ticket.results(), std::vector<int64_t>{static_cast<int64_t>(value.size())});
+    EXPECT_EQ(multi.ticket.wait(kStreamWaitMs), 0);
+    EXPECT_EQ(multi.ticket.results(), std::vector<int64_t>{1024});
+    ASSERT_EQ(client->get_into(key("one"), out.data(), out.size()),
+              static_cast<int64_t>(value.size()));
+    EXPECT_EQ(out, value);  // the producer's bytes, not the zeros at call time
+    std::vector<char> joined = head;
+    joined.insert(joined.end(), tail.begin(), tail.end());
+    std::vector<char> back(joined.size());
+    EXPECT_EQ(client->get_into(key("multi"), back.data(), back.size()), 1024);
+    EXPECT_EQ(back, joined);
+
+    mooncake_rs::ReplicateConfig refused;
+    refused.prefer_alloc_in_same_node = true;  // rejected before any call, as by put()
+    OnStreamResult r = client->batch_put_from_on_stream({key("r")}, {src.data()}, {src.size()},
+                                                        refused, MC_STREAM_HOST, stream.get());
+    EXPECT_EQ(r.rc, test::kInvalidParams);
+    EXPECT_FALSE(r.ticket.valid());
+}
+
 TEST_F(StreamWrapperTest, PerKeyErrorsLandInTheTicket) {
     std::vector<char> value = put_kv("present", 7);
     std::vector<char> a(value.size()), b(16);
@@ -140,6 +181,10 @@ TEST_F(StreamWrapperTest, MismatchedShapesAreRefusedWithoutACall) {
         {key("a")}, {{out.data()}}, {{4, 4}}, MC_STREAM_HOST, stream.get()));
     refused.push_back(client->batch_get_into_multi_buffer_ranges_on_stream(
         {key("a")}, {{out.data()}}, {{8}}, {{0, 0}}, MC_STREAM_HOST, stream.get()));
+    refused.push_back(client->batch_put_from_on_stream({key("a")}, {out.data()}, {}, {},
+                                                       MC_STREAM_HOST, stream.get()));
+    refused.push_back(client->batch_put_from_multi_buffers_on_stream(
+        {key("a"), key("b")}, {{out.data()}}, {{8}}, {}, MC_STREAM_HOST, stream.get()));
     for (const OnStreamResult &r : refused) {
         EXPECT_EQ(r.rc, test::kInvalidParams);
         EXPECT_FALSE(r.ticket.valid());

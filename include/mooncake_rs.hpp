@@ -678,15 +678,16 @@ public:
         return mc_store_batch_get_session_end(store_, c.data(), c.size());
     }
 
-    // --- on-stream gets (seed: layer-wise KV load on the caller's stream) -----------------------
+    // --- on-stream gets and puts (seed: layer-wise KV load/save on the caller's stream) ----------
     //
     // `stream_kind` is MC_STREAM_HOST (`stream` = HostStream::get()), MC_STREAM_CUDA
     // (cudaStream_t) or MC_STREAM_ASCEND (aclrtStream); `stream` nullptr runs the blocking call
     // and returns a final ticket. Each returns {0, ticket} once the work is enqueued (per-key
     // outcomes in the ticket), or {code, empty ticket} when nothing was enqueued: -600 (bad
-    // arguments; mismatched vector shapes are refused here without a call), -1012 (no runtime
-    // for the kind), -9001 TRY_AGAIN, -9002 STREAM_CAPTURE_UNSUPPORTED. Buffers must stay valid
-    // and untouched until the stream has passed the call.
+    // arguments; mismatched vector shapes or a rejected ReplicateConfig are refused here without
+    // a call), -1012 (no runtime for the kind), -9001 TRY_AGAIN, -9002
+    // STREAM_CAPTURE_UNSUPPORTED. Buffers must stay valid and untouched until the stream has
+    // passed the call.
 
     /** batch_get_into on a stream: keys[i] into buffers[i] (capacity sizes[i]). */
     OnStreamResult batch_get_into_on_stream(const std::vector<std::string> &keys,
@@ -734,6 +735,44 @@ public:
             return mc_store_get_into_ranges_on_stream(
                 store_, c.data(), c.size(), bufs.ptrs.data(), sizes.ptrs.data(),
                 offsets.ptrs.data(), bufs.counts.data(), stream_kind, stream, ticket);
+        });
+    }
+    /**
+     * batch_put_from ordered on a producer's stream: reserves the objects and returns; when the
+     * stream reaches the call the sources are copied and the objects committed. The ticket turns
+     * 0 only after the commit (a get before that sees the old state); per key it holds the bytes
+     * written or the error. Sources must stay valid and unchanged until the stream passed the call.
+     */
+    OnStreamResult batch_put_from_on_stream(const std::vector<std::string> &keys,
+                                            const std::vector<void *> &buffers,
+                                            const std::vector<size_t> &sizes,
+                                            const ReplicateConfig &config, int32_t stream_kind,
+                                            void *stream) {
+        std::vector<const char *> c = detail::c_keys(keys);
+        detail::CConfig cfg(config);
+        bool ok = buffers.size() == keys.size() && sizes.size() == keys.size() && !cfg.rejected();
+        return on_stream(ok, [&](mc_ticket_t **ticket) {
+            return mc_store_batch_put_from_on_stream(store_, c.data(), buffers.data(), sizes.data(),
+                                                     c.size(), cfg.get(), stream_kind, stream,
+                                                     ticket);
+        });
+    }
+    /** batch_put_from_multi_buffers ordered on a stream (each object the concatenation of its
+     *  buffers); as batch_put_from_on_stream. */
+    OnStreamResult batch_put_from_multi_buffers_on_stream(
+        const std::vector<std::string> &keys, const std::vector<std::vector<void *>> &all_buffers,
+        const std::vector<std::vector<size_t>> &all_sizes, const ReplicateConfig &config,
+        int32_t stream_kind, void *stream) {
+        std::vector<const char *> c = detail::c_keys(keys);
+        detail::Rows<void *> bufs(all_buffers);
+        detail::Rows<size_t> sizes(all_sizes);
+        detail::CConfig cfg(config);
+        bool ok = all_buffers.size() == keys.size() &&
+                  detail::same_shape(all_buffers, all_sizes) && !cfg.rejected();
+        return on_stream(ok, [&](mc_ticket_t **ticket) {
+            return mc_store_batch_put_from_multi_buffers_on_stream(
+                store_, c.data(), c.size(), bufs.ptrs.data(), sizes.ptrs.data(),
+                bufs.counts.data(), cfg.get(), stream_kind, stream, ticket);
         });
     }
     /** Reserves objects of `sizes` bytes for ranged writes; per key 0 or an error (-705 exists). */

@@ -287,6 +287,39 @@ fn null_store_everywhere() {
         BAD,
         "ranges on stream",
     );
+    expect(
+        mc_store_batch_put_from_on_stream(
+            n,
+            null(),
+            null(),
+            null(),
+            0,
+            null(),
+            0,
+            null_mut(),
+            &mut t,
+        )
+        .into(),
+        BAD,
+        "put on stream",
+    );
+    expect(
+        mc_store_batch_put_from_multi_buffers_on_stream(
+            n,
+            null(),
+            0,
+            null(),
+            null(),
+            null(),
+            null(),
+            0,
+            null_mut(),
+            &mut t,
+        )
+        .into(),
+        BAD,
+        "put multi on stream",
+    );
     assert!(t.is_null());
     // NULL-tolerant functions.
     mc_store_free(null_mut());
@@ -860,6 +893,20 @@ fn bad_on_stream_ticket_host_stream_and_event_arguments() {
         one.as_ptr(),
     );
     let host = MC_STREAM_HOST;
+    let srcs = [b"v".as_ptr().cast::<c_void>()];
+    let src_rows = [srcs.as_ptr()];
+    let one_rows = [one.as_ptr()];
+    let (p, pr, pz) = (srcs.as_ptr(), src_rows.as_ptr(), one_rows.as_ptr());
+    let dup = [c"dup".as_ptr(), c"dup".as_ptr()];
+    let two_srcs = [p.cast::<c_void>(), p.cast()];
+    let two_sizes = [1usize, 1];
+    let mut bad_cfg = std::mem::MaybeUninit::uninit();
+    mc_replicate_config_init(bad_cfg.as_mut_ptr());
+    // SAFETY: initialised above.
+    let bad_cfg = mc_replicate_config_t {
+        soft_pin_action: 9,
+        ..unsafe { bad_cfg.assume_init() }
+    };
 
     // Each on-stream call with one argument spoiled: -600, a message, *ticket reset to NULL.
     let calls: Vec<(&str, TicketCall)> = vec![
@@ -997,6 +1044,127 @@ fn bad_on_stream_ticket_host_stream_and_event_arguments() {
             "ranges: unknown kind",
             Box::new(|t| mc_store_get_into_ranges_on_stream(s, k, 1, r, zr, o, c, 3, stream, t)),
         ),
+        (
+            "put: NULL store",
+            Box::new(|t| {
+                mc_store_batch_put_from_on_stream(
+                    null_mut(),
+                    k,
+                    p,
+                    one.as_ptr(),
+                    1,
+                    null(),
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "put: NULL bufs",
+            Box::new(|t| {
+                mc_store_batch_put_from_on_stream(
+                    s,
+                    k,
+                    null(),
+                    one.as_ptr(),
+                    1,
+                    null(),
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "put: key listed twice",
+            Box::new(|t| {
+                mc_store_batch_put_from_on_stream(
+                    s,
+                    dup.as_ptr(),
+                    two_srcs.as_ptr(),
+                    two_sizes.as_ptr(),
+                    2,
+                    null(),
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "put: bad cfg",
+            Box::new(|t| {
+                mc_store_batch_put_from_on_stream(
+                    s,
+                    k,
+                    p,
+                    one.as_ptr(),
+                    1,
+                    &bad_cfg,
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "put: unknown kind",
+            Box::new(|t| {
+                mc_store_batch_put_from_on_stream(s, k, p, one.as_ptr(), 1, null(), 3, stream, t)
+            }),
+        ),
+        (
+            "put multi: NULL store",
+            Box::new(|t| {
+                mc_store_batch_put_from_multi_buffers_on_stream(
+                    null_mut(),
+                    k,
+                    1,
+                    pr,
+                    pz,
+                    c,
+                    null(),
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "put multi: NULL buf_counts",
+            Box::new(|t| {
+                mc_store_batch_put_from_multi_buffers_on_stream(
+                    s,
+                    k,
+                    1,
+                    pr,
+                    pz,
+                    null(),
+                    null(),
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "put multi: unknown kind",
+            Box::new(|t| {
+                mc_store_batch_put_from_multi_buffers_on_stream(
+                    s,
+                    k,
+                    1,
+                    pr,
+                    pz,
+                    c,
+                    null(),
+                    -1,
+                    stream,
+                    t,
+                )
+            }),
+        ),
     ];
     for (what, call) in calls {
         let mut ticket = std::ptr::NonNull::<mc_ticket_t>::dangling().as_ptr();
@@ -1030,6 +1198,41 @@ fn bad_on_stream_ticket_host_stream_and_event_arguments() {
         BAD,
         "ranges: NULL ticket",
     );
+    expect(
+        mc_store_batch_put_from_on_stream(
+            s,
+            k,
+            p,
+            one.as_ptr(),
+            1,
+            null(),
+            host,
+            stream,
+            null_mut(),
+        )
+        .into(),
+        BAD,
+        "put: NULL ticket",
+    );
+    expect(
+        mc_store_batch_put_from_multi_buffers_on_stream(
+            s,
+            k,
+            1,
+            pr,
+            pz,
+            c,
+            null(),
+            host,
+            stream,
+            null_mut(),
+        )
+        .into(),
+        BAD,
+        "put multi: NULL ticket",
+    );
+    // No refused put reserved anything.
+    assert_eq!(mc_store_is_exist(s, c"dup".as_ptr()), 0);
 
     // Tickets: NULL → -600 (0 / NULL where the return type has no code), plus a message.
     let mut r64 = [0i64; 2];
