@@ -1,4 +1,4 @@
-//! On-stream gets on *device* streams without a GPU: the stand-in drivers of
+//! On-stream gets and puts on *device* streams without a GPU: the stand-in drivers of
 //! `tests/standin/` (see `tests/device_standin.rs`) run fake streams, so these tests drive
 //! the crate's CUDA and Ascend stream operations (`device::StreamOps`) through the public
 //! `Client::*_on_stream_raw` API: the call returns before the data moves, resident replicas
@@ -60,6 +60,11 @@ fn missing_stream_symbols_mean_not_supported() {
         1,
         "{log}"
     );
+}
+
+#[test]
+fn cuda_stream_puts_copy_in_stream_order_and_commit_after_the_marker() {
+    child("cuda_stream_put", &cuda(), &[]);
 }
 
 #[test]
@@ -530,6 +535,77 @@ fn remote_scenario(driver: Driver) {
     assert_eq!(ticket.wait(LIMIT), 0);
     assert_eq!(read_device(&dsts[0]), big);
     assert_eq!(Counters::read(driver).pageable_async_sources, 0);
+}
+
+/// Stream-ordered puts from device memory: into the pinned local segment and, for a second
+/// replica on another client, through pinned staging and the transport; invisible until the
+/// commit, then readable everywhere; a host source on a device stream is refused.
+fn put_scenario(driver: Driver) {
+    let master = TcpMaster::start();
+    let producer = master.client(64 * MIB);
+    let other = master.client(64 * MIB);
+    let values = [pattern(2 * MIB as usize + 1, 21), pattern(4096, 22)];
+    let srcs: Vec<DeviceAlloc> = values.iter().map(|v| device_with(v)).collect();
+    let stream = DevStream::new(driver);
+    let config = ReplicateConfig {
+        replica_num: 2,
+        preferred_segments: vec![producer.get_hostname(), other.get_hostname()],
+        ..ReplicateConfig::default()
+    };
+    let before = Counters::read(driver);
+    let blocker = stream.block();
+    let bufs = srcs.iter().map(|d| vec![buf(d)]).collect();
+    // SAFETY: the device sources outlive the stream's work (synchronized below).
+    let ticket = unsafe {
+        producer.batch_put_from_on_stream_raw(&["p0", "p1"], bufs, &config, stream.as_ref())
+    }
+    .expect("on-stream put issued");
+    assert_eq!(ticket.status(), TICKET_PENDING);
+    assert!(
+        !other.is_exist("p0").unwrap(),
+        "invisible before the commit"
+    );
+    blocker.release();
+    stream.synchronize();
+    assert_eq!(ticket.wait(LIMIT), 0);
+    let sizes: Vec<_> = values.iter().map(|v| Ok(v.len() as u64)).collect();
+    assert_eq!(ticket.results(), sizes);
+    for (k, v) in ["p0", "p1"].iter().zip(&values) {
+        let mut out = vec![0u8; v.len()];
+        assert_eq!(other.get_into(k, &mut out), Ok(v.len() as u64));
+        assert_eq!(&out, v);
+    }
+    let enqueued = Counters::read(driver).since(before);
+    if enqueued != Counters::default() {
+        // Per key: one copy into the local segment and one into staging; the blocker and the
+        // release marker; no gate on a put.
+        assert_eq!(
+            enqueued,
+            Counters {
+                async_copies: 4,
+                pageable_async_sources: 0,
+                host_fns: 2,
+                waits: 0
+            }
+        );
+    }
+    let m = producer.metrics().stream;
+    assert_eq!((m.tickets_ok, m.staging_bytes_in_use), (1, 0));
+    // A host source cannot be copied asynchronously on a device stream.
+    let host = pattern(64, 1);
+    let bufs = vec![vec![Buf::new(host.as_ptr() as usize, 64)]];
+    // SAFETY: refused before anything is enqueued.
+    let refused =
+        unsafe { producer.batch_put_from_on_stream_raw(&["h"], bufs, &config, stream.as_ref()) };
+    assert_eq!(refused.err(), Some(ErrorCode::InvalidParams));
+    assert!(!producer.is_exist("h").unwrap());
+}
+
+#[test]
+fn child_cuda_stream_put() {
+    if is_child() {
+        put_scenario(Driver::Cuda);
+    }
 }
 
 #[test]
