@@ -22,9 +22,10 @@
  * BufferHandle owns its `mc_buffer_t` (freed by the destructor). Caller buffers passed to
  * put_from / get_into / the batch variants are borrowed for the duration of the call only.
  *
- * On-stream gets (`*_on_stream`, docs/c-api.md "On-stream gets"): HostStream, HostEvent and
- * Ticket own their C handles (move-only, freed by the destructor). The destination buffers of
- * an on-stream call are borrowed until the stream has passed the call, not just for the call.
+ * On-stream calls (`*_on_stream`, docs/c-api.md "On-stream gets (and puts)"): HostStream,
+ * HostEvent and Ticket own their C handles (move-only, freed by the destructor). The buffers of
+ * an on-stream call (get destinations, put sources) are borrowed until the stream has passed
+ * the call, not just for the call.
  */
 #ifndef MOONCAKE_RS_HPP
 #define MOONCAKE_RS_HPP
@@ -196,7 +197,7 @@ private:
 class HostEvent;
 
 /**
- * A host stream (mc_host_stream_t): functions and on-stream gets run in enqueue order on one
+ * A host stream (mc_host_stream_t): functions and on-stream calls run in enqueue order on one
  * dedicated thread. Move-only; the destructor runs everything already enqueued, then frees the
  * stream (so a launched function that never returns blocks it: release blockers first).
  * Pass it to the `*_on_stream` methods as `(MC_STREAM_HOST, stream.get())`.
