@@ -297,6 +297,18 @@ fn ticket_slots_run_out_with_try_again_and_come_back() {
     }
     assert_eq!(refused, Some(ErrorCode::TryAgain));
     assert!(client.metrics().stream.try_again >= 1);
+    // The blocking (NULL-stream) form needs a slot too, and does nothing without one.
+    let mut value = b"blocked".to_vec();
+    let blocked = unsafe {
+        client.batch_put_from_on_stream_raw(
+            &["blocked"],
+            vec![buf(&mut value)],
+            &ReplicateConfig::default(),
+            StreamRef::Blocking,
+        )
+    };
+    assert_eq!(blocked.err(), Some(ErrorCode::TryAgain));
+    assert!(!client.is_exist("blocked").unwrap(), "nothing was written");
     blocker.release();
     assert!(tickets.iter().all(|t| t.wait(LIMIT) == 0));
     drop(tickets);

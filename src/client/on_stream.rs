@@ -45,8 +45,9 @@ impl Client {
         lengths_match(keys.len(), &[bufs.len()])?;
         if let StreamRef::Blocking = stream {
             // SAFETY: forwarded from the caller.
-            let results = unsafe { self.get_into_raw(keys, bufs, exact) };
-            return core.streams.completed(results);
+            return core
+                .streams
+                .completed(|| unsafe { self.get_into_raw(keys, bufs, exact) });
         }
         let target = core.streams.target(stream)?;
         check_device_memory(&target, bufs.iter().flatten(), "destination")?;
@@ -107,9 +108,9 @@ impl Client {
         lengths_match(keys.len(), &[bufs.len(), src_offsets.len()])?;
         if let StreamRef::Blocking = stream {
             // SAFETY: forwarded from the caller.
-            let results =
-                unsafe { self.batch_get_into_multi_buffer_ranges_raw(keys, bufs, src_offsets) };
-            return core.streams.completed(results);
+            return core.streams.completed(|| unsafe {
+                self.batch_get_into_multi_buffer_ranges_raw(keys, bufs, src_offsets)
+            });
         }
         let target = core.streams.target(stream)?;
         check_device_memory(&target, bufs.iter().flatten(), "destination")?;

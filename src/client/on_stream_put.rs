@@ -59,10 +59,18 @@ impl Client {
         core.check_open()?;
         lengths_match(keys.len(), &[bufs.len()])?;
         if let StreamRef::Blocking = stream {
-            let results = core.write(keys, bufs.clone(), config, super::WriteMode::Put);
-            let sizes = bufs.iter().map(|b| plan::total_len(b).unwrap_or(0));
-            let results = results.into_iter().zip(sizes).map(|(r, n)| r.map(|()| n));
-            return core.streams.completed(results.collect());
+            return core.streams.completed(|| {
+                let sizes = bufs
+                    .iter()
+                    .map(|b| plan::total_len(b).unwrap_or(0))
+                    .collect::<Vec<_>>();
+                let results = core.write(keys, bufs, config, super::WriteMode::Put);
+                results
+                    .into_iter()
+                    .zip(sizes)
+                    .map(|(r, n)| r.map(|()| n))
+                    .collect()
+            });
         }
         check_put_args(keys, config)?;
         let target = core.streams.target(stream)?;

@@ -424,10 +424,13 @@ impl StreamEngine {
         Ok(Ticket { state })
     }
 
-    /// A ticket that is already final (the blocking form of an on-stream call). `TRY_AGAIN`
-    /// when no slot is free (its status word needs one), `CANCELLED` after teardown.
-    pub(crate) fn completed(&self, results: Vec<Result<u64>>) -> Result<Ticket> {
+    /// The blocking form of an on-stream call: reserves a slot (its status word needs one),
+    /// then runs `call` and returns a ticket that is already final with its results.
+    /// `TRY_AGAIN` when no slot is free and `CANCELLED` after teardown — in both cases
+    /// `call` has not run.
+    pub(crate) fn completed(&self, call: impl FnOnce() -> Vec<Result<u64>>) -> Result<Ticket> {
         let slot = self.reserve()?;
+        let results = call();
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let state = Arc::new(TicketState::new(
             id,
