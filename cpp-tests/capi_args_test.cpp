@@ -1,5 +1,7 @@
 // Bad arguments to every mc_* function: each call returns an error code (never crashes) and
 // leaves a non-empty message in mc_last_error_message; the handle keeps working afterwards.
+// Functions without an error code in their return type (mc_ticket_key_count,
+// mc_ticket_status_word) give 0 / NULL and the message.
 #include "support.hpp"
 
 #include <cstring>
@@ -22,16 +24,19 @@ int64_t batch_code(int rc, const T *results, size_t n) {
     return n > 0 ? results[0] : rc;
 }
 
-/** One shared, set-up embedded store for the whole suite (set-up once; checked after each case). */
+/** One shared, set-up embedded store (set-up once; checked after each case) and one host
+ *  stream for the whole suite. */
 class ArgsEnv {
 public:
-    static mc_store_t *store() {
-        static ArgsEnv env;
-        return env.store_;
-    }
+    static mc_store_t *store() { return env().store_; }
+    static mc_host_stream_t *stream() { return env().stream_; }
 
 private:
-    ArgsEnv() : store_(mc_store_new()) {
+    static ArgsEnv &env() {
+        static ArgsEnv env;
+        return env;
+    }
+    ArgsEnv() : store_(mc_store_new()), stream_(mc_host_stream_new()) {
         mc_setup_config_t config;
         mc_setup_config_init(&config);
         config.master_server_addr = "embedded";
@@ -41,8 +46,12 @@ private:
             store_ = nullptr;
         }
     }
-    ~ArgsEnv() { mc_store_free(store_); }
+    ~ArgsEnv() {
+        mc_host_stream_free(stream_);
+        mc_store_free(store_);
+    }
     mc_store_t *store_;
+    mc_host_stream_t *stream_;
 };
 
 struct Case {
@@ -78,6 +87,83 @@ mc_replicate_config_t config_with(const std::function<void(mc_replicate_config_t
 int64_t put_with(mc_store_t *s, const std::function<void(mc_replicate_config_t &)> &edit) {
     mc_replicate_config_t c = config_with(edit);
     return mc_store_put(s, "args/cfg", g_buf, 8, &c);
+}
+
+// On-stream building blocks: one key ("args/known") read into g_buf on the suite's host stream.
+const char *g_known[1] = {"args/known"};
+void *g_out[1] = {g_buf};
+size_t g_out_size[1] = {8};
+void *const *g_out_rows[1] = {g_out};
+const size_t *g_out_size_rows[1] = {g_out_size};
+const uint64_t *g_zero_rows[1] = {g_u64};
+size_t g_one[1] = {1};
+void *host() { return ArgsEnv::stream(); }
+
+/** An on-stream call's code; the ticket out-pointer must come back NULL on failure (else 1). */
+int64_t on_stream(const std::function<int(mc_ticket_t **)> &call) {
+    mc_ticket_t *ticket = reinterpret_cast<mc_ticket_t *>(g_buf);
+    int rc = call(&ticket);
+    if (rc == 0) mc_ticket_free(ticket);
+    return ticket == nullptr || rc == 0 ? rc : 1;
+}
+
+/** Runs `f` on a final ticket (a blocking get of one key) and frees it; 1 if none was made. */
+int64_t with_ticket(mc_store_t *s, const std::function<int64_t(mc_ticket_t *)> &f) {
+    mc_ticket_t *ticket = nullptr;
+    if (mc_store_batch_get_into_on_stream(s, g_known, g_out, g_out_size, 1, MC_STREAM_HOST, nullptr,
+                                          &ticket) != 0)
+        return 1;
+    int64_t rc = f(ticket);
+    mc_ticket_free(ticket);
+    return rc;
+}
+
+/** Runs `f` on a fresh host event and frees it. */
+int64_t with_event(const std::function<int64_t(mc_host_event_t *)> &f) {
+    mc_host_event_t *event = mc_host_event_new();
+    int64_t rc = event == nullptr ? 1 : f(event);
+    mc_host_event_free(event);
+    return rc;
+}
+
+const void *g_src[1] = {g_buf};
+const void *const *g_src_rows[1] = {g_src};
+const char *g_dup_keys[kN] = {"args/dup", "args/dup"};
+
+int64_t put_on(mc_store_t *s, const char *const *keys, const void *const *bufs, const size_t *sizes,
+               size_t count, const mc_replicate_config_t *cfg, int32_t kind) {
+    return on_stream([&](mc_ticket_t **t) {
+        return mc_store_batch_put_from_on_stream(s, keys, bufs, sizes, count, cfg, kind, host(), t);
+    });
+}
+int64_t put_multi_on(mc_store_t *s, const void *const *const *bufs, const size_t *counts,
+                     int32_t kind) {
+    return on_stream([&](mc_ticket_t **t) {
+        return mc_store_batch_put_from_multi_buffers_on_stream(s, g_known, 1, bufs, g_out_size_rows,
+                                                               counts, nullptr, kind, host(), t);
+    });
+}
+
+int64_t get_on(mc_store_t *s, const char *const *keys, void *const *bufs, const size_t *sizes,
+               size_t count, int32_t kind, void *stream) {
+    return on_stream([&](mc_ticket_t **t) {
+        return mc_store_batch_get_into_on_stream(s, keys, bufs, sizes, count, kind, stream, t);
+    });
+}
+int64_t multi_on(mc_store_t *s, const char *const *keys, void *const *const *bufs,
+                 const size_t *const *sizes, const size_t *counts, int32_t kind) {
+    return on_stream([&](mc_ticket_t **t) {
+        return mc_store_batch_get_into_multi_buffers_on_stream(s, keys, 1, bufs, sizes, counts, kind,
+                                                               host(), t);
+    });
+}
+int64_t ranges_on(mc_store_t *s, const char *const *keys, void *const *const *bufs,
+                  const size_t *const *sizes, const uint64_t *const *offsets, const size_t *counts,
+                  int32_t kind) {
+    return on_stream([&](mc_ticket_t **t) {
+        return mc_store_get_into_ranges_on_stream(s, keys, 1, bufs, sizes, offsets, counts, kind,
+                                                  host(), t);
+    });
 }
 
 const std::vector<Case> &cases() {
@@ -172,6 +258,66 @@ const std::vector<Case> &cases() {
         {"remove_all_null_store", [](mc_store_t *) { return mc_store_remove_all(nullptr, 0); }},
         {"metrics_null_store", [](mc_store_t *) { size_t n = 0; return (int64_t)mc_store_metrics_json(nullptr, g_buf, sizeof g_buf, &n); }},
         {"metrics_too_small", [](mc_store_t *s) { size_t n = 0; int64_t rc = mc_store_metrics_json(s, g_buf, 1, &n); return n > 1 ? rc : 0; }},
+        // on-stream gets (the ticket out-pointer is reset to NULL on every failure)
+        {"get_on_stream_null_store", [](mc_store_t *) { return get_on(nullptr, g_known, g_out, g_out_size, 1, MC_STREAM_HOST, host()); }},
+        {"get_on_stream_null_keys", [](mc_store_t *s) { return get_on(s, nullptr, g_out, g_out_size, 1, MC_STREAM_HOST, host()); }},
+        {"get_on_stream_null_key_entry", [](mc_store_t *s) { return get_on(s, g_null_key, g_bufs, g_sizes, kN, MC_STREAM_HOST, host()); }},
+        {"get_on_stream_non_utf8_key", [](mc_store_t *s) { return get_on(s, g_bad_utf8, g_out, g_out_size, 1, MC_STREAM_HOST, host()); }},
+        {"get_on_stream_null_bufs", [](mc_store_t *s) { return get_on(s, g_known, nullptr, g_out_size, 1, MC_STREAM_HOST, host()); }},
+        {"get_on_stream_null_sizes", [](mc_store_t *s) { return get_on(s, g_known, g_out, nullptr, 1, MC_STREAM_HOST, host()); }},
+        {"get_on_stream_overlapping_bufs", [](mc_store_t *s) { return get_on(s, g_keys, g_bufs, g_sizes, kN, MC_STREAM_HOST, host()); }},
+        {"get_on_stream_unknown_kind", [](mc_store_t *s) { return get_on(s, g_known, g_out, g_out_size, 1, 3, host()); }},
+        {"get_on_stream_negative_kind", [](mc_store_t *s) { return get_on(s, g_known, g_out, g_out_size, 1, -1, host()); }},
+        {"get_on_stream_unknown_kind_null_stream", [](mc_store_t *s) { return get_on(s, g_known, g_out, g_out_size, 1, 7, nullptr); }},
+        {"get_on_stream_null_ticket_out", [](mc_store_t *s) { return (int64_t)mc_store_batch_get_into_on_stream(s, g_known, g_out, g_out_size, 1, MC_STREAM_HOST, host(), nullptr); }},
+        {"multi_on_stream_null_store", [](mc_store_t *) { return multi_on(nullptr, g_known, g_out_rows, g_out_size_rows, g_one, MC_STREAM_HOST); }},
+        {"multi_on_stream_null_keys", [](mc_store_t *s) { return multi_on(s, nullptr, g_out_rows, g_out_size_rows, g_one, MC_STREAM_HOST); }},
+        {"multi_on_stream_null_bufs", [](mc_store_t *s) { return multi_on(s, g_known, nullptr, g_out_size_rows, g_one, MC_STREAM_HOST); }},
+        {"multi_on_stream_null_sizes", [](mc_store_t *s) { return multi_on(s, g_known, g_out_rows, nullptr, g_one, MC_STREAM_HOST); }},
+        {"multi_on_stream_null_buf_counts", [](mc_store_t *s) { return multi_on(s, g_known, g_out_rows, g_out_size_rows, nullptr, MC_STREAM_HOST); }},
+        {"multi_on_stream_unknown_kind", [](mc_store_t *s) { return multi_on(s, g_known, g_out_rows, g_out_size_rows, g_one, 3); }},
+        {"multi_on_stream_null_ticket_out", [](mc_store_t *s) { return (int64_t)mc_store_batch_get_into_multi_buffers_on_stream(s, g_known, 1, g_out_rows, g_out_size_rows, g_one, MC_STREAM_HOST, host(), nullptr); }},
+        {"ranges_on_stream_null_store", [](mc_store_t *) { return ranges_on(nullptr, g_known, g_out_rows, g_out_size_rows, g_zero_rows, g_one, MC_STREAM_HOST); }},
+        {"ranges_on_stream_null_keys", [](mc_store_t *s) { return ranges_on(s, nullptr, g_out_rows, g_out_size_rows, g_zero_rows, g_one, MC_STREAM_HOST); }},
+        {"ranges_on_stream_null_bufs", [](mc_store_t *s) { return ranges_on(s, g_known, nullptr, g_out_size_rows, g_zero_rows, g_one, MC_STREAM_HOST); }},
+        {"ranges_on_stream_null_sizes", [](mc_store_t *s) { return ranges_on(s, g_known, g_out_rows, nullptr, g_zero_rows, g_one, MC_STREAM_HOST); }},
+        {"ranges_on_stream_null_src_offsets", [](mc_store_t *s) { return ranges_on(s, g_known, g_out_rows, g_out_size_rows, nullptr, g_one, MC_STREAM_HOST); }},
+        {"ranges_on_stream_null_buf_counts", [](mc_store_t *s) { return ranges_on(s, g_known, g_out_rows, g_out_size_rows, g_zero_rows, nullptr, MC_STREAM_HOST); }},
+        {"ranges_on_stream_unknown_kind", [](mc_store_t *s) { return ranges_on(s, g_known, g_out_rows, g_out_size_rows, g_zero_rows, g_one, 3); }},
+        {"ranges_on_stream_null_ticket_out", [](mc_store_t *s) { return (int64_t)mc_store_get_into_ranges_on_stream(s, g_known, 1, g_out_rows, g_out_size_rows, g_zero_rows, g_one, MC_STREAM_HOST, host(), nullptr); }},
+        // on-stream puts (nothing is reserved by a refused call)
+        {"put_on_stream_null_store", [](mc_store_t *) { return put_on(nullptr, g_known, g_src, g_out_size, 1, nullptr, MC_STREAM_HOST); }},
+        {"put_on_stream_null_keys", [](mc_store_t *s) { return put_on(s, nullptr, g_src, g_out_size, 1, nullptr, MC_STREAM_HOST); }},
+        {"put_on_stream_null_bufs", [](mc_store_t *s) { return put_on(s, g_known, nullptr, g_out_size, 1, nullptr, MC_STREAM_HOST); }},
+        {"put_on_stream_null_sizes", [](mc_store_t *s) { return put_on(s, g_known, g_src, nullptr, 1, nullptr, MC_STREAM_HOST); }},
+        {"put_on_stream_duplicate_key", [](mc_store_t *s) { return put_on(s, g_dup_keys, g_cbufs, g_sizes, kN, nullptr, MC_STREAM_HOST); }},
+        {"put_on_stream_bad_cfg_enum", [](mc_store_t *s) { mc_replicate_config_t c = config_with([](mc_replicate_config_t &x) { x.soft_pin_action = 9; }); return put_on(s, g_known, g_src, g_out_size, 1, &c, MC_STREAM_HOST); }},
+        {"put_on_stream_unknown_kind", [](mc_store_t *s) { return put_on(s, g_known, g_src, g_out_size, 1, nullptr, 3); }},
+        {"put_on_stream_null_ticket_out", [](mc_store_t *s) { return (int64_t)mc_store_batch_put_from_on_stream(s, g_known, g_src, g_out_size, 1, nullptr, MC_STREAM_HOST, host(), nullptr); }},
+        {"put_multi_on_stream_null_store", [](mc_store_t *) { return put_multi_on(nullptr, g_src_rows, g_one, MC_STREAM_HOST); }},
+        {"put_multi_on_stream_null_bufs", [](mc_store_t *s) { return put_multi_on(s, nullptr, g_one, MC_STREAM_HOST); }},
+        {"put_multi_on_stream_null_buf_counts", [](mc_store_t *s) { return put_multi_on(s, g_src_rows, nullptr, MC_STREAM_HOST); }},
+        {"put_multi_on_stream_unknown_kind", [](mc_store_t *s) { return put_multi_on(s, g_src_rows, g_one, -2); }},
+        {"put_multi_on_stream_null_ticket_out", [](mc_store_t *s) { return (int64_t)mc_store_batch_put_from_multi_buffers_on_stream(s, g_known, 1, g_src_rows, g_out_size_rows, g_one, nullptr, MC_STREAM_HOST, host(), nullptr); }},
+        // tickets (NULL ticket: -600, or 0 / NULL where the return type has no code)
+        {"ticket_status_null", [](mc_store_t *) { return (int64_t)mc_ticket_status(nullptr); }},
+        {"ticket_wait_null", [](mc_store_t *) { return (int64_t)mc_ticket_wait(nullptr, 0); }},
+        {"ticket_key_count_null", [](mc_store_t *) { return (int64_t)mc_ticket_key_count(nullptr); }, 0},
+        {"ticket_status_word_null", [](mc_store_t *) { return (int64_t)(mc_ticket_status_word(nullptr) != nullptr); }, 0},
+        {"ticket_results_null_ticket", [](mc_store_t *) { return (int64_t)mc_ticket_results(nullptr, g_lres, 1); }},
+        {"ticket_results_null_results", [](mc_store_t *s) { return with_ticket(s, [](mc_ticket_t *t) { return (int64_t)mc_ticket_results(t, nullptr, 1); }); }},
+        {"ticket_results_count_too_big", [](mc_store_t *s) { return with_ticket(s, [](mc_ticket_t *t) { return (int64_t)mc_ticket_results(t, g_lres, kN); }); }},
+        {"ticket_results_count_zero", [](mc_store_t *s) { return with_ticket(s, [](mc_ticket_t *t) { return (int64_t)mc_ticket_results(t, g_lres, 0); }); }},
+        // host streams and events
+        {"host_stream_launch_null_stream", [](mc_store_t *) { return (int64_t)mc_host_stream_launch(nullptr, [](void *) {}, nullptr); }},
+        {"host_stream_launch_null_func", [](mc_store_t *) { return (int64_t)mc_host_stream_launch(ArgsEnv::stream(), nullptr, nullptr); }},
+        {"host_stream_wait_event_null_stream", [](mc_store_t *) { return with_event([](mc_host_event_t *e) { return (int64_t)mc_host_stream_wait_event(nullptr, e); }); }},
+        {"host_stream_wait_event_null_event", [](mc_store_t *) { return (int64_t)mc_host_stream_wait_event(ArgsEnv::stream(), nullptr); }},
+        {"host_stream_synchronize_null", [](mc_store_t *) { return (int64_t)mc_host_stream_synchronize(nullptr, 0); }},
+        {"host_event_record_null_event", [](mc_store_t *) { return (int64_t)mc_host_event_record(nullptr, ArgsEnv::stream()); }},
+        {"host_event_record_null_stream", [](mc_store_t *) { return with_event([](mc_host_event_t *e) { return (int64_t)mc_host_event_record(e, nullptr); }); }},
+        {"host_event_query_null", [](mc_store_t *) { return (int64_t)mc_host_event_query(nullptr); }},
+        {"host_event_wait_null", [](mc_store_t *) { return (int64_t)mc_host_event_wait(nullptr, 0); }},
     };
     return all;
 }
@@ -208,6 +354,9 @@ TEST(CapiMisc, StaticStringsAndNullTolerantHelpers) {
     EXPECT_EQ(mc_buffer_len(nullptr), 0u);
     mc_buffer_free(nullptr);
     mc_store_free(nullptr);
+    mc_ticket_free(nullptr);
+    mc_host_stream_free(nullptr);
+    mc_host_event_free(nullptr);
     mc_setup_config_init(nullptr);
     mc_replicate_config_init(nullptr);
 }

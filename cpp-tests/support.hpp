@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 #include <mooncake_rs.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -68,6 +71,62 @@ inline bool wait_until(std::chrono::milliseconds limit, const std::function<bool
     }
     return check();
 }
+
+/** A number from the store's metrics JSON (the first `"name":`), or -1 when absent. */
+inline int64_t metric(mc_store_t *store, const std::string &name) {
+    size_t needed = 0;
+    std::string json(64 * 1024, '\0');
+    if (mc_store_metrics_json(store, json.data(), json.size(), &needed) != 0) {
+        json.assign(needed, '\0');
+        if (mc_store_metrics_json(store, json.data(), json.size(), &needed) != 0) return -1;
+    }
+    std::string pattern = "\"" + name + "\":";
+    size_t at = json.find(pattern);
+    return at == std::string::npos ? -1 : std::strtoll(json.c_str() + at + pattern.size(), nullptr, 10);
+}
+
+/** True when the process has no device runtime (the metrics say "runtime":"none"). */
+inline bool no_device_runtime(mc_store_t *store) {
+    std::string json(64 * 1024, '\0');
+    size_t needed = 0;
+    return mc_store_metrics_json(store, json.data(), json.size(), &needed) == 0 &&
+           json.find("\"device_info\":{\"runtime\":\"none\"") != std::string::npos;
+}
+
+/** Bound of every wait on a stream, event or ticket in the stream suites. */
+constexpr int64_t kStreamWaitMs = 20000;
+
+/**
+ * Holds a host stream: a launched function that returns only after release() (or 30 s), so
+ * work enqueued behind it stays pending. The destructor releases it. The flag is shared with
+ * the launched function, so destroying the blocker before the stream ran it is safe.
+ */
+class StreamBlocker {
+public:
+    explicit StreamBlocker(mc_host_stream_t *stream) {
+        auto *arg = new std::shared_ptr<std::atomic<bool>>(open_);
+        launched_ = mc_host_stream_launch(stream, &StreamBlocker::hold, arg);
+        if (launched_ != 0) delete arg;
+    }
+    StreamBlocker(const StreamBlocker &) = delete;
+    StreamBlocker &operator=(const StreamBlocker &) = delete;
+    ~StreamBlocker() { release(); }
+    /** mc_host_stream_launch's return code (0). */
+    int launched() const { return launched_; }
+    void release() { open_->store(true); }
+
+private:
+    static void hold(void *arg) {
+        std::unique_ptr<std::shared_ptr<std::atomic<bool>>> open(
+            static_cast<std::shared_ptr<std::atomic<bool>> *>(arg));
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!(*open)->load() && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+
+    std::shared_ptr<std::atomic<bool>> open_ = std::make_shared<std::atomic<bool>>(false);
+    int launched_;
+};
 
 /** A real mooncake_master on a free 127.0.0.1 port (client_ttl 2 s); SIGKILLed on destruction. */
 class MasterProcess {

@@ -1192,6 +1192,48 @@ int mc_store_get_into_ranges_on_stream(mc_store_t *store,
                                        mc_ticket_t **ticket);
 
 /**
+ * `mc_store_batch_put_from` ordered on a producer's stream: reserves the objects at the
+ * master (`PutStart`) and returns; when the stream reaches this call (after the work that
+ * produced the data) the sources `bufs[i]` (`sizes[i]` bytes) are copied into the reserved
+ * replicas, and a worker then writes remote replicas and commits (`PutEnd`) — or revokes
+ * (`PutRevoke`) on any failure, so nothing is ever half-visible.
+ *
+ * The ticket becomes 0 only after the commit: a get issued after that sees the data; before
+ * it a get sees the old state (insert-if-absent is unchanged: an existing key keeps its
+ * value and reports 0 bytes). The sources must stay valid and unchanged until the stream
+ * has passed the call. Per key in the ticket: bytes written, or the error (-9004
+ * `MC_ERR_CANCELLED` when the store was torn down first). Same `stream_kind` / `stream`
+ * rules as `mc_store_batch_get_into_on_stream` (NULL stream: the blocking put with a final
+ * ticket; on a device stream sources must be device memory). Call errors as there, plus
+ * -600 for a key listed twice or a bad `cfg` (NULL: defaults). Thread-safe; capture-unsafe.
+ */
+int mc_store_batch_put_from_on_stream(mc_store_t *store,
+                                      const char *const *keys,
+                                      const void *const *bufs,
+                                      const size_t *sizes,
+                                      size_t count,
+                                      const mc_replicate_config_t *cfg,
+                                      int32_t stream_kind,
+                                      void *stream,
+                                      mc_ticket_t **ticket);
+
+/**
+ * `mc_store_batch_put_from_multi_buffers` ordered on a stream: key `i`'s object is the
+ * concatenation of `buf_counts[i]` buffers `bufs[i][j]` of `sizes[i][j]` bytes. Contract as
+ * `mc_store_batch_put_from_on_stream`.
+ */
+int mc_store_batch_put_from_multi_buffers_on_stream(mc_store_t *store,
+                                                    const char *const *keys,
+                                                    size_t count,
+                                                    const void *const *const *bufs,
+                                                    const size_t *const *sizes,
+                                                    const size_t *buf_counts,
+                                                    const mc_replicate_config_t *cfg,
+                                                    int32_t stream_kind,
+                                                    void *stream,
+                                                    mc_ticket_t **ticket);
+
+/**
  * A new host stream and its thread; NULL when the thread cannot start (see
  * `mc_last_error_message`). Release it with `mc_host_stream_free`.
  */

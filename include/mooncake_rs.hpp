@@ -21,6 +21,11 @@
  * Ownership: RealClient owns its `mc_store_t` (freed, and torn down, by the destructor).
  * BufferHandle owns its `mc_buffer_t` (freed by the destructor). Caller buffers passed to
  * put_from / get_into / the batch variants are borrowed for the duration of the call only.
+ *
+ * On-stream calls (`*_on_stream`, docs/c-api.md "On-stream gets (and puts)"): HostStream,
+ * HostEvent and Ticket own their C handles (move-only, freed by the destructor). The buffers of
+ * an on-stream call (get destinations, put sources) are borrowed until the stream has passed
+ * the call, not just for the call.
  */
 #ifndef MOONCAKE_RS_HPP
 #define MOONCAKE_RS_HPP
@@ -187,6 +192,158 @@ public:
 
 private:
     mc_buffer_t *buffer_;
+};
+
+class HostEvent;
+
+/**
+ * A host stream (mc_host_stream_t): functions and on-stream calls run in enqueue order on one
+ * dedicated thread. Move-only; the destructor runs everything already enqueued, then frees the
+ * stream (so a launched function that never returns blocks it: release blockers first).
+ * Pass it to the `*_on_stream` methods as `(MC_STREAM_HOST, stream.get())`.
+ */
+class HostStream {
+public:
+    /** A new stream; `valid()` is false when its thread could not start. */
+    HostStream() noexcept : stream_(mc_host_stream_new()) {}
+    HostStream(HostStream &&other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+    HostStream &operator=(HostStream &&other) noexcept {
+        if (this != &other) {
+            mc_host_stream_free(stream_);
+            stream_ = std::exchange(other.stream_, nullptr);
+        }
+        return *this;
+    }
+    HostStream(const HostStream &) = delete;
+    HostStream &operator=(const HostStream &) = delete;
+    ~HostStream() { mc_host_stream_free(stream_); }
+
+    bool valid() const noexcept { return stream_ != nullptr; }
+    /** The C handle, e.g. the `stream` argument of an on-stream call with MC_STREAM_HOST. */
+    mc_host_stream_t *get() const noexcept { return stream_; }
+
+    /** Enqueues `fn(arg)` (a host "kernel"); `arg` must stay valid until it ran. 0 or -600. */
+    int launch(void (*fn)(void *), void *arg) noexcept {
+        return mc_host_stream_launch(stream_, fn, arg);
+    }
+    /** Enqueues a copy of `f` (any callable `void()`); it runs once, in stream order. */
+    template <class F, class = std::enable_if_t<std::is_invocable_r_v<void, std::decay_t<F> &>>>
+    int launch(F &&f) {
+        using Fn = std::decay_t<F>;
+        Fn *copy = new Fn(std::forward<F>(f));
+        int rc = mc_host_stream_launch(stream_, &run_once<Fn>, copy);
+        if (rc != 0) delete copy;
+        return rc;
+    }
+    /** Later work on this stream waits for `event`'s most recent record. 0 or -600. */
+    inline int wait_event(const HostEvent &event) noexcept;
+    /** Waits for everything enqueued so far: 0, or MC_PENDING after `timeout_ms` (< 0: none). */
+    int synchronize(int64_t timeout_ms = -1) noexcept {
+        return mc_host_stream_synchronize(stream_, timeout_ms);
+    }
+
+private:
+    template <class Fn>
+    static void run_once(void *arg) {
+        std::unique_ptr<Fn> f(static_cast<Fn *>(arg));
+        (*f)();
+    }
+
+    mc_host_stream_t *stream_;
+};
+
+/**
+ * A host event (mc_host_event_t): a point in a host stream that streams or threads can wait
+ * for. Move-only; never recorded, it counts as complete.
+ */
+class HostEvent {
+public:
+    HostEvent() noexcept : event_(mc_host_event_new()) {}
+    HostEvent(HostEvent &&other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+    HostEvent &operator=(HostEvent &&other) noexcept {
+        if (this != &other) {
+            mc_host_event_free(event_);
+            event_ = std::exchange(other.event_, nullptr);
+        }
+        return *this;
+    }
+    HostEvent(const HostEvent &) = delete;
+    HostEvent &operator=(const HostEvent &) = delete;
+    ~HostEvent() { mc_host_event_free(event_); }
+
+    bool valid() const noexcept { return event_ != nullptr; }
+    mc_host_event_t *get() const noexcept { return event_; }
+
+    /** Completes when `stream` has run everything enqueued before this call. 0 or -600. */
+    int record(HostStream &stream) noexcept { return mc_host_event_record(event_, stream.get()); }
+    /** 0 when the most recent record completed, MC_PENDING otherwise; -600 for an empty event. */
+    int query() const noexcept { return mc_host_event_query(event_); }
+    /** Waits for the most recent record: 0, or MC_PENDING after `timeout_ms` (< 0: none). */
+    int wait(int64_t timeout_ms = -1) const noexcept { return mc_host_event_wait(event_, timeout_ms); }
+
+private:
+    mc_host_event_t *event_;
+};
+
+inline int HostStream::wait_event(const HostEvent &event) noexcept {
+    return mc_host_stream_wait_event(stream_, event.get());
+}
+
+/**
+ * The outcome of one on-stream call (mc_ticket_t). Move-only; the destructor frees it, which is
+ * safe before the stream reached the call. An empty Ticket (failed call, moved-from) answers
+ * -600 / no results.
+ */
+class Ticket {
+public:
+    Ticket() noexcept = default;
+    /** Takes ownership of `ticket` (may be NULL). */
+    explicit Ticket(mc_ticket_t *ticket) noexcept : ticket_(ticket) {}
+    Ticket(Ticket &&other) noexcept : ticket_(std::exchange(other.ticket_, nullptr)) {}
+    Ticket &operator=(Ticket &&other) noexcept {
+        if (this != &other) {
+            mc_ticket_free(ticket_);
+            ticket_ = std::exchange(other.ticket_, nullptr);
+        }
+        return *this;
+    }
+    Ticket(const Ticket &) = delete;
+    Ticket &operator=(const Ticket &) = delete;
+    ~Ticket() { mc_ticket_free(ticket_); }
+
+    bool valid() const noexcept { return ticket_ != nullptr; }
+    mc_ticket_t *get() const noexcept { return ticket_; }
+
+    /** MC_PENDING until the stream passed the call, then 0 or the first error. */
+    int status() const noexcept { return mc_ticket_status(ticket_); }
+    /** Waits for the final status; MC_PENDING after `timeout_ms` (< 0: no limit). */
+    int wait(int64_t timeout_ms = -1) const noexcept { return mc_ticket_wait(ticket_, timeout_ms); }
+    /** Number of keys of the call. */
+    size_t key_count() const noexcept { return mc_ticket_key_count(ticket_); }
+    /** Per key, in call order: bytes read or the key's error (final once status() is). */
+    std::vector<int64_t> results() const {
+        std::vector<int64_t> out(key_count(), kInvalidParams);
+        if (!out.empty()) {
+            int rc = mc_ticket_results(ticket_, out.data(), out.size());
+            if (rc < 0) out.assign(out.size(), rc);
+        }
+        return out;
+    }
+    /**
+     * The device-readable status word: MC_PENDING until the call's data is known, then 0 or a
+     * negative code (final before work enqueued after the call runs). Valid while this Ticket
+     * lives; nullptr for an empty Ticket.
+     */
+    const int32_t *status_word() const noexcept { return mc_ticket_status_word(ticket_); }
+
+private:
+    mc_ticket_t *ticket_{nullptr};
+};
+
+/** What an on-stream call returns: `rc` 0 and a ticket, or a negative code and no ticket. */
+struct OnStreamResult {
+    int rc;
+    Ticket ticket;
 };
 
 /**
@@ -521,6 +678,104 @@ public:
         std::vector<const char *> c = detail::c_keys(keys);
         return mc_store_batch_get_session_end(store_, c.data(), c.size());
     }
+
+    // --- on-stream gets and puts (seed: layer-wise KV load/save on the caller's stream) ----------
+    //
+    // `stream_kind` is MC_STREAM_HOST (`stream` = HostStream::get()), MC_STREAM_CUDA
+    // (cudaStream_t) or MC_STREAM_ASCEND (aclrtStream); `stream` nullptr runs the blocking call
+    // and returns a final ticket. Each returns {0, ticket} once the work is enqueued (per-key
+    // outcomes in the ticket), or {code, empty ticket} when nothing was enqueued: -600 (bad
+    // arguments; mismatched vector shapes or a rejected ReplicateConfig are refused here without
+    // a call), -1012 (no runtime for the kind), -9001 TRY_AGAIN, -9002
+    // STREAM_CAPTURE_UNSUPPORTED. Buffers must stay valid and untouched until the stream has
+    // passed the call.
+
+    /** batch_get_into on a stream: keys[i] into buffers[i] (capacity sizes[i]). */
+    OnStreamResult batch_get_into_on_stream(const std::vector<std::string> &keys,
+                                            const std::vector<void *> &buffers,
+                                            const std::vector<size_t> &sizes,
+                                            int32_t stream_kind, void *stream) {
+        std::vector<const char *> c = detail::c_keys(keys);
+        bool ok = buffers.size() == keys.size() && sizes.size() == keys.size();
+        return on_stream(ok, [&](mc_ticket_t **ticket) {
+            return mc_store_batch_get_into_on_stream(store_, c.data(), buffers.data(), sizes.data(),
+                                                     c.size(), stream_kind, stream, ticket);
+        });
+    }
+    /** batch_get_into_multi_buffers on a stream (each key's sizes add up to its object). */
+    OnStreamResult batch_get_into_multi_buffers_on_stream(
+        const std::vector<std::string> &keys, const std::vector<std::vector<void *>> &all_buffers,
+        const std::vector<std::vector<size_t>> &all_sizes, int32_t stream_kind, void *stream) {
+        std::vector<const char *> c = detail::c_keys(keys);
+        detail::Rows<void *> bufs(all_buffers);
+        detail::Rows<size_t> sizes(all_sizes);
+        bool ok = all_buffers.size() == keys.size() && detail::same_shape(all_buffers, all_sizes);
+        return on_stream(ok, [&](mc_ticket_t **ticket) {
+            return mc_store_batch_get_into_multi_buffers_on_stream(
+                store_, c.data(), c.size(), bufs.ptrs.data(), sizes.ptrs.data(),
+                bufs.counts.data(), stream_kind, stream, ticket);
+        });
+    }
+    /**
+     * batch_get_into_multi_buffer_ranges on a stream, inside get sessions (no master call):
+     * buffer j of key i receives object bytes [src_offsets[i][j], + sizes[i][j]).
+     * (C: mc_store_get_into_ranges_on_stream.)
+     */
+    OnStreamResult batch_get_into_multi_buffer_ranges_on_stream(
+        const std::vector<std::string> &keys, const std::vector<std::vector<void *>> &all_buffers,
+        const std::vector<std::vector<size_t>> &all_sizes,
+        const std::vector<std::vector<uint64_t>> &all_src_offsets, int32_t stream_kind,
+        void *stream) {
+        std::vector<const char *> c = detail::c_keys(keys);
+        detail::Rows<void *> bufs(all_buffers);
+        detail::Rows<size_t> sizes(all_sizes);
+        detail::Rows<uint64_t> offsets(all_src_offsets);
+        bool ok = all_buffers.size() == keys.size() && detail::same_shape(all_buffers, all_sizes) &&
+                  detail::same_shape(all_buffers, all_src_offsets);
+        return on_stream(ok, [&](mc_ticket_t **ticket) {
+            return mc_store_get_into_ranges_on_stream(
+                store_, c.data(), c.size(), bufs.ptrs.data(), sizes.ptrs.data(),
+                offsets.ptrs.data(), bufs.counts.data(), stream_kind, stream, ticket);
+        });
+    }
+    /**
+     * batch_put_from ordered on a producer's stream: reserves the objects and returns; when the
+     * stream reaches the call the sources are copied and the objects committed. The ticket turns
+     * 0 only after the commit (a get before that sees the old state); per key it holds the bytes
+     * written or the error. Sources must stay valid and unchanged until the stream passed the call.
+     */
+    OnStreamResult batch_put_from_on_stream(const std::vector<std::string> &keys,
+                                            const std::vector<void *> &buffers,
+                                            const std::vector<size_t> &sizes,
+                                            const ReplicateConfig &config, int32_t stream_kind,
+                                            void *stream) {
+        std::vector<const char *> c = detail::c_keys(keys);
+        detail::CConfig cfg(config);
+        bool ok = buffers.size() == keys.size() && sizes.size() == keys.size() && !cfg.rejected();
+        return on_stream(ok, [&](mc_ticket_t **ticket) {
+            return mc_store_batch_put_from_on_stream(store_, c.data(), buffers.data(), sizes.data(),
+                                                     c.size(), cfg.get(), stream_kind, stream,
+                                                     ticket);
+        });
+    }
+    /** batch_put_from_multi_buffers ordered on a stream (each object the concatenation of its
+     *  buffers); as batch_put_from_on_stream. */
+    OnStreamResult batch_put_from_multi_buffers_on_stream(
+        const std::vector<std::string> &keys, const std::vector<std::vector<void *>> &all_buffers,
+        const std::vector<std::vector<size_t>> &all_sizes, const ReplicateConfig &config,
+        int32_t stream_kind, void *stream) {
+        std::vector<const char *> c = detail::c_keys(keys);
+        detail::Rows<void *> bufs(all_buffers);
+        detail::Rows<size_t> sizes(all_sizes);
+        detail::CConfig cfg(config);
+        bool ok = all_buffers.size() == keys.size() &&
+                  detail::same_shape(all_buffers, all_sizes) && !cfg.rejected();
+        return on_stream(ok, [&](mc_ticket_t **ticket) {
+            return mc_store_batch_put_from_multi_buffers_on_stream(
+                store_, c.data(), c.size(), bufs.ptrs.data(), sizes.ptrs.data(),
+                bufs.counts.data(), cfg.get(), stream_kind, stream, ticket);
+        });
+    }
     /** Reserves objects of `sizes` bytes for ranged writes; per key 0 or an error (-705 exists). */
     std::vector<int> batch_put_session_start(const std::vector<std::string> &keys,
                                              const std::vector<uint64_t> &sizes,
@@ -664,6 +919,14 @@ private:
             return fn(store_, c.data(), c.size(), bufs.ptrs.data(), sizes.ptrs.data(),
                       bufs.counts.data(), cfg.get(), out);
         });
+    }
+
+    template <class Call>
+    static OnStreamResult on_stream(bool shapes_ok, Call call) {
+        if (!shapes_ok) return {kInvalidParams, Ticket()};
+        mc_ticket_t *ticket = nullptr;
+        int rc = call(&ticket);  // the C call leaves `ticket` NULL unless it returns 0
+        return {rc, Ticket(ticket)};
     }
 
     using SessionFn = int (*)(mc_store_t *, const char *const *, size_t, int *);

@@ -8,75 +8,24 @@
 //! whichever driver the loader finds. `scripts/gpu-check` runs the CUDA path checks
 //! (`child_cuda_local_paths`, `child_cuda_remote_paths`) against a real GPU this way.
 
-use mooncake_rs::client::{Buf, Client, SetupConfig, WriteMode};
-use mooncake_rs::device::{self, memcpy_safe, DeviceAlloc, DeviceStats};
+mod common;
+
+use common::pattern;
+use common::standin::*;
+use mooncake_rs::client::{Client, WriteMode};
+use mooncake_rs::device::{self, DeviceAlloc, DeviceStats};
 use mooncake_rs::ffi::config::*;
 use mooncake_rs::ffi::store::*;
 use mooncake_rs::ffi::store_c::*;
 use mooncake_rs::ffi::store_get::*;
 use mooncake_rs::ffi::store_put::*;
 use mooncake_rs::ffi::store_session::*;
-use mooncake_rs::master::{MasterConfig, MasterService};
-use mooncake_rs::rpc::RpcServer;
 use mooncake_rs::transfer::PathStats;
 use mooncake_rs::types::ReplicateConfig;
 use std::ffi::{c_void, CString};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::ptr::null;
-
-const MIB: u64 = 1 << 20;
-
-// ---------------------------------------------------------------- parent side
-
-/// Compiles `tests/standin/<source>` into `<tmp>/<variant>/<lib>` and returns the folder.
-fn build(source: &str, lib: &str, variant: &str, defines: &[&str]) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("standin-{variant}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/standin")
-        .join(source);
-    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-shared", "-fPIC", "-O1", "-Wall", "-o"])
-        .arg(dir.join(lib))
-        .arg(&src)
-        .args(defines)
-        .status()
-        .expect("a C compiler (cc) is needed to build the stand-in driver");
-    assert!(status.success(), "building {source} failed");
-    dir
-}
-
-/// Runs `child_<name>` in a fresh process with `libdir` on the loader path; returns stderr.
-fn child(name: &str, libdir: &Path, env: &[(&str, &str)]) -> String {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            &format!("child_{name}"),
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("MC_STANDIN_CHILD", "1")
-        .env("LD_LIBRARY_PATH", libdir)
-        .env("MC_LOG", "info")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "child {name} failed ({:?}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    stderr.into_owned()
-}
-
-fn cuda() -> PathBuf {
-    build("cuda_standin.c", "libcuda.so", "cuda", &[])
-}
 
 #[test]
 fn cuda_every_api_path_accepts_device_pointers() {
@@ -150,65 +99,14 @@ fn absent_libcuda_falls_back_to_host_only() {
 
 #[test]
 fn ascend_paths_use_acl() {
-    let dir = build("ascend_standin.c", "libascendcl.so", "ascend", &[]);
-    child("ascend_paths", &dir, &[("MC_DEVICE_RUNTIME", "ascend")]);
+    child(
+        "ascend_paths",
+        &ascend(),
+        &[("MC_DEVICE_RUNTIME", "ascend")],
+    );
 }
 
 // ---------------------------------------------------------------- child side
-
-fn is_child() -> bool {
-    std::env::var_os("MC_STANDIN_CHILD").is_some()
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
-        .collect()
-}
-
-/// Device memory holding `data`.
-fn device_with(data: &[u8]) -> DeviceAlloc {
-    let d = DeviceAlloc::new(data.len()).expect("device allocation");
-    // SAFETY: both ranges are `data.len()` bytes.
-    unsafe { memcpy_safe(d.addr() as *mut u8, data.as_ptr(), data.len()) }.unwrap();
-    d
-}
-
-/// The bytes of device memory.
-fn read_device(d: &DeviceAlloc) -> Vec<u8> {
-    let mut out = vec![0u8; d.len()];
-    // SAFETY: both ranges are `d.len()` bytes.
-    unsafe { memcpy_safe(out.as_mut_ptr(), d.addr() as *const u8, d.len()) }.unwrap();
-    out
-}
-
-fn buf(d: &DeviceAlloc) -> Buf {
-    Buf::new(d.addr(), d.len() as u64)
-}
-
-/// A counter exported by the loaded stand-in (`None` under a real driver).
-fn standin_counter(lib: &std::ffi::CStr, name: &std::ffi::CStr) -> Option<u64> {
-    // SAFETY: the library is already loaded (RTLD_NOLOAD); the symbol is an unsigned long.
-    unsafe {
-        let handle = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
-        if handle.is_null() {
-            return None;
-        }
-        let sym = libc::dlsym(handle, name.as_ptr()) as *const u64;
-        (!sym.is_null()).then(|| *sym)
-    }
-}
-
-fn embedded(segment: u64, local_buffer: u64) -> Client {
-    Client::setup(SetupConfig {
-        local_hostname: "standin".into(),
-        global_segment_size: segment,
-        local_buffer_size: local_buffer,
-        master_server_addr: "embedded".into(),
-        ..SetupConfig::default()
-    })
-    .unwrap()
-}
 
 fn delta(after: PathStats, before: PathStats) -> (u64, u64, u64) {
     (
@@ -603,21 +501,9 @@ fn child_cuda_remote_paths() {
     if !is_child() {
         return;
     }
-    let service = MasterService::new(MasterConfig::default());
-    let rpc = RpcServer::start("127.0.0.1:0".parse().unwrap(), service.clone()).unwrap();
-    let master = rpc.local_addr().to_string();
-    let setup = |segment: u64| {
-        Client::setup(SetupConfig {
-            local_hostname: "127.0.0.1".into(),
-            global_segment_size: segment,
-            local_buffer_size: 0,
-            master_server_addr: master.clone(),
-            ..SetupConfig::default()
-        })
-        .unwrap()
-    };
-    let owner = setup(64 * MIB);
-    let client = setup(0);
+    let master = TcpMaster::start();
+    let owner = master.client(64 * MIB);
+    let client = master.client(0);
     let remote = ReplicateConfig {
         preferred_segments: vec![owner.get_hostname()],
         ..ReplicateConfig::default()
@@ -723,12 +609,14 @@ fn child_cuda_pin_budget() {
     }
     let _client = embedded(32 * MIB, 4 * MIB);
     let stats = DeviceStats::snapshot();
+    // Registered: the local buffer and the stream gate words (1024 slots of 8 bytes);
+    // over the budget: the segment and the 64 MiB stream staging.
     assert_eq!(
         (stats.host_registrations, stats.host_register_skipped),
-        (1, 1),
+        (2, 2),
         "{stats:?}"
     );
-    assert_eq!(stats.host_registered_bytes, 4 * MIB);
+    assert_eq!(stats.host_registered_bytes, 4 * MIB + 8192);
 }
 
 #[test]

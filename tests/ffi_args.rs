@@ -12,6 +12,8 @@ use mooncake_rs::ffi::store_c::*;
 use mooncake_rs::ffi::store_get::*;
 use mooncake_rs::ffi::store_put::*;
 use mooncake_rs::ffi::store_session::*;
+use mooncake_rs::ffi::store_stream::*;
+use mooncake_rs::ffi::stream::*;
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::{null, null_mut};
 
@@ -245,9 +247,86 @@ fn null_store_everywhere() {
         BAD,
         "metrics",
     );
+    let mut t: *mut mc_ticket_t = null_mut();
+    expect(
+        mc_store_batch_get_into_on_stream(n, null(), null(), null(), 0, 0, null_mut(), &mut t)
+            .into(),
+        BAD,
+        "get on stream",
+    );
+    expect(
+        mc_store_batch_get_into_multi_buffers_on_stream(
+            n,
+            null(),
+            0,
+            null(),
+            null(),
+            null(),
+            0,
+            null_mut(),
+            &mut t,
+        )
+        .into(),
+        BAD,
+        "multi on stream",
+    );
+    expect(
+        mc_store_get_into_ranges_on_stream(
+            n,
+            null(),
+            0,
+            null(),
+            null(),
+            null(),
+            null(),
+            0,
+            null_mut(),
+            &mut t,
+        )
+        .into(),
+        BAD,
+        "ranges on stream",
+    );
+    expect(
+        mc_store_batch_put_from_on_stream(
+            n,
+            null(),
+            null(),
+            null(),
+            0,
+            null(),
+            0,
+            null_mut(),
+            &mut t,
+        )
+        .into(),
+        BAD,
+        "put on stream",
+    );
+    expect(
+        mc_store_batch_put_from_multi_buffers_on_stream(
+            n,
+            null(),
+            0,
+            null(),
+            null(),
+            null(),
+            null(),
+            0,
+            null_mut(),
+            &mut t,
+        )
+        .into(),
+        BAD,
+        "put multi on stream",
+    );
+    assert!(t.is_null());
     // NULL-tolerant functions.
     mc_store_free(null_mut());
     mc_buffer_free(null_mut());
+    mc_ticket_free(null_mut());
+    mc_host_stream_free(null_mut());
+    mc_host_event_free(null_mut());
     mc_setup_config_init(null_mut());
     mc_replicate_config_init(null_mut());
     assert!(mc_buffer_ptr(null()).is_null());
@@ -778,6 +857,469 @@ fn bad_batch_arguments() {
         0
     );
     assert_eq!(mc_store_put_batch(s, null(), null(), null(), 0, null()), 0);
+    mc_store_free(s);
+}
+
+/// An on-stream call made with a ticket out-pointer preset to garbage.
+type TicketCall<'a> = Box<dyn Fn(*mut *mut mc_ticket_t) -> c_int + 'a>;
+
+unsafe extern "C" fn noop(_: *mut c_void) {}
+
+#[test]
+fn bad_on_stream_ticket_host_stream_and_event_arguments() {
+    let s = store();
+    assert_eq!(
+        mc_store_put(s, c"known".as_ptr(), b"v".as_ptr().cast(), 1, null()),
+        0
+    );
+    let hs = mc_host_stream_new();
+    assert!(!hs.is_null());
+    let stream = hs.cast::<c_void>();
+    let key = [c"known".as_ptr()];
+    let null_key = [null::<c_char>()];
+    let mut out = [0u8; 8];
+    let bufs = [out.as_mut_ptr().cast::<c_void>()];
+    let sizes = [8usize];
+    let rows = [bufs.as_ptr()];
+    let size_rows = [sizes.as_ptr()];
+    let zero = [0u64];
+    let offset_rows = [zero.as_ptr()];
+    let one = [1usize];
+    let (k, b, z) = (key.as_ptr(), bufs.as_ptr(), sizes.as_ptr());
+    let (r, zr, o, c) = (
+        rows.as_ptr(),
+        size_rows.as_ptr(),
+        offset_rows.as_ptr(),
+        one.as_ptr(),
+    );
+    let host = MC_STREAM_HOST;
+    let srcs = [b"v".as_ptr().cast::<c_void>()];
+    let src_rows = [srcs.as_ptr()];
+    let one_rows = [one.as_ptr()];
+    let (p, pr, pz) = (srcs.as_ptr(), src_rows.as_ptr(), one_rows.as_ptr());
+    let dup = [c"dup".as_ptr(), c"dup".as_ptr()];
+    let two_srcs = [p.cast::<c_void>(), p.cast()];
+    let two_sizes = [1usize, 1];
+    let mut bad_cfg = std::mem::MaybeUninit::uninit();
+    mc_replicate_config_init(bad_cfg.as_mut_ptr());
+    // SAFETY: initialised above.
+    let bad_cfg = mc_replicate_config_t {
+        soft_pin_action: 9,
+        ..unsafe { bad_cfg.assume_init() }
+    };
+
+    // Each on-stream call with one argument spoiled: -600, a message, *ticket reset to NULL.
+    let calls: Vec<(&str, TicketCall)> = vec![
+        (
+            "get: NULL store",
+            Box::new(|t| {
+                mc_store_batch_get_into_on_stream(null_mut(), k, b, z, 1, host, stream, t)
+            }),
+        ),
+        (
+            "get: NULL keys",
+            Box::new(|t| mc_store_batch_get_into_on_stream(s, null(), b, z, 1, host, stream, t)),
+        ),
+        (
+            "get: NULL key entry",
+            Box::new(|t| {
+                mc_store_batch_get_into_on_stream(s, null_key.as_ptr(), b, z, 1, host, stream, t)
+            }),
+        ),
+        (
+            "get: NULL bufs",
+            Box::new(|t| mc_store_batch_get_into_on_stream(s, k, null(), z, 1, host, stream, t)),
+        ),
+        (
+            "get: NULL sizes",
+            Box::new(|t| mc_store_batch_get_into_on_stream(s, k, b, null(), 1, host, stream, t)),
+        ),
+        (
+            "get: unknown kind",
+            Box::new(|t| mc_store_batch_get_into_on_stream(s, k, b, z, 1, 3, stream, t)),
+        ),
+        (
+            "get: negative kind",
+            Box::new(|t| mc_store_batch_get_into_on_stream(s, k, b, z, 1, -1, stream, t)),
+        ),
+        (
+            "get: unknown kind, NULL stream",
+            Box::new(|t| mc_store_batch_get_into_on_stream(s, k, b, z, 1, 9, null_mut(), t)),
+        ),
+        (
+            "multi: NULL store",
+            Box::new(|t| {
+                mc_store_batch_get_into_multi_buffers_on_stream(
+                    null_mut(),
+                    k,
+                    1,
+                    r,
+                    zr,
+                    c,
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "multi: NULL bufs",
+            Box::new(|t| {
+                mc_store_batch_get_into_multi_buffers_on_stream(
+                    s,
+                    k,
+                    1,
+                    null(),
+                    zr,
+                    c,
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "multi: NULL sizes",
+            Box::new(|t| {
+                mc_store_batch_get_into_multi_buffers_on_stream(
+                    s,
+                    k,
+                    1,
+                    r,
+                    null(),
+                    c,
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "multi: NULL buf_counts",
+            Box::new(|t| {
+                mc_store_batch_get_into_multi_buffers_on_stream(
+                    s,
+                    k,
+                    1,
+                    r,
+                    zr,
+                    null(),
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "multi: unknown kind",
+            Box::new(|t| {
+                mc_store_batch_get_into_multi_buffers_on_stream(s, k, 1, r, zr, c, 3, stream, t)
+            }),
+        ),
+        (
+            "ranges: NULL store",
+            Box::new(|t| {
+                mc_store_get_into_ranges_on_stream(null_mut(), k, 1, r, zr, o, c, host, stream, t)
+            }),
+        ),
+        (
+            "ranges: NULL keys",
+            Box::new(|t| {
+                mc_store_get_into_ranges_on_stream(s, null(), 1, r, zr, o, c, host, stream, t)
+            }),
+        ),
+        (
+            "ranges: NULL src_offsets",
+            Box::new(|t| {
+                mc_store_get_into_ranges_on_stream(s, k, 1, r, zr, null(), c, host, stream, t)
+            }),
+        ),
+        (
+            "ranges: NULL buf_counts",
+            Box::new(|t| {
+                mc_store_get_into_ranges_on_stream(s, k, 1, r, zr, o, null(), host, stream, t)
+            }),
+        ),
+        (
+            "ranges: unknown kind",
+            Box::new(|t| mc_store_get_into_ranges_on_stream(s, k, 1, r, zr, o, c, 3, stream, t)),
+        ),
+        (
+            "put: NULL store",
+            Box::new(|t| {
+                mc_store_batch_put_from_on_stream(
+                    null_mut(),
+                    k,
+                    p,
+                    one.as_ptr(),
+                    1,
+                    null(),
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "put: NULL bufs",
+            Box::new(|t| {
+                mc_store_batch_put_from_on_stream(
+                    s,
+                    k,
+                    null(),
+                    one.as_ptr(),
+                    1,
+                    null(),
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "put: key listed twice",
+            Box::new(|t| {
+                mc_store_batch_put_from_on_stream(
+                    s,
+                    dup.as_ptr(),
+                    two_srcs.as_ptr(),
+                    two_sizes.as_ptr(),
+                    2,
+                    null(),
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "put: bad cfg",
+            Box::new(|t| {
+                mc_store_batch_put_from_on_stream(
+                    s,
+                    k,
+                    p,
+                    one.as_ptr(),
+                    1,
+                    &bad_cfg,
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "put: unknown kind",
+            Box::new(|t| {
+                mc_store_batch_put_from_on_stream(s, k, p, one.as_ptr(), 1, null(), 3, stream, t)
+            }),
+        ),
+        (
+            "put multi: NULL store",
+            Box::new(|t| {
+                mc_store_batch_put_from_multi_buffers_on_stream(
+                    null_mut(),
+                    k,
+                    1,
+                    pr,
+                    pz,
+                    c,
+                    null(),
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "put multi: NULL buf_counts",
+            Box::new(|t| {
+                mc_store_batch_put_from_multi_buffers_on_stream(
+                    s,
+                    k,
+                    1,
+                    pr,
+                    pz,
+                    null(),
+                    null(),
+                    host,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+        (
+            "put multi: unknown kind",
+            Box::new(|t| {
+                mc_store_batch_put_from_multi_buffers_on_stream(
+                    s,
+                    k,
+                    1,
+                    pr,
+                    pz,
+                    c,
+                    null(),
+                    -1,
+                    stream,
+                    t,
+                )
+            }),
+        ),
+    ];
+    for (what, call) in calls {
+        let mut ticket = std::ptr::NonNull::<mc_ticket_t>::dangling().as_ptr();
+        expect(call(&mut ticket).into(), BAD, what);
+        assert!(ticket.is_null(), "{what}: *ticket not reset");
+    }
+    // NULL ticket out-pointer.
+    expect(
+        mc_store_batch_get_into_on_stream(s, k, b, z, 1, host, stream, null_mut()).into(),
+        BAD,
+        "get: NULL ticket",
+    );
+    expect(
+        mc_store_batch_get_into_multi_buffers_on_stream(
+            s,
+            k,
+            1,
+            r,
+            zr,
+            c,
+            host,
+            stream,
+            null_mut(),
+        )
+        .into(),
+        BAD,
+        "multi: NULL ticket",
+    );
+    expect(
+        mc_store_get_into_ranges_on_stream(s, k, 1, r, zr, o, c, host, stream, null_mut()).into(),
+        BAD,
+        "ranges: NULL ticket",
+    );
+    expect(
+        mc_store_batch_put_from_on_stream(
+            s,
+            k,
+            p,
+            one.as_ptr(),
+            1,
+            null(),
+            host,
+            stream,
+            null_mut(),
+        )
+        .into(),
+        BAD,
+        "put: NULL ticket",
+    );
+    expect(
+        mc_store_batch_put_from_multi_buffers_on_stream(
+            s,
+            k,
+            1,
+            pr,
+            pz,
+            c,
+            null(),
+            host,
+            stream,
+            null_mut(),
+        )
+        .into(),
+        BAD,
+        "put multi: NULL ticket",
+    );
+    // No refused put reserved anything.
+    assert_eq!(mc_store_is_exist(s, c"dup".as_ptr()), 0);
+
+    // Tickets: NULL → -600 (0 / NULL where the return type has no code), plus a message.
+    let mut r64 = [0i64; 2];
+    expect(mc_ticket_status(null()).into(), BAD, "status NULL");
+    expect(mc_ticket_wait(null(), 0).into(), BAD, "wait NULL");
+    expect(mc_ticket_key_count(null()) as i64, 0, "key_count NULL");
+    expect(
+        mc_ticket_status_word(null()) as usize as i64,
+        0,
+        "status_word NULL",
+    );
+    expect(
+        mc_ticket_results(null(), r64.as_mut_ptr(), 1).into(),
+        BAD,
+        "results NULL ticket",
+    );
+    // A real (final) ticket: the count must be mc_ticket_key_count, results non-NULL.
+    let mut ticket = null_mut();
+    assert_eq!(
+        mc_store_batch_get_into_on_stream(s, k, b, z, 1, host, null_mut(), &mut ticket),
+        0
+    );
+    assert_eq!(mc_ticket_key_count(ticket), 1);
+    expect(
+        mc_ticket_results(ticket, r64.as_mut_ptr(), 2).into(),
+        BAD,
+        "results count 2",
+    );
+    expect(
+        mc_ticket_results(ticket, r64.as_mut_ptr(), 0).into(),
+        BAD,
+        "results count 0",
+    );
+    expect(
+        mc_ticket_results(ticket, null_mut(), 1).into(),
+        BAD,
+        "results NULL array",
+    );
+    assert_eq!(mc_ticket_results(ticket, r64.as_mut_ptr(), 1), 0);
+    assert_eq!(r64[0], 1);
+    mc_ticket_free(ticket);
+
+    // Host streams and events.
+    let ev = mc_host_event_new();
+    assert!(!ev.is_null());
+    expect(
+        mc_host_stream_launch(null_mut(), Some(noop), null_mut()).into(),
+        BAD,
+        "launch NULL stream",
+    );
+    expect(
+        mc_host_stream_launch(hs, None, null_mut()).into(),
+        BAD,
+        "launch NULL func",
+    );
+    expect(
+        mc_host_stream_wait_event(null_mut(), ev).into(),
+        BAD,
+        "wait_event NULL stream",
+    );
+    expect(
+        mc_host_stream_wait_event(hs, null()).into(),
+        BAD,
+        "wait_event NULL event",
+    );
+    expect(
+        mc_host_stream_synchronize(null_mut(), 0).into(),
+        BAD,
+        "synchronize NULL",
+    );
+    expect(
+        mc_host_event_record(null_mut(), hs).into(),
+        BAD,
+        "record NULL event",
+    );
+    expect(
+        mc_host_event_record(ev, null_mut()).into(),
+        BAD,
+        "record NULL stream",
+    );
+    expect(mc_host_event_query(null()).into(), BAD, "query NULL");
+    expect(mc_host_event_wait(null(), 0).into(), BAD, "event wait NULL");
+    // Nothing above reached the stream or the store: both still work.
+    assert_eq!(mc_host_stream_synchronize(hs, 10_000), 0);
+    assert_eq!(mc_store_get_size(s, c"known".as_ptr()), 1);
+    mc_host_event_free(ev);
+    mc_host_stream_free(hs);
     mc_store_free(s);
 }
 

@@ -5,8 +5,9 @@
 
 mod common;
 
+use common::streams::{buf, embedded, on, Blocker};
 use common::{local_client, pattern, wait_until, PeerClient};
-use mooncake_rs::client::{Buf, Client, SetupConfig};
+use mooncake_rs::client::{Buf, Client};
 use mooncake_rs::master::{MasterConfig, MasterService};
 use mooncake_rs::rpc::RpcServer;
 use mooncake_rs::stream::{HostEvent, HostStream, StreamRef, Ticket, TICKET_PENDING};
@@ -18,46 +19,6 @@ use std::time::Duration;
 
 const MIB: usize = 1 << 20;
 const LIMIT: Option<Duration> = Some(Duration::from_secs(20));
-
-fn embedded(segment: u64) -> Client {
-    Client::setup(SetupConfig {
-        local_hostname: "stream-test".into(),
-        global_segment_size: segment,
-        local_buffer_size: 0,
-        master_server_addr: "embedded".into(),
-        ..SetupConfig::default()
-    })
-    .expect("embedded setup")
-}
-
-fn on(segment: &str) -> ReplicateConfig {
-    ReplicateConfig {
-        preferred_segments: vec![segment.to_string()],
-        ..ReplicateConfig::default()
-    }
-}
-
-/// A host-stream item that blocks the stream until [`Blocker::release`] (or 30 s).
-struct Blocker(Arc<AtomicBool>);
-
-impl Blocker {
-    fn block(stream: &HostStream) -> Blocker {
-        let open = Arc::new(AtomicBool::new(false));
-        let flag = open.clone();
-        stream.launch(move || {
-            let _ = wait_until(Duration::from_secs(30), || flag.load(Ordering::Acquire));
-        });
-        Blocker(open)
-    }
-
-    fn release(&self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
-
-fn buf(v: &mut [u8]) -> Vec<Buf> {
-    vec![Buf::new(v.as_mut_ptr() as usize, v.len() as u64)]
-}
 
 fn get_on(client: &Client, keys: &[&str], outs: &mut [Vec<u8>], stream: &HostStream) -> Ticket {
     let bufs = outs.iter_mut().map(|o| buf(o)).collect();
@@ -336,6 +297,18 @@ fn ticket_slots_run_out_with_try_again_and_come_back() {
     }
     assert_eq!(refused, Some(ErrorCode::TryAgain));
     assert!(client.metrics().stream.try_again >= 1);
+    // The blocking (NULL-stream) form needs a slot too, and does nothing without one.
+    let mut value = b"blocked".to_vec();
+    let blocked = unsafe {
+        client.batch_put_from_on_stream_raw(
+            &["blocked"],
+            vec![buf(&mut value)],
+            &ReplicateConfig::default(),
+            StreamRef::Blocking,
+        )
+    };
+    assert_eq!(blocked.err(), Some(ErrorCode::TryAgain));
+    assert!(!client.is_exist("blocked").unwrap(), "nothing was written");
     blocker.release();
     assert!(tickets.iter().all(|t| t.wait(LIMIT) == 0));
     drop(tickets);
@@ -455,4 +428,38 @@ fn a_peer_killed_mid_transfer_fails_the_ticket_and_the_stream_goes_on() {
         m.pins_held == 0 && m.tickets_outstanding == 0 && m.staging_bytes_in_use == 0
     }));
     assert!(reader.metrics().stream.tickets_failed >= 1);
+}
+
+#[test]
+fn staging_exhaustion_is_try_again_and_gives_the_pins_back() {
+    let master = MasterService::new(MasterConfig::default());
+    let server = RpcServer::start("127.0.0.1:0".parse().unwrap(), master.clone()).unwrap();
+    let addr = server.local_addr().to_string();
+    let peer = local_client(&addr, 96 * MIB as u64, 0);
+    let reader = local_client(&addr, 8 * MIB as u64, 0);
+    let keys = ["s0", "s1", "s2"];
+    for (i, k) in keys.iter().enumerate() {
+        reader
+            .put_from(k, &pattern(24 * MIB, i as u8), &on(&peer.get_hostname()))
+            .unwrap();
+    }
+    let stream = HostStream::new().unwrap();
+    let mut outs: Vec<Vec<u8>> = keys.iter().map(|_| vec![0u8; 24 * MIB]).collect();
+    let bufs = outs.iter_mut().map(|o| buf(o)).collect();
+    // 72 MiB of remote data does not fit the default 64 MiB of staging.
+    let refused = unsafe {
+        reader.batch_get_into_on_stream_raw(&keys, bufs, false, StreamRef::Host(&stream))
+    };
+    assert_eq!(refused.err(), Some(ErrorCode::TryAgain));
+    let m = reader.metrics().stream;
+    assert_eq!(
+        (m.pins_held, m.staging_bytes_in_use, m.tickets_issued),
+        (0, 0, 0)
+    );
+    assert_eq!(master.metrics().active_pins, 0, "the pins were given back");
+    // Two of them fit.
+    let t = get_on(&reader, &keys[..2], &mut outs[..2], &stream);
+    assert_eq!(t.wait(LIMIT), 0);
+    assert_eq!(outs[1], pattern(24 * MIB, 1));
+    drop(peer);
 }

@@ -17,6 +17,7 @@ mod heartbeat;
 mod local_buffer;
 mod metrics;
 mod on_stream;
+mod on_stream_put;
 mod pins;
 mod plan;
 mod ranges;

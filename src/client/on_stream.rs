@@ -45,11 +45,12 @@ impl Client {
         lengths_match(keys.len(), &[bufs.len()])?;
         if let StreamRef::Blocking = stream {
             // SAFETY: forwarded from the caller.
-            let results = unsafe { self.get_into_raw(keys, bufs, exact) };
-            return core.streams.completed(results);
+            return core
+                .streams
+                .completed(|| unsafe { self.get_into_raw(keys, bufs, exact) });
         }
         let target = core.streams.target(stream)?;
-        check_destinations(&target, bufs.iter().flatten())?;
+        check_device_memory(&target, bufs.iter().flatten(), "destination")?;
         let slot = core.streams.reserve()?;
         let names = keys.iter().map(|k| k.as_ref().to_string()).collect();
         let started = Instant::now();
@@ -107,12 +108,12 @@ impl Client {
         lengths_match(keys.len(), &[bufs.len(), src_offsets.len()])?;
         if let StreamRef::Blocking = stream {
             // SAFETY: forwarded from the caller.
-            let results =
-                unsafe { self.batch_get_into_multi_buffer_ranges_raw(keys, bufs, src_offsets) };
-            return core.streams.completed(results);
+            return core.streams.completed(|| unsafe {
+                self.batch_get_into_multi_buffer_ranges_raw(keys, bufs, src_offsets)
+            });
         }
         let target = core.streams.target(stream)?;
-        check_destinations(&target, bufs.iter().flatten())?;
+        check_device_memory(&target, bufs.iter().flatten(), "destination")?;
         let slot = core.streams.reserve()?;
         let sessions = snapshot(&core.sessions.get, keys);
         let mut call = Call::new(core, &target);
@@ -136,8 +137,13 @@ impl Client {
     }
 }
 
-/// On a device stream every non-empty destination must be device memory.
-fn check_destinations<'a>(target: &Target, bufs: impl Iterator<Item = &'a Buf>) -> Result<()> {
+/// On a device stream every non-empty buffer (`what`: "destination" / "source") must be
+/// device memory.
+pub(super) fn check_device_memory<'a>(
+    target: &Target,
+    bufs: impl Iterator<Item = &'a Buf>,
+    what: &str,
+) -> Result<()> {
     if !target.is_device() {
         return Ok(());
     }
@@ -146,8 +152,8 @@ fn check_destinations<'a>(target: &Target, bufs: impl Iterator<Item = &'a Buf>) 
             return fail(
                 ErrorCode::InvalidParams,
                 format!(
-                    "destination {:#x} is host memory: on a device stream destinations must be \
-                     device memory (use a host stream for host buffers)",
+                    "{what} {:#x} is host memory: on a device stream it must be device memory \
+                     (use a host stream for host buffers)",
                     b.addr
                 ),
             );
@@ -298,7 +304,7 @@ impl<'a> Call<'a> {
         let held = (pins.len() + session_pins.len()) as u64;
         core.streams.note_pins(held);
         let keeper = core.clone();
-        let hold: Hold = Box::new(move |results| {
+        let hold: Hold = Box::new(move |ticket| {
             if !pins.is_empty() {
                 if let Err(e) = keeper.master.unpin(keeper.id, pins) {
                     tracing::debug!(error = %e, "unpin after an on-stream get failed");
@@ -313,7 +319,7 @@ impl<'a> Call<'a> {
                     "on-stream get released after its read lease (pins held the bytes)"
                 );
             }
-            keeper.count_reads(results);
+            keeper.count_reads(&ticket.results());
         });
         let results = std::mem::take(&mut self.results);
         // SAFETY: forwarded from the caller.

@@ -8,9 +8,14 @@
 //! Unverified on hardware: the layout of `aclrtPtrAttributes` (location id at byte 0,
 //! location type at byte 4, `HOST = 0`, `DEVICE = 1`) follows the CANN documentation; a
 //! failing lookup (ACL documents that it only knows ACL-allocated memory) means host memory.
+//!
+//! Submodule `stream`: [`super::StreamOps`] on the caller's `aclrtStream`s (optional: absent
+//! symbols disable only them).
+
+mod stream;
 
 use super::dl;
-use super::{Backend, MemoryKind, Side};
+use super::{Backend, MemoryKind, Side, StreamOps};
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_void};
 
@@ -57,6 +62,7 @@ struct Ascend {
     memcpy: Memcpy,
     register: Option<(HostRegister, HostUnregister)>,
     alloc: Option<(Malloc, Free)>,
+    streams: Option<stream::Streams>,
 }
 
 /// Looks up `name` with signature `F`.
@@ -115,8 +121,19 @@ pub(super) fn load() -> Result<Box<dyn Backend>, String> {
             memcpy: symbol(&lib, "aclrtMemcpy")?,
             register,
             alloc,
+            streams: stream::Streams::load(&lib),
             _lib: lib,
         }))
+    }
+}
+
+/// The `aclrtMemcpyKind` of a copy between memory of these kinds (host to host counts as
+/// device to host: callers never ask for it, and ACL rejects a mismatch).
+fn copy_kind(dst: MemoryKind, src: MemoryKind) -> c_int {
+    match (dst.device(), src.device()) {
+        (Some(_), Some(_)) => DEVICE_TO_DEVICE,
+        (Some(_), None) => HOST_TO_DEVICE,
+        _ => DEVICE_TO_HOST,
     }
 }
 
@@ -166,11 +183,7 @@ impl Backend for Ascend {
     }
 
     unsafe fn copy(&self, dst: Side, src: Side, len: usize) -> Result<(), String> {
-        let kind = match (dst.kind.device(), src.kind.device()) {
-            (Some(_), Some(_)) => DEVICE_TO_DEVICE,
-            (Some(_), None) => HOST_TO_DEVICE,
-            _ => DEVICE_TO_HOST,
-        };
+        let kind = copy_kind(dst.kind, src.kind);
         self.enter()?;
         // SAFETY: probed symbol; the caller guarantees both ranges.
         check(
@@ -233,5 +246,9 @@ impl Backend for Ascend {
         self.enter()?;
         // SAFETY: resolved entry point; `addr` came from `alloc_device`.
         check(unsafe { free(addr as *mut c_void) }, "aclrtFree")
+    }
+
+    fn stream_ops(&self) -> Option<&dyn StreamOps> {
+        self.streams.is_some().then_some(self as &dyn StreamOps)
     }
 }

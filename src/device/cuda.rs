@@ -4,9 +4,14 @@
 //! Contexts: each device's primary context is retained at load time (and kept for the life
 //! of the process); every driver call runs with the right one pushed on the calling thread
 //! and popped afterwards, so the caller's own current context is left untouched.
+//!
+//! Submodule `stream`: [`super::StreamOps`] on the caller's `CUstream`s (feature group
+//! `STREAM`, probed like the others).
+
+mod stream;
 
 use super::dl;
-use super::{Backend, MemoryKind, Side};
+use super::{Backend, MemoryKind, Side, StreamOps};
 use cudarc::driver::sys::{self, CUcontext, CUpointer_attribute, CUresult};
 use std::ffi::c_void;
 
@@ -39,6 +44,8 @@ struct Cuda {
     contexts: Vec<Context>,
     register: bool,
     alloc: bool,
+    /// Whether every symbol of [`stream::STREAM`] resolved.
+    stream: bool,
 }
 
 fn check(result: CUresult, what: &str) -> Result<(), String> {
@@ -79,10 +86,12 @@ pub(super) fn load() -> Result<Box<dyn Backend>, String> {
         }
         let register = feature(lib, REGISTER, "host registration");
         let alloc = feature(lib, ALLOC, "device allocation");
+        let stream = feature(lib, stream::STREAM, "stream operations");
         Ok(Box::new(Cuda {
             contexts,
             register,
             alloc,
+            stream,
         }))
     }
 }
@@ -109,17 +118,30 @@ impl Cuda {
             .ok()
             .and_then(|d| self.contexts.get(d))
             .ok_or_else(|| format!("no CUDA device {device}"))?;
-        // SAFETY: probed symbol; the context was retained at load time.
-        check(
-            unsafe { sys::cuCtxPushCurrent_v2(context.0) },
-            "cuCtxPushCurrent",
-        )?;
-        let out = f();
-        let mut popped: CUcontext = std::ptr::null_mut();
-        // SAFETY: pops the context pushed above.
-        let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
-        out
+        // SAFETY: the context was retained at load time and is never released.
+        unsafe { with_pushed(context.0, f) }
     }
+}
+
+/// Runs `f` with `context` pushed on this thread, and pops it afterwards (also when `f`
+/// fails), so the thread's own current context is left as it was.
+///
+/// # Safety
+/// `context` is a live context.
+unsafe fn with_pushed<T>(
+    context: CUcontext,
+    f: impl FnOnce() -> Result<T, String>,
+) -> Result<T, String> {
+    // SAFETY: probed symbol (CORE); the caller guarantees a live context.
+    check(
+        unsafe { sys::cuCtxPushCurrent_v2(context) },
+        "cuCtxPushCurrent",
+    )?;
+    let out = f();
+    let mut popped: CUcontext = std::ptr::null_mut();
+    // SAFETY: pops the context pushed above.
+    let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+    out
 }
 
 impl Backend for Cuda {
@@ -226,5 +248,9 @@ impl Backend for Cuda {
             // SAFETY: probed symbol; `addr` came from `alloc_device`.
             check(unsafe { sys::cuMemFree_v2(addr as u64) }, "cuMemFree")
         })
+    }
+
+    fn stream_ops(&self) -> Option<&dyn StreamOps> {
+        self.stream.then_some(self as &dyn StreamOps)
     }
 }

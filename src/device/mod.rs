@@ -7,7 +7,8 @@
 //! - `cuda`: the CUDA driver API through cudarc's `driver::sys`, loaded at run time
 //!   (`libcuda.so`); no toolkit is needed at build time. The library and every symbol are
 //!   probed before the first call, because cudarc panics on a missing library or symbol.
-//! - `ascend`: `libascendcl.so` through `dlopen` (pointer attributes, memcpy, host register).
+//! - `ascend`: `libascendcl.so` through `dlopen` (pointer attributes, memcpy, host register,
+//!   streams).
 //! - host (no runtime): every pointer is host memory and copies are plain memcpys.
 //!
 //! An absent library means "host only" with one info log line; a missing optional symbol
@@ -15,8 +16,8 @@
 //!
 //! Modules: `copy` ([`memcpy_safe`], the only copy of caller memory in the crate), `pin`
 //! ([`HostRegistration`], the pin budget), `region` ([`MappedRegion`], pre-faulted host
-//! mappings, optionally pinned), `stats` (counters), `cuda`, `ascend`, `dl`
-//! (symbol probing).
+//! mappings, optionally pinned), `stats` (counters), `cuda`, `ascend` (each with a `stream`
+//! submodule implementing `StreamOps` on the runtime's own streams), `dl` (symbol probing).
 
 mod ascend;
 mod copy;

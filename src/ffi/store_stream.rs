@@ -1,8 +1,10 @@
-//! Gets on a caller's stream (`mc_store_*_on_stream`): enqueue, return a ticket, never wait
-//! for the transfer. See `crate::stream` for the design and `mc_ticket_t` for outcomes.
+//! Gets and puts on a caller's stream (`mc_store_*_on_stream`): enqueue, return a ticket,
+//! never wait for the transfer. See `crate::stream` for the design and `mc_ticket_t` for
+//! outcomes.
 
 use super::batch;
 use super::check;
+use super::config::{self, mc_replicate_config_t};
 use super::panic::ffi_boundary;
 use super::store::{mc_store, mc_store_t};
 use super::store_session::offsets;
@@ -157,6 +159,71 @@ pub extern "C" fn mc_store_get_into_ranges_on_stream(
             unsafe {
                 client.batch_get_into_multi_buffer_ranges_on_stream_raw(&keys, bufs, &src, stream)
             }
+        })
+    })
+}
+
+/// `mc_store_batch_put_from` ordered on a producer's stream: reserves the objects at the
+/// master (`PutStart`) and returns; when the stream reaches this call (after the work that
+/// produced the data) the sources `bufs[i]` (`sizes[i]` bytes) are copied into the reserved
+/// replicas, and a worker then writes remote replicas and commits (`PutEnd`) — or revokes
+/// (`PutRevoke`) on any failure, so nothing is ever half-visible.
+///
+/// The ticket becomes 0 only after the commit: a get issued after that sees the data; before
+/// it a get sees the old state (insert-if-absent is unchanged: an existing key keeps its
+/// value and reports 0 bytes). The sources must stay valid and unchanged until the stream
+/// has passed the call. Per key in the ticket: bytes written, or the error (-9004
+/// `MC_ERR_CANCELLED` when the store was torn down first). Same `stream_kind` / `stream`
+/// rules as `mc_store_batch_get_into_on_stream` (NULL stream: the blocking put with a final
+/// ticket; on a device stream sources must be device memory). Call errors as there, plus
+/// -600 for a key listed twice or a bad `cfg` (NULL: defaults). Thread-safe; capture-unsafe.
+#[no_mangle]
+pub extern "C" fn mc_store_batch_put_from_on_stream(
+    store: *mut mc_store_t,
+    keys: *const *const c_char,
+    bufs: *const *const c_void,
+    sizes: *const usize,
+    count: usize,
+    cfg: *const mc_replicate_config_t,
+    stream_kind: i32,
+    stream: *mut c_void,
+    ticket: *mut *mut mc_ticket_t,
+) -> c_int {
+    ffi_boundary!(poison: store, {
+        issue(store, stream_kind, stream, ticket, |client, stream| {
+            let keys = check::keys(keys, count)?;
+            let cfg = config::replicate_config(cfg)?;
+            let bufs = batch::sources(&batch::flat_buffers(bufs, sizes, count)?)?;
+            // SAFETY: the caller promises readable sources that stay valid and unchanged
+            // until the stream has passed the call.
+            unsafe { client.batch_put_from_on_stream_raw(&keys, bufs, &cfg, stream) }
+        })
+    })
+}
+
+/// `mc_store_batch_put_from_multi_buffers` ordered on a stream: key `i`'s object is the
+/// concatenation of `buf_counts[i]` buffers `bufs[i][j]` of `sizes[i][j]` bytes. Contract as
+/// `mc_store_batch_put_from_on_stream`.
+#[no_mangle]
+pub extern "C" fn mc_store_batch_put_from_multi_buffers_on_stream(
+    store: *mut mc_store_t,
+    keys: *const *const c_char,
+    count: usize,
+    bufs: *const *const *const c_void,
+    sizes: *const *const usize,
+    buf_counts: *const usize,
+    cfg: *const mc_replicate_config_t,
+    stream_kind: i32,
+    stream: *mut c_void,
+    ticket: *mut *mut mc_ticket_t,
+) -> c_int {
+    ffi_boundary!(poison: store, {
+        issue(store, stream_kind, stream, ticket, |client, stream| {
+            let keys = check::keys(keys, count)?;
+            let cfg = config::replicate_config(cfg)?;
+            let bufs = batch::sources(&batch::multi_buffers(bufs, sizes, buf_counts, count)?)?;
+            // SAFETY: as `mc_store_batch_put_from_on_stream`.
+            unsafe { client.batch_put_from_on_stream_raw(&keys, bufs, &cfg, stream) }
         })
     })
 }

@@ -68,19 +68,23 @@ pub(crate) struct Copy {
 /// What to enqueue for one call: `direct` copies (sources already in place: resident
 /// replicas, or the caller's memory for puts), then — if `gated` — the gate, then `staged`
 /// copies, then the release marker.
+///
+/// `commits`: the release does real work (a put's transfers and commit), so it runs on a
+/// worker rather than the housekeeper, and the status word is written only then.
 #[derive(Default)]
 pub(crate) struct Plan {
     pub direct: Vec<Copy>,
     pub gated: bool,
     pub staged: Vec<Copy>,
+    pub commits: bool,
 }
 
 /// A fetch run by a worker for a gated ticket; it must open the gate (or leave it to the
 /// deadline) and may record per-key failures.
 pub(crate) type Fetch = Box<dyn FnOnce(&TicketState) + Send>;
 
-/// A fetch with the ticket it serves.
-type Job = (Arc<TicketState>, Fetch);
+/// Work for the worker pool: a fetch for a gated ticket, or a release that commits.
+type Job = Box<dyn FnOnce() + Send>;
 
 /// Engine sizes, from the environment at setup.
 #[derive(Clone, Debug)]
@@ -163,6 +167,8 @@ pub struct StreamMetrics {
 
 struct Shared {
     config: StreamConfig,
+    /// The worker pool's queue; `None` once shut down.
+    jobs: Mutex<Option<Sender<Job>>>,
     slab: Arc<GateSlab>,
     staging: Arc<StagingPool>,
     /// Tickets issued and not yet released, for deadlines and teardown.
@@ -176,7 +182,6 @@ struct Shared {
 /// The engine. Thread-safe; owned by the client core.
 pub(crate) struct StreamEngine {
     shared: Arc<Shared>,
-    jobs: Mutex<Option<Sender<Job>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
     housekeeper: Mutex<Option<JoinHandle<()>>>,
 }
@@ -197,8 +202,10 @@ impl StreamEngine {
         .or_else(|_| GateSlab::new(config.tickets, Ok))?;
         let staging = StagingPool::new(config.staging_bytes)?;
         let (released_tx, released_rx) = crossbeam_channel::unbounded();
+        let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Job>();
         let shared = Arc::new(Shared {
             config: config.clone(),
+            jobs: Mutex::new(Some(jobs_tx)),
             slab,
             staging,
             outstanding: Mutex::new(HashMap::new()),
@@ -207,7 +214,6 @@ impl StreamEngine {
             next_id: AtomicU64::new(1),
             counters: StreamCounters::default(),
         });
-        let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Job>();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name)
@@ -229,7 +235,6 @@ impl StreamEngine {
         )?;
         Ok(StreamEngine {
             shared,
-            jobs: Mutex::new(Some(jobs_tx)),
             workers: Mutex::new(workers),
             housekeeper: Mutex::new(Some(housekeeper)),
         })
@@ -359,9 +364,15 @@ impl StreamEngine {
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + shared.config.timeout;
         let state = Arc::new(TicketState::new(
-            id, slot, plan.gated, deadline, results, hold,
+            id,
+            slot,
+            plan.gated,
+            plan.commits,
+            deadline,
+            results,
+            hold,
         ));
-        if !plan.gated {
+        if !plan.gated && !plan.commits {
             state.publish_issue_status();
         }
         let counters = &shared.counters;
@@ -389,9 +400,22 @@ impl StreamEngine {
             );
         }
         if plan.gated {
-            let sent = match (self.jobs.lock().as_ref(), fetch) {
-                (Some(jobs), Some(fetch)) => jobs.send((state.clone(), fetch)).is_ok(),
-                _ => false,
+            let sent = match fetch {
+                Some(fetch) => {
+                    let ticket = state.clone();
+                    shared.submit(Box::new(move || {
+                        if ticket.gate_is_open() {
+                            return; // cancelled or timed out before it started
+                        }
+                        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            fetch(&ticket)
+                        }));
+                        if run.is_err() {
+                            ticket.open_gate(Err(ErrorCode::InternalError));
+                        }
+                    }))
+                }
+                None => false,
             };
             if !sent {
                 state.open_gate(Err(ErrorCode::Cancelled));
@@ -400,21 +424,25 @@ impl StreamEngine {
         Ok(Ticket { state })
     }
 
-    /// A ticket that is already final (the blocking form of an on-stream call). `TRY_AGAIN`
-    /// when no slot is free (its status word needs one), `CANCELLED` after teardown.
-    pub(crate) fn completed(&self, results: Vec<Result<u64>>) -> Result<Ticket> {
+    /// The blocking form of an on-stream call: reserves a slot (its status word needs one),
+    /// then runs `call` and returns a ticket that is already final with its results.
+    /// `TRY_AGAIN` when no slot is free and `CANCELLED` after teardown — in both cases
+    /// `call` has not run.
+    pub(crate) fn completed(&self, call: impl FnOnce() -> Vec<Result<u64>>) -> Result<Ticket> {
         let slot = self.reserve()?;
+        let results = call();
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let state = Arc::new(TicketState::new(
             id,
             slot,
+            false,
             false,
             Instant::now(),
             results,
             Box::new(|_| {}),
         ));
         state.publish_issue_status();
-        state.release();
+        state.release(|_| {});
         Ok(Ticket { state })
     }
 
@@ -458,7 +486,7 @@ impl StreamEngine {
                 shared.counters.cancelled.fetch_add(1, Ordering::Relaxed);
             }
         }
-        drop(self.jobs.lock().take());
+        drop(shared.jobs.lock().take());
         let me = std::thread::current().id();
         for worker in self.workers.lock().drain(..) {
             if worker.thread().id() != me {
@@ -600,6 +628,16 @@ unsafe extern "C" fn release_marker(arg: *mut c_void) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Marker(data).fire()));
 }
 
+impl Shared {
+    /// Queues `job` for the worker pool; false once the pool is shut down.
+    fn submit(&self, job: Job) -> bool {
+        match self.jobs.lock().as_ref() {
+            Some(jobs) => jobs.send(job).is_ok(),
+            None => false,
+        }
+    }
+}
+
 fn fetch_worker(jobs: &Receiver<Job>) {
     if let Some(ops) = device::runtime()
         .backend()
@@ -607,26 +645,32 @@ fn fetch_worker(jobs: &Receiver<Job>) {
     {
         ops.prepare_thread();
     }
-    for (ticket, fetch) in jobs.iter() {
-        if ticket.gate_is_open() {
-            continue; // cancelled or timed out before it started
-        }
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fetch(&ticket)));
-        if run.is_err() {
-            ticket.open_gate(Err(ErrorCode::InternalError));
+    for job in jobs.iter() {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+            tracing::error!("a stream worker job panicked; the worker continues");
         }
     }
 }
 
-fn housekeeper(shared: &Shared, released: &Receiver<Arc<TicketState>>) {
+fn housekeeper(shared: &Arc<Shared>, released: &Receiver<Arc<TicketState>>) {
+    let dispatch = |ticket: Arc<TicketState>| {
+        if ticket.commits {
+            let on_worker = shared.clone();
+            let queued = ticket.clone();
+            if shared.submit(Box::new(move || release(&on_worker, &queued))) {
+                return;
+            }
+        }
+        release(shared, &ticket);
+    };
     loop {
         match released.recv_timeout(Duration::from_millis(10)) {
-            Ok(ticket) => release(shared, &ticket),
+            Ok(ticket) => dispatch(ticket),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
         while let Ok(ticket) = released.try_recv() {
-            release(shared, &ticket);
+            dispatch(ticket);
         }
         let now = Instant::now();
         let late: Vec<Arc<TicketState>> = shared
@@ -653,11 +697,12 @@ fn housekeeper(shared: &Shared, released: &Receiver<Arc<TicketState>>) {
 
 fn release(shared: &Shared, ticket: &TicketState) {
     shared.outstanding.lock().remove(&ticket.id);
-    let status = ticket.release();
-    let counter = if status == 0 {
-        &shared.counters.ok
-    } else {
-        &shared.counters.failed
-    };
-    counter.fetch_add(1, Ordering::Relaxed);
+    ticket.release(|status| {
+        let counter = if status == 0 {
+            &shared.counters.ok
+        } else {
+            &shared.counters.failed
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    });
 }

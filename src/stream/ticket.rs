@@ -20,10 +20,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// What a ticket keeps alive until the stream passes its release point: `release` runs on
-/// the housekeeper thread (it may make a master call, e.g. to unpin) and then everything it
-/// captured is dropped.
-pub(crate) type Hold = Box<dyn FnOnce(&[Result<u64>]) + Send>;
+/// What a ticket keeps alive until the stream passes its release point, and the work done
+/// then: it runs once on the housekeeper (or a worker, for tickets that commit), may make
+/// master calls and transfers, may fail keys (`TicketState::fail_key`), and everything it
+/// captured is dropped afterwards. The ticket's status is final only after it returns.
+pub(crate) type Hold = Box<dyn FnOnce(&TicketState) + Send>;
 
 #[derive(Default)]
 struct Phase {
@@ -39,6 +40,8 @@ pub(crate) struct TicketState {
     slot: GateSlot,
     /// Whether the stream waits on the gate (the call has a staged part).
     pub(crate) gated: bool,
+    /// Whether the release commits (runs on a worker; the status word is written then).
+    pub(crate) commits: bool,
     /// When the housekeeper opens the gate with `TRANSFER_TIMEOUT` if nothing else did.
     pub(crate) deadline: Instant,
     results: Mutex<Vec<Result<u64>>>,
@@ -53,6 +56,7 @@ impl TicketState {
         id: u64,
         slot: GateSlot,
         gated: bool,
+        commits: bool,
         deadline: Instant,
         results: Vec<Result<u64>>,
         hold: Hold,
@@ -61,6 +65,7 @@ impl TicketState {
             id,
             slot,
             gated,
+            commits,
             deadline,
             results: Mutex::new(results),
             phase: Mutex::new(Phase::default()),
@@ -133,28 +138,30 @@ impl TicketState {
         }
     }
 
-    /// Housekeeper, after the release marker ran: releases the hold and publishes the final
-    /// status. Returns the status.
-    pub(crate) fn release(&self) -> i32 {
+    /// Housekeeper, after the release marker ran: releases the hold, hands the final status
+    /// to `account` (before anyone can observe it, so a waiter that wakes up finds it
+    /// counted), then publishes it.
+    pub(crate) fn release(&self, account: impl FnOnce(i32)) {
         if !self.gate_is_open() {
             // The marker can only run after the gate (it is later on the stream); a stream
             // that skipped the wait is a runtime bug — never leave the gate closed.
             self.open_gate(Err(ErrorCode::InternalError));
         }
-        let results = self.results.lock().clone();
-        if let Some(hold) = self.hold.lock().take() {
-            hold(&results);
+        let hold = self.hold.lock().take();
+        if let Some(hold) = hold {
+            hold(self);
         }
         let gate_error = match &self.phase.lock().gate {
             Some(Err(e)) => Some(*e),
             _ => None,
         };
         let status = gate_error
-            .or_else(|| results.iter().find_map(|r| r.err()))
+            .or_else(|| self.first_key_error())
             .map_or(0, |e| e.code());
+        account(status);
+        self.slot.set_status(status);
         self.phase.lock().released = Some(status);
         self.changed.notify_all();
-        status
     }
 
     /// `TICKET_PENDING` until released, then 0 or the first error code.

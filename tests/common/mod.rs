@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+pub mod standin;
+pub mod streams;
+
 use mooncake_rs::client::{Client, SetupConfig};
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
@@ -162,6 +165,12 @@ impl PeerClient {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGSTOP`) to the peer.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: a plain kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
     }
 }
 

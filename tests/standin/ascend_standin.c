@@ -1,6 +1,6 @@
 /* Test-only stand-in for libascendcl.so over the fake device of fake_device.h. Pointer
- * queries fail for memory ACL does not know (as documented), and aclrtMemcpy checks that the
- * copy kind matches the pointers. */
+ * queries fail for memory ACL does not know (as documented), and aclrtMemcpy(Async) checks
+ * that the copy kind matches the pointers. -DSTANDIN_NO_STREAMS leaves out streams. */
 #include "fake_device.h"
 
 typedef int aclError;
@@ -19,13 +19,18 @@ aclError aclrtPointerGetAttributes(const void *ptr, unsigned *attrs) {
     return 107000; /* not ACL memory */
 }
 
-aclError aclrtMemcpy(void *dst, size_t dest_max, const void *src, size_t count, int kind) {
+/* 0 when `kind` (aclrtMemcpyKind) matches the pointers and the count fits. */
+static aclError check_copy(void *dst, size_t dest_max, const void *src, size_t count, int kind) {
     if (!current) return 107002;
     int d = fake_is_device((uintptr_t)dst), s = fake_is_device((uintptr_t)src);
     int want = d && s ? 3 : d ? 1 : s ? 2 : 0;
-    if (kind != want || count > dest_max) return 100000;
-    fake_copy((uintptr_t)dst, (uintptr_t)src, count);
-    return 0;
+    return kind != want || count > dest_max ? 100000 : 0;
+}
+
+aclError aclrtMemcpy(void *dst, size_t dest_max, const void *src, size_t count, int kind) {
+    aclError rc = check_copy(dst, dest_max, src, count, kind);
+    if (rc == 0) fake_copy((uintptr_t)dst, (uintptr_t)src, count);
+    return rc;
 }
 
 aclError aclrtMalloc(void **ptr, size_t len, int policy) {
@@ -45,3 +50,35 @@ aclError aclrtHostRegister(void *p, unsigned long long len, int type, void **dev
     return 0;
 }
 aclError aclrtHostUnregister(void *p) { return fake_unregister((uintptr_t)p) ? 100000 : 0; }
+
+#ifndef STANDIN_NO_STREAMS
+/* Streams over the fake streams (107003: stream not usable; 507899: internal error). */
+aclError aclrtCreateStream(void **stream) {
+    struct fake_stream *s = fake_stream_create();
+    if (!s) return 207001;
+    *stream = s;
+    return 0;
+}
+aclError aclrtDestroyStream(void *stream) { return fake_stream_destroy(stream) ? 107003 : 0; }
+aclError aclrtSynchronizeStream(void *stream) {
+    if (!fake_stream_get(stream)) return 107003;
+    return fake_stream_sync(stream) ? 507899 : 0;
+}
+aclError aclrtMemcpyAsync(void *dst, size_t dest_max, const void *src, size_t count, int kind, void *stream) {
+    aclError rc = check_copy(dst, dest_max, src, count, kind);
+    if (rc) return rc;
+    return fake_enqueue_copy(stream, (uintptr_t)dst, (uintptr_t)src, count) ? 107003 : 0;
+}
+aclError aclrtLaunchHostFunc(void *stream, void (*fn)(void *), void *args) {
+    if (!current) return 107002;
+    return fake_enqueue_host_fn(stream, fn, args) ? 107003 : 0;
+}
+aclError aclmdlRICaptureGetInfo(void *stream, int *status, void **model) {
+    if (!current) return 107002;
+    int capturing = fake_stream_capturing(stream);
+    if (capturing < 0) return 107003;
+    *status = capturing; /* ACL_MODEL_RI_CAPTURE_STATUS_NONE / _ACTIVE */
+    *model = capturing ? stream : NULL;
+    return 0;
+}
+#endif

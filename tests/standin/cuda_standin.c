@@ -1,11 +1,13 @@
 /* Test-only stand-in for libcuda.so: the driver calls mooncake-rs makes, over the fake
  * device of fake_device.h. Build with -DSTANDIN_NO_HOST_REGISTER to leave out the host
- * registration symbols; FAKE_CUDA_NO_DEVICE=1 makes cuInit report no device. */
+ * registration symbols, -DSTANDIN_NO_STREAMS to leave out streams and events;
+ * FAKE_CUDA_NO_DEVICE=1 makes cuInit report no device. */
 #include "fake_device.h"
 
 typedef int CUresult;
 enum { OK = 0, INVALID_VALUE = 1, NOT_INITIALIZED = 3, NO_DEVICE = 100, INVALID_DEVICE = 101,
-       INVALID_CONTEXT = 201, ALREADY_REGISTERED = 712, NOT_REGISTERED = 713 };
+       INVALID_CONTEXT = 201, INVALID_HANDLE = 400, NOT_READY = 600, ALREADY_REGISTERED = 712,
+       NOT_REGISTERED = 713, UNKNOWN = 999 };
 #define FAKE_CONTEXT ((void *)0x5eed)
 
 static int initialised;
@@ -75,4 +77,72 @@ CUresult cuMemHostUnregister(void *p) {
     if (depth == 0) return INVALID_CONTEXT;
     return fake_unregister((uintptr_t)p) ? NOT_REGISTERED : OK;
 }
+#endif
+
+#ifndef STANDIN_NO_STREAMS
+/* Streams and events over the fake streams. Calls the library makes on a caller's stream
+ * need a current context (as on the real driver); the test's own stream management does not. */
+static __thread int capture_mode; /* CU_STREAM_CAPTURE_MODE_GLOBAL */
+
+CUresult cuStreamCreate(void **stream, unsigned flags) {
+    (void)flags;
+    struct fake_stream *s = fake_stream_create();
+    if (!s) return 2; /* OUT_OF_MEMORY */
+    *stream = s;
+    return OK;
+}
+CUresult cuStreamDestroy_v2(void *stream) { return fake_stream_destroy(stream) ? INVALID_HANDLE : OK; }
+CUresult cuStreamSynchronize(void *stream) {
+    if (!fake_stream_get(stream)) return INVALID_HANDLE;
+    return fake_stream_sync(stream) ? UNKNOWN : OK;
+}
+CUresult cuStreamGetCtx(void *stream, void **ctx) {
+    if (!fake_stream_get(stream)) return INVALID_HANDLE;
+    *ctx = FAKE_CONTEXT;
+    return OK;
+}
+CUresult cuStreamIsCapturing(void *stream, int *status) {
+    if (depth == 0) return INVALID_CONTEXT;
+    int capturing = fake_stream_capturing(stream);
+    if (capturing < 0) return INVALID_HANDLE;
+    *status = capturing; /* CU_STREAM_CAPTURE_STATUS_NONE / _ACTIVE */
+    return OK;
+}
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
+    if (*mode < 0 || *mode > 2) return INVALID_VALUE;
+    int previous = capture_mode;
+    capture_mode = *mode;
+    *mode = previous;
+    return OK;
+}
+/* Registered host memory is mapped at its own address; anything else is refused. */
+CUresult cuMemHostGetDevicePointer_v2(unsigned long long *dptr, void *p, unsigned flags) {
+    if (depth == 0) return INVALID_CONTEXT;
+    if (flags != 0 || !fake_is_registered((uintptr_t)p)) return INVALID_VALUE;
+    *dptr = (uintptr_t)p;
+    return OK;
+}
+CUresult cuStreamWaitValue32_v2(void *stream, unsigned long long addr, uint32_t value, unsigned flags) {
+    if (depth == 0) return INVALID_CONTEXT;
+    if (flags != 1) return INVALID_VALUE; /* only CU_STREAM_WAIT_VALUE_EQ is faked */
+    return fake_enqueue_wait(stream, addr, value) ? INVALID_VALUE : OK;
+}
+CUresult cuMemcpyAsync(unsigned long long dst, unsigned long long src, size_t len, void *stream) {
+    if (depth == 0) return INVALID_CONTEXT;
+    return fake_enqueue_copy(stream, dst, src, len) ? INVALID_HANDLE : OK;
+}
+CUresult cuLaunchHostFunc(void *stream, void (*fn)(void *), void *arg) {
+    if (depth == 0) return INVALID_CONTEXT;
+    return fake_enqueue_host_fn(stream, fn, arg) ? INVALID_VALUE : OK;
+}
+
+CUresult cuEventCreate(void **event, unsigned flags) {
+    (void)flags;
+    *event = calloc(1, sizeof(struct fake_event));
+    return *event ? OK : 2;
+}
+CUresult cuEventRecord(void *event, void *stream) { return fake_event_record(event, stream) ? INVALID_HANDLE : OK; }
+CUresult cuEventQuery(void *event) { return fake_event_done(event) ? OK : NOT_READY; }
+CUresult cuEventSynchronize(void *event) { return fake_event_sync(event) ? UNKNOWN : OK; }
+CUresult cuEventDestroy_v2(void *event) { free(event); return OK; }
 #endif

@@ -1,0 +1,283 @@
+//! Puts from a producer's stream (issue 7, the save half of seed 000): the call reserves the
+//! objects (`PutStart`) and returns; on the stream, after all work enqueued before the call,
+//! the source buffers are copied into the reserved replicas — straight into this client's
+//! segment when the stream can reach it, otherwise into pinned staging — and a release
+//! marker hands the ticket to a worker, which writes staging to the remaining replicas over
+//! the transport and commits (`PutEnd`) or, on any failure, revokes (`PutRevoke`). Commits
+//! never run on a driver callback thread.
+//!
+//! Ordering: until the ticket is final the objects are not readable (a get sees the old
+//! state: not found, or the existing value — insert-if-absent is unchanged); once it reports
+//! 0 every get sees the new bytes. The sources must stay valid and unchanged until the
+//! stream has passed the call (its release point).
+
+use super::core::{Client, ClientCore};
+use super::on_stream::check_device_memory;
+use super::plan::{self, Buf, Fragment};
+use super::read::per_key;
+use super::sessions::lengths_match;
+use crate::error::{fail, ErrorCode, Result};
+use crate::stream::{Copy, Hold, Plan, StagingBuf, StreamRef, Ticket};
+use crate::types::{ReplicaDescriptor, ReplicateConfig};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// A key whose bytes reach some replicas through staging after the stream copied them there.
+struct StagedWrite {
+    key: usize,
+    name: String,
+    staging: Arc<StagingBuf>,
+    size: u64,
+    replicas: Vec<ReplicaDescriptor>,
+}
+
+impl Client {
+    /// `batch_put_from_multi_buffers` (each key's object is the concatenation of its
+    /// buffers) on `stream`. Returns once the objects are reserved and the copies enqueued.
+    /// Per key in the ticket: the bytes written (0 for an empty object or a key that already
+    /// existed — a put keeps the old value), or the error (`PutStart`'s, a transfer's, the
+    /// commit's; `CANCELLED` when the store was torn down first).
+    ///
+    /// Call errors (nothing enqueued, nothing reserved): `INVALID_PARAMS` (closed client,
+    /// shape mismatch, a key listed twice, `replica_num` 0, `prefer_alloc_in_same_node`, a
+    /// host source on a device stream), `NOT_SUPPORTED`, `STREAM_CAPTURE_UNSUPPORTED`,
+    /// `TRY_AGAIN` (ticket slots or staging exhausted; reservations are revoked),
+    /// `INTERNAL_ERROR` (the runtime refused an enqueue; reservations then expire at the
+    /// master).
+    ///
+    /// # Safety
+    /// Every [`Buf`] is readable memory of its length that stays valid and unchanged until
+    /// the stream has passed this call.
+    pub unsafe fn batch_put_from_on_stream_raw<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: Vec<Vec<Buf>>,
+        config: &ReplicateConfig,
+        stream: StreamRef<'_>,
+    ) -> Result<Ticket> {
+        let core = &self.core;
+        core.check_open()?;
+        lengths_match(keys.len(), &[bufs.len()])?;
+        if let StreamRef::Blocking = stream {
+            return core.streams.completed(|| {
+                let sizes = bufs
+                    .iter()
+                    .map(|b| plan::total_len(b).unwrap_or(0))
+                    .collect::<Vec<_>>();
+                let results = core.write(keys, bufs, config, super::WriteMode::Put);
+                results
+                    .into_iter()
+                    .zip(sizes)
+                    .map(|(r, n)| r.map(|()| n))
+                    .collect()
+            });
+        }
+        check_put_args(keys, config)?;
+        let target = core.streams.target(stream)?;
+        check_device_memory(&target, bufs.iter().flatten(), "source")?;
+        let sizes = bufs
+            .iter()
+            .map(|b| plan::total_len(b))
+            .collect::<Result<Vec<u64>>>()?;
+        let slot = core.streams.reserve()?;
+        let pending: Vec<usize> = (0..keys.len()).filter(|&i| sizes[i] > 0).collect();
+        let names: Vec<String> = pending
+            .iter()
+            .map(|&i| keys[i].as_ref().to_string())
+            .collect();
+        let started = per_key(
+            core.master.batch_put_start(
+                core.id,
+                names.clone(),
+                pending.iter().map(|&i| sizes[i]).collect(),
+                config.clone(),
+            ),
+            pending.len(),
+        );
+        let mut results: Vec<Result<u64>> = sizes.iter().map(|_| Ok(0)).collect();
+        let mut plan = Plan {
+            commits: true,
+            ..Plan::default()
+        };
+        let mut staged: Vec<StagedWrite> = Vec::new();
+        let mut reserved: Vec<(usize, String)> = Vec::new();
+        for ((&i, name), start) in pending.iter().zip(names).zip(started) {
+            let replicas = match start {
+                Ok(replicas) => replicas,
+                Err(ErrorCode::ObjectAlreadyExists) => continue,
+                Err(e) => {
+                    results[i] = Err(e);
+                    continue;
+                }
+            };
+            reserved.push((i, name.clone()));
+            results[i] = Ok(sizes[i]);
+            if replicas.iter().any(|r| r.buffer.size != sizes[i]) {
+                results[i] = fail(
+                    ErrorCode::TransferFail,
+                    "replica size differs from the object",
+                );
+                continue;
+            }
+            let sources = plan::contiguous(&bufs[i]);
+            let (direct, remote): (Vec<_>, Vec<_>) = replicas.into_iter().partition(|r| {
+                core.engine.is_local(&r.buffer.transport_endpoint)
+                    && (!target.is_device() || core.segment_is_pinned())
+            });
+            for replica in &direct {
+                let base = replica.buffer.buffer_address as usize;
+                plan.direct.extend(sources.iter().map(|f| Copy {
+                    key: i,
+                    dst: base + f.offset as usize,
+                    src: f.local,
+                    len: f.len as usize,
+                }));
+            }
+            if remote.is_empty() {
+                continue;
+            }
+            let staging = match core.streams.staging(sizes[i]) {
+                Ok(s) => s,
+                Err(e) => {
+                    finish(core, &reserved, false);
+                    return Err(e);
+                }
+            };
+            plan.direct.extend(sources.iter().map(|f| Copy {
+                key: i,
+                dst: staging.addr() + f.offset as usize,
+                src: f.local,
+                len: f.len as usize,
+            }));
+            staged.push(StagedWrite {
+                key: i,
+                name,
+                staging,
+                size: sizes[i],
+                replicas: remote,
+            });
+        }
+        let hold = commit_hold(core.clone(), reserved, staged);
+        // SAFETY: sources per the caller's contract; destinations are our reserved replicas
+        // and staging, kept reserved/alive by the hold until the release marker.
+        unsafe { core.streams.issue(&target, slot, plan, None, results, hold) }
+    }
+}
+
+/// The put-side argument rules of the blocking path, plus: no key twice in one call.
+fn check_put_args<K: AsRef<str>>(keys: &[K], config: &ReplicateConfig) -> Result<()> {
+    if config.prefer_alloc_in_same_node {
+        return fail(
+            ErrorCode::InvalidParams,
+            "prefer_alloc_in_same_node is not supported by the client put paths",
+        );
+    }
+    if config.replica_num == 0 {
+        return fail(ErrorCode::InvalidParams, "replica_num must be at least 1");
+    }
+    let mut seen = HashSet::with_capacity(keys.len());
+    for key in keys {
+        let key = key.as_ref();
+        if key.is_empty() {
+            return fail(ErrorCode::InvalidParams, "empty key");
+        }
+        if !seen.insert(key) {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!("key '{key}' appears twice in one on-stream put"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The release of an on-stream put (on a worker, after the stream copied every source):
+/// staged keys are written to their remaining replicas, then every reserved key that is
+/// still fine is committed and the others revoked. After teardown everything is revoked
+/// (`CANCELLED`).
+fn commit_hold(
+    core: Arc<ClientCore>,
+    reserved: Vec<(usize, String)>,
+    staged: Vec<StagedWrite>,
+) -> Hold {
+    Box::new(move |ticket| {
+        if core.check_open().is_err() {
+            for (i, _) in &reserved {
+                ticket.fail_key(*i, ErrorCode::Cancelled);
+            }
+            finish(&core, &reserved, false);
+            return;
+        }
+        let writes: Vec<(usize, Vec<ReplicaDescriptor>, Vec<Fragment>)> = staged
+            .iter()
+            .filter(|w| !ticket.key_failed(w.key))
+            .map(|w| {
+                let whole = Fragment {
+                    local: w.staging.addr(),
+                    len: w.size,
+                    offset: 0,
+                };
+                (w.key, w.replicas.clone(), vec![whole])
+            })
+            .collect();
+        for ((key, _, _), outcome) in writes.iter().zip(core.write_replicas(&writes)) {
+            if let Err(e) = outcome {
+                let name = staged.iter().find(|w| w.key == *key).map(|w| &w.name);
+                tracing::debug!(key = ?name, error = %e, "on-stream put: replica write failed");
+                ticket.fail_key(*key, e);
+            }
+        }
+        let (good, bad): (Vec<_>, Vec<_>) = reserved
+            .iter()
+            .cloned()
+            .partition(|(i, _)| !ticket.key_failed(*i));
+        for (i, outcome) in finish(&core, &good, true) {
+            if let Err(e) = outcome {
+                ticket.fail_key(i, e);
+            }
+        }
+        finish(&core, &bad, false);
+        drop(staged);
+        core.count_writes(&ticket.results());
+    })
+}
+
+/// Commits (`PutEnd`) or revokes (`PutRevoke`) `keys` (call index, name); returns the
+/// per-key outcome.
+fn finish(core: &ClientCore, keys: &[(usize, String)], commit: bool) -> Vec<(usize, Result<()>)> {
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    let names: Vec<String> = keys.iter().map(|(_, n)| n.clone()).collect();
+    let answer = if commit {
+        core.master.batch_put_end(core.id, names)
+    } else {
+        core.master.batch_put_revoke(core.id, names)
+    };
+    let outcomes = per_key(answer, keys.len());
+    if !commit {
+        for ((_, name), outcome) in keys.iter().zip(&outcomes) {
+            if let Err(e) = outcome {
+                tracing::warn!(key = %name, error = %e, "revoke failed; the master reclaims the space later");
+            }
+        }
+    }
+    keys.iter().map(|(i, _)| *i).zip(outcomes).collect()
+}
+
+impl ClientCore {
+    /// Counts written objects and failed keys of an on-stream put.
+    fn count_writes(&self, results: &[Result<u64>]) {
+        use super::metrics::ClientCounters;
+        for r in results {
+            match r {
+                Ok(0) => {}
+                Ok(bytes) => {
+                    ClientCounters::add(&self.counters.objects_written, 1);
+                    ClientCounters::add(&self.counters.bytes_written, *bytes);
+                }
+                Err(_) => ClientCounters::add(&self.counters.failed_ops, 1),
+            }
+        }
+    }
+}
