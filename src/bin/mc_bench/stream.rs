@@ -267,7 +267,7 @@ fn call_cost(report: &mut Report, quick: bool) -> Result<(), String> {
         "stream call 64 keys 1MiB",
         us_small,
         "us",
-        "blocking batch get 64 keys 1MiB",
+        "blocking batch get 64x16KiB",
         blocking,
     );
     report.line(
@@ -458,6 +458,13 @@ struct PipelineRun {
     load: Vec<f64>,
     compute: Vec<f64>,
     overlapped: Vec<f64>,
+    /// Per layer: the compute while the loads run (longer than alone when the thread lost its
+    /// CPU meanwhile).
+    computing: Vec<f64>,
+    /// Per layer: from the moment its compute could start (its load and the previous compute
+    /// done) to the moment it did: the streams' hand-off, plus any time the thread waited for
+    /// a CPU.
+    handoff: Vec<f64>,
     /// From the first load's start to the last compute's end, both running.
     measured: f64,
 }
@@ -559,26 +566,45 @@ fn pipeline(report: &mut Report, memcpy: f64, quick: bool) -> Result<(), String>
             event.record(&load);
             stamp(&load, &load_stamps);
             compute.wait_event(event);
+            stamp(&compute, &compute_stamps);
             compute.launch(move || spin(compute_for));
+            stamp(&compute, &compute_stamps);
         }
-        stamp(&compute, &compute_stamps);
         blocker.release();
         sync(&compute, "pipeline");
         sync(&load, "pipeline");
         settle(&tickets, "pipeline")?;
         check_layer_major(&out, &values, LAYERS, PART, "pipeline")?;
-        let measured = {
-            let start = lock(&load_stamps)[0];
-            let end = lock(&compute_stamps)[0];
-            lock(&compute_stamps).clear();
-            (end - start).as_secs_f64() * 1e6
-        };
+        // load_stamps: start, then the end of each load; compute_stamps: start and end of
+        // each compute.
+        let (loads, computes) = (lock(&load_stamps).clone(), lock(&compute_stamps).clone());
+        lock(&compute_stamps).clear();
+        let measured = (computes[2 * LAYERS - 1] - loads[0]).as_secs_f64() * 1e6;
+        // How long each compute started after it could have: after its load and after the
+        // previous compute.
+        let handoff = (0..LAYERS)
+            .map(|i| {
+                let ready = match i {
+                    0 => loads[1],
+                    _ => loads[i + 1].max(computes[2 * i - 1]),
+                };
+                computes[2 * i]
+                    .saturating_duration_since(ready)
+                    .as_secs_f64()
+                    * 1e6
+            })
+            .collect();
+        let computing = (0..LAYERS)
+            .map(|i| (computes[2 * i + 1] - computes[2 * i]).as_secs_f64() * 1e6)
+            .collect();
         let overlapped = intervals(&load_stamps);
         if rep > 0 {
             runs.push(PipelineRun {
                 load: load_us,
                 compute: compute_us,
                 overlapped,
+                computing,
+                handoff,
                 measured,
             });
         }
@@ -598,18 +624,40 @@ fn pipeline(report: &mut Report, memcpy: f64, quick: bool) -> Result<(), String>
         "memcpy 1 thread, 4MiB time",
         layer_bytes as f64 / memcpy / 1e3,
     );
+    let compute_med = median(&mut run.compute.clone());
     report.line(
         "stream layer compute (busy-wait)",
-        median(&mut run.compute.clone()),
+        compute_med,
         "us",
-        "stream layer load 4MiB (alone)",
+        "layer load 4MiB alone",
         load_med,
     );
     report.line(
         "  layer load while computing",
         median(&mut run.overlapped.clone()),
         "us",
-        "stream layer load 4MiB (alone)",
+        "layer load 4MiB alone",
+        load_med,
+    );
+    report.line(
+        "  layer compute while loading",
+        median(&mut run.computing.clone()),
+        "us",
+        "layer compute alone",
+        compute_med,
+    );
+    report.line(
+        "  compute start after ready p50",
+        median(&mut run.handoff.clone()),
+        "us",
+        "layer load 4MiB alone",
+        load_med,
+    );
+    report.line(
+        "  compute start after ready max",
+        run.handoff.iter().copied().fold(0.0, f64::max),
+        "us",
+        "layer load 4MiB alone",
         load_med,
     );
     report.line(
