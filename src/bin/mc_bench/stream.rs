@@ -452,7 +452,7 @@ pub(crate) fn spin(d: Duration) {
     }
 }
 
-/// One pipeline measurement (µs).
+/// One repetition of the pipeline scenario (µs).
 struct PipelineRun {
     /// Per layer: the load alone, the compute alone, the load while the computes run.
     load: Vec<f64>,
@@ -469,20 +469,22 @@ struct PipelineRun {
     measured: f64,
 }
 
-impl PipelineRun {
-    fn ideal(&self) -> f64 {
-        self.load[0]
-            + self
-                .load
-                .iter()
-                .zip(&self.compute)
-                .map(|(l, c)| l.max(*c))
-                .sum::<f64>()
-    }
+/// The seed's bound for a layerwise pipeline: `load_0 + Σ max(load_i, compute_i)`.
+fn ideal(load: &[f64], compute: &[f64]) -> f64 {
+    load[0]
+        + load
+            .iter()
+            .zip(compute)
+            .map(|(l, c)| l.max(*c))
+            .sum::<f64>()
+}
 
-    fn serial(&self) -> f64 {
-        self.load.iter().sum::<f64>() + self.compute.iter().sum::<f64>()
-    }
+/// Per layer, the median over `runs` of `field`.
+fn per_layer(runs: &[PipelineRun], field: impl Fn(&PipelineRun) -> &Vec<f64>) -> Vec<f64> {
+    let layers = runs.first().map_or(0, |r| field(r).len());
+    (0..layers)
+        .map(|i| median(&mut runs.iter().map(|r| field(r)[i]).collect::<Vec<_>>()))
+        .collect()
 }
 
 /// Scenario 3: layerwise load/compute pipeline on two host streams.
@@ -524,6 +526,8 @@ fn pipeline(report: &mut Report, memcpy: f64, quick: bool) -> Result<(), String>
     };
 
     let mut runs = Vec::with_capacity(reps);
+    // The compute is calibrated once, on the first repetition's loads (which are not counted).
+    let mut compute_for = Duration::ZERO;
     for rep in 0..=reps {
         // Loads alone.
         let blocker = Blocker::block(&load);
@@ -540,7 +544,9 @@ fn pipeline(report: &mut Report, memcpy: f64, quick: bool) -> Result<(), String>
         sync(&load, "pipeline loads");
         settle(&tickets, "pipeline loads")?;
         let load_us = intervals(&load_stamps);
-        let compute_for = Duration::from_secs_f64(median(&mut load_us.clone()) / 1e6);
+        if rep == 0 {
+            compute_for = Duration::from_secs_f64(median(&mut load_us.clone()) / 1e6);
+        }
 
         // Computes alone.
         let blocker = Blocker::block(&compute);
@@ -612,11 +618,17 @@ fn pipeline(report: &mut Report, memcpy: f64, quick: bool) -> Result<(), String>
     client
         .batch_get_session_end(&keys)
         .map_err(|e| format!("batch_get_session_end: {e}"))?;
-    // The run with the median ideal/measured ratio.
-    runs.sort_by(|a, b| (a.ideal() / a.measured).total_cmp(&(b.ideal() / b.measured)));
-    let run = &runs[runs.len() / 2];
+    // Per layer, the median over the repetitions: a thread that lost its CPU for a few ms
+    // in one pass then inflates neither the ideal nor the diagnostics.
+    let load_us = per_layer(&runs, |r| &r.load);
+    let compute_us = per_layer(&runs, |r| &r.compute);
+    let measured = median(&mut runs.iter().map(|r| r.measured).collect::<Vec<_>>());
+    let mut handoff: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| r.handoff.iter().copied())
+        .collect();
     let layer_bytes = KEYS * PART;
-    let load_med = median(&mut run.load.clone());
+    let load_med = median(&mut load_us.clone());
     report.line(
         "stream layer load 4MiB (alone)",
         load_med,
@@ -624,7 +636,7 @@ fn pipeline(report: &mut Report, memcpy: f64, quick: bool) -> Result<(), String>
         "memcpy 1 thread, 4MiB time",
         layer_bytes as f64 / memcpy / 1e3,
     );
-    let compute_med = median(&mut run.compute.clone());
+    let compute_med = median(&mut compute_us.clone());
     report.line(
         "stream layer compute (busy-wait)",
         compute_med,
@@ -634,45 +646,46 @@ fn pipeline(report: &mut Report, memcpy: f64, quick: bool) -> Result<(), String>
     );
     report.line(
         "  layer load while computing",
-        median(&mut run.overlapped.clone()),
+        median(&mut per_layer(&runs, |r| &r.overlapped)),
         "us",
         "layer load 4MiB alone",
         load_med,
     );
     report.line(
         "  layer compute while loading",
-        median(&mut run.computing.clone()),
+        median(&mut per_layer(&runs, |r| &r.computing)),
         "us",
         "layer compute alone",
         compute_med,
     );
+    let handoff_max = handoff.iter().copied().fold(0.0, f64::max);
     report.line(
         "  compute start after ready p50",
-        median(&mut run.handoff.clone()),
+        median(&mut handoff),
         "us",
         "layer load 4MiB alone",
         load_med,
     );
     report.line(
         "  compute start after ready max",
-        run.handoff.iter().copied().fold(0.0, f64::max),
+        handoff_max,
         "us",
         "layer load 4MiB alone",
         load_med,
     );
     report.line(
         "stream pipeline 32 layers",
-        run.measured,
+        measured,
         "us",
         "serial sum(load+compute)",
-        run.serial(),
+        load_us.iter().sum::<f64>() + compute_us.iter().sum::<f64>(),
     );
     report.line(
         "stream pipeline ideal/measured",
-        run.ideal(),
+        ideal(&load_us, &compute_us),
         "us",
         "stream pipeline 32 layers",
-        run.measured,
+        measured,
     );
     drop((load, compute));
     client.teardown();
