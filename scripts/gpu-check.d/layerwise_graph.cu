@@ -24,8 +24,7 @@
 // backend (MC_ERR_NOT_SUPPORTED from the on-stream call).
 //
 // Built by scripts/gpu-check with nvcc against target/release/libmooncake_rs.so.
-// The embedded store keeps its objects only ~10 s without a heartbeat (client_ttl), so the
-// host-side preparation is done before the store is set up and the run stays short.
+// The host-side preparation is done before the store is set up, so the timed part is short.
 
 #include "gpu_check.cuh"
 
