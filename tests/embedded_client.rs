@@ -531,3 +531,15 @@ fn setup_validation() {
         Some(ErrorCode::InvalidParams)
     );
 }
+
+#[test]
+fn an_embedded_store_keeps_its_objects_past_the_client_ttl() {
+    // The in-process master expires clients that stop pinging after client_ttl (10 s by
+    // default) and drops their objects; an embedded client must ping it like a remote one.
+    let client = embedded(16 * MIB as u64, 0);
+    client.put_from("durable", b"still here", &cfg()).unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(12));
+    let mut out = vec![0u8; 10];
+    assert_eq!(client.get_into("durable", &mut out), Ok(10));
+    assert_eq!(&out, b"still here");
+}

@@ -123,9 +123,9 @@ impl Client {
                 core.shutdown();
                 return Err(e);
             }
-            if !embedded {
-                *core.heartbeat.lock() = Some(Heartbeat::start(&core));
-            }
+            // Also in embedded mode: the in-process master expires clients that stop pinging
+            // (client_ttl) exactly like a remote one, and would drop every object.
+            *core.heartbeat.lock() = Some(Heartbeat::start(&core));
         }
         tracing::info!(name = %core.hostname, client = %core.id, embedded, "client set up");
         Ok(Client { core })

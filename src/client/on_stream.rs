@@ -60,19 +60,7 @@ impl Client {
         for (i, answer) in pinned.into_iter().enumerate() {
             let planned = answer.and_then(|p| {
                 let size = p.query.size;
-                let capacity = plan::total_len(&bufs[i])?;
-                if capacity < size {
-                    return fail(
-                        ErrorCode::InvalidParams,
-                        format!("user buffer of {capacity} bytes is too small for {size} bytes"),
-                    );
-                }
-                if exact && capacity > size {
-                    return fail(
-                        ErrorCode::TransferFail,
-                        format!("buffers hold {capacity} bytes but the object has {size}"),
-                    );
-                }
+                plan::check_capacity(&bufs[i], size, exact)?;
                 call.note_lease(started + std::time::Duration::from_millis(p.query.lease_ttl_ms));
                 let replicas = core.ordered(&p.query).into_iter().cloned().collect();
                 Ok((replicas, plan::truncate(plan::contiguous(&bufs[i]), size)))

@@ -59,6 +59,26 @@ pub(crate) fn total_len(bufs: &[Buf]) -> Result<u64> {
         })
 }
 
+/// Checks that a read's buffers can take a `size`-byte object: `INVALID_PARAMS` when they
+/// hold less; with `exact` (the multi-buffer gets), `TRANSFER_FAIL` when they hold more
+/// (Mooncake's behaviour).
+pub(crate) fn check_capacity(bufs: &[Buf], size: u64, exact: bool) -> Result<()> {
+    let capacity = total_len(bufs)?;
+    if capacity < size {
+        return fail(
+            ErrorCode::InvalidParams,
+            format!("user buffer of {capacity} bytes is too small for {size} bytes"),
+        );
+    }
+    if exact && capacity > size {
+        return fail(
+            ErrorCode::TransferFail,
+            format!("buffers hold {capacity} bytes but the object has {size}"),
+        );
+    }
+    Ok(())
+}
+
 /// Lays the buffers end to end over object bytes `[0, sum)`, skipping empty buffers.
 pub(crate) fn contiguous(bufs: &[Buf]) -> Vec<Fragment> {
     let mut offset = 0;

@@ -175,19 +175,7 @@ impl ClientCore {
         for (i, answer) in answers.iter().enumerate() {
             let prepared = answer.clone().and_then(|leased| {
                 let size = leased.query.size;
-                let capacity = plan::total_len(&bufs[i])?;
-                if capacity < size {
-                    return fail(
-                        ErrorCode::InvalidParams,
-                        format!("user buffer of {capacity} bytes is too small for {size} bytes"),
-                    );
-                }
-                if exact && capacity > size {
-                    return fail(
-                        ErrorCode::TransferFail,
-                        format!("buffers hold {capacity} bytes but the object has {size}"),
-                    );
-                }
+                plan::check_capacity(&bufs[i], size, exact)?;
                 Ok(size)
             });
             if let (Ok(size), Ok(leased)) = (&prepared, answer) {

@@ -99,6 +99,17 @@ pub(crate) trait Backend: Send + Sync {
     }
 }
 
+/// A stream's capture status as both runtimes report it (1 active, 2 invalidated, anything
+/// else not capturing) turned into [`StreamOps::is_capturing`]'s answer; `call` names the
+/// query in the error.
+pub(crate) fn capture_state(status: i64, call: &str) -> Result<bool, String> {
+    match status {
+        1 => Ok(true),
+        2 => Err(format!("{call}: the stream's capture was invalidated")),
+        _ => Ok(false),
+    }
+}
+
 /// Work enqueued on a runtime's own stream (`CUstream`, `aclrtStream`) by the on-stream API
 /// (`crate::stream`). Every `enqueue_*` returns without waiting for the device; the work runs
 /// in stream order. Streams are raw handles owned by the caller; the caller's current

@@ -16,6 +16,7 @@ mod redis;
 mod report;
 mod scenarios;
 mod stream;
+mod stream_put;
 
 use report::Report;
 

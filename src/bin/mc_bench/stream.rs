@@ -31,10 +31,10 @@ use std::time::{Duration, Instant};
 const WAIT: Duration = Duration::from_secs(60);
 
 /// A launched item that holds `stream` until [`Blocker::release`] or drop (or 60 s).
-struct Blocker(mpsc::Sender<()>);
+pub(crate) struct Blocker(mpsc::Sender<()>);
 
 impl Blocker {
-    fn block(stream: &HostStream) -> Blocker {
+    pub(crate) fn block(stream: &HostStream) -> Blocker {
         let (open, opened) = mpsc::channel::<()>();
         stream.launch(move || {
             // A message or a dropped sender both release the stream.
@@ -43,7 +43,7 @@ impl Blocker {
         Blocker(open)
     }
 
-    fn release(self) {
+    pub(crate) fn release(self) {
         let _ = self.0.send(());
     }
 }
@@ -51,7 +51,7 @@ impl Blocker {
 /// Waits for every one of `tickets`; each must end with status 0. A ticket still pending
 /// after [`WAIT`] means a stream may still write into buffers this process would free: the
 /// bench exits at once rather than unwinding.
-fn settle(tickets: &[Ticket], what: &str) -> Result<(), String> {
+pub(crate) fn settle(tickets: &[Ticket], what: &str) -> Result<(), String> {
     let mut first_error = None;
     for ticket in tickets {
         match ticket.wait(Some(WAIT)) {
@@ -74,7 +74,7 @@ fn settle(tickets: &[Ticket], what: &str) -> Result<(), String> {
 /// Leaves a held window after a failed call: releases the stream, waits for the calls
 /// already issued (their copies write into buffers the caller is about to free) and returns
 /// the error.
-fn bail<T>(
+pub(crate) fn bail<T>(
     blocker: Blocker,
     tickets: &[Ticket],
     what: &str,
@@ -85,14 +85,14 @@ fn bail<T>(
     Err(format!("{what}: {error}"))
 }
 
-fn sync(stream: &HostStream, what: &str) {
+pub(crate) fn sync(stream: &HostStream, what: &str) {
     if !stream.synchronize(Some(WAIT)) {
         eprintln!("mc_bench: {what}: stream not done after {WAIT:?}");
         std::process::exit(1);
     }
 }
 
-fn embedded(name: &str, segment: usize) -> Result<Client, String> {
+pub(crate) fn embedded(name: &str, segment: usize) -> Result<Client, String> {
     Client::setup(SetupConfig {
         local_hostname: name.into(),
         global_segment_size: segment as u64,
@@ -423,7 +423,7 @@ fn check_layer_major(
 }
 
 /// Locks `m`, also after a panic elsewhere (stamps stay usable).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -445,7 +445,7 @@ fn intervals(stamps: &Arc<Mutex<Vec<Instant>>>) -> Vec<f64> {
 }
 
 /// The layer's "compute": a busy-wait of `d`.
-fn spin(d: Duration) {
+pub(crate) fn spin(d: Duration) {
     let t = Instant::now();
     while t.elapsed() < d {
         std::hint::spin_loop();
@@ -697,5 +697,6 @@ fn pipeline(report: &mut Report, memcpy: f64, quick: bool) -> Result<(), String>
 pub fn run(report: &mut Report, memcpy: f64, quick: bool) -> Result<(), String> {
     call_cost(report, quick)?;
     session_layers(report, quick)?;
-    pipeline(report, memcpy, quick)
+    pipeline(report, memcpy, quick)?;
+    crate::stream_put::run(report, quick)
 }

@@ -37,9 +37,6 @@ type HostGetDevicePointer = unsafe extern "C" fn(*mut c_void, *mut *mut c_void, 
 
 /// Symbols stream operations cannot do without; missing any one disables them.
 const STREAM: &[&str] = &["aclrtMemcpyAsync", "aclrtLaunchHostFunc"];
-/// `ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE` / `_INVALIDATED`.
-const CAPTURE_ACTIVE: c_int = 1;
-const CAPTURE_INVALIDATED: c_int = 2;
 /// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`: the device cannot capture at all.
 const FEATURE_NOT_SUPPORTED: AclError = 207000;
 /// Yields before the gate poll starts sleeping between loads.
@@ -130,13 +127,7 @@ impl StreamOps for Ascend {
                 return Ok(false);
             }
             check(rc, "aclmdlRICaptureGetInfo")?;
-            match status {
-                CAPTURE_ACTIVE => Ok(true),
-                CAPTURE_INVALIDATED => {
-                    Err("aclmdlRICaptureGetInfo: the stream's capture was invalidated".into())
-                }
-                _ => Ok(false),
-            }
+            super::super::capture_state(i64::from(status), "aclmdlRICaptureGetInfo")
         })
     }
 

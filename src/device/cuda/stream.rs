@@ -34,9 +34,6 @@ pub(super) const STREAM: &[&str] = &[
 ];
 /// `CU_STREAM_WAIT_VALUE_EQ`.
 const WAIT_VALUE_EQ: u32 = 1;
-/// `CU_STREAM_CAPTURE_STATUS_ACTIVE` / `_INVALIDATED`.
-const CAPTURE_ACTIVE: u32 = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE as u32;
-const CAPTURE_INVALIDATED: u32 = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED as u32;
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`.
 const CAPTURE_MODE_RELAXED: u32 = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED as u32;
 
@@ -78,13 +75,7 @@ impl StreamOps for Cuda {
                 },
                 "cuStreamIsCapturing",
             )?;
-            match status {
-                CAPTURE_ACTIVE => Ok(true),
-                CAPTURE_INVALIDATED => {
-                    Err("cuStreamIsCapturing: the stream's capture was invalidated".into())
-                }
-                _ => Ok(false),
-            }
+            super::super::capture_state(i64::from(status), "cuStreamIsCapturing")
         })
     }
 
