@@ -25,7 +25,6 @@ use std::sync::Arc;
 /// A key whose bytes reach some replicas through staging after the stream copied them there.
 struct StagedWrite {
     key: usize,
-    name: String,
     staging: Arc<StagingBuf>,
     size: u64,
     replicas: Vec<ReplicaDescriptor>,
@@ -88,7 +87,7 @@ impl Client {
         let started = per_key(
             core.master.batch_put_start(
                 core.id,
-                names.clone(),
+                names,
                 pending.iter().map(|&i| sizes[i]).collect(),
                 config.clone(),
             ),
@@ -100,8 +99,8 @@ impl Client {
             ..Plan::default()
         };
         let mut staged: Vec<StagedWrite> = Vec::new();
-        let mut reserved: Vec<(usize, String)> = Vec::new();
-        for ((&i, name), start) in pending.iter().zip(names).zip(started) {
+        let mut reserved: Vec<usize> = Vec::new();
+        for (&i, start) in pending.iter().zip(started) {
             let replicas = match start {
                 Ok(replicas) => replicas,
                 Err(ErrorCode::ObjectAlreadyExists) => continue,
@@ -110,7 +109,7 @@ impl Client {
                     continue;
                 }
             };
-            reserved.push((i, name.clone()));
+            reserved.push(i);
             results[i] = Ok(sizes[i]);
             if replicas.iter().any(|r| r.buffer.size != sizes[i]) {
                 results[i] = fail(
@@ -139,7 +138,7 @@ impl Client {
             let staging = match core.streams.staging(sizes[i]) {
                 Ok(s) => s,
                 Err(e) => {
-                    finish(core, &reserved, false);
+                    core.finish(keys, &reserved, false);
                     return Err(e);
                 }
             };
@@ -151,13 +150,13 @@ impl Client {
             }));
             staged.push(StagedWrite {
                 key: i,
-                name,
                 staging,
                 size: sizes[i],
                 replicas: remote,
             });
         }
-        let hold = commit_hold(core.clone(), reserved, staged);
+        let all: Vec<String> = keys.iter().map(|k| k.as_ref().to_string()).collect();
+        let hold = commit_hold(core.clone(), all, reserved, staged);
         // SAFETY: sources per the caller's contract; destinations are our reserved replicas
         // and staging, kept reserved/alive by the hold until the release marker.
         unsafe { core.streams.issue(&target, slot, plan, None, results, hold) }
@@ -197,15 +196,16 @@ fn check_put_args<K: AsRef<str>>(keys: &[K], config: &ReplicateConfig) -> Result
 /// (`CANCELLED`).
 fn commit_hold(
     core: Arc<ClientCore>,
-    reserved: Vec<(usize, String)>,
+    keys: Vec<String>,
+    reserved: Vec<usize>,
     staged: Vec<StagedWrite>,
 ) -> Hold {
     Box::new(move |ticket| {
         if core.check_open().is_err() {
-            for (i, _) in &reserved {
-                ticket.fail_key(*i, ErrorCode::Cancelled);
+            for &i in &reserved {
+                ticket.fail_key(i, ErrorCode::Cancelled);
             }
-            finish(&core, &reserved, false);
+            core.finish(&keys, &reserved, false);
             return;
         }
         let writes: Vec<(usize, Vec<ReplicaDescriptor>, Vec<Fragment>)> = staged
@@ -222,47 +222,21 @@ fn commit_hold(
             .collect();
         for ((key, _, _), outcome) in writes.iter().zip(core.write_replicas(&writes)) {
             if let Err(e) = outcome {
-                let name = staged.iter().find(|w| w.key == *key).map(|w| &w.name);
-                tracing::debug!(key = ?name, error = %e, "on-stream put: replica write failed");
+                tracing::debug!(key = %keys[*key], error = %e, "on-stream put: replica write failed");
                 ticket.fail_key(*key, e);
             }
         }
-        let (good, bad): (Vec<_>, Vec<_>) = reserved
-            .iter()
-            .cloned()
-            .partition(|(i, _)| !ticket.key_failed(*i));
-        for (i, outcome) in finish(&core, &good, true) {
+        let (good, bad): (Vec<usize>, Vec<usize>) =
+            reserved.iter().partition(|&&i| !ticket.key_failed(i));
+        for (i, outcome) in core.finish(&keys, &good, true) {
             if let Err(e) = outcome {
                 ticket.fail_key(i, e);
             }
         }
-        finish(&core, &bad, false);
+        core.finish(&keys, &bad, false);
         drop(staged);
         core.count_writes(&ticket.results());
     })
-}
-
-/// Commits (`PutEnd`) or revokes (`PutRevoke`) `keys` (call index, name); returns the
-/// per-key outcome.
-fn finish(core: &ClientCore, keys: &[(usize, String)], commit: bool) -> Vec<(usize, Result<()>)> {
-    if keys.is_empty() {
-        return Vec::new();
-    }
-    let names: Vec<String> = keys.iter().map(|(_, n)| n.clone()).collect();
-    let answer = if commit {
-        core.master.batch_put_end(core.id, names)
-    } else {
-        core.master.batch_put_revoke(core.id, names)
-    };
-    let outcomes = per_key(answer, keys.len());
-    if !commit {
-        for ((_, name), outcome) in keys.iter().zip(&outcomes) {
-            if let Err(e) = outcome {
-                tracing::warn!(key = %name, error = %e, "revoke failed; the master reclaims the space later");
-            }
-        }
-    }
-    keys.iter().map(|(i, _)| *i).zip(outcomes).collect()
 }
 
 impl ClientCore {

@@ -369,8 +369,12 @@ impl ClientCore {
                 }
             }
         }
-        self.finish(keys, &commit, true, results);
-        self.finish(keys, &revoke, false, results);
+        for (i, outcome) in self.finish(keys, &commit, true) {
+            if let Err(e) = outcome {
+                results[i] = Err(e);
+            }
+        }
+        self.finish(keys, &revoke, false);
         let sizes: HashMap<usize, u64> = pending.iter().copied().collect();
         for &i in commit.iter().filter(|&&i| results[i].is_ok()) {
             ClientCounters::add(&self.counters.objects_written, 1);
@@ -408,17 +412,17 @@ impl ClientCore {
             .collect()
     }
 
-    /// Commits (`PutEnd`) or revokes (`PutRevoke`) the given keys; a commit failure becomes the
-    /// key's result.
-    fn finish<K: AsRef<str>>(
+    /// Commits (`PutEnd`) or revokes (`PutRevoke`) `keys[i]` for every `i` in `which`; returns
+    /// each one's outcome (a failed revoke is also logged: the master reclaims the space
+    /// later).
+    pub(super) fn finish<K: AsRef<str>>(
         &self,
         keys: &[K],
         which: &[usize],
         commit: bool,
-        results: &mut [Result<()>],
-    ) {
+    ) -> Vec<(usize, Result<()>)> {
         if which.is_empty() {
-            return;
+            return Vec::new();
         }
         let names: Vec<String> = which
             .iter()
@@ -434,14 +438,11 @@ impl ClientCore {
             Ok(_) => vec![Err(ErrorCode::RpcFail); which.len()],
             Err(e) => vec![Err(e); which.len()],
         };
-        for (&i, outcome) in which.iter().zip(per_key) {
-            match outcome {
-                Err(e) if commit => results[i] = Err(e),
-                Err(e) => {
-                    tracing::warn!(key = keys[i].as_ref(), error = %e, "revoke failed; the master reclaims the space later")
-                }
-                Ok(()) => {}
+        for (&i, outcome) in which.iter().zip(&per_key) {
+            if let (Err(e), false) = (outcome, commit) {
+                tracing::warn!(key = keys[i].as_ref(), error = %e, "revoke failed; the master reclaims the space later");
             }
         }
+        which.iter().copied().zip(per_key).collect()
     }
 }
