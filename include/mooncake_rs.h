@@ -212,6 +212,19 @@
 #define MC_ERR_CANCELLED (0 - 9004)
 
 /**
+ * A write finish (put end, revoke, commit) named a write that is no longer the key's current
+ * one: another start superseded it, or the master reclaimed it. Nothing was changed
+ * (mooncake-rs code).
+ */
+#define MC_ERR_STALE_WRITE_TOKEN (0 - 9005)
+
+/**
+ * A transfer named a segment mount (epoch) that is no longer current: the owner restarted or
+ * remounted its segment since the descriptor was issued. No byte was moved (mooncake-rs code).
+ */
+#define MC_ERR_STALE_SEGMENT_EPOCH (0 - 9006)
+
+/**
  * `direction`: the handle's `p2p_transfer_direction_mode` (REVERSE unless set up otherwise).
  */
 #define MC_P2P_DIRECTION_DEFAULT -1

@@ -115,6 +115,8 @@ error_codes! {
     StreamCaptureUnsupported = -9002 => "STREAM_CAPTURE_UNSUPPORTED",
     TransferTimeout = -9003 => "TRANSFER_TIMEOUT",
     Cancelled = -9004 => "CANCELLED",
+    StaleWriteToken = -9005 => "STALE_WRITE_TOKEN",
+    StaleSegmentEpoch = -9006 => "STALE_SEGMENT_EPOCH",
 }
 
 impl ErrorCode {

@@ -69,6 +69,13 @@ pub const MC_ERR_STREAM_CAPTURE_UNSUPPORTED: i32 = 0 - 9002;
 pub const MC_ERR_TRANSFER_TIMEOUT: i32 = 0 - 9003;
 /// The store was torn down before an on-stream transfer completed (mooncake-rs code).
 pub const MC_ERR_CANCELLED: i32 = 0 - 9004;
+/// A write finish (put end, revoke, commit) named a write that is no longer the key's current
+/// one: another start superseded it, or the master reclaimed it. Nothing was changed
+/// (mooncake-rs code).
+pub const MC_ERR_STALE_WRITE_TOKEN: i32 = 0 - 9005;
+/// A transfer named a segment mount (epoch) that is no longer current: the owner restarted or
+/// remounted its segment since the descriptor was issued. No byte was moved (mooncake-rs code).
+pub const MC_ERR_STALE_SEGMENT_EPOCH: i32 = 0 - 9006;
 
 static VERSION: &std::ffi::CStr = match std::ffi::CStr::from_bytes_with_nul(
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes(),
