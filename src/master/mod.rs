@@ -24,6 +24,8 @@ mod writes;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod integrity_tests;
 
 pub use api::{MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster};
 pub use config::MasterConfig;

@@ -10,9 +10,9 @@ use crate::types::{
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const BASE: u64 = 0x1000_0000;
+pub(super) const BASE: u64 = 0x1000_0000;
 
-fn segment(name: &str, size: u64) -> Segment {
+pub(super) fn segment(name: &str, size: u64) -> Segment {
     Segment {
         id: Uuid::random(),
         name: name.to_string(),
@@ -22,7 +22,7 @@ fn segment(name: &str, size: u64) -> Segment {
     }
 }
 
-fn fast_config() -> MasterConfig {
+pub(super) fn fast_config() -> MasterConfig {
     MasterConfig {
         default_kv_lease_ttl_ms: 40,
         put_start_discard_timeout_ms: Some(40),
@@ -32,7 +32,7 @@ fn fast_config() -> MasterConfig {
 }
 
 /// A master with one client owning one segment `"h1"` of `size` bytes.
-fn setup(config: MasterConfig, size: u64) -> (Arc<MasterService>, ClientId, Segment) {
+pub(super) fn setup(config: MasterConfig, size: u64) -> (Arc<MasterService>, ClientId, Segment) {
     let master = MasterService::new(config);
     let client = Uuid::random();
     let seg = segment("h1", size);
@@ -40,17 +40,17 @@ fn setup(config: MasterConfig, size: u64) -> (Arc<MasterService>, ClientId, Segm
     (master, client, seg)
 }
 
-fn one<T>(answer: Result<Vec<Result<T>>>) -> Result<T> {
+pub(super) fn one<T>(answer: Result<Vec<Result<T>>>) -> Result<T> {
     let mut all = answer?;
     assert_eq!(all.len(), 1);
     all.remove(0)
 }
 
-fn start(m: &MasterService, c: ClientId, key: &str, size: u64) -> Result<Vec<ReplicaDescriptor>> {
+pub(super) fn start(m: &MasterService, c: ClientId, key: &str, size: u64) -> Result<Vec<ReplicaDescriptor>> {
     one(m.batch_put_start(c, vec![key.into()], vec![size], ReplicateConfig::default()))
 }
 
-fn start_with(
+pub(super) fn start_with(
     m: &MasterService,
     c: ClientId,
     key: &str,
@@ -60,33 +60,33 @@ fn start_with(
     one(m.batch_put_start(c, vec![key.into()], vec![size], config))
 }
 
-fn upsert(m: &MasterService, c: ClientId, key: &str, size: u64) -> Result<Vec<ReplicaDescriptor>> {
+pub(super) fn upsert(m: &MasterService, c: ClientId, key: &str, size: u64) -> Result<Vec<ReplicaDescriptor>> {
     one(m.batch_upsert_start(c, vec![key.into()], vec![size], ReplicateConfig::default()))
 }
 
-fn end(m: &MasterService, c: ClientId, key: &str) -> Result<()> {
+pub(super) fn end(m: &MasterService, c: ClientId, key: &str) -> Result<()> {
     one(m.batch_put_end(c, vec![key.into()]))
 }
 
-fn put(m: &MasterService, c: ClientId, key: &str, size: u64) {
+pub(super) fn put(m: &MasterService, c: ClientId, key: &str, size: u64) {
     start(m, c, key, size).unwrap();
     end(m, c, key).unwrap();
 }
 
-fn get(m: &MasterService, key: &str) -> Result<crate::types::QueryResult> {
+pub(super) fn get(m: &MasterService, key: &str) -> Result<crate::types::QueryResult> {
     one(m.batch_get_replica_list(vec![key.into()]))
 }
 
-fn remove(m: &MasterService, key: &str, force: bool) -> Result<()> {
+pub(super) fn remove(m: &MasterService, key: &str, force: bool) -> Result<()> {
     one(m.batch_remove(vec![key.into()], force))
 }
 
-fn used(m: &MasterService) -> u64 {
+pub(super) fn used(m: &MasterService) -> u64 {
     m.metrics().bytes_used
 }
 
 /// Polls `condition` every millisecond for at most `limit`.
-fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+pub(super) fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         if condition() {
@@ -97,7 +97,7 @@ fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     condition()
 }
 
-const WAIT: Duration = Duration::from_secs(2);
+pub(super) const WAIT: Duration = Duration::from_secs(2);
 
 #[test]
 fn put_end_get_round_trip() {
