@@ -120,6 +120,11 @@ pub struct BufferDescriptor {
     pub protocol: String,
     /// The owner's segment name (its `local_hostname`).
     pub transport_endpoint: String,
+    /// Epoch of the segment mount the range belongs to ([`Segment::epoch`]); the owner's
+    /// transfer server refuses a request naming another epoch (`STALE_SEGMENT_EPOCH`).
+    /// 0: not a segment range (no check).
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 /// Replica life cycle (Mooncake's `ReplicaStatus`).
@@ -186,6 +191,40 @@ pub struct Segment {
     pub size: u64,
     /// Transport protocol ("tcp" …).
     pub protocol: String,
+    /// This mount's epoch, chosen by the owner: a fresh random value in `1..=MAX_EPOCH` for
+    /// every mount and remount, so descriptors of an earlier mount (or of an earlier process
+    /// under the same name) are refused by the owner's transfer server.
+    #[serde(default)]
+    pub epoch: u64,
+}
+
+/// Largest segment epoch: epochs travel in the 7 spare bytes of the TCP session header.
+pub const MAX_EPOCH: u64 = (1 << 56) - 1;
+
+/// A fresh segment epoch: random, in `1..=MAX_EPOCH`.
+pub fn fresh_epoch() -> u64 {
+    fastrand::u64(1..=MAX_EPOCH)
+}
+
+/// Names one write of one key: the write generation the master assigned when the write
+/// started (unique over the master's life; the counter starts at a random value, so a token
+/// of an earlier master instance does not name a write of this one). Every finish of the
+/// write (`put_end`, `put_revoke`) presents it and acts only on that write; a token of a
+/// superseded or reclaimed write is `STALE_WRITE_TOKEN` and changes nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct WriteToken(pub u64);
+
+/// The answer to a write start (`PutStart` / `UpsertStart`) for one key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteGrant {
+    /// Presented by the write's end or revoke.
+    pub token: WriteToken,
+    /// The PROCESSING replicas to write.
+    pub replicas: Vec<ReplicaDescriptor>,
+    /// How long, from the start, the replicas are reserved for this writer
+    /// (`put_start_release_timeout`): a writer must not start transferring into them later,
+    /// since the master may have reclaimed and reused the space by then.
+    pub write_ttl_ms: u64,
 }
 
 /// What the master says to a ping.

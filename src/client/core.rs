@@ -5,6 +5,7 @@ use super::config::{env_bool, env_u64, MetadataMode, SetupConfig};
 use super::heartbeat::Heartbeat;
 use super::local_buffer::LocalBuffer;
 use super::metrics::{ClientCounters, CountedMaster};
+use super::own_segment::OwnSegment;
 use super::sessions::Sessions;
 use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
@@ -43,7 +44,7 @@ pub(super) struct ClientCore {
     pub(super) master: Arc<dyn MasterApi>,
     embedded_master: Option<Arc<MasterService>>,
     pub(super) engine: Arc<TransferEngine>,
-    segment: Option<(Segment, MappedRegion)>,
+    pub(super) segment: Option<OwnSegment>,
     pub(super) local_buffer: Option<Arc<LocalBuffer>>,
     pub(super) sessions: Sessions,
     pub(super) streams: StreamEngine,
@@ -92,15 +93,14 @@ impl Client {
                     base: region.addr() as u64,
                     size,
                     protocol: "tcp".into(),
+                    epoch: 0,
                 };
-                Some((segment, region))
+                Some(OwnSegment::new(segment, region))
             }
         };
         if let (Some(meta), Some(addr)) = (&metadata, engine.listen_addr()) {
-            meta.publish_segment(
-                &hostname,
-                &descriptor(&hostname, addr, segment.as_ref().map(|(s, _)| s)),
-            )?;
+            let own = segment.as_ref().map(OwnSegment::current);
+            meta.publish_segment(&hostname, &descriptor(&hostname, addr, own.as_ref()))?;
         }
         let core = Arc::new(ClientCore {
             id,
@@ -118,8 +118,11 @@ impl Client {
             heartbeat: Mutex::new(None),
             metadata,
         });
-        if let Some((segment, _)) = &core.segment {
-            if let Err(e) = core.master.mount_segment(core.id, segment.clone()) {
+        if let Some(own) = &core.segment {
+            let mounted = own
+                .next_mount(&core.engine)
+                .and_then(|segment| core.master.mount_segment(core.id, segment));
+            if let Err(e) = mounted {
                 core.shutdown();
                 return Err(e);
             }
@@ -204,12 +207,7 @@ impl ClientCore {
     /// Whether the mounted segment is registered with the device runtime (device streams
     /// may then copy straight from it).
     pub(super) fn segment_is_pinned(&self) -> bool {
-        self.segment.as_ref().is_some_and(|(_, r)| r.is_pinned())
-    }
-
-    /// The mounted segment, if any (for the heartbeat's remount).
-    pub(super) fn segment(&self) -> Option<&Segment> {
-        self.segment.as_ref().map(|(s, _)| s)
+        self.segment.as_ref().is_some_and(OwnSegment::is_pinned)
     }
 
     fn shutdown(&self) {
@@ -220,8 +218,8 @@ impl ClientCore {
             heartbeat.stop();
         }
         self.streams.shutdown();
-        if let Some((segment, _)) = &self.segment {
-            if let Err(e) = self.master.unmount_segment(self.id, segment.id) {
+        if let Some(own) = &self.segment {
+            if let Err(e) = self.master.unmount_segment(self.id, own.id()) {
                 tracing::warn!(error = %e, "unmount at teardown failed");
             }
         }

@@ -1,6 +1,6 @@
 //! The liveness ping of a segment-owning client: once a second, `ping` the master; a failed
 //! ping marks the master unreachable (`health_check` = 2); `NeedRemount` (the master restarted
-//! or expired us) remounts the segment, empty.
+//! or expired us) remounts the segment, empty, under a new epoch.
 
 use super::core::ClientCore;
 use crate::types::ClientStatus;
@@ -58,9 +58,12 @@ fn ping_once(core: &ClientCore) {
     match core.master.ping(core.id) {
         Ok(answer) => {
             if answer.status == ClientStatus::NeedRemount {
-                if let Some(segment) = core.segment() {
-                    tracing::warn!(segment = %segment.name, "master lost our segment; remounting it (empty)");
-                    if let Err(e) = core.master.remount_segments(core.id, vec![segment.clone()]) {
+                if let Some(own) = &core.segment {
+                    let remounted = own.next_mount(&core.engine).and_then(|segment| {
+                        tracing::warn!(segment = %segment.name, epoch = segment.epoch, "master lost our segment; remounting it (empty, new epoch)");
+                        core.master.remount_segments(core.id, vec![segment])
+                    });
+                    if let Err(e) = remounted {
                         tracing::warn!(error = %e, "remount failed; will retry");
                         core.master_reachable.store(false, Ordering::Release);
                         return;

@@ -18,6 +18,7 @@ mod local_buffer;
 mod metrics;
 mod on_stream;
 mod on_stream_put;
+mod own_segment;
 mod pins;
 mod plan;
 mod ranges;

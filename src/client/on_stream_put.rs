@@ -16,11 +16,13 @@ use super::on_stream::check_device_memory;
 use super::plan::{self, Buf, Fragment};
 use super::read::per_key;
 use super::sessions::lengths_match;
+use super::write::{check_replicas, GrantedWrite};
 use crate::error::{fail, ErrorCode, Result};
 use crate::stream::{Copy, Hold, Plan, StagingBuf, StreamRef, Ticket};
-use crate::types::{ReplicaDescriptor, ReplicateConfig};
+use crate::types::{ReplicaDescriptor, ReplicateConfig, WriteToken};
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// A key whose bytes reach some replicas through staging after the stream copied them there.
 struct StagedWrite {
@@ -84,6 +86,7 @@ impl Client {
             .iter()
             .map(|&i| keys[i].as_ref().to_string())
             .collect();
+        let asked_at = Instant::now();
         let started = per_key(
             core.master.batch_put_start(
                 core.id,
@@ -99,25 +102,23 @@ impl Client {
             ..Plan::default()
         };
         let mut staged: Vec<StagedWrite> = Vec::new();
-        let mut reserved: Vec<usize> = Vec::new();
+        let mut reserved: Vec<(usize, GrantedWrite)> = Vec::new();
         for (&i, start) in pending.iter().zip(started) {
-            let replicas = match start {
-                Ok(replicas) => replicas,
+            let grant = match start {
+                Ok(grant) => grant,
                 Err(ErrorCode::ObjectAlreadyExists) => continue,
                 Err(e) => {
                     results[i] = Err(e);
                     continue;
                 }
             };
-            reserved.push(i);
+            reserved.push((i, GrantedWrite::new(&grant, asked_at)));
             results[i] = Ok(sizes[i]);
-            if replicas.iter().any(|r| r.buffer.size != sizes[i]) {
-                results[i] = fail(
-                    ErrorCode::TransferFail,
-                    "replica size differs from the object",
-                );
+            if let Err(e) = check_replicas(&grant.replicas, sizes[i]) {
+                results[i] = Err(e);
                 continue;
             }
+            let replicas = grant.replicas;
             let sources = plan::contiguous(&bufs[i]);
             let (direct, remote): (Vec<_>, Vec<_>) = replicas.into_iter().partition(|r| {
                 core.engine.is_local(&r.buffer.transport_endpoint)
@@ -138,7 +139,7 @@ impl Client {
             let staging = match core.streams.staging(sizes[i]) {
                 Ok(s) => s,
                 Err(e) => {
-                    core.finish(keys, &reserved, false);
+                    core.finish(keys, &tokens(&reserved), false);
                     return Err(e);
                 }
             };
@@ -197,16 +198,23 @@ fn check_put_args<K: AsRef<str>>(keys: &[K], config: &ReplicateConfig) -> Result
 fn commit_hold(
     core: Arc<ClientCore>,
     keys: Vec<String>,
-    reserved: Vec<usize>,
+    reserved: Vec<(usize, GrantedWrite)>,
     staged: Vec<StagedWrite>,
 ) -> Hold {
     Box::new(move |ticket| {
         if core.check_open().is_err() {
-            for &i in &reserved {
+            for &(i, _) in &reserved {
                 ticket.fail_key(i, ErrorCode::Cancelled);
             }
-            core.finish(&keys, &reserved, false);
+            core.finish(&keys, &tokens(&reserved), false);
             return;
+        }
+        // A stream that reached the call only after the write ttl must not write the
+        // replicas any more: the master may have reclaimed them.
+        for (i, write) in &reserved {
+            if let Err(e) = write.check_writable() {
+                ticket.fail_key(*i, e);
+            }
         }
         let writes: Vec<(usize, Vec<ReplicaDescriptor>, Vec<Fragment>)> = staged
             .iter()
@@ -226,8 +234,9 @@ fn commit_hold(
                 ticket.fail_key(*key, e);
             }
         }
-        let (good, bad): (Vec<usize>, Vec<usize>) =
-            reserved.iter().partition(|&&i| !ticket.key_failed(i));
+        let (good, bad): (Vec<_>, Vec<_>) = tokens(&reserved)
+            .into_iter()
+            .partition(|&(i, _)| !ticket.key_failed(i));
         for (i, outcome) in core.finish(&keys, &good, true) {
             if let Err(e) = outcome {
                 ticket.fail_key(i, e);
@@ -254,4 +263,9 @@ impl ClientCore {
             }
         }
     }
+}
+
+/// The `(key index, token)` pairs that commit or revoke `reserved`.
+fn tokens(reserved: &[(usize, GrantedWrite)]) -> Vec<(usize, WriteToken)> {
+    reserved.iter().map(|(i, w)| (*i, w.token)).collect()
 }

@@ -5,6 +5,7 @@
 use super::core::Client;
 use super::plan::{self, Buf, Fragment};
 use super::read::{per_key, ReadJob};
+use super::write::{check_replicas, GrantedWrite};
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::MasterApi;
 use crate::types::{ClientId, ReplicaDescriptor, ReplicateConfig};
@@ -49,6 +50,7 @@ impl Drop for SessionPin {
 struct PutSession {
     replicas: Vec<ReplicaDescriptor>,
     size: u64,
+    write: GrantedWrite,
     state: Mutex<PutState>,
     idle: Condvar,
 }
@@ -57,21 +59,33 @@ struct PutSession {
 struct PutState {
     sealed: bool,
     in_flight: usize,
+    /// The first failed ranged write: the session can no longer commit.
+    failed: Option<ErrorCode>,
 }
 
 impl PutSession {
-    /// Registers a ranged write unless the session is sealed.
+    /// Registers a ranged write unless the session is sealed, failed, or older than its
+    /// write ttl (its space may have been reclaimed: `STALE_WRITE_TOKEN`).
     fn enter(&self) -> Result<()> {
         let mut state = self.state.lock();
         if state.sealed {
             return fail(ErrorCode::InvalidParams, "put session is sealed");
         }
+        if let Some(e) = state.failed {
+            return fail(e, "an earlier ranged write of this put session failed");
+        }
+        self.write.check_writable()?;
         state.in_flight += 1;
         Ok(())
     }
 
-    fn leave(&self) {
+    /// Ends a ranged write registered by [`PutSession::enter`]; a failed one fails the
+    /// session.
+    fn leave(&self, outcome: Result<()>) {
         let mut state = self.state.lock();
+        if let Err(e) = outcome {
+            state.failed.get_or_insert(e);
+        }
         state.in_flight -= 1;
         if state.in_flight == 0 {
             self.idle.notify_all();
@@ -79,13 +93,14 @@ impl PutSession {
     }
 
     /// Seals the session and waits for ranged writes in flight (each is bounded by the
-    /// transfer timeout).
-    fn seal_and_drain(&self) {
+    /// transfer timeout); returns the first ranged write failure, if any.
+    fn seal_and_drain(&self) -> Option<ErrorCode> {
         let mut state = self.state.lock();
         state.sealed = true;
         while state.in_flight > 0 {
             self.idle.wait(&mut state);
         }
+        state.failed
     }
 }
 
@@ -331,36 +346,45 @@ impl Client {
             .iter()
             .map(|&i| keys[i].as_ref().to_string())
             .collect();
+        let asked_at = Instant::now();
         let answer = core.master.batch_put_start(
             core.id,
             names.clone(),
             start.iter().map(|&i| sizes[i]).collect(),
             config.clone(),
         );
-        let mut no_replica = Vec::new();
+        let mut refused = Vec::new();
         let mut table = core.sessions.put.lock();
-        for ((&i, name), outcome) in start.iter().zip(names).zip(per_key(answer, start.len())) {
-            match outcome {
-                Ok(replicas) if replicas.is_empty() => {
-                    results[i] = fail(ErrorCode::InvalidReplica, "no memory replica allocated");
-                    no_replica.push(name);
+        for (&i, outcome) in start.iter().zip(per_key(answer, start.len())) {
+            let grant = match outcome {
+                Ok(grant) => grant,
+                Err(e) => {
+                    results[i] = Err(e);
+                    continue;
                 }
-                Ok(replicas) => {
-                    let session = PutSession {
-                        replicas,
-                        size: sizes[i],
-                        state: Mutex::default(),
-                        idle: Condvar::new(),
-                    };
-                    table.insert(name, Arc::new(session));
-                }
-                Err(e) => results[i] = Err(e),
+            };
+            let write = GrantedWrite::new(&grant, asked_at);
+            let usable = if grant.replicas.is_empty() {
+                fail(ErrorCode::InvalidReplica, "no memory replica allocated")
+            } else {
+                check_replicas(&grant.replicas, sizes[i])
+            };
+            if let Err(e) = usable {
+                results[i] = Err(e);
+                refused.push((i, write.token));
+                continue;
             }
+            let session = PutSession {
+                replicas: grant.replicas,
+                size: sizes[i],
+                write,
+                state: Mutex::default(),
+                idle: Condvar::new(),
+            };
+            table.insert(keys[i].as_ref().to_string(), Arc::new(session));
         }
         drop(table);
-        if !no_replica.is_empty() {
-            let _ = core.master.batch_put_revoke(core.id, no_replica);
-        }
+        core.finish(keys, &refused, false);
         results
     }
 
@@ -424,10 +448,8 @@ impl Client {
             }
         }
         let outcomes = core.write_replicas(&writes);
-        for session in entered {
-            session.leave();
-        }
-        for ((i, _, _), outcome) in writes.iter().zip(outcomes) {
+        for ((session, (i, _, _)), outcome) in entered.iter().zip(&writes).zip(outcomes) {
+            session.leave(outcome);
             if let Err(e) = outcome {
                 results[*i] = Err(e);
             }
@@ -436,7 +458,9 @@ impl Client {
     }
 
     /// Seals put sessions, waits for their ranged writes and commits them. Per key: 0 (the
-    /// session ends), `INVALID_PARAMS` (no session), or the master's error (the session is
+    /// session ends), `INVALID_PARAMS` (no session), the first failed ranged write's error
+    /// (nothing is committed: the session is revoked and ends), or the master's error
+    /// (`STALE_WRITE_TOKEN` when the master reclaimed the write; otherwise the session is
     /// kept so the caller can retry or revoke).
     pub fn batch_put_session_end<K: AsRef<str>>(&self, keys: &[K]) -> Vec<Result<()>> {
         self.finish_put_sessions(keys, true)
@@ -457,8 +481,8 @@ impl Client {
         }
         let sessions = snapshot(&core.sessions.put, keys);
         let mut results: Vec<Result<()>> = vec![Ok(()); n];
-        let mut names = Vec::new();
-        let mut index = Vec::new();
+        let mut ends = Vec::new();
+        let mut revokes = Vec::new();
         for (i, session) in sessions.iter().enumerate() {
             match session {
                 None => {
@@ -467,31 +491,49 @@ impl Client {
                         format!("no put session for '{}'", keys[i].as_ref()),
                     )
                 }
-                Some(s) => {
-                    s.seal_and_drain();
-                    names.push(keys[i].as_ref().to_string());
-                    index.push(i);
-                }
+                Some(s) => match (commit, s.seal_and_drain()) {
+                    (true, Some(e)) => {
+                        results[i] = fail(e, "a ranged write of this put session failed");
+                        revokes.push((i, s.write.token));
+                    }
+                    (true, None) => ends.push((i, s.write.token)),
+                    (false, _) => revokes.push((i, s.write.token)),
+                },
             }
         }
-        if names.is_empty() {
-            return results;
-        }
-        let answer = if commit {
-            core.master.batch_put_end(core.id, names.clone())
-        } else {
-            core.master.batch_put_revoke(core.id, names.clone())
+        // A write the master no longer has (reclaimed, superseded) leaves nothing to finish.
+        let gone = |outcome: &Result<()>| {
+            matches!(
+                outcome,
+                Ok(()) | Err(ErrorCode::ObjectNotFound | ErrorCode::StaleWriteToken)
+            )
         };
+        let ended = core.finish(keys, &ends, true);
+        let revoked = core.finish(keys, &revokes, false);
         let mut table = core.sessions.put.lock();
-        for ((&i, name), outcome) in index.iter().zip(names).zip(per_key(answer, index.len())) {
-            let outcome = match outcome {
-                Err(ErrorCode::ObjectNotFound) if !commit => Ok(()),
-                other => other,
-            };
-            if outcome.is_ok() {
-                table.remove(&name);
+        // Only this session leaves the table, never one another thread started since.
+        let mut remove = |i: usize| {
+            let key = keys[i].as_ref();
+            let same =
+                matches!((table.get(key), &sessions[i]), (Some(a), Some(b)) if Arc::ptr_eq(a, b));
+            if same {
+                table.remove(key);
+            }
+        };
+        for (i, outcome) in ended {
+            if gone(&outcome) {
+                remove(i);
             }
             results[i] = outcome;
+        }
+        for (i, outcome) in revoked {
+            let gone = gone(&outcome);
+            if gone {
+                remove(i);
+            }
+            if results[i].is_ok() && !gone {
+                results[i] = outcome;
+            }
         }
         results
     }

@@ -9,8 +9,45 @@ use super::metrics::ClientCounters;
 use super::plan::{self, Buf, Fragment};
 use crate::error::{fail, ErrorCode, Result};
 use crate::transfer::TransferOp;
-use crate::types::{ReplicaDescriptor, ReplicateConfig};
+use crate::types::{ReplicaDescriptor, ReplicateConfig, WriteGrant, WriteToken};
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// A write the master granted, as its writer keeps it: the token its end or revoke presents,
+/// and the local deadline after which no transfer into its replicas may start (the master
+/// may have reclaimed and reused them by then). Plain value.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct GrantedWrite {
+    pub(super) token: WriteToken,
+    deadline: Instant,
+}
+
+impl GrantedWrite {
+    /// `grant`, asked for at `asked_at` (before the request was sent, so the local deadline
+    /// is never later than the master's).
+    pub(super) fn new(grant: &WriteGrant, asked_at: Instant) -> GrantedWrite {
+        let ttl = Duration::from_millis(grant.write_ttl_ms);
+        GrantedWrite {
+            token: grant.token,
+            deadline: crate::master::deadline(asked_at, ttl),
+        }
+    }
+
+    /// Whether transfers into the replicas may still start. Errors: `STALE_WRITE_TOKEN` once
+    /// the write outlived the master's `put_start_release_timeout`.
+    pub(super) fn check_writable(&self) -> Result<()> {
+        if Instant::now() >= self.deadline {
+            return fail(
+                ErrorCode::StaleWriteToken,
+                format!(
+                    "write {} outlived put_start_release_timeout; its space may be reused",
+                    self.token.0
+                ),
+            );
+        }
+        Ok(())
+    }
+}
 
 /// Put keeps an existing key (insert-if-absent); upsert overwrites it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -311,6 +348,7 @@ impl ClientCore {
             .map(|&(i, _)| keys[i].as_ref().to_string())
             .collect();
         let sizes: Vec<u64> = pending.iter().map(|&(_, s)| s).collect();
+        let asked_at = Instant::now();
         let started = match mode {
             WriteMode::Put => {
                 self.master
@@ -333,19 +371,22 @@ impl ClientCore {
             Err(e) => vec![Err(e); pending.len()],
         };
         let mut writes: Vec<(usize, Vec<ReplicaDescriptor>, Vec<Fragment>)> = Vec::new();
+        let mut tokens: HashMap<usize, WriteToken> = HashMap::new();
+        let mut revoke = Vec::new();
         for (&(i, size), start) in pending.iter().zip(started) {
             match start {
-                Ok(replicas) => {
-                    if let Some(bad) = replicas.iter().find(|r| r.buffer.size != size) {
-                        results[i] = fail(
-                            ErrorCode::TransferFail,
-                            format!(
-                                "replica of {} bytes for a {size}-byte object",
-                                bad.buffer.size
-                            ),
-                        );
+                Ok(grant) => {
+                    let granted = GrantedWrite::new(&grant, asked_at);
+                    tokens.insert(i, granted.token);
+                    let checked = check_replicas(&grant.replicas, size)
+                        .and_then(|()| granted.check_writable());
+                    match checked {
+                        Ok(()) => writes.push((i, grant.replicas, plan::contiguous(&bufs[i]))),
+                        Err(e) => {
+                            results[i] = Err(e);
+                            revoke.push((i, granted.token));
+                        }
                     }
-                    writes.push((i, replicas, plan::contiguous(&bufs[i])));
                 }
                 Err(ErrorCode::ObjectAlreadyExists) if mode == WriteMode::Put => {
                     tracing::debug!(
@@ -358,14 +399,13 @@ impl ClientCore {
         }
         let outcomes = self.write_replicas(&writes);
         let mut commit = Vec::new();
-        let mut revoke = Vec::new();
         for ((i, _, _), outcome) in writes.iter().zip(outcomes) {
-            let outcome = results[*i].and(outcome);
+            let token = tokens[i];
             match outcome {
-                Ok(()) => commit.push(*i),
+                Ok(()) => commit.push((*i, token)),
                 Err(e) => {
                     results[*i] = Err(e);
-                    revoke.push(*i);
+                    revoke.push((*i, token));
                 }
             }
         }
@@ -376,7 +416,7 @@ impl ClientCore {
         }
         self.finish(keys, &revoke, false);
         let sizes: HashMap<usize, u64> = pending.iter().copied().collect();
-        for &i in commit.iter().filter(|&&i| results[i].is_ok()) {
+        for &(i, _) in commit.iter().filter(|(i, _)| results[*i].is_ok()) {
             ClientCounters::add(&self.counters.objects_written, 1);
             ClientCounters::add(&self.counters.bytes_written, sizes[&i]);
         }
@@ -412,13 +452,13 @@ impl ClientCore {
             .collect()
     }
 
-    /// Commits (`PutEnd`) or revokes (`PutRevoke`) `keys[i]` for every `i` in `which`; returns
-    /// each one's outcome (a failed revoke is also logged: the master reclaims the space
-    /// later).
+    /// Commits (`PutEnd`) or revokes (`PutRevoke`) write `token` of `keys[i]` for every
+    /// `(i, token)` in `which`; returns each one's outcome (a failed revoke is also logged:
+    /// the master reclaims the space later).
     pub(super) fn finish<K: AsRef<str>>(
         &self,
         keys: &[K],
-        which: &[usize],
+        which: &[(usize, WriteToken)],
         commit: bool,
     ) -> Vec<(usize, Result<()>)> {
         if which.is_empty() {
@@ -426,23 +466,40 @@ impl ClientCore {
         }
         let names: Vec<String> = which
             .iter()
-            .map(|&i| keys[i].as_ref().to_string())
+            .map(|&(i, _)| keys[i].as_ref().to_string())
             .collect();
+        let tokens = which.iter().map(|&(_, token)| token).collect();
         let answer = if commit {
-            self.master.batch_put_end(self.id, names)
+            self.master.batch_put_end(self.id, names, tokens)
         } else {
-            self.master.batch_put_revoke(self.id, names)
+            self.master.batch_put_revoke(self.id, names, tokens)
         };
         let per_key = match answer {
             Ok(list) if list.len() == which.len() => list,
             Ok(_) => vec![Err(ErrorCode::RpcFail); which.len()],
             Err(e) => vec![Err(e); which.len()],
         };
-        for (&i, outcome) in which.iter().zip(&per_key) {
+        for (&(i, _), outcome) in which.iter().zip(&per_key) {
             if let (Err(e), false) = (outcome, commit) {
                 tracing::warn!(key = keys[i].as_ref(), error = %e, "revoke failed; the master reclaims the space later");
             }
         }
-        which.iter().copied().zip(per_key).collect()
+        which.iter().map(|&(i, _)| i).zip(per_key).collect()
+    }
+}
+
+/// Checks that every granted replica has exactly the object's size: a replica of another
+/// size is never written (a larger write would overrun into neighbouring objects). Errors:
+/// `INVALID_REPLICA`.
+pub(super) fn check_replicas(replicas: &[ReplicaDescriptor], size: u64) -> Result<()> {
+    match replicas.iter().find(|r| r.buffer.size != size) {
+        Some(bad) => fail(
+            ErrorCode::InvalidReplica,
+            format!(
+                "replica of {} bytes for a {size}-byte object",
+                bad.buffer.size
+            ),
+        ),
+        None => Ok(()),
     }
 }

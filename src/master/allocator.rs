@@ -36,6 +36,9 @@ pub struct OffsetAllocator {
     capacity: u64,
     /// Cleared (under the `ranges` lock) when the segment is unmounted; read lock-free.
     alive: AtomicBool,
+    /// Mount generation: bumped (under the `ranges` lock) when a dead allocator is revived
+    /// for a remount, so allocations of the earlier mount are no longer live.
+    generation: AtomicU64,
     used: AtomicU64,
     ranges: Mutex<FreeRanges>,
 }
@@ -54,6 +57,7 @@ impl OffsetAllocator {
         Arc::new(OffsetAllocator {
             capacity,
             alive: AtomicBool::new(true),
+            generation: AtomicU64::new(0),
             used: AtomicU64::new(0),
             ranges: Mutex::new(ranges),
         })
@@ -77,19 +81,20 @@ impl OffsetAllocator {
             ranges.insert(offset + rounded, free_size - rounded);
         }
         self.used.fetch_add(rounded, Ordering::Relaxed);
+        let generation = self.generation.load(Ordering::Relaxed);
         drop(ranges);
         Some(Allocation {
             allocator: Arc::clone(self),
             offset,
             size: rounded,
+            generation,
         })
     }
 
+    /// Returns a range, also while the allocator is dead: a revived allocator must know
+    /// which ranges of the earlier mount are still held.
     fn free(&self, freed_offset: u64, freed_size: u64) {
         let mut ranges = self.ranges.lock();
-        if !self.is_alive() {
-            return;
-        }
         let (mut offset, mut size) = (freed_offset, freed_size);
         if let Some((&prev_offset, &prev_size)) = ranges.by_offset.range(..offset).next_back() {
             if prev_offset + prev_size == offset {
@@ -106,13 +111,20 @@ impl OffsetAllocator {
         self.used.fetch_sub(freed_size, Ordering::Relaxed);
     }
 
-    /// Marks the allocator dead (segment unmounted): no more allocations, and dropping the
-    /// handles still out is a no-op.
+    /// Marks the allocator dead (segment unmounted): no more allocations and no allocation
+    /// is live. Handles still out (pins, deferred frees) keep their ranges reserved until
+    /// dropped, so a later [`OffsetAllocator::revive`] never hands them out again.
     pub(crate) fn mark_dead(&self) {
-        let mut ranges = self.ranges.lock();
+        let _ranges = self.ranges.lock();
         self.alive.store(false, Ordering::Release);
-        ranges.by_offset.clear();
-        ranges.by_size.clear();
+    }
+
+    /// Brings a dead allocator back for a remount of the same segment: allocations of the
+    /// earlier mount stay reserved but are no longer live (their replicas are unreadable).
+    pub(crate) fn revive(&self) {
+        let _ranges = self.ranges.lock();
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        self.alive.store(true, Ordering::Release);
     }
 
     /// Whether the segment is still mounted.
@@ -137,13 +149,15 @@ impl OffsetAllocator {
     }
 }
 
-/// One allocated range; dropping it returns the range to its allocator (a no-op once the
-/// segment is unmounted). Shared as `Arc<Allocation>` by an object's replica, pins and
+/// One allocated range; dropping it returns the range to its allocator (also after the
+/// segment was unmounted). Shared as `Arc<Allocation>` by an object's replica, pins and
 /// deferred frees: the bytes are free only when the last holder lets go.
 pub struct Allocation {
     allocator: Arc<OffsetAllocator>,
     offset: u64,
     size: u64,
+    /// The allocator's mount generation when this range was handed out.
+    generation: u64,
 }
 
 impl Allocation {
@@ -157,9 +171,10 @@ impl Allocation {
         self.size
     }
 
-    /// Whether the owning segment is still mounted.
+    /// Whether the owning segment is still mounted, by the mount that handed this out.
     pub(crate) fn is_live(&self) -> bool {
         self.allocator.is_alive()
+            && self.allocator.generation.load(Ordering::Acquire) == self.generation
     }
 }
 
@@ -223,14 +238,29 @@ mod tests {
     }
 
     #[test]
-    fn dead_allocator_ignores_frees_and_refuses_allocations() {
+    fn dead_allocator_refuses_allocations_and_revives_without_reusing_held_ranges() {
         let a = OffsetAllocator::new(4096);
-        let x = a.allocate(100).unwrap();
+        let held = a.allocate(100).unwrap();
+        let freed = a.allocate(100).unwrap();
         a.mark_dead();
-        assert!(!x.is_live());
-        drop(x);
+        assert!(!held.is_live());
+        drop(freed);
         assert!(a.allocate(64).is_none());
-        assert_eq!(a.free_ranges(), 0);
+        a.revive();
+        assert!(
+            !held.is_live(),
+            "an allocation of the earlier mount stays dead"
+        );
+        let fresh = a.allocate(64).unwrap();
+        assert!(fresh.is_live());
+        assert_ne!(
+            fresh.offset(),
+            held.offset(),
+            "a held range is never handed out again"
+        );
+        assert_eq!(a.used(), 128 + 64);
+        drop(held);
+        assert_eq!(a.used(), 64);
     }
 
     #[test]

@@ -12,8 +12,8 @@
 use crate::error::Result;
 use crate::rpc::interface::rpc_interface;
 use crate::types::{
-    ClientId, P2pOwner, P2pRoute, PingResponse, PinnedObject, QueryResult, ReplicaDescriptor,
-    ReplicateConfig, Segment, SegmentId,
+    ClientId, P2pOwner, P2pRoute, PingResponse, PinnedObject, QueryResult, ReplicateConfig,
+    Segment, SegmentId, WriteGrant, WriteToken,
 };
 
 rpc_interface! {
@@ -36,17 +36,23 @@ rpc_interface! {
     /// Removes a segment; objects whose replicas all lived there disappear (idempotent).
     fn unmount_segment(client: ClientId, segment: SegmentId) -> Result<()>;
     /// Starts writes of `keys[i]` with `sizes[i]` bytes: allocates PROCESSING replicas.
-    /// Per key: descriptors to write, or `OBJECT_ALREADY_EXISTS` (complete or in-flight key),
-    /// `NO_AVAILABLE_HANDLE` (no space), `INVALID_PARAMS`.
-    fn batch_put_start(client: ClientId, keys: Vec<String>, sizes: Vec<u64>, config: ReplicateConfig) -> Result<Vec<Result<Vec<ReplicaDescriptor>>>>;
-    /// Marks the keys' PROCESSING replicas COMPLETE (object readable, not leased).
-    fn batch_put_end(client: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>>;
-    /// Drops the keys' PROCESSING replicas and returns their space.
-    fn batch_put_revoke(client: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>>;
+    /// Per key: the grant (write token, descriptors to write, write ttl), or
+    /// `OBJECT_ALREADY_EXISTS` (complete or in-flight key), `NO_AVAILABLE_HANDLE` (no space),
+    /// `INVALID_PARAMS`.
+    fn batch_put_start(client: ClientId, keys: Vec<String>, sizes: Vec<u64>, config: ReplicateConfig) -> Result<Vec<Result<WriteGrant>>>;
+    /// Marks the PROCESSING replicas of write `tokens[i]` of `keys[i]` COMPLETE (object
+    /// readable, not leased); idempotent once complete. Per key: `STALE_WRITE_TOKEN` when the
+    /// token is not the key's latest write (superseded or reclaimed: nothing changes),
+    /// `OBJECT_NOT_FOUND`, `ILLEGAL_CLIENT`.
+    fn batch_put_end(client: ClientId, keys: Vec<String>, tokens: Vec<WriteToken>) -> Result<Vec<Result<()>>>;
+    /// Drops the PROCESSING replicas of write `tokens[i]` of `keys[i]` and erases the key;
+    /// the space is reused only after `write_quarantine_ms`. Per key: `STALE_WRITE_TOKEN`
+    /// (nothing changes), `OBJECT_NOT_FOUND`, `ILLEGAL_CLIENT`, `INVALID_WRITE` (complete).
+    fn batch_put_revoke(client: ClientId, keys: Vec<String>, tokens: Vec<WriteToken>) -> Result<Vec<Result<()>>>;
     /// Insert-or-update: like `batch_put_start`, but an existing key is overwritten (in place
     /// when the size matches and nobody reads it, else reallocated). Finish with
     /// `batch_put_end` / `batch_put_revoke`.
-    fn batch_upsert_start(client: ClientId, keys: Vec<String>, sizes: Vec<u64>, config: ReplicateConfig) -> Result<Vec<Result<Vec<ReplicaDescriptor>>>>;
+    fn batch_upsert_start(client: ClientId, keys: Vec<String>, sizes: Vec<u64>, config: ReplicateConfig) -> Result<Vec<Result<WriteGrant>>>;
     /// Readable replicas of each key; grants each a read lease.
     fn batch_get_replica_list(keys: Vec<String>) -> Result<Vec<Result<QueryResult>>>;
     /// Whether each key has a readable replica; grants a lease to those that do.

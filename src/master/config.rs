@@ -39,6 +39,12 @@ pub struct MasterConfig {
     pub put_start_discard_timeout_ms: Option<u64>,
     /// When set, replaces `put_start_release_timeout_s` with this many ms.
     pub put_start_release_timeout_ms: Option<u64>,
+    /// Space a write gave up (revoked, pre-empted or reclaimed) is not reused for this long
+    /// after the moment its writer could last have sent bytes (`--write_quarantine_ms`):
+    /// a stale payload still in flight lands in space nobody else owns. Must be at least the
+    /// owners' `MC_TRANSFER_TIMEOUT_MS` (a server applies a payload only that long after its
+    /// header).
+    pub write_quarantine_ms: u64,
 }
 
 impl Default for MasterConfig {
@@ -58,6 +64,7 @@ impl Default for MasterConfig {
             client_ttl_ms: None,
             put_start_discard_timeout_ms: None,
             put_start_release_timeout_ms: None,
+            write_quarantine_ms: 120_000,
         }
     }
 }
@@ -118,6 +125,11 @@ impl MasterConfig {
             self.put_start_release_timeout_s,
             self.put_start_release_timeout_ms,
         )
+    }
+
+    /// How long space a write gave up stays unused after its writer's last chance to send.
+    pub fn write_quarantine(&self) -> Duration {
+        Duration::from_millis(self.write_quarantine_ms)
     }
 
     /// Read lease length.

@@ -5,7 +5,6 @@ use super::eviction::{self, Candidate};
 use super::metrics::Counters;
 use super::objects::ObjectMeta;
 use super::service::MasterService;
-use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -28,10 +27,9 @@ impl MasterService {
             .expire(Instant::now(), self.config.client_ttl());
         for client in expired {
             tracing::info!(%client, "client expired");
-            let mut dead = HashSet::new();
             for segment in self.segments.segments_of(client) {
-                if let Ok(true) = self.segments.unmount(client, segment) {
-                    dead.insert(segment);
+                if let Err(e) = self.segments.unmount(client, segment) {
+                    tracing::warn!(%client, %segment, error = %e, "cannot unmount the expired client's segment");
                 }
             }
             self.release_pins(self.pins.take_client(client));
@@ -39,7 +37,7 @@ impl MasterService {
             if keys > 0 {
                 tracing::info!(%client, keys, "dropped the expired owner's P2P routes");
             }
-            self.purge(&dead, Some(client));
+            self.purge(Some(client));
             Counters::add(&self.counters.clients_expired, 1);
         }
     }
@@ -56,11 +54,19 @@ impl MasterService {
             *last = now;
         }
         for mut shard in self.objects.shards() {
-            shard.retain(|_, meta| {
-                meta.write_started().map_or(true, |started| {
-                    now.saturating_duration_since(started) < timeout
+            let abandoned: Vec<String> = shard
+                .iter()
+                .filter(|(_, meta)| {
+                    meta.write_started()
+                        .is_some_and(|started| now.saturating_duration_since(started) >= timeout)
                 })
-            });
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in abandoned {
+                if let Some(mut meta) = shard.remove(&key) {
+                    self.retire(&mut meta, now);
+                }
+            }
         }
     }
 

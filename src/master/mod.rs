@@ -19,13 +19,14 @@ mod routes;
 mod segments;
 mod service;
 mod workers;
+pub(crate) use objects::deadline;
 pub(crate) use workers::Workers;
 mod writes;
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod integrity_tests;
+#[cfg(test)]
+mod tests;
 
 pub use api::{MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster};
 pub use config::MasterConfig;

@@ -5,12 +5,12 @@
 
 use super::allocator::Allocation;
 use crate::types::{
-    ClientId, QueryResult, ReplicaDescriptor, ReplicaStatus, ReplicateConfig, SegmentId,
-    SoftPinAction,
+    ClientId, QueryResult, ReplicaDescriptor, ReplicaStatus, ReplicateConfig, SoftPinAction,
+    WriteToken,
 };
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::hash_map::RandomState;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,10 +26,10 @@ pub(crate) fn deadline(from: Instant, span: Duration) -> Instant {
     from.checked_add(span.min(MAX_SPAN)).unwrap_or(from)
 }
 
-/// One replica: its segment, its range (shared with pins and deferred frees) and descriptor.
+/// One replica: its range (shared with pins and deferred frees; its liveness says whether
+/// the mount that placed it is current) and descriptor.
 pub(crate) struct Replica {
     pub id: u64,
-    pub segment: SegmentId,
     pub allocation: Arc<Allocation>,
     pub buffer: crate::types::BufferDescriptor,
 }
@@ -60,6 +60,8 @@ pub(crate) struct ObjectMeta {
     pub size: u64,
     /// Client of the latest put/upsert start.
     pub writer: ClientId,
+    /// Token of the latest put/upsert start: only its end or revoke acts on the object.
+    pub write: WriteToken,
     pub phase: Phase,
     pub replicas: Vec<Replica>,
     pub lease_deadline: Option<Instant>,
@@ -74,9 +76,10 @@ pub(crate) struct ObjectMeta {
 }
 
 impl ObjectMeta {
-    /// A new object being written by `writer` into `replicas`.
+    /// A new object being written by `writer` (write `write`, whose generation also becomes
+    /// the object's id) into `replicas`.
     pub(crate) fn new(
-        id: u64,
+        write: WriteToken,
         size: u64,
         writer: ClientId,
         replicas: Vec<Replica>,
@@ -85,9 +88,10 @@ impl ObjectMeta {
         now: Instant,
     ) -> ObjectMeta {
         let mut meta = ObjectMeta {
-            id,
+            id: write.0,
             size,
             writer,
+            write,
             phase: Phase::Writing { started: now },
             replicas,
             lease_deadline: None,
@@ -120,9 +124,10 @@ impl ObjectMeta {
         }
     }
 
-    /// Starts a new write by `writer` (upsert): PROCESSING again, lease dropped.
-    pub(crate) fn restart_write(&mut self, writer: ClientId, now: Instant) {
+    /// Starts a new write `write` by `writer` (upsert): PROCESSING again, lease dropped.
+    pub(crate) fn restart_write(&mut self, writer: ClientId, write: WriteToken, now: Instant) {
         self.writer = writer;
+        self.write = write;
         self.phase = Phase::Writing { started: now };
         self.lease_deadline = None;
     }
@@ -205,10 +210,14 @@ impl ObjectMeta {
         self.replicas.drain(..).map(|r| r.allocation).collect()
     }
 
-    /// Drops the replicas living on `segments`; returns whether any replica is left.
-    pub(crate) fn drop_replicas_on(&mut self, segments: &HashSet<SegmentId>) -> bool {
-        self.replicas.retain(|r| !segments.contains(&r.segment));
-        !self.replicas.is_empty()
+    /// Removes the replicas whose mount is gone (segment unmounted, or remounted with a new
+    /// epoch) and returns their allocations.
+    pub(crate) fn take_dead_replicas(&mut self) -> Vec<Arc<Allocation>> {
+        let (live, dead) = std::mem::take(&mut self.replicas)
+            .into_iter()
+            .partition(|r| r.allocation.is_live());
+        self.replicas = live;
+        dead.into_iter().map(|r: Replica| r.allocation).collect()
     }
 
     /// Allocated bytes of the replicas.

@@ -250,6 +250,7 @@ mod tests {
             base: 4096,
             size: 1 << 20,
             protocol: "tcp".into(),
+            epoch: 1,
         };
         assert_eq!(
             master.mount_segment(a.client, segment),

@@ -11,7 +11,7 @@ use crate::error::{fail, ErrorCode, Result};
 use crate::types::{BufferDescriptor, ClientId, ReplicateConfig, Segment, SegmentId};
 use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// At most this many segment names are tried after the preferred ones (Mooncake's cap).
 const MAX_NAMES_TRIED: usize = 100;
@@ -22,9 +22,18 @@ struct MountedSegment {
     allocator: Arc<OffsetAllocator>,
 }
 
+/// An unmounted segment whose allocator may still have ranges out (pins, deferred frees,
+/// quarantine): a remount of the same range revives it instead of starting empty.
+struct RetiredSegment {
+    base: u64,
+    size: u64,
+    allocator: Weak<OffsetAllocator>,
+}
+
 #[derive(Default)]
 struct Registry {
     by_id: HashMap<SegmentId, MountedSegment>,
+    retired: HashMap<SegmentId, RetiredSegment>,
     /// Segment ids per name, in mount order.
     by_name: HashMap<String, Vec<SegmentId>>,
     /// Distinct names, in mount order (random-start iteration).
@@ -33,8 +42,6 @@ struct Registry {
 
 /// One replica placed by [`SegmentRegistry::place`].
 pub(crate) struct Placed {
-    /// Segment holding the bytes.
-    pub segment: SegmentId,
     /// The range; freed when the last holder drops it.
     pub allocation: Arc<Allocation>,
     /// Where a client writes / reads it.
@@ -55,9 +62,9 @@ impl Registry {
                 buffer_address: mounted.segment.base.saturating_add(allocation.offset()),
                 protocol: mounted.segment.protocol.clone(),
                 transport_endpoint: mounted.segment.name.clone(),
+                epoch: mounted.segment.epoch,
             };
             Some(Placed {
-                segment: id,
                 allocation: Arc::new(allocation),
                 buffer,
             })
@@ -72,10 +79,13 @@ pub(crate) struct SegmentRegistry {
 }
 
 impl SegmentRegistry {
-    /// Adds `segment` for `client`. Idempotent for the same id and owner. Errors:
-    /// `INVALID_PARAMS` (empty name, size 0, range overflows), `SEGMENT_ALREADY_EXISTS` (id
-    /// owned by another client).
-    pub(crate) fn mount(&self, client: ClientId, segment: Segment) -> Result<()> {
+    /// Adds `segment` for `client`. Idempotent for the same id, owner and epoch; the same id
+    /// and owner with a new epoch is a remount (the owner restarted its segment): the earlier
+    /// mount's allocations stop being live and `Ok(true)` tells the caller to purge them.
+    /// A remount of a segment unmounted earlier (e.g. its owner expired) keeps every range
+    /// still held by the earlier mount reserved. Errors: `INVALID_PARAMS` (empty name, size
+    /// 0, range overflows), `SEGMENT_ALREADY_EXISTS` (id owned by another client).
+    pub(crate) fn mount(&self, client: ClientId, segment: Segment) -> Result<bool> {
         if segment.name.is_empty() || segment.size == 0 {
             return fail(ErrorCode::InvalidParams, "segment needs a name and a size");
         }
@@ -83,21 +93,44 @@ impl SegmentRegistry {
             return fail(ErrorCode::InvalidParams, "segment range overflows");
         }
         let mut inner = self.inner.write();
-        if let Some(existing) = inner.by_id.get(&segment.id) {
-            if existing.owner == client {
-                return Ok(());
+        if let Some(existing) = inner.by_id.get_mut(&segment.id) {
+            if existing.owner != client {
+                return fail(
+                    ErrorCode::SegmentAlreadyExists,
+                    format!("segment {} belongs to another client", segment.id),
+                );
             }
-            return fail(
-                ErrorCode::SegmentAlreadyExists,
-                format!("segment {} belongs to another client", segment.id),
-            );
+            if existing.segment == segment {
+                return Ok(false);
+            }
+            let shape = |s: &Segment| (s.base, s.size, s.name.clone(), s.protocol.clone());
+            if shape(&existing.segment) != shape(&segment) {
+                return fail(
+                    ErrorCode::InvalidParams,
+                    format!(
+                        "segment {} is mounted with another range or name",
+                        segment.id
+                    ),
+                );
+            }
+            // A new epoch: the earlier mount's allocations stop being live.
+            existing.allocator.revive();
+            existing.segment = segment;
+            return Ok(true);
         }
         let ids = inner.by_name.entry(segment.name.clone()).or_default();
         ids.push(segment.id);
         if ids.len() == 1 {
             inner.names.push(segment.name.clone());
         }
-        let allocator = OffsetAllocator::new(segment.size);
+        let allocator = match inner.retired.remove(&segment.id) {
+            Some(old) if (old.base, old.size) == (segment.base, segment.size) => old
+                .allocator
+                .upgrade()
+                .inspect(|allocator| allocator.revive()),
+            _ => None,
+        }
+        .unwrap_or_else(|| OffsetAllocator::new(segment.size));
         inner.by_id.insert(
             segment.id,
             MountedSegment {
@@ -106,7 +139,7 @@ impl SegmentRegistry {
                 allocator,
             },
         );
-        Ok(())
+        Ok(false)
     }
 
     /// Removes segment `id` and marks its allocator dead. `Ok(false)` if unknown; errors:
@@ -127,6 +160,17 @@ impl SegmentRegistry {
             return Ok(false);
         };
         mounted.allocator.mark_dead();
+        inner
+            .retired
+            .retain(|_, old| old.allocator.strong_count() > 0);
+        inner.retired.insert(
+            id,
+            RetiredSegment {
+                base: mounted.segment.base,
+                size: mounted.segment.size,
+                allocator: Arc::downgrade(&mounted.allocator),
+            },
+        );
         let name = &mounted.segment.name;
         let now_empty = inner.by_name.get_mut(name).is_some_and(|ids| {
             ids.retain(|other| *other != id);

@@ -26,10 +26,9 @@ use super::MasterApi;
 use crate::error::{fail, ErrorCode, Result};
 use crate::types::{
     ClientId, ClientStatus, DeploymentMode, P2pOwner, P2pRoute, PingResponse, PinnedObject,
-    QueryResult, ReplicaDescriptor, ReplicateConfig, Segment, SegmentId, STORE_VERSION,
+    QueryResult, ReplicateConfig, Segment, SegmentId, WriteGrant, WriteToken, STORE_VERSION,
 };
 use parking_lot::Mutex;
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,7 +54,8 @@ pub struct MasterService {
     pub(super) need_eviction: AtomicBool,
     /// Last scan for abandoned writes.
     pub(super) last_reclaim: Mutex<Instant>,
-    next_object_id: AtomicU64,
+    /// Write generations (also object ids); starts at a random value (see [`WriteToken`]).
+    next_write: AtomicU64,
     pub(super) next_replica_id: AtomicU64,
     workers: Workers,
 }
@@ -87,7 +87,7 @@ impl MasterService {
             counters: Counters::default(),
             need_eviction: AtomicBool::new(false),
             last_reclaim: Mutex::new(Instant::now()),
-            next_object_id: AtomicU64::new(1),
+            next_write: AtomicU64::new(fastrand::u64(1..1 << 62)),
             next_replica_id: AtomicU64::new(1),
             workers: Workers::default(),
         });
@@ -140,36 +140,45 @@ impl MasterService {
         self.metrics().prometheus_text()
     }
 
-    /// A fresh object generation id.
-    pub(super) fn next_object_id(&self) -> u64 {
-        self.next_object_id.fetch_add(1, Ordering::Relaxed)
+    /// A fresh write token (write generation).
+    pub(super) fn next_write_token(&self) -> WriteToken {
+        WriteToken(self.next_write.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// When space an unfinished write gives up may be reused: its writer may transfer until
+    /// `put_start_release_timeout` after the start (the grant's `write_ttl_ms`), and a payload
+    /// sent by then is applied at most `write_quarantine` later.
+    pub(super) fn writer_quiet_after(&self, started: Instant) -> Instant {
+        let release = deadline(started, self.config.put_start_release_timeout());
+        deadline(release, self.config.write_quarantine())
     }
 
     /// Releases the replicas of an object leaving the table: an unfinished write's bytes are
-    /// kept until `put_start_release_timeout` after its start (the writer may still be writing
-    /// them); a complete object's are kept until its read lease ends.
+    /// kept until its writer cannot reach them any more ([`Self::writer_quiet_after`]); a
+    /// complete object's until its read lease ends.
     pub(super) fn retire(&self, meta: &mut ObjectMeta, now: Instant) {
         let due = match meta.phase {
-            Phase::Writing { started } => {
-                deadline(started, self.config.put_start_release_timeout())
-            }
+            Phase::Writing { started } => self.writer_quiet_after(started),
             Phase::Complete => meta.lease_deadline.unwrap_or(now),
         };
         self.deferred.hold_until(due, now, meta.take_allocations());
     }
 
-    /// Erases replicas on `dead` segments (objects left without replicas disappear) and, if
-    /// `writer` is given, that client's unfinished writes.
-    pub(super) fn purge(&self, dead: &HashSet<SegmentId>, writer: Option<ClientId>) {
+    /// Erases replicas whose mount is gone (objects left without replicas disappear) and, if
+    /// `writer` is given, that client's unfinished writes. The erased replicas' space is
+    /// quarantined: a transfer admitted under the old mount may still be landing in it.
+    pub(super) fn purge(&self, writer: Option<ClientId>) {
         let now = Instant::now();
+        let quarantine = deadline(now, self.config.write_quarantine());
         for mut shard in self.objects.shards() {
             let doomed: Vec<String> = shard
                 .iter_mut()
                 .filter_map(|(key, meta)| {
                     let abandoned =
                         writer.is_some_and(|w| meta.writer == w) && meta.write_started().is_some();
-                    let left = meta.drop_replicas_on(dead);
-                    (abandoned || !left).then(|| key.clone())
+                    self.deferred
+                        .hold_until(quarantine, now, meta.take_dead_replicas());
+                    (abandoned || meta.replicas.is_empty()).then(|| key.clone())
                 })
                 .collect();
             for key in doomed {
@@ -192,11 +201,11 @@ fn each<T, R>(items: Vec<T>, op: impl FnMut(T) -> Result<R>) -> Result<Vec<Resul
     Ok(items.into_iter().map(op).collect())
 }
 
-fn check_lengths(keys: &[String], sizes: &[u64]) -> Result<()> {
-    if keys.len() != sizes.len() {
+fn check_lengths(keys: &[String], values: usize, what: &str) -> Result<()> {
+    if keys.len() != values {
         return fail(
             ErrorCode::InvalidParams,
-            format!("{} keys but {} sizes", keys.len(), sizes.len()),
+            format!("{} keys but {values} {what}", keys.len()),
         );
     }
     Ok(())
@@ -223,22 +232,31 @@ impl MasterApi for MasterService {
         self.require_mode(DeploymentMode::Centralized)?;
         // Registered first so the monitor cannot expire the client between the two steps.
         self.clients.register(client, Instant::now());
-        self.segments.mount(client, segment)
+        if self.segments.mount(client, segment)? {
+            self.purge(None);
+        }
+        Ok(())
     }
 
     fn remount_segments(&self, client: ClientId, segments: Vec<Segment>) -> Result<()> {
         self.require_mode(DeploymentMode::Centralized)?;
         self.clients.register(client, Instant::now());
-        let outcomes: Vec<Result<()>> = segments
+        let outcomes: Vec<Result<bool>> = segments
             .into_iter()
             .map(|segment| self.segments.mount(client, segment))
             .collect();
-        outcomes.into_iter().collect()
+        if outcomes.iter().any(|outcome| outcome == &Ok(true)) {
+            self.purge(None);
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| outcome.map(drop))
+            .collect()
     }
 
     fn unmount_segment(&self, client: ClientId, segment: SegmentId) -> Result<()> {
         if self.segments.unmount(client, segment)? {
-            self.purge(&HashSet::from([segment]), None);
+            self.purge(None);
         }
         Ok(())
     }
@@ -249,21 +267,35 @@ impl MasterApi for MasterService {
         keys: Vec<String>,
         sizes: Vec<u64>,
         config: ReplicateConfig,
-    ) -> Result<Vec<Result<Vec<ReplicaDescriptor>>>> {
+    ) -> Result<Vec<Result<WriteGrant>>> {
         self.require_mode(DeploymentMode::Centralized)?;
-        check_lengths(&keys, &sizes)?;
+        check_lengths(&keys, sizes.len(), "sizes")?;
         let pairs = keys.into_iter().zip(sizes).collect();
         each(pairs, |(key, size)| {
             self.put_start(client, &key, size, &config)
         })
     }
 
-    fn batch_put_end(&self, client: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>> {
-        each(keys, |key| self.put_end(client, &key))
+    fn batch_put_end(
+        &self,
+        client: ClientId,
+        keys: Vec<String>,
+        tokens: Vec<WriteToken>,
+    ) -> Result<Vec<Result<()>>> {
+        check_lengths(&keys, tokens.len(), "tokens")?;
+        let pairs = keys.into_iter().zip(tokens).collect();
+        each(pairs, |(key, token)| self.put_end(client, &key, token))
     }
 
-    fn batch_put_revoke(&self, client: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>> {
-        each(keys, |key| self.put_revoke(client, &key))
+    fn batch_put_revoke(
+        &self,
+        client: ClientId,
+        keys: Vec<String>,
+        tokens: Vec<WriteToken>,
+    ) -> Result<Vec<Result<()>>> {
+        check_lengths(&keys, tokens.len(), "tokens")?;
+        let pairs = keys.into_iter().zip(tokens).collect();
+        each(pairs, |(key, token)| self.put_revoke(client, &key, token))
     }
 
     fn batch_upsert_start(
@@ -272,9 +304,9 @@ impl MasterApi for MasterService {
         keys: Vec<String>,
         sizes: Vec<u64>,
         config: ReplicateConfig,
-    ) -> Result<Vec<Result<Vec<ReplicaDescriptor>>>> {
+    ) -> Result<Vec<Result<WriteGrant>>> {
         self.require_mode(DeploymentMode::Centralized)?;
-        check_lengths(&keys, &sizes)?;
+        check_lengths(&keys, sizes.len(), "sizes")?;
         let pairs = keys.into_iter().zip(sizes).collect();
         each(pairs, |(key, size)| {
             self.upsert_start(client, &key, size, &config)

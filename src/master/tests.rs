@@ -5,7 +5,7 @@ use super::{MasterApi, MasterConfig, MasterService};
 use crate::error::{ErrorCode, Result};
 use crate::types::{
     ClientId, ClientStatus, ReplicaDescriptor, ReplicaStatus, ReplicateConfig, Segment,
-    SoftPinAction, Uuid, STORE_VERSION,
+    SoftPinAction, Uuid, WriteGrant, WriteToken, STORE_VERSION,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +19,7 @@ pub(super) fn segment(name: &str, size: u64) -> Segment {
         base: BASE,
         size,
         protocol: "tcp".to_string(),
+        epoch: crate::types::fresh_epoch(),
     }
 }
 
@@ -27,6 +28,7 @@ pub(super) fn fast_config() -> MasterConfig {
         default_kv_lease_ttl_ms: 40,
         put_start_discard_timeout_ms: Some(40),
         put_start_release_timeout_ms: Some(150),
+        write_quarantine_ms: 50,
         ..MasterConfig::default()
     }
 }
@@ -46,8 +48,27 @@ pub(super) fn one<T>(answer: Result<Vec<Result<T>>>) -> Result<T> {
     all.remove(0)
 }
 
-pub(super) fn start(m: &MasterService, c: ClientId, key: &str, size: u64) -> Result<Vec<ReplicaDescriptor>> {
+pub(super) fn start(
+    m: &MasterService,
+    c: ClientId,
+    key: &str,
+    size: u64,
+) -> Result<Vec<ReplicaDescriptor>> {
+    grant(m, c, key, size).map(|g| g.replicas)
+}
+
+/// The whole grant of a put start with the default config.
+pub(super) fn grant(m: &MasterService, c: ClientId, key: &str, size: u64) -> Result<WriteGrant> {
     one(m.batch_put_start(c, vec![key.into()], vec![size], ReplicateConfig::default()))
+}
+
+/// The token of `key`'s latest write start (a never-issued one when the key is absent), for
+/// tests that finish "the current write" as a well-behaved writer does.
+pub(super) fn current_token(m: &MasterService, key: &str) -> WriteToken {
+    m.objects
+        .shard(key)
+        .get(key)
+        .map_or(WriteToken(0), |meta| meta.write)
 }
 
 pub(super) fn start_with(
@@ -57,15 +78,36 @@ pub(super) fn start_with(
     size: u64,
     config: ReplicateConfig,
 ) -> Result<Vec<ReplicaDescriptor>> {
-    one(m.batch_put_start(c, vec![key.into()], vec![size], config))
+    one(m.batch_put_start(c, vec![key.into()], vec![size], config)).map(|g| g.replicas)
 }
 
-pub(super) fn upsert(m: &MasterService, c: ClientId, key: &str, size: u64) -> Result<Vec<ReplicaDescriptor>> {
+pub(super) fn upsert(m: &MasterService, c: ClientId, key: &str, size: u64) -> Result<WriteGrant> {
     one(m.batch_upsert_start(c, vec![key.into()], vec![size], ReplicateConfig::default()))
 }
 
+/// `PutEnd` of `key`'s current write.
 pub(super) fn end(m: &MasterService, c: ClientId, key: &str) -> Result<()> {
-    one(m.batch_put_end(c, vec![key.into()]))
+    end_write(m, c, key, current_token(m, key))
+}
+
+/// `PutEnd` of write `token` of `key`.
+pub(super) fn end_write(
+    m: &MasterService,
+    c: ClientId,
+    key: &str,
+    token: WriteToken,
+) -> Result<()> {
+    one(m.batch_put_end(c, vec![key.into()], vec![token]))
+}
+
+/// `PutRevoke` of write `token` of `key`.
+pub(super) fn revoke_write(
+    m: &MasterService,
+    c: ClientId,
+    key: &str,
+    token: WriteToken,
+) -> Result<()> {
+    one(m.batch_put_revoke(c, vec![key.into()], vec![token]))
 }
 
 pub(super) fn put(m: &MasterService, c: ClientId, key: &str, size: u64) {
@@ -230,17 +272,23 @@ fn abandoned_put_is_reclaimed() {
     let (m, c, _) = setup(fast_config(), 1 << 20);
     start(&m, c, "k", 1000).unwrap();
     assert!(wait_until(WAIT, || get(&m, "k") == Err(ErrorCode::ObjectNotFound)));
-    assert_eq!(used(&m), 0);
+    assert!(
+        wait_until(WAIT, || used(&m) == 0),
+        "freed after the quarantine"
+    );
 }
 
 #[test]
 fn revoke_frees_and_checks_the_writer() {
-    let (m, c, _) = setup(MasterConfig::default(), 1 << 20);
+    let (m, c, _) = setup(fast_config(), 1 << 20);
     start(&m, c, "k", 100).unwrap();
-    let revoke = |client, key: &str| one(m.batch_put_revoke(client, vec![key.into()]));
+    let revoke = |client, key: &str| revoke_write(&m, client, key, current_token(&m, key));
     assert_eq!(revoke(Uuid::random(), "k"), Err(ErrorCode::IllegalClient));
     assert_eq!(revoke(c, "k"), Ok(()));
-    assert_eq!(used(&m), 0);
+    assert!(
+        wait_until(WAIT, || used(&m) == 0),
+        "freed after the quarantine"
+    );
     assert_eq!(revoke(c, "k"), Err(ErrorCode::ObjectNotFound));
     put(&m, c, "k", 100);
     assert_eq!(revoke(c, "k"), Err(ErrorCode::InvalidWrite));
@@ -506,7 +554,7 @@ fn upsert_in_place_reallocate_preempt_and_revoke() {
     let first = start_with(&m, c, "k", 128, hard).unwrap();
     end(&m, c, "k").unwrap();
     // In place: same size, no lease.
-    let again = upsert(&m, c, "k", 128).unwrap();
+    let again = upsert(&m, c, "k", 128).unwrap().replicas;
     assert_eq!(
         again[0].buffer.buffer_address,
         first[0].buffer.buffer_address
@@ -517,7 +565,7 @@ fn upsert_in_place_reallocate_preempt_and_revoke() {
     assert!(m.objects.shard("k").get("k").is_some_and(|o| o.hard_pinned));
     // Leased: reallocated; old bytes freed when the lease ends.
     get(&m, "k").unwrap();
-    let moved = upsert(&m, c, "k", 128).unwrap();
+    let moved = upsert(&m, c, "k", 128).unwrap().replicas;
     assert_ne!(
         moved[0].buffer.buffer_address,
         first[0].buffer.buffer_address
@@ -526,7 +574,7 @@ fn upsert_in_place_reallocate_preempt_and_revoke() {
     end(&m, c, "k").unwrap();
     assert!(wait_until(WAIT, || used(&m) == 128 * 2));
     // Size change: reallocated.
-    let bigger = upsert(&m, c, "k", 256).unwrap();
+    let bigger = upsert(&m, c, "k", 256).unwrap().replicas;
     assert_eq!(bigger[0].buffer.size, 256);
     end(&m, c, "k").unwrap();
     assert_eq!(get(&m, "k").unwrap().size, 256);
@@ -538,7 +586,7 @@ fn upsert_in_place_reallocate_preempt_and_revoke() {
     end(&m, other, "p").unwrap();
     // Revoking an in-place upsert leaves the key removed.
     upsert(&m, c, "new", 128).unwrap();
-    one(m.batch_put_revoke(c, vec!["new".into()])).unwrap();
+    revoke_write(&m, c, "new", current_token(&m, "new")).unwrap();
     assert_eq!(get(&m, "new"), Err(ErrorCode::ObjectNotFound));
 }
 
@@ -596,7 +644,8 @@ fn concurrent_put_get_remove_smoke() {
                             let _ = remove(&m, &key, fastrand::bool());
                         }
                         _ => {
-                            let _ = upsert(&m, c, &key, 64).and_then(|_| end(&m, c, &key));
+                            let _ = upsert(&m, c, &key, 64)
+                                .and_then(|g| end_write(&m, c, &key, g.token));
                         }
                     }
                 }

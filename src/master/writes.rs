@@ -1,9 +1,9 @@
 //! Write paths of [`MasterService`]: put/upsert start, put end and revoke (spec §4.2, §4.9).
 
-use super::objects::{ObjectMeta, Replica, Shard};
+use super::objects::{deadline, ObjectMeta, Replica, Shard};
 use super::service::{check_key, MasterService};
 use crate::error::{fail, ErrorCode, Result};
-use crate::types::{ClientId, ReplicaDescriptor, ReplicateConfig, SoftPinAction};
+use crate::types::{ClientId, ReplicateConfig, SoftPinAction, WriteGrant, WriteToken};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -47,38 +47,45 @@ impl MasterService {
         }
         let replicas = placed.into_iter().map(|p| Replica {
             id: self.next_replica_id.fetch_add(1, Ordering::Relaxed),
-            segment: p.segment,
             allocation: p.allocation,
             buffer: p.buffer,
         });
         Ok(replicas.collect())
     }
 
-    /// Creates `key` as a new object being written by `client` (any previous entry is
-    /// replaced; the caller retired it).
+    /// The grant of `meta`'s current write.
+    fn grant(&self, meta: &ObjectMeta) -> WriteGrant {
+        let ttl = self.config.put_start_release_timeout().as_millis();
+        WriteGrant {
+            token: meta.write,
+            replicas: meta.processing_descriptors(),
+            write_ttl_ms: u64::try_from(ttl).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Creates `key` as a new object being written by `client` into `replicas` (any
+    /// previous entry is replaced; the caller retired it).
     fn start_new(
         &self,
         shard: &mut Shard,
         client: ClientId,
         key: &str,
         size: u64,
+        replicas: Vec<Replica>,
         config: &ReplicateConfig,
-        now: Instant,
-    ) -> Result<Vec<ReplicaDescriptor>> {
-        let replicas = self.place(size, config)?;
-        let id = self.next_object_id();
+    ) -> WriteGrant {
         let meta = ObjectMeta::new(
-            id,
+            self.next_write_token(),
             size,
             client,
             replicas,
             config,
             self.default_soft_pin(),
-            now,
+            Instant::now(),
         );
-        let descriptors = meta.processing_descriptors();
+        let grant = self.grant(&meta);
         shard.insert(key.to_string(), meta);
-        Ok(descriptors)
+        grant
     }
 
     /// `PutStart` for one key. A complete key, or one being written for less than
@@ -91,7 +98,7 @@ impl MasterService {
         key: &str,
         size: u64,
         config: &ReplicateConfig,
-    ) -> Result<Vec<ReplicaDescriptor>> {
+    ) -> Result<WriteGrant> {
         self.check_write(key, size, config)?;
         let now = Instant::now();
         let mut shard = self.objects.shard(key);
@@ -107,13 +114,14 @@ impl MasterService {
                     format!("{key} is being written"),
                 );
             }
-            Some(Some(_)) => {
-                if let Some(mut stale) = shard.remove(key) {
-                    self.retire(&mut stale, now);
-                }
-            }
+            Some(Some(_)) => {}
         }
-        self.start_new(&mut shard, client, key, size, config, now)
+        // Space first: when none fits, the discarded write (if any) is left as it was.
+        let replicas = self.place(size, config)?;
+        if let Some(mut stale) = shard.remove(key) {
+            self.retire(&mut stale, now);
+        }
+        Ok(self.start_new(&mut shard, client, key, size, replicas, config))
     }
 
     /// `UpsertStart` for one key: see [`crate::master::MasterApi::batch_upsert_start`].
@@ -125,13 +133,15 @@ impl MasterService {
     ///   bytes are freed when the current read lease ends.
     ///
     /// The object is unreadable (`REPLICA_IS_NOT_READY`) until `put_end`; its hard pin is kept.
+    /// Every upsert start is a new write with a new token: the pre-empted or overwritten
+    /// write's token is stale from now on.
     pub(super) fn upsert_start(
         &self,
         client: ClientId,
         key: &str,
         size: u64,
         config: &ReplicateConfig,
-    ) -> Result<Vec<ReplicaDescriptor>> {
+    ) -> Result<WriteGrant> {
         self.check_write(key, size, config)?;
         let now = Instant::now();
         let mut shard = self.objects.shard(key);
@@ -154,52 +164,81 @@ impl MasterService {
                     self.deferred.hold_until(until, now, old);
                     meta.size = size;
                 }
-                meta.restart_write(client, now);
+                meta.restart_write(client, self.next_write_token(), now);
                 meta.apply_soft_pin_action(config, self.default_soft_pin());
-                return Ok(meta.processing_descriptors());
+                return Ok(self.grant(meta));
             }
-            self.retire(meta, now);
         }
-        self.start_new(&mut shard, client, key, size, config, now)
+        // Pre-empting a write (or creating the key): space first, so a failed allocation
+        // leaves the write in progress untouched.
+        let replicas = self.place(size, config)?;
+        if let Some(mut preempted) = shard.remove(key) {
+            self.retire(&mut preempted, now);
+        }
+        Ok(self.start_new(&mut shard, client, key, size, replicas, config))
     }
 
-    /// `PutEnd` for one key: the object becomes readable, unleased. Idempotent once complete.
-    /// Errors: `OBJECT_NOT_FOUND`, `ILLEGAL_CLIENT` (not the writer).
-    pub(super) fn put_end(&self, client: ClientId, key: &str) -> Result<()> {
-        check_key(key)?;
-        let now = Instant::now();
-        let mut shard = self.objects.shard(key);
+    /// The key's object if `client` may finish write `token` of it. Errors:
+    /// `OBJECT_NOT_FOUND`, `ILLEGAL_CLIENT` (another client's write), `STALE_WRITE_TOKEN`
+    /// (another write of the key started since, or this one was reclaimed and the key
+    /// re-created).
+    fn written_by<'a>(
+        shard: &'a mut Shard,
+        client: ClientId,
+        key: &str,
+        token: WriteToken,
+    ) -> Result<&'a mut ObjectMeta> {
         let Some(meta) = shard.get_mut(key) else {
             return fail(ErrorCode::ObjectNotFound, key);
         };
         if meta.writer != client {
             return fail(ErrorCode::IllegalClient, format!("{key}: not the writer"));
         }
+        if meta.write != token {
+            return fail(
+                ErrorCode::StaleWriteToken,
+                format!(
+                    "{key}: write {} was superseded by {}",
+                    token.0, meta.write.0
+                ),
+            );
+        }
+        Ok(meta)
+    }
+
+    /// `PutEnd` for one key: write `token`'s object becomes readable, unleased. Idempotent
+    /// once complete. Errors: see [`Self::written_by`].
+    pub(super) fn put_end(&self, client: ClientId, key: &str, token: WriteToken) -> Result<()> {
+        check_key(key)?;
+        let now = Instant::now();
+        let mut shard = self.objects.shard(key);
+        let meta = Self::written_by(&mut shard, client, key, token)?;
         if meta.write_started().is_some() {
             meta.complete(now);
         }
         Ok(())
     }
 
-    /// `PutRevoke` for one key: the unfinished write's replicas are freed at once (the writer
-    /// says it stopped) and the key is erased — also for an upsert, whose old value is then
-    /// gone. Errors: `OBJECT_NOT_FOUND`, `ILLEGAL_CLIENT`, `INVALID_WRITE` (not being written).
-    pub(super) fn put_revoke(&self, client: ClientId, key: &str) -> Result<()> {
+    /// `PutRevoke` for one key: write `token` stops and the key is erased — also for an
+    /// upsert, whose old value is then gone. Its space is reused only `write_quarantine`
+    /// from now: a payload the writer gave up on may still be in flight. Errors: see
+    /// [`Self::written_by`]; `INVALID_WRITE` (complete).
+    pub(super) fn put_revoke(&self, client: ClientId, key: &str, token: WriteToken) -> Result<()> {
         check_key(key)?;
+        let now = Instant::now();
         let mut shard = self.objects.shard(key);
-        let Some(meta) = shard.get(key) else {
-            return fail(ErrorCode::ObjectNotFound, key);
-        };
-        if meta.writer != client {
-            return fail(ErrorCode::IllegalClient, format!("{key}: not the writer"));
-        }
+        let meta = Self::written_by(&mut shard, client, key, token)?;
         if meta.write_started().is_none() {
             return fail(
                 ErrorCode::InvalidWrite,
                 format!("{key}: no write in progress"),
             );
         }
-        shard.remove(key);
+        if let Some(mut revoked) = shard.remove(key) {
+            let due = deadline(now, self.config.write_quarantine());
+            self.deferred
+                .hold_until(due, now, revoked.take_allocations());
+        }
         Ok(())
     }
 }

@@ -83,7 +83,7 @@ impl MasterApi for Fixture {
         keys: Vec<String>,
         sizes: Vec<u64>,
         config: ReplicateConfig,
-    ) -> Result<Vec<Result<Vec<ReplicaDescriptor>>>> {
+    ) -> Result<Vec<Result<WriteGrant>>> {
         self.record("batch_put_start");
         let replica = |size: u64, i: usize| ReplicaDescriptor {
             id: i as u64,
@@ -92,6 +92,7 @@ impl MasterApi for Fixture {
                 buffer_address: 0x1000 * i as u64,
                 protocol: "tcp".into(),
                 transport_endpoint: config.preferred_segment.clone(),
+                epoch: 7,
             },
             status: ReplicaStatus::Processing,
         };
@@ -103,16 +104,30 @@ impl MasterApi for Fixture {
                 if key.starts_with("bad") {
                     Err(ErrorCode::ObjectAlreadyExists)
                 } else {
-                    Ok(vec![replica(size, i)])
+                    Ok(WriteGrant {
+                        token: WriteToken(i as u64 + 100),
+                        replicas: vec![replica(size, i)],
+                        write_ttl_ms: 1000,
+                    })
                 }
             })
             .collect())
     }
-    fn batch_put_end(&self, _: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>> {
+    fn batch_put_end(
+        &self,
+        _: ClientId,
+        keys: Vec<String>,
+        _: Vec<WriteToken>,
+    ) -> Result<Vec<Result<()>>> {
         self.record("batch_put_end");
         Ok(per_key(&keys))
     }
-    fn batch_put_revoke(&self, _: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>> {
+    fn batch_put_revoke(
+        &self,
+        _: ClientId,
+        keys: Vec<String>,
+        _: Vec<WriteToken>,
+    ) -> Result<Vec<Result<()>>> {
         self.record("batch_put_revoke");
         Ok(per_key(&keys))
     }
@@ -122,7 +137,7 @@ impl MasterApi for Fixture {
         keys: Vec<String>,
         sizes: Vec<u64>,
         config: ReplicateConfig,
-    ) -> Result<Vec<Result<Vec<ReplicaDescriptor>>>> {
+    ) -> Result<Vec<Result<WriteGrant>>> {
         self.batch_put_start(client, keys, sizes, config)
     }
     fn batch_get_replica_list(&self, keys: Vec<String>) -> Result<Vec<Result<QueryResult>>> {
@@ -234,6 +249,7 @@ fn methods_round_trip_including_per_entry_results() {
         base: 4096,
         size: 0,
         protocol: "tcp".into(),
+        epoch: 1,
     };
     assert_eq!(
         master.mount_segment(client, segment),
@@ -247,7 +263,12 @@ fn methods_round_trip_including_per_entry_results() {
     let started = master
         .batch_put_start(client, vec!["k".into(), "bad".into()], vec![7, 8], config)
         .unwrap();
-    let replicas = started[0].as_ref().unwrap();
+    let grant = started[0].as_ref().unwrap();
+    assert_eq!(
+        (grant.token, grant.replicas[0].buffer.epoch),
+        (WriteToken(100), 7)
+    );
+    let replicas = &grant.replicas;
     assert_eq!(
         (
             replicas[0].buffer.size,
