@@ -32,6 +32,7 @@ const QUARANTINE: Duration = Duration::from_secs(60);
 pub struct FaultInjection {
     fail_transfers: AtomicU64,
     commit_delay_ms: AtomicU64,
+    read_delay_ms: AtomicU64,
 }
 
 impl FaultInjection {
@@ -47,10 +48,25 @@ impl FaultInjection {
             .store(delay.as_millis() as u64, Ordering::Relaxed);
     }
 
+    /// Sleep this long between a FORWARD read's PinKey and its transfer (a reader that is
+    /// still mid-read when the key changes).
+    pub fn delay_reads(&self, delay: Duration) {
+        self.read_delay_ms
+            .store(delay.as_millis() as u64, Ordering::Relaxed);
+    }
+
     fn take_failure(&self) -> bool {
         self.fail_transfers
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
             .is_ok()
+    }
+}
+
+/// Sleeps for the milliseconds in `delay` (a [`FaultInjection`] hook; 0 = no pause).
+fn pause(delay: &AtomicU64) {
+    let ms = delay.load(Ordering::Relaxed);
+    if ms > 0 {
+        std::thread::sleep(Duration::from_millis(ms));
     }
 }
 
@@ -170,10 +186,7 @@ impl Accessor {
         for (i, outcome) in index.into_iter().zip(moved) {
             outcomes[i] = Some(outcome);
         }
-        let delay = self.faults.commit_delay_ms.load(Ordering::Relaxed);
-        if delay > 0 {
-            std::thread::sleep(Duration::from_millis(delay));
-        }
+        pause(&self.faults.commit_delay_ms);
         keys.iter()
             .zip(grants)
             .zip(outcomes)
@@ -243,6 +256,7 @@ impl Accessor {
                 });
             }
         }
+        pause(&self.faults.read_delay_ms);
         // SAFETY: each local range is a distinct caller slice, exclusively borrowed for this
         // call and at least `len` bytes long (checked above).
         let moved = unsafe { self.forward_transfers(&mut requests) };
@@ -449,5 +463,101 @@ impl Accessor {
             .collect();
         self.release(slots, &answers);
         results
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::p2p::api::{ReadGrant, RemoteWrite};
+    use crate::p2p::counters::P2pCounters;
+    use crate::transfer::{DirectResolver, EngineConfig};
+
+    /// An owner whose every REVERSE item fails with `TRANSFER_FAIL`; records the slots it
+    /// was given.
+    #[derive(Default)]
+    struct FailingOwner {
+        slots: Mutex<Vec<RemoteBufferDesc>>,
+    }
+
+    impl FailingOwner {
+        fn fail_all<T>(&self, descs: impl Iterator<Item = RemoteBufferDesc>) -> Result<Vec<Result<T>>> {
+            let mut slots = self.slots.lock();
+            let before = slots.len();
+            slots.extend(descs);
+            Ok((before..slots.len()).map(|_| Err(ErrorCode::TransferFail)).collect())
+        }
+    }
+
+    impl PeerApi for FailingOwner {
+        fn write_remote_data(&self, items: Vec<RemoteWrite>) -> Result<Vec<Result<()>>> {
+            self.fail_all(items.into_iter().map(|i| i.source))
+        }
+        fn read_remote_data(&self, items: Vec<RemoteRead>) -> Result<Vec<Result<u64>>> {
+            self.fail_all(items.into_iter().map(|i| i.target))
+        }
+        fn pre_write(&self, _: String, _: u64) -> Result<WriteGrant> {
+            Err(ErrorCode::InternalError)
+        }
+        fn write_commit(&self, _: String, _: u64) -> Result<()> {
+            Err(ErrorCode::InternalError)
+        }
+        fn write_revoke(&self, _: String, _: u64) -> Result<()> {
+            Err(ErrorCode::InternalError)
+        }
+        fn pin_key(&self, _: String) -> Result<ReadGrant> {
+            Err(ErrorCode::InternalError)
+        }
+        fn un_pin_key(&self, _: String, _: u64) -> Result<()> {
+            Err(ErrorCode::InternalError)
+        }
+        fn remove_data(&self, _: Vec<String>) -> Result<Vec<Result<()>>> {
+            Err(ErrorCode::InternalError)
+        }
+        fn counters(&self) -> Result<P2pCounters> {
+            Err(ErrorCode::InternalError)
+        }
+    }
+
+    fn accessor() -> Accessor {
+        let engine = TransferEngine::new(EngineConfig {
+            local_name: "accessor".into(),
+            listener: None,
+            resolver: Arc::new(DirectResolver),
+            memcpy_enabled: true,
+        })
+        .unwrap();
+        let staging = Arc::new(LocalBuffer::with_access(1 << 20, &engine, true).unwrap());
+        Accessor::new(engine, Some(staging), Arc::default(), Arc::default())
+    }
+
+    fn overlap(a: &RemoteBufferDesc, b: &RemoteBufferDesc) -> bool {
+        a.addr < b.addr + b.len && b.addr < a.addr + a.len
+    }
+
+    /// Failure 3 (REVERSE half): a staging slot whose item failed with `TRANSFER_FAIL` is
+    /// not handed out again while the failed transfer may still land bytes in it.
+    #[test]
+    fn slots_of_failed_reverse_items_are_quarantined_before_reuse() {
+        let accessor = accessor();
+        let owner = FailingOwner::default();
+        let value = vec![7u8; 4096];
+        let mut buffer = vec![0u8; 4096];
+        let get = |accessor: &Accessor, buffer: &mut Vec<u8>| {
+            accessor.reverse_get(&owner, &["k"], &[4096], &mut [&mut buffer[..]])
+        };
+        assert_eq!(get(&accessor, &mut buffer), vec![Err(ErrorCode::TransferFail)]);
+        assert_eq!(
+            accessor.reverse_put(&owner, &["k"], &[&value[..]]),
+            vec![Err(ErrorCode::TransferFail)]
+        );
+        assert_eq!(get(&accessor, &mut buffer), vec![Err(ErrorCode::TransferFail)]);
+        let slots = owner.slots.lock().clone();
+        assert_eq!(slots.len(), 3);
+        for (i, a) in slots.iter().enumerate() {
+            for b in &slots[i + 1..] {
+                assert!(!overlap(a, b), "a failed slot was reused at once: {slots:?}");
+            }
+        }
     }
 }
