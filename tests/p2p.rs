@@ -136,8 +136,13 @@ fn forward_write_killed_mid_transfer_is_revoked_and_reclaimed() {
     assert_eq!(after.pending_revoked - base.pending_revoked, 1);
     assert_eq!(after.pending_records, 0);
     assert_eq!(
-        after.tier_bytes_used, base.tier_bytes_used,
-        "space reclaimed"
+        after.tier_bytes_used,
+        base.tier_bytes_used + (2 << 20),
+        "the revoked range is quarantined, not reused at once (its write may still land)"
+    );
+    assert_eq!(
+        after.quarantined_allocations - base.quarantined_allocations,
+        1
     );
     assert_eq!(client.counters().revokes_sent, 1);
     // A failed FORWARD read releases its pin with UnPinKey.
@@ -166,7 +171,13 @@ fn lease_expiry_before_commit_and_scan_reclaim_are_counted() {
         "--p2p_key_lease_duration_ms=300",
         "--p2p_key_lease_scan_interval_ms=50",
     ];
-    let (_master, owner, client) = setup(&flags);
+    let master = Master::start(&["--deployment_mode=P2P"]);
+    let owner = P2pOwnerProcess::start(
+        &master.addr(),
+        &flags,
+        &[(mooncake_rs::p2p::QUARANTINE_ENV, "200")],
+    );
+    let client = p2p_accessor(&master.addr(), REVERSE);
     let base = client.owner_counters(&owner.name).unwrap();
     client.faults().delay_commits(Duration::from_millis(600));
     let value = pattern(100_000, 9);
@@ -176,9 +187,11 @@ fn lease_expiry_before_commit_and_scan_reclaim_are_counted() {
     );
     client.faults().delay_commits(Duration::ZERO);
     assert!(!client.is_exist("late").unwrap());
+    assert!(wait_until(Duration::from_secs(3), || {
+        client.owner_counters(&owner.name).unwrap().tier_bytes_used == base.tier_bytes_used
+    }));
     let after = client.owner_counters(&owner.name).unwrap();
     assert_eq!(after.pending_committed, base.pending_committed);
-    assert_eq!(after.tier_bytes_used, base.tier_bytes_used);
     assert_eq!(
         after.pending_reclaimed_by_scan + after.pending_reclaimed_in_stage
             - base.pending_reclaimed_by_scan
@@ -405,7 +418,10 @@ fn setup_errors_are_clear() {
     assert_eq!(segment.err(), Some(ErrorCode::UnavailableInCurrentMode));
 }
 
-fn overlaps(a: &mooncake_rs::p2p::RemoteBufferDesc, b: &mooncake_rs::p2p::RemoteBufferDesc) -> bool {
+fn overlaps(
+    a: &mooncake_rs::p2p::RemoteBufferDesc,
+    b: &mooncake_rs::p2p::RemoteBufferDesc,
+) -> bool {
     a.endpoint == b.endpoint && a.addr < b.addr + b.len && b.addr < a.addr + a.len
 }
 
@@ -421,7 +437,7 @@ fn expired_prewrite_space_is_quarantined_before_reuse() {
             "--p2p_key_lease_duration_ms=200",
             "--p2p_key_lease_scan_interval_ms=50",
         ],
-        &[("MC_P2P_QUARANTINE_MS", "3000")],
+        &[(mooncake_rs::p2p::QUARANTINE_ENV, "3000")],
     );
     let peer = peer(&owner);
     let size = 64 << 10;
@@ -446,7 +462,11 @@ fn expired_prewrite_space_is_quarantined_before_reuse() {
         peer.write_commit("q".into(), old.write_operation_id),
         Err(ErrorCode::StaleWriteToken)
     );
-    assert_eq!(peer.counters().unwrap().pending_records, 1, "nothing changed");
+    assert_eq!(
+        peer.counters().unwrap().pending_records,
+        1,
+        "nothing changed"
+    );
     peer.write_commit("q".into(), fresh.write_operation_id)
         .unwrap();
     assert_eq!(peer.remove_data(vec!["q".into()]).unwrap(), vec![Ok(())]);
@@ -457,7 +477,10 @@ fn expired_prewrite_space_is_quarantined_before_reuse() {
         "the quarantined space comes back"
     );
     let again = peer.pre_write("q2".into(), size).unwrap();
-    assert_eq!(again.buffer.addr, old.buffer.addr, "the old range is reusable");
+    assert_eq!(
+        again.buffer.addr, old.buffer.addr,
+        "the old range is reusable"
+    );
     peer.write_revoke("q2".into(), again.write_operation_id)
         .unwrap();
     assert_eq!(
@@ -514,7 +537,8 @@ fn hot_key_remove_and_reput_does_not_leak_tier_space() {
     let stop = Arc::new(AtomicBool::new(false));
     let reads = Arc::new(AtomicU64::new(0));
     let reader = {
-        let (stop, reads, generations) = (Arc::clone(&stop), Arc::clone(&reads), generations.clone());
+        let (stop, reads, generations) =
+            (Arc::clone(&stop), Arc::clone(&reads), generations.clone());
         let client = p2p_accessor(&master.addr(), FORWARD);
         std::thread::spawn(move || {
             let started = Instant::now();
@@ -533,10 +557,15 @@ fn hot_key_remove_and_reput_does_not_leak_tier_space() {
         })
     };
     let progressed = |since: u64| {
-        wait_until(Duration::from_secs(5), || reads.load(Ordering::Relaxed) > since)
+        wait_until(Duration::from_secs(5), || {
+            reads.load(Ordering::Relaxed) > since
+        })
     };
     for generation in &generations[1..] {
-        assert!(progressed(reads.load(Ordering::Relaxed)), "the reader is stuck");
+        assert!(
+            progressed(reads.load(Ordering::Relaxed)),
+            "the reader is stuck"
+        );
         writer.remove("hot").unwrap();
         writer
             .put("hot", generation, &to(&owner, Some(FORWARD)))
@@ -546,7 +575,10 @@ fn hot_key_remove_and_reput_does_not_leak_tier_space() {
         writer.owner_counters(&owner.name).unwrap().tier_bytes_used == base + live
     });
     let used = writer.owner_counters(&owner.name).unwrap().tier_bytes_used;
-    assert!(progressed(reads.load(Ordering::Relaxed)), "reads continued meanwhile");
+    assert!(
+        progressed(reads.load(Ordering::Relaxed)),
+        "reads continued meanwhile"
+    );
     stop.store(true, Ordering::Relaxed);
     reader.join().unwrap();
     assert!(

@@ -8,24 +8,24 @@
 //! that is still moving bytes after our RPC timed out could otherwise write into memory the
 //! caller has already reused or freed. Cost: one local memcpy per value on the accessor
 //! (put: caller → staging; get: staging → caller); none on the owner. A staging slot whose
-//! RPC failed at the transport level is quarantined for the transfer timeout before reuse.
+//! item failed in transfer (`TRANSFER_FAIL`, `TRANSFER_TIMEOUT`) or whose RPC failed at the
+//! transport level is held in quarantine for `MC_P2P_QUARANTINE_MS` (default: the transfer
+//! timeout) before reuse: the owner's push may still land in it.
 //! FORWARD needs no staging: our engine reads from / writes into the caller's memory
 //! directly (zero extra copies).
 
 use super::api::{PeerApi, RemoteBufferDesc, RemoteRead, RemoteWrite, WriteGrant};
 use super::counters::{bump, Counters};
+use super::quarantine::Quarantine;
 use crate::client::{LocalAlloc, LocalBuffer};
 use crate::error::{fail, ErrorCode, Result};
 use crate::transfer::{copy, TransferEngine, TransferOp, TransferRequest};
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Retries of WriteRevoke / UnPinKey after a recoverable (transport) error.
 pub const CLEANUP_RETRIES: u32 = 3;
-/// How long a staging slot stays out of use after its RPC failed at the transport level.
-const QUARANTINE: Duration = Duration::from_secs(60);
 
 /// Test hooks on the accessor's FORWARD path. Thread-safe; all off by default.
 #[derive(Default)]
@@ -97,26 +97,38 @@ pub(crate) struct Accessor {
     pub(crate) staging: Option<Arc<LocalBuffer>>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) faults: Arc<FaultInjection>,
-    quarantine: Mutex<Vec<(Instant, LocalAlloc)>>,
+    held: Quarantine<LocalAlloc>,
+    quarantine: Duration,
 }
 
-fn is_transport(code: ErrorCode) -> bool {
-    matches!(code, ErrorCode::RpcFail | ErrorCode::RpcTimeout)
+/// Whether a peer may still be moving bytes of an item that ended with `code`: its transfer
+/// failed or timed out, or we lost track of the RPC.
+fn may_still_move(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::TransferFail
+            | ErrorCode::TransferTimeout
+            | ErrorCode::RpcFail
+            | ErrorCode::RpcTimeout
+    )
 }
 
 impl Accessor {
+    /// Staging slots of failed items are held for `quarantine` before reuse.
     pub(crate) fn new(
         engine: Arc<TransferEngine>,
         staging: Option<Arc<LocalBuffer>>,
         counters: Arc<Counters>,
         faults: Arc<FaultInjection>,
+        quarantine: Duration,
     ) -> Accessor {
         Accessor {
             engine,
             staging,
             counters,
             faults,
-            quarantine: Mutex::default(),
+            held: Quarantine::default(),
+            quarantine,
         }
     }
 
@@ -295,7 +307,7 @@ impl Accessor {
         })
     }
 
-    /// A staging slot of `len` bytes.
+    /// A staging slot of `len` bytes (slots whose quarantine has passed are freed first).
     fn stage(&self, len: u64) -> Result<LocalAlloc> {
         let Some(staging) = &self.staging else {
             return fail(
@@ -303,13 +315,7 @@ impl Accessor {
                 "REVERSE transfers need a staging buffer (local_buffer_size > 0); use FORWARD",
             );
         };
-        {
-            let mut quarantine = self.quarantine.lock();
-            if !quarantine.is_empty() {
-                let now = Instant::now();
-                quarantine.retain(|(since, _)| now.saturating_duration_since(*since) < QUARANTINE);
-            }
-        }
+        self.held.release_due(Instant::now());
         staging.allocate(len)
     }
 
@@ -319,13 +325,6 @@ impl Accessor {
             addr: slot.addr() as u64,
             len: slot.len(),
         }
-    }
-
-    fn quarantine(&self, slots: Vec<LocalAlloc>) {
-        let now = Instant::now();
-        self.quarantine
-            .lock()
-            .extend(slots.into_iter().map(|slot| (now, slot)));
     }
 
     /// REVERSE puts: one WriteRemoteData RPC for all values.
@@ -399,14 +398,17 @@ impl Accessor {
             .collect()
     }
 
-    /// Returns the staging slots, or quarantines them when the owner may still be moving
-    /// bytes (a transport failure: we cannot know where its transfer stands).
+    /// Returns each staging slot, or holds it in quarantine when the owner may still be
+    /// moving bytes of its item ([`may_still_move`]).
     fn release<T>(&self, slots: Vec<Result<LocalAlloc>>, answers: &[Result<T>]) {
-        if answers
-            .iter()
-            .any(|a| matches!(a, Err(code) if is_transport(*code)))
-        {
-            self.quarantine(slots.into_iter().filter_map(|s| s.ok()).collect());
+        let until = Instant::now() + self.quarantine;
+        for (slot, answer) in slots.into_iter().zip(answers) {
+            if let (Ok(slot), Err(code)) = (slot, answer) {
+                if may_still_move(*code) {
+                    bump(&self.counters.staging_quarantined);
+                    self.held.hold(slot, until);
+                }
+            }
         }
     }
 
@@ -472,6 +474,7 @@ mod tests {
     use crate::p2p::api::{ReadGrant, RemoteWrite};
     use crate::p2p::counters::P2pCounters;
     use crate::transfer::{DirectResolver, EngineConfig};
+    use parking_lot::Mutex;
 
     /// An owner whose every REVERSE item fails with `TRANSFER_FAIL`; records the slots it
     /// was given.
@@ -481,11 +484,16 @@ mod tests {
     }
 
     impl FailingOwner {
-        fn fail_all<T>(&self, descs: impl Iterator<Item = RemoteBufferDesc>) -> Result<Vec<Result<T>>> {
+        fn fail_all<T>(
+            &self,
+            descs: impl Iterator<Item = RemoteBufferDesc>,
+        ) -> Result<Vec<Result<T>>> {
             let mut slots = self.slots.lock();
             let before = slots.len();
             slots.extend(descs);
-            Ok((before..slots.len()).map(|_| Err(ErrorCode::TransferFail)).collect())
+            Ok((before..slots.len())
+                .map(|_| Err(ErrorCode::TransferFail))
+                .collect())
         }
     }
 
@@ -528,7 +536,13 @@ mod tests {
         })
         .unwrap();
         let staging = Arc::new(LocalBuffer::with_access(1 << 20, &engine, true).unwrap());
-        Accessor::new(engine, Some(staging), Arc::default(), Arc::default())
+        Accessor::new(
+            engine,
+            Some(staging),
+            Arc::default(),
+            Arc::default(),
+            Duration::from_millis(300),
+        )
     }
 
     fn overlap(a: &RemoteBufferDesc, b: &RemoteBufferDesc) -> bool {
@@ -546,18 +560,43 @@ mod tests {
         let get = |accessor: &Accessor, buffer: &mut Vec<u8>| {
             accessor.reverse_get(&owner, &["k"], &[4096], &mut [&mut buffer[..]])
         };
-        assert_eq!(get(&accessor, &mut buffer), vec![Err(ErrorCode::TransferFail)]);
+        assert_eq!(
+            get(&accessor, &mut buffer),
+            vec![Err(ErrorCode::TransferFail)]
+        );
         assert_eq!(
             accessor.reverse_put(&owner, &["k"], &[&value[..]]),
             vec![Err(ErrorCode::TransferFail)]
         );
-        assert_eq!(get(&accessor, &mut buffer), vec![Err(ErrorCode::TransferFail)]);
+        assert_eq!(
+            get(&accessor, &mut buffer),
+            vec![Err(ErrorCode::TransferFail)]
+        );
         let slots = owner.slots.lock().clone();
         assert_eq!(slots.len(), 3);
         for (i, a) in slots.iter().enumerate() {
             for b in &slots[i + 1..] {
-                assert!(!overlap(a, b), "a failed slot was reused at once: {slots:?}");
+                assert!(
+                    !overlap(a, b),
+                    "a failed slot was reused at once: {slots:?}"
+                );
             }
         }
+        assert_eq!(
+            accessor
+                .counters
+                .staging_quarantined
+                .load(Ordering::Relaxed),
+            3
+        );
+        // After the quarantine the first slot is handed out again (best fit, lowest offset).
+        let started = Instant::now();
+        let mut back = false;
+        while !back && started.elapsed() < Duration::from_secs(5) {
+            back = accessor.stage(4096).unwrap().addr() as u64 == slots[0].addr;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(back, "quarantined slots come back");
+        assert_eq!(accessor.held.len(), 0);
     }
 }
