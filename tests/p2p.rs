@@ -10,6 +10,7 @@ use mooncake_rs::p2p::{
     P2pClient, PeerApi, PeerInterface, RemotePeer, RequestOptions, TransferDirection,
 };
 use mooncake_rs::rpc::{RpcClient, Timeouts};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -135,8 +136,13 @@ fn forward_write_killed_mid_transfer_is_revoked_and_reclaimed() {
     assert_eq!(after.pending_revoked - base.pending_revoked, 1);
     assert_eq!(after.pending_records, 0);
     assert_eq!(
-        after.tier_bytes_used, base.tier_bytes_used,
-        "space reclaimed"
+        after.tier_bytes_used,
+        base.tier_bytes_used + (2 << 20),
+        "the revoked range is quarantined, not reused at once (its write may still land)"
+    );
+    assert_eq!(
+        after.quarantined_allocations - base.quarantined_allocations,
+        1
     );
     assert_eq!(client.counters().revokes_sent, 1);
     // A failed FORWARD read releases its pin with UnPinKey.
@@ -165,7 +171,13 @@ fn lease_expiry_before_commit_and_scan_reclaim_are_counted() {
         "--p2p_key_lease_duration_ms=300",
         "--p2p_key_lease_scan_interval_ms=50",
     ];
-    let (_master, owner, client) = setup(&flags);
+    let master = Master::start(&["--deployment_mode=P2P"]);
+    let owner = P2pOwnerProcess::start(
+        &master.addr(),
+        &flags,
+        &[(mooncake_rs::p2p::QUARANTINE_ENV, "200")],
+    );
+    let client = p2p_accessor(&master.addr(), REVERSE);
     let base = client.owner_counters(&owner.name).unwrap();
     client.faults().delay_commits(Duration::from_millis(600));
     let value = pattern(100_000, 9);
@@ -175,9 +187,11 @@ fn lease_expiry_before_commit_and_scan_reclaim_are_counted() {
     );
     client.faults().delay_commits(Duration::ZERO);
     assert!(!client.is_exist("late").unwrap());
+    assert!(wait_until(Duration::from_secs(3), || {
+        client.owner_counters(&owner.name).unwrap().tier_bytes_used == base.tier_bytes_used
+    }));
     let after = client.owner_counters(&owner.name).unwrap();
     assert_eq!(after.pending_committed, base.pending_committed);
-    assert_eq!(after.tier_bytes_used, base.tier_bytes_used);
     assert_eq!(
         after.pending_reclaimed_by_scan + after.pending_reclaimed_in_stage
             - base.pending_reclaimed_by_scan
@@ -236,11 +250,11 @@ fn one_prewrite_wins_stale_ids_are_rejected() {
     let id = winners[0].write_operation_id;
     assert_eq!(
         peer.write_commit("contended".into(), id + 1),
-        Err(ErrorCode::InvalidWrite)
+        Err(ErrorCode::StaleWriteToken)
     );
     assert_eq!(
         peer.write_revoke("contended".into(), id.wrapping_sub(1)),
-        Err(ErrorCode::InvalidWrite)
+        Err(ErrorCode::StaleWriteToken)
     );
     // After the lease a new session starts; the old id cannot touch it.
     std::thread::sleep(Duration::from_millis(450));
@@ -248,7 +262,7 @@ fn one_prewrite_wins_stale_ids_are_rejected() {
     assert_ne!(fresh.write_operation_id, id);
     assert_eq!(
         peer.write_commit("contended".into(), id),
-        Err(ErrorCode::InvalidWrite)
+        Err(ErrorCode::StaleWriteToken)
     );
     peer.write_commit("contended".into(), fresh.write_operation_id)
         .unwrap();
@@ -402,4 +416,206 @@ fn setup_errors_are_clear() {
         ..Default::default()
     });
     assert_eq!(segment.err(), Some(ErrorCode::UnavailableInCurrentMode));
+}
+
+fn overlaps(
+    a: &mooncake_rs::p2p::RemoteBufferDesc,
+    b: &mooncake_rs::p2p::RemoteBufferDesc,
+) -> bool {
+    a.endpoint == b.endpoint && a.addr < b.addr + b.len && b.addr < a.addr + a.len
+}
+
+/// Failure 4: an expired PreWrite's range is not handed out again while the accessor's
+/// write may still land in it; a commit with the old id changes nothing; the range does
+/// come back once the quarantine has passed.
+#[test]
+fn expired_prewrite_space_is_quarantined_before_reuse() {
+    let master = Master::start(&["--deployment_mode=P2P"]);
+    let owner = P2pOwnerProcess::start(
+        &master.addr(),
+        &[
+            "--p2p_key_lease_duration_ms=200",
+            "--p2p_key_lease_scan_interval_ms=50",
+        ],
+        &[(mooncake_rs::p2p::QUARANTINE_ENV, "3000")],
+    );
+    let peer = peer(&owner);
+    let size = 64 << 10;
+    let base = peer.counters().unwrap().tier_bytes_used;
+    let old = peer.pre_write("q".into(), size).unwrap();
+    assert!(wait_until(Duration::from_secs(3), || {
+        peer.counters().unwrap().pending_records == 0
+    }));
+    let fresh = peer.pre_write("q".into(), size).unwrap();
+    assert!(
+        !overlaps(&old.buffer, &fresh.buffer),
+        "an expired PreWrite's range was handed out again at once: {:?} / {:?}",
+        old.buffer,
+        fresh.buffer
+    );
+    assert_eq!(
+        peer.counters().unwrap().tier_bytes_used,
+        base + 2 * size,
+        "the old range is held in quarantine"
+    );
+    assert_eq!(
+        peer.write_commit("q".into(), old.write_operation_id),
+        Err(ErrorCode::StaleWriteToken)
+    );
+    assert_eq!(
+        peer.counters().unwrap().pending_records,
+        1,
+        "nothing changed"
+    );
+    peer.write_commit("q".into(), fresh.write_operation_id)
+        .unwrap();
+    assert_eq!(peer.remove_data(vec!["q".into()]).unwrap(), vec![Ok(())]);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            peer.counters().unwrap().tier_bytes_used == base
+        }),
+        "the quarantined space comes back"
+    );
+    let again = peer.pre_write("q2".into(), size).unwrap();
+    assert_eq!(
+        again.buffer.addr, old.buffer.addr,
+        "the old range is reusable"
+    );
+    peer.write_revoke("q2".into(), again.write_operation_id)
+        .unwrap();
+    assert_eq!(
+        peer.counters().unwrap().tier_bytes_used,
+        base + size,
+        "a revoked PreWrite is quarantined too"
+    );
+}
+
+/// Failure 9 (1): after `remove`, an accessor with a cached route gets OBJECT_NOT_FOUND over
+/// FORWARD, as over REVERSE — not the removed value.
+#[test]
+fn removed_key_is_hidden_from_cached_forward_routes() {
+    let (master, owner, writer) = setup(&[]);
+    let reader = p2p_accessor(&master.addr(), FORWARD);
+    let value = pattern(100_000, 4);
+    writer
+        .put("gone", &value, &to(&owner, Some(REVERSE)))
+        .unwrap();
+    assert_eq!(reader.get("gone", &with(FORWARD)).unwrap(), value);
+    writer.remove("gone").unwrap();
+    let mut buffer = vec![0u8; value.len()];
+    assert_eq!(
+        reader.get_into("gone", &mut buffer, &with(FORWARD)),
+        Err(ErrorCode::ObjectNotFound)
+    );
+    assert_eq!(
+        reader.get_into("gone", &mut buffer, &with(REVERSE)),
+        Err(ErrorCode::ObjectNotFound)
+    );
+    assert_eq!(
+        peer(&owner).pin_key("gone".into()).err(),
+        Some(ErrorCode::ObjectNotFound)
+    );
+}
+
+/// Failure 9 (2): remove + re-put of a hot key while FORWARD gets continue: the old values'
+/// space comes back once their readers' leases end (nothing leaks), and every read returns
+/// one whole generation.
+#[test]
+fn hot_key_remove_and_reput_does_not_leak_tier_space() {
+    let flags = [
+        "--p2p_key_lease_duration_ms=300",
+        "--p2p_key_lease_scan_interval_ms=50",
+    ];
+    let (master, owner, writer) = setup(&flags);
+    let size = 256 << 10;
+    let generations: Vec<Vec<u8>> = (0..8).map(|g| pattern(size, g as u8 * 17 + 1)).collect();
+    let base = writer.owner_counters(&owner.name).unwrap().tier_bytes_used;
+    writer
+        .put("hot", &generations[0], &to(&owner, Some(FORWARD)))
+        .unwrap();
+    let live = writer.owner_counters(&owner.name).unwrap().tier_bytes_used - base;
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let (stop, reads, generations) =
+            (Arc::clone(&stop), Arc::clone(&reads), generations.clone());
+        let client = p2p_accessor(&master.addr(), FORWARD);
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(30) {
+                match client.get("hot", &with(FORWARD)) {
+                    Ok(got) => {
+                        assert!(generations.contains(&got), "a read mixed generations");
+                        reads.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(code) => assert!(
+                        matches!(code, ErrorCode::ObjectNotFound | ErrorCode::LeaseExpired),
+                        "{code:?}"
+                    ),
+                }
+            }
+        })
+    };
+    let progressed = |since: u64| {
+        wait_until(Duration::from_secs(5), || {
+            reads.load(Ordering::Relaxed) > since
+        })
+    };
+    for generation in &generations[1..] {
+        assert!(
+            progressed(reads.load(Ordering::Relaxed)),
+            "the reader is stuck"
+        );
+        writer.remove("hot").unwrap();
+        writer
+            .put("hot", generation, &to(&owner, Some(FORWARD)))
+            .unwrap();
+    }
+    let settled = wait_until(Duration::from_secs(5), || {
+        writer.owner_counters(&owner.name).unwrap().tier_bytes_used == base + live
+    });
+    let used = writer.owner_counters(&owner.name).unwrap().tier_bytes_used;
+    assert!(
+        progressed(reads.load(Ordering::Relaxed)),
+        "reads continued meanwhile"
+    );
+    stop.store(true, Ordering::Relaxed);
+    reader.join().unwrap();
+    assert!(
+        settled,
+        "old values leak while the key stays hot: {used} bytes used, live value {live}"
+    );
+}
+
+/// Failure 9 (3): a FORWARD reader that is mid-read when the key is removed and re-put with
+/// a same-size value gets the complete old bytes (its pin keeps them), never the new ones.
+#[test]
+fn forward_reader_mid_read_during_remove_gets_old_bytes_or_an_error() {
+    let (master, owner, writer) = setup(&[]);
+    let old = pattern(1 << 20, 21);
+    let new = pattern(1 << 20, 99);
+    writer
+        .put("swap", &old, &to(&owner, Some(FORWARD)))
+        .unwrap();
+    let reader = p2p_accessor(&master.addr(), FORWARD);
+    reader.faults().delay_reads(Duration::from_millis(500));
+    let before = writer.owner_counters(&owner.name).unwrap();
+    let pending = {
+        let reader = reader.clone();
+        std::thread::spawn(move || reader.get("swap", &with(FORWARD)))
+    };
+    assert!(wait_until(Duration::from_secs(3), || {
+        let now = writer.owner_counters(&owner.name).unwrap();
+        now.pins_created + now.pins_renewed > before.pins_created + before.pins_renewed
+    }));
+    writer.remove("swap").unwrap();
+    writer
+        .put("swap", &new, &to(&owner, Some(FORWARD)))
+        .unwrap();
+    match pending.join().unwrap() {
+        Ok(got) => assert!(got == old, "the reader got bytes of the new value"),
+        Err(code) => assert_ne!(code, ErrorCode::InternalError),
+    }
+    reader.faults().delay_reads(Duration::ZERO);
+    assert_eq!(reader.get("swap", &with(FORWARD)).unwrap(), new);
 }

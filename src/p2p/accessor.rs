@@ -8,30 +8,31 @@
 //! that is still moving bytes after our RPC timed out could otherwise write into memory the
 //! caller has already reused or freed. Cost: one local memcpy per value on the accessor
 //! (put: caller → staging; get: staging → caller); none on the owner. A staging slot whose
-//! RPC failed at the transport level is quarantined for the transfer timeout before reuse.
+//! item failed in transfer (`TRANSFER_FAIL`, `TRANSFER_TIMEOUT`) or whose RPC failed at the
+//! transport level is held in quarantine for `MC_P2P_QUARANTINE_MS` (default: the transfer
+//! timeout) before reuse: the owner's push may still land in it.
 //! FORWARD needs no staging: our engine reads from / writes into the caller's memory
 //! directly (zero extra copies).
 
 use super::api::{PeerApi, RemoteBufferDesc, RemoteRead, RemoteWrite, WriteGrant};
 use super::counters::{bump, Counters};
+use super::quarantine::Quarantine;
 use crate::client::{LocalAlloc, LocalBuffer};
 use crate::error::{fail, ErrorCode, Result};
 use crate::transfer::{copy, TransferEngine, TransferOp, TransferRequest};
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Retries of WriteRevoke / UnPinKey after a recoverable (transport) error.
 pub const CLEANUP_RETRIES: u32 = 3;
-/// How long a staging slot stays out of use after its RPC failed at the transport level.
-const QUARANTINE: Duration = Duration::from_secs(60);
 
 /// Test hooks on the accessor's FORWARD path. Thread-safe; all off by default.
 #[derive(Default)]
 pub struct FaultInjection {
     fail_transfers: AtomicU64,
     commit_delay_ms: AtomicU64,
+    read_delay_ms: AtomicU64,
 }
 
 impl FaultInjection {
@@ -47,10 +48,25 @@ impl FaultInjection {
             .store(delay.as_millis() as u64, Ordering::Relaxed);
     }
 
+    /// Sleep this long between a FORWARD read's PinKey and its transfer (a reader that is
+    /// still mid-read when the key changes).
+    pub fn delay_reads(&self, delay: Duration) {
+        self.read_delay_ms
+            .store(delay.as_millis() as u64, Ordering::Relaxed);
+    }
+
     fn take_failure(&self) -> bool {
         self.fail_transfers
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
             .is_ok()
+    }
+}
+
+/// Sleeps for the milliseconds in `delay` (a [`FaultInjection`] hook; 0 = no pause).
+fn pause(delay: &AtomicU64) {
+    let ms = delay.load(Ordering::Relaxed);
+    if ms > 0 {
+        std::thread::sleep(Duration::from_millis(ms));
     }
 }
 
@@ -81,26 +97,38 @@ pub(crate) struct Accessor {
     pub(crate) staging: Option<Arc<LocalBuffer>>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) faults: Arc<FaultInjection>,
-    quarantine: Mutex<Vec<(Instant, LocalAlloc)>>,
+    held: Quarantine<LocalAlloc>,
+    quarantine: Duration,
 }
 
-fn is_transport(code: ErrorCode) -> bool {
-    matches!(code, ErrorCode::RpcFail | ErrorCode::RpcTimeout)
+/// Whether a peer may still be moving bytes of an item that ended with `code`: its transfer
+/// failed or timed out, or we lost track of the RPC.
+fn may_still_move(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::TransferFail
+            | ErrorCode::TransferTimeout
+            | ErrorCode::RpcFail
+            | ErrorCode::RpcTimeout
+    )
 }
 
 impl Accessor {
+    /// Staging slots of failed items are held for `quarantine` before reuse.
     pub(crate) fn new(
         engine: Arc<TransferEngine>,
         staging: Option<Arc<LocalBuffer>>,
         counters: Arc<Counters>,
         faults: Arc<FaultInjection>,
+        quarantine: Duration,
     ) -> Accessor {
         Accessor {
             engine,
             staging,
             counters,
             faults,
-            quarantine: Mutex::default(),
+            held: Quarantine::default(),
+            quarantine,
         }
     }
 
@@ -170,10 +198,7 @@ impl Accessor {
         for (i, outcome) in index.into_iter().zip(moved) {
             outcomes[i] = Some(outcome);
         }
-        let delay = self.faults.commit_delay_ms.load(Ordering::Relaxed);
-        if delay > 0 {
-            std::thread::sleep(Duration::from_millis(delay));
-        }
+        pause(&self.faults.commit_delay_ms);
         keys.iter()
             .zip(grants)
             .zip(outcomes)
@@ -243,6 +268,7 @@ impl Accessor {
                 });
             }
         }
+        pause(&self.faults.read_delay_ms);
         // SAFETY: each local range is a distinct caller slice, exclusively borrowed for this
         // call and at least `len` bytes long (checked above).
         let moved = unsafe { self.forward_transfers(&mut requests) };
@@ -281,7 +307,7 @@ impl Accessor {
         })
     }
 
-    /// A staging slot of `len` bytes.
+    /// A staging slot of `len` bytes (slots whose quarantine has passed are freed first).
     fn stage(&self, len: u64) -> Result<LocalAlloc> {
         let Some(staging) = &self.staging else {
             return fail(
@@ -289,13 +315,7 @@ impl Accessor {
                 "REVERSE transfers need a staging buffer (local_buffer_size > 0); use FORWARD",
             );
         };
-        {
-            let mut quarantine = self.quarantine.lock();
-            if !quarantine.is_empty() {
-                let now = Instant::now();
-                quarantine.retain(|(since, _)| now.saturating_duration_since(*since) < QUARANTINE);
-            }
-        }
+        self.held.release_due(Instant::now());
         staging.allocate(len)
     }
 
@@ -305,13 +325,6 @@ impl Accessor {
             addr: slot.addr() as u64,
             len: slot.len(),
         }
-    }
-
-    fn quarantine(&self, slots: Vec<LocalAlloc>) {
-        let now = Instant::now();
-        self.quarantine
-            .lock()
-            .extend(slots.into_iter().map(|slot| (now, slot)));
     }
 
     /// REVERSE puts: one WriteRemoteData RPC for all values.
@@ -385,14 +398,17 @@ impl Accessor {
             .collect()
     }
 
-    /// Returns the staging slots, or quarantines them when the owner may still be moving
-    /// bytes (a transport failure: we cannot know where its transfer stands).
+    /// Returns each staging slot, or holds it in quarantine when the owner may still be
+    /// moving bytes of its item ([`may_still_move`]).
     fn release<T>(&self, slots: Vec<Result<LocalAlloc>>, answers: &[Result<T>]) {
-        if answers
-            .iter()
-            .any(|a| matches!(a, Err(code) if is_transport(*code)))
-        {
-            self.quarantine(slots.into_iter().filter_map(|s| s.ok()).collect());
+        let until = Instant::now() + self.quarantine;
+        for (slot, answer) in slots.into_iter().zip(answers) {
+            if let (Ok(slot), Err(code)) = (slot, answer) {
+                if may_still_move(*code) {
+                    bump(&self.counters.staging_quarantined);
+                    self.held.hold(slot, until);
+                }
+            }
         }
     }
 
@@ -449,5 +465,138 @@ impl Accessor {
             .collect();
         self.release(slots, &answers);
         results
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::p2p::api::{ReadGrant, RemoteWrite};
+    use crate::p2p::counters::P2pCounters;
+    use crate::transfer::{DirectResolver, EngineConfig};
+    use parking_lot::Mutex;
+
+    /// An owner whose every REVERSE item fails with `TRANSFER_FAIL`; records the slots it
+    /// was given.
+    #[derive(Default)]
+    struct FailingOwner {
+        slots: Mutex<Vec<RemoteBufferDesc>>,
+    }
+
+    impl FailingOwner {
+        fn fail_all<T>(
+            &self,
+            descs: impl Iterator<Item = RemoteBufferDesc>,
+        ) -> Result<Vec<Result<T>>> {
+            let mut slots = self.slots.lock();
+            let before = slots.len();
+            slots.extend(descs);
+            Ok((before..slots.len())
+                .map(|_| Err(ErrorCode::TransferFail))
+                .collect())
+        }
+    }
+
+    impl PeerApi for FailingOwner {
+        fn write_remote_data(&self, items: Vec<RemoteWrite>) -> Result<Vec<Result<()>>> {
+            self.fail_all(items.into_iter().map(|i| i.source))
+        }
+        fn read_remote_data(&self, items: Vec<RemoteRead>) -> Result<Vec<Result<u64>>> {
+            self.fail_all(items.into_iter().map(|i| i.target))
+        }
+        fn pre_write(&self, _: String, _: u64) -> Result<WriteGrant> {
+            Err(ErrorCode::InternalError)
+        }
+        fn write_commit(&self, _: String, _: u64) -> Result<()> {
+            Err(ErrorCode::InternalError)
+        }
+        fn write_revoke(&self, _: String, _: u64) -> Result<()> {
+            Err(ErrorCode::InternalError)
+        }
+        fn pin_key(&self, _: String) -> Result<ReadGrant> {
+            Err(ErrorCode::InternalError)
+        }
+        fn un_pin_key(&self, _: String, _: u64) -> Result<()> {
+            Err(ErrorCode::InternalError)
+        }
+        fn remove_data(&self, _: Vec<String>) -> Result<Vec<Result<()>>> {
+            Err(ErrorCode::InternalError)
+        }
+        fn counters(&self) -> Result<P2pCounters> {
+            Err(ErrorCode::InternalError)
+        }
+    }
+
+    fn accessor() -> Accessor {
+        let engine = TransferEngine::new(EngineConfig {
+            local_name: "accessor".into(),
+            listener: None,
+            resolver: Arc::new(DirectResolver),
+            memcpy_enabled: true,
+        })
+        .unwrap();
+        let staging = Arc::new(LocalBuffer::with_access(1 << 20, &engine, true).unwrap());
+        Accessor::new(
+            engine,
+            Some(staging),
+            Arc::default(),
+            Arc::default(),
+            Duration::from_millis(300),
+        )
+    }
+
+    fn overlap(a: &RemoteBufferDesc, b: &RemoteBufferDesc) -> bool {
+        a.addr < b.addr + b.len && b.addr < a.addr + a.len
+    }
+
+    /// Failure 3 (REVERSE half): a staging slot whose item failed with `TRANSFER_FAIL` is
+    /// not handed out again while the failed transfer may still land bytes in it.
+    #[test]
+    fn slots_of_failed_reverse_items_are_quarantined_before_reuse() {
+        let accessor = accessor();
+        let owner = FailingOwner::default();
+        let value = vec![7u8; 4096];
+        let mut buffer = vec![0u8; 4096];
+        let get = |accessor: &Accessor, buffer: &mut Vec<u8>| {
+            accessor.reverse_get(&owner, &["k"], &[4096], &mut [&mut buffer[..]])
+        };
+        assert_eq!(
+            get(&accessor, &mut buffer),
+            vec![Err(ErrorCode::TransferFail)]
+        );
+        assert_eq!(
+            accessor.reverse_put(&owner, &["k"], &[&value[..]]),
+            vec![Err(ErrorCode::TransferFail)]
+        );
+        assert_eq!(
+            get(&accessor, &mut buffer),
+            vec![Err(ErrorCode::TransferFail)]
+        );
+        let slots = owner.slots.lock().clone();
+        assert_eq!(slots.len(), 3);
+        for (i, a) in slots.iter().enumerate() {
+            for b in &slots[i + 1..] {
+                assert!(
+                    !overlap(a, b),
+                    "a failed slot was reused at once: {slots:?}"
+                );
+            }
+        }
+        assert_eq!(
+            accessor
+                .counters
+                .staging_quarantined
+                .load(Ordering::Relaxed),
+            3
+        );
+        // After the quarantine the first slot is handed out again (best fit, lowest offset).
+        let started = Instant::now();
+        let mut back = false;
+        while !back && started.elapsed() < Duration::from_secs(5) {
+            back = accessor.stage(4096).unwrap().addr() as u64 == slots[0].addr;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(back, "quarantined slots come back");
+        assert_eq!(accessor.held.len(), 0);
     }
 }

@@ -70,7 +70,8 @@ rpc_interface! {
     /// Codes: `OBJECT_NOT_FOUND` (no such key), `OBJECT_ALREADY_EXISTS` (key committed),
     /// `OBJECT_REPLICA_BUSY` (another PreWrite of the key is pending), `NO_AVAILABLE_HANDLE`
     /// (no tier has room), `LEASE_EXPIRED` (the record expired or is gone),
-    /// `INVALID_WRITE` / `INVALID_READ` (stale operation id), `TRANSFER_FAIL`.
+    /// `STALE_WRITE_TOKEN` (the write_operation_id no longer names the key's current
+    /// PreWrite; nothing changes), `INVALID_READ` (stale read id), `TRANSFER_FAIL`.
     trait PeerApi;
     request PeerRequest;
     response PeerResponse;
@@ -86,13 +87,15 @@ rpc_interface! {
     fn pre_write(key: String, size: u64) -> Result<WriteGrant>;
     /// FORWARD put, stage 3: make the written value visible (checks id and lease).
     fn write_commit(key: String, write_operation_id: u64) -> Result<()>;
-    /// FORWARD put, failure: drop the pending record and its space.
+    /// FORWARD put, failure: drop the pending record; its space is quarantined (the write
+    /// may still land) before reuse.
     fn write_revoke(key: String, write_operation_id: u64) -> Result<()>;
     /// FORWARD get, stage 1: pin the value (create or renew the key's PinnedKeyRecord).
     fn pin_key(key: String) -> Result<ReadGrant>;
     /// FORWARD get, failure: release this reader's hold on the pin.
     fn un_pin_key(key: String, read_operation_id: u64) -> Result<()>;
-    /// Removes committed keys (their bytes go when the last pin ends) and their routes.
+    /// Removes committed keys at once for every reader (PinKey then answers
+    /// `OBJECT_NOT_FOUND`) and their routes; their bytes go when the last reader's lease ends.
     fn remove_data(keys: Vec<String>) -> Result<Vec<Result<()>>>;
     /// The owner's counters.
     fn counters() -> Result<P2pCounters>;

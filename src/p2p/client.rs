@@ -115,6 +115,7 @@ impl P2pClient {
                 lease: settings.lease,
                 shards: settings.shard_count,
                 counters: Arc::clone(&counters),
+                quarantine: settings.quarantine,
             }));
             let host = hostname
                 .rsplit_once(':')
@@ -143,6 +144,7 @@ impl P2pClient {
                 staging,
                 Arc::clone(&counters),
                 Arc::clone(&faults),
+                settings.quarantine,
             ),
             master,
             engine,

@@ -14,6 +14,13 @@ pub const DEFAULT_SCAN_INTERVAL_MS: u64 = 1000;
 pub const DEFAULT_SHARD_COUNT: usize = 1024;
 /// Largest accepted `MOONCAKE_DM_LOCK_SHARD_COUNT`.
 const MAX_SHARD_COUNT: usize = 1 << 16;
+/// Milliseconds that space a failed, expired or revoked transfer may still touch is held
+/// before reuse (see `quarantine`). Unset: the transfer timeout `MC_TRANSFER_TIMEOUT_MS`
+/// (default 60000), the longest a stale transfer can still deliver bytes. A smaller value is
+/// for tests only: below the peers' transfer timeout the guarantee is gone.
+pub const QUARANTINE_ENV: &str = "MC_P2P_QUARANTINE_MS";
+/// Default of `MC_TRANSFER_TIMEOUT_MS` (the transfer engine's default).
+const DEFAULT_TRANSFER_TIMEOUT_MS: u64 = 60_000;
 /// Default `client_rpc_thread_num`.
 pub const DEFAULT_RPC_THREADS: usize = 16;
 
@@ -103,6 +110,7 @@ pub(crate) struct Settings {
     pub(crate) scan_interval: Duration,
     pub(crate) rpc_threads: usize,
     pub(crate) shard_count: usize,
+    pub(crate) quarantine: Duration,
 }
 
 impl P2pSetupConfig {
@@ -150,6 +158,10 @@ impl P2pSetupConfig {
                 n => n,
             },
             shard_count: shard_count_from(std::env::var("MOONCAKE_DM_LOCK_SHARD_COUNT").ok()),
+            quarantine: quarantine_from(
+                std::env::var(QUARANTINE_ENV).ok(),
+                std::env::var("MC_TRANSFER_TIMEOUT_MS").ok(),
+            ),
         })
     }
 }
@@ -161,6 +173,18 @@ pub(crate) fn shard_count_from(value: Option<String>) -> usize {
         Some(n) if n > 0 => n.min(MAX_SHARD_COUNT),
         _ => DEFAULT_SHARD_COUNT,
     }
+}
+
+/// The quarantine: [`QUARANTINE_ENV`] when it parses (0 allowed), else the transfer timeout
+/// (`MC_TRANSFER_TIMEOUT_MS`, at least 1 ms, default 60 s).
+pub(crate) fn quarantine_from(value: Option<String>, transfer_timeout: Option<String>) -> Duration {
+    let parse = |v: Option<String>| v.and_then(|v| v.trim().parse::<u64>().ok());
+    let ms = parse(value).unwrap_or_else(|| {
+        parse(transfer_timeout)
+            .unwrap_or(DEFAULT_TRANSFER_TIMEOUT_MS)
+            .max(1)
+    });
+    Duration::from_millis(ms)
 }
 
 /// One storage tier of the TieredBackend.
@@ -299,6 +323,13 @@ mod tests {
         assert_eq!(shard_count_from(None), 1024);
         assert_eq!(shard_count_from(Some("0".into())), 1024);
         assert_eq!(shard_count_from(Some(" 8 ".into())), 8);
+        let q = |a: Option<&str>, b: Option<&str>| {
+            quarantine_from(a.map(String::from), b.map(String::from)).as_millis()
+        };
+        assert_eq!(q(None, None), 60_000);
+        assert_eq!(q(None, Some("250")), 250);
+        assert_eq!(q(Some(" 40 "), Some("250")), 40);
+        assert_eq!(q(Some("x"), Some("0")), 1);
         let mut config = P2pSetupConfig {
             tiered_backend_config_json: r#"{"tiers":[]}"#.into(),
             ..P2pSetupConfig::default()

@@ -16,6 +16,9 @@ macro_rules! p2p_counters {
             pub pin_records: u64,
             /// Bytes allocated in the tiers (gauge).
             pub tier_bytes_used: u64,
+            /// Owner allocations held in quarantine, not yet reusable (gauge): expired or
+            /// revoked PreWrites, removed values whose readers' leases have not ended.
+            pub quarantined_allocations: u64,
         }
 
         /// The live counters.
@@ -79,6 +82,8 @@ p2p_counters! {
     unpins_sent,
     /// Copies through the REVERSE staging buffer.
     staging_copies,
+    /// REVERSE staging slots held in quarantine because their item failed in transfer.
+    staging_quarantined,
 }
 
 /// Adds 1 to `counter`.

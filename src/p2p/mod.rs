@@ -5,7 +5,8 @@
 //! with transfer engines, never through the RPC channel.
 //!
 //! Files, one job each: [`config`] (setup arguments, tier JSON, direction), `tiered`
-//! (TieredBackend: tiers and committed keys), `records` (sharded lease tables), `owner`
+//! (TieredBackend: tiers and committed keys), `records` (sharded lease tables), `quarantine` (space
+//! held until no failed or expired transfer can touch it), `owner`
 //! (DataManager: the stage operations), [`api`] (the owner RPC list), `routing` (accessor
 //! routes and owner connections), `accessor` (FORWARD / REVERSE flows), [`counters`] and
 //! `client` ([`P2pClient`]).
@@ -16,6 +17,7 @@ mod client;
 pub mod config;
 pub mod counters;
 mod owner;
+mod quarantine;
 mod records;
 mod routing;
 mod tiered;
@@ -26,6 +28,6 @@ pub use api::{
     RemoteRead, RemoteWrite, WriteGrant,
 };
 pub use client::{P2pClient, RequestOptions};
-pub use config::{P2pSetupConfig, TieredConfig, TransferDirection};
+pub use config::{P2pSetupConfig, TieredConfig, TransferDirection, QUARANTINE_ENV};
 pub use counters::P2pCounters;
 pub use owner::DEBUG_TRANSFER_DELAY_ENV;

@@ -8,11 +8,20 @@
 //! id and lease, commit or drop, unlock). Registration of committed keys with the master is
 //! an RPC and runs after the lock is released.
 //!
-//! Lock order: record shard → committed-table shard → allocator (leaf). Dropping a record
-//! releases its handle, which takes only the allocator's leaf lock.
+//! Quarantine before reuse (issue 11): the space of a PreWrite that expired or was revoked
+//! is held for `MC_P2P_QUARANTINE_MS` (default the transfer timeout) past the earlier of its
+//! lease deadline and its end, since the accessor's write may still land in it; a committed
+//! value removed while readers hold its pin is held until that pin's deadline (the last
+//! reader's lease). Pins are bounded: a removed key is hidden at once (PinKey answers
+//! `OBJECT_NOT_FOUND`), so no renewal extends a value's life past its removal.
+//!
+//! Lock order: pin or pending record shard → committed-table shard → quarantine → allocator
+//! (leaves). Dropping a record releases its handle, which takes only the allocator's leaf
+//! lock.
 
 use super::api::{ReadGrant, RemoteBufferDesc, RemoteRead, RemoteWrite, WriteGrant};
 use super::counters::{bump, Counters, P2pCounters};
+use super::quarantine::Quarantine;
 use super::records::{Leased, RecordTable};
 use super::tiered::{AllocationHandle, TieredBackend};
 use crate::error::{fail, ErrorCode, Result};
@@ -34,14 +43,13 @@ struct PendingWrite {
     handle: AllocationHandle,
 }
 
-/// The pin of a key, shared by its concurrent readers.
+/// The pin of a key's committed value, shared by its concurrent readers; `deadline` is the
+/// latest reader's lease. It lives only while the value is committed: removing the key moves
+/// its value into the quarantine until `deadline`.
 struct PinRecord {
     op: u64,
     deadline: Instant,
     handle: AllocationHandle,
-    /// Values this record pinned before the key was removed or replaced; kept until the
-    /// record ends, since readers granted them may still be reading.
-    retired: Vec<AllocationHandle>,
     /// Readers granted and not released by UnPinKey.
     holders: u64,
 }
@@ -69,6 +77,8 @@ pub(crate) struct OwnerParts {
     pub(crate) lease: Duration,
     pub(crate) shards: usize,
     pub(crate) counters: Arc<Counters>,
+    /// How long space a stale transfer may still write is held before reuse.
+    pub(crate) quarantine: Duration,
 }
 
 /// The owner's data and records. Thread-safe; shared by `Arc` between the RPC service, the
@@ -84,6 +94,8 @@ pub(crate) struct DataManager {
     next_op: AtomicU64,
     counters: Arc<Counters>,
     stage_delay: Duration,
+    quarantine: Duration,
+    held: Quarantine<AllocationHandle>,
 }
 
 fn check_key(key: &str) -> Result<()> {
@@ -110,6 +122,8 @@ impl DataManager {
             next_op: AtomicU64::new(fastrand::u64(1..1 << 32)),
             counters: parts.counters,
             stage_delay: Duration::from_millis(delay_ms),
+            quarantine: parts.quarantine,
+            held: Quarantine::default(),
         }
     }
 
@@ -125,14 +139,30 @@ impl DataManager {
         self.lease.as_millis() as u64
     }
 
+    /// Ends a pending write that was not committed (expired, revoked, failed): its space is
+    /// held until the quarantine after the earlier of its lease deadline and `now` has
+    /// passed, since the accessor's write may still be landing in it.
+    fn retire_write(&self, record: PendingWrite, now: Instant) {
+        self.held
+            .hold(record.handle, record.deadline.min(now) + self.quarantine);
+    }
+
+    /// Ends the pin of a removed or replaced value: the value is held until the last
+    /// reader's lease (`deadline`) has passed. A reader finishing later discards its bytes
+    /// (`LEASE_EXPIRED` on the accessor), and reads never write, so no further quarantine.
+    fn retire_pin(&self, record: PinRecord) {
+        self.held.hold(record.handle, record.deadline);
+    }
+
     /// Prepare stage of a write: one PendingWriteRecord per key. Returns the grant and a
     /// handle the caller may hold during its own transfer.
     fn reserve(&self, key: &str, size: u64) -> Result<(WriteGrant, AllocationHandle)> {
         check_key(key)?;
         let now = Instant::now();
         let mut shard = self.pending.shard(key);
-        if shard.take_expired(key, now).is_some() {
+        if let Some(expired) = shard.take_expired(key, now) {
             bump(&self.counters.pending_reclaimed_in_stage);
+            self.retire_write(expired, now);
         }
         if shard.get_mut(key).is_some() {
             return fail(
@@ -146,6 +176,7 @@ impl DataManager {
                 format!("key {key} already exists"),
             );
         }
+        self.held.release_due(now);
         let handle = self.backend.allocate(size)?;
         let op = self.next_op.fetch_add(1, Ordering::Relaxed);
         shard.insert(
@@ -168,10 +199,15 @@ impl DataManager {
 
     /// Complete stage shared by commit and revoke: removes `key`'s pending record after
     /// checking that it is live and belongs to `op`.
+    ///
+    /// Errors: `LEASE_EXPIRED` when the record expired or is gone; `STALE_WRITE_TOKEN` when
+    /// `op` no longer names the key's current PreWrite (nothing changes).
     fn take_pending(&self, key: &str, op: u64) -> Result<PendingWrite> {
+        let now = Instant::now();
         let mut shard = self.pending.shard(key);
-        if shard.take_expired(key, Instant::now()).is_some() {
+        if let Some(expired) = shard.take_expired(key, now) {
             bump(&self.counters.pending_reclaimed_in_stage);
+            self.retire_write(expired, now);
             return fail(
                 ErrorCode::LeaseExpired,
                 format!("the pending write of {key} expired"),
@@ -185,7 +221,7 @@ impl DataManager {
             Some(record) if record.op != op => {
                 bump(&self.counters.stale_operations_rejected);
                 fail(
-                    ErrorCode::InvalidWrite,
+                    ErrorCode::StaleWriteToken,
                     format!(
                         "stale write_operation_id {op} for {key} (current {})",
                         record.op
@@ -213,7 +249,8 @@ impl DataManager {
     }
 
     fn revoke(&self, key: &str, op: u64) -> Result<()> {
-        drop(self.take_pending(key, op)?);
+        let record = self.take_pending(key, op)?;
+        self.retire_write(record, Instant::now());
         bump(&self.counters.pending_revoked);
         Ok(())
     }
@@ -225,22 +262,25 @@ impl DataManager {
         if shard.take_expired(key, now).is_some() {
             bump(&self.counters.pins_reclaimed_in_stage);
         }
-        let current = self.backend.get(key);
-        if let Some(record) = shard.get_mut(key) {
-            if let Some(value) = current.filter(|v| !Arc::ptr_eq(v, &record.handle)) {
-                let old = std::mem::replace(&mut record.handle, value);
-                record.retired.push(old);
-            }
-            record.holders += 1;
-            let (op, handle) = (record.op, Arc::clone(&record.handle));
-            shard.renew(key, now + self.lease);
-            drop(shard);
-            bump(&self.counters.pins_renewed);
-            return Ok(self.read_grant(&handle, op));
-        }
-        let Some(handle) = current else {
+        let Some(handle) = self.backend.get(key) else {
             return fail(ErrorCode::ObjectNotFound, format!("no key {key}"));
         };
+        match shard.get_mut(key) {
+            Some(record) if Arc::ptr_eq(&record.handle, &handle) => {
+                record.holders += 1;
+                let op = record.op;
+                shard.renew(key, now + self.lease);
+                drop(shard);
+                bump(&self.counters.pins_renewed);
+                return Ok(self.read_grant(&handle, op));
+            }
+            Some(_) => {
+                if let Some(old) = shard.remove(key) {
+                    self.retire_pin(old);
+                }
+            }
+            None => {}
+        }
         let op = self.next_op.fetch_add(1, Ordering::Relaxed);
         shard.insert(
             key,
@@ -248,7 +288,6 @@ impl DataManager {
                 op,
                 deadline: now + self.lease,
                 handle: Arc::clone(&handle),
-                retired: Vec::new(),
                 holders: 1,
             },
         );
@@ -430,7 +469,8 @@ impl DataManager {
         self.backend.keys()
     }
 
-    /// One round of the background scan: reclaims expired records of both tables.
+    /// One round of the background scan: reclaims expired records of both tables (expired
+    /// writes into the quarantine) and frees quarantined space whose deadline has passed.
     pub(crate) fn scan(&self) {
         let now = Instant::now();
         let writes = self.pending.scan(now);
@@ -441,6 +481,11 @@ impl DataManager {
         self.counters
             .pins_reclaimed_by_scan
             .fetch_add(pins.len() as u64, Ordering::Relaxed);
+        for record in writes {
+            self.retire_write(record, now);
+        }
+        drop(pins);
+        self.held.release_due(now);
     }
 
     /// Counters with the owner's gauges filled in.
@@ -448,16 +493,26 @@ impl DataManager {
         counters.pending_records = self.pending.len() as u64;
         counters.pin_records = self.pins.len() as u64;
         counters.tier_bytes_used = self.backend.used_bytes();
+        counters.quarantined_allocations = self.held.len() as u64;
+    }
+
+    /// Hides `key` at once, for REVERSE and FORWARD alike; a pin of its value moves into the
+    /// quarantine until its readers' leases end.
+    fn remove_one(&self, key: &str) -> Result<()> {
+        let mut pins = self.pins.shard(key);
+        let Some(value) = self.backend.remove(key) else {
+            return fail(ErrorCode::ObjectNotFound, format!("no key {key}"));
+        };
+        if let Some(record) = pins.remove(key) {
+            self.retire_pin(record);
+        }
+        drop(pins);
+        drop(value);
+        Ok(())
     }
 
     fn remove(&self, keys: Vec<String>) -> Vec<Result<()>> {
-        let results: Vec<Result<()>> = keys
-            .iter()
-            .map(|key| match self.backend.remove(key) {
-                Some(_) => Ok(()),
-                None => fail(ErrorCode::ObjectNotFound, format!("no key {key}")),
-            })
-            .collect();
+        let results: Vec<Result<()>> = keys.iter().map(|key| self.remove_one(key)).collect();
         let removed: Vec<String> = keys
             .into_iter()
             .zip(&results)
