@@ -56,6 +56,11 @@ struct Flags {
     /// Seconds after which the space of an unfinished put is reclaimed.
     #[arg(long = "put_start_release_timeout_sec", default_value_t = 600)]
     put_start_release_timeout_sec: u64,
+    /// Milliseconds space a write gave up (revoked, pre-empted, reclaimed, or on a segment that
+    /// was remounted) stays unused after its writer's last chance to send; at least the
+    /// clients' MC_TRANSFER_TIMEOUT_MS (mooncake-rs flag).
+    #[arg(long = "write_quarantine_ms", default_value_t = 120_000)]
+    write_quarantine_ms: u64,
     /// Serve Mooncake's HTTP metadata service (`/metadata?key=`).
     #[arg(long = "enable_http_metadata_server", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
     enable_http_metadata_server: bool,
@@ -130,6 +135,7 @@ fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
         client_ttl_s: flags.client_ttl,
         put_start_discard_timeout_s: flags.put_start_discard_timeout_sec,
         put_start_release_timeout_s: flags.put_start_release_timeout_sec,
+        write_quarantine_ms: flags.write_quarantine_ms,
         cluster_id: flags.cluster_id.clone(),
         deployment_mode: match flags.deployment_mode.as_str() {
             "P2P" => DeploymentMode::P2p,
