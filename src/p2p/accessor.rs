@@ -161,6 +161,7 @@ impl Accessor {
                     len: grant.buffer.len,
                     endpoint: &grant.buffer.endpoint,
                     remote_addr: grant.buffer.addr,
+                    epoch: 0,
                 });
             }
         }
@@ -240,6 +241,7 @@ impl Accessor {
                     len: grant.buffer.len,
                     endpoint: &grant.buffer.endpoint,
                     remote_addr: grant.buffer.addr,
+                    epoch: 0,
                 });
             }
         }

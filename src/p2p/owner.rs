@@ -321,6 +321,7 @@ impl DataManager {
                     len: handle.len(),
                     endpoint: &item.source.endpoint,
                     remote_addr: item.source.addr,
+                    epoch: 0,
                 });
             }
         }
@@ -378,6 +379,7 @@ impl DataManager {
                     len: handle.len(),
                     endpoint: &item.target.endpoint,
                     remote_addr: item.target.addr,
+                    epoch: 0,
                 });
             }
         }

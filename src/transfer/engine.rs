@@ -53,6 +53,12 @@ pub struct TransferRequest<'a> {
     pub endpoint: &'a str,
     /// Absolute virtual address in the `endpoint` process.
     pub remote_addr: u64,
+    /// The segment epoch the replica descriptor named (at most [`MAX_EPOCH`](super::MAX_EPOCH)); `0` = none,
+    /// unchecked (buffers that are not segments, P2P tier buffers, Mooncake peers). When
+    /// non-zero, the registered range holding `remote_addr` must carry exactly this epoch
+    /// (see [`TransferEngine::set_region_epoch`]) or the request fails with
+    /// `STALE_SEGMENT_EPOCH` and no byte is moved.
+    pub epoch: u64,
 }
 
 /// Moves bytes between this process's buffers and registered memory of this or other
@@ -148,6 +154,18 @@ impl TransferEngine {
     /// Errors: `INVALID_PARAMS` when no registered range starts at `addr`.
     pub fn unregister(&self, addr: usize) -> Result<()> {
         self.registry.unregister(addr)
+    }
+
+    /// Sets the segment epoch of the registered range starting at `base` (`0` after
+    /// [`register`](Self::register)). From now on requests that name an epoch for this range
+    /// (local ones and, through the server, remote ones) are served only if it is `epoch`;
+    /// a request already admitted may still finish. Call it on every (re)mount, before the
+    /// master hands out descriptors that carry the epoch.
+    ///
+    /// Errors: `INVALID_PARAMS` when no registered range starts at `base` or `epoch` is over
+    /// [`MAX_EPOCH`](super::MAX_EPOCH).
+    pub fn set_region_epoch(&self, base: usize, epoch: u64) -> Result<()> {
+        self.registry.set_epoch(base, epoch)
     }
 
     /// The registered range containing `addr`, if any.

@@ -26,5 +26,5 @@ mod tests;
 
 pub use engine::{EngineConfig, TransferEngine, TransferOp, TransferRequest};
 pub use metrics::{CopyPaths, PathStats, TransferMetrics};
-pub use registry::MemoryRegion;
+pub use registry::{MemoryRegion, MAX_EPOCH};
 pub use resolver::{DirectResolver, SegmentResolver};

@@ -59,6 +59,7 @@ fn request<'a>(
         len: len as u64,
         endpoint,
         remote_addr: remote,
+        epoch: 0,
     }
 }
 
@@ -155,6 +156,7 @@ fn zero_length_requests_do_no_io() {
         len: 0,
         endpoint: "unresolvable",
         remote_addr: 0,
+        epoch: 0,
     };
     // SAFETY: zero-length requests touch no memory.
     let results = unsafe { engine.transfer(&[req, req]) };
