@@ -18,6 +18,7 @@ mod registry;
 mod resolver;
 mod server;
 mod settings;
+mod socket;
 mod staging;
 mod wire;
 
