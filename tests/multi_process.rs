@@ -303,6 +303,7 @@ fn peer_refuses_access_outside_registered_ranges() {
             len,
             endpoint: &peer.name,
             remote_addr: addr,
+            epoch: 0,
         };
         // SAFETY: `buf` is valid and writable for `len` ≤ its length.
         unsafe { engine.transfer(&[request]) }.pop().unwrap()
@@ -325,6 +326,7 @@ fn peer_refuses_access_outside_registered_ranges() {
         len: 64,
         endpoint: &peer.name,
         remote_addr: 0x2000,
+        epoch: 0,
     };
     // SAFETY: `buf` is valid for reads of 64 bytes.
     assert_eq!(

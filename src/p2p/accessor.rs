@@ -189,6 +189,7 @@ impl Accessor {
                     len: grant.buffer.len,
                     endpoint: &grant.buffer.endpoint,
                     remote_addr: grant.buffer.addr,
+                    epoch: 0,
                 });
             }
         }
@@ -265,6 +266,7 @@ impl Accessor {
                     len: grant.buffer.len,
                     endpoint: &grant.buffer.endpoint,
                     remote_addr: grant.buffer.addr,
+                    epoch: 0,
                 });
             }
         }

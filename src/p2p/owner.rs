@@ -360,6 +360,7 @@ impl DataManager {
                     len: handle.len(),
                     endpoint: &item.source.endpoint,
                     remote_addr: item.source.addr,
+                    epoch: 0,
                 });
             }
         }
@@ -417,6 +418,7 @@ impl DataManager {
                     len: handle.len(),
                     endpoint: &item.target.endpoint,
                     remote_addr: item.target.addr,
+                    epoch: 0,
                 });
             }
         }

@@ -8,10 +8,13 @@
 //! size); each claims units from the shared batch until none are left.
 
 use super::copy::copy_bytes;
-use super::pool::{ConnectionPool, Slice};
+use super::metrics::{bump, Metrics};
+use super::pool::{ConnectionPool, Slice, SliceError};
+use super::registry::Registry;
 use super::settings::{MIN_SLICE, PIPELINE_GROUP_BYTES, PIPELINE_GROUP_SLICES, PIPELINE_MAX_SLICE};
 use super::staging::Staging;
 use super::wire::Opcode;
+use crate::error::ErrorCode;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 use std::net::SocketAddr;
@@ -43,15 +46,18 @@ pub(crate) struct Job {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Outcome {
     /// The first error of its jobs (`None`: all succeeded).
-    pub(crate) error: Option<String>,
+    pub(crate) error: Option<SliceError>,
     /// Bytes copied locally for it (local copies and bounce copies).
     pub(crate) copied: u64,
 }
 
-/// What executing jobs needs: the connections and the bounce buffers.
+/// What executing jobs needs: the connections, the bounce buffers, and the registry and
+/// counters for the epoch check of local copies.
 pub(crate) struct Io {
     pub(crate) pool: Arc<ConnectionPool>,
     pub(crate) staging: Arc<Staging>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// The `(offset, len)` parts a request of `len` bytes is split into: parts of at least
@@ -173,42 +179,65 @@ impl Batch {
 /// # Safety
 /// The jobs' local ranges (and, for [`Route::Local`], their `remote` ranges) must be valid
 /// for the operation and not overlap.
-unsafe fn execute(io: &Io, unit: &[Job]) -> Vec<Result<u64, String>> {
+unsafe fn execute(io: &Io, unit: &[Job]) -> Vec<Result<u64, SliceError>> {
     let Some(first) = unit.first() else {
         return Vec::new();
     };
     match first.route {
         Route::Local => unit
             .iter()
-            .map(|job| {
-                let Slice {
-                    op,
-                    local,
-                    len,
-                    remote,
-                } = job.slice;
-                let remote = remote as usize as *mut u8;
-                // SAFETY: the caller guarantees both ranges (the engine checked `remote`
-                // against the registry and that the ranges do not overlap).
-                let copied = unsafe {
-                    match op {
-                        Opcode::Read => copy_bytes(local, remote, len),
-                        Opcode::Write => copy_bytes(remote, local, len),
-                    }
-                };
-                copied.map(|_| len as u64)
-            })
+            // SAFETY: forwarded from the caller.
+            .map(|job| unsafe { copy_local(io, &job.slice) })
             .collect(),
         // SAFETY: forwarded from the caller; `units` puts only jobs to `peer` together.
         Route::Remote(peer) => unsafe { execute_remote(io, peer, unit) },
     }
 }
 
+/// One local copy between `slice.local` and our own registered `slice.remote`, after the
+/// epoch check: a slice naming an epoch (≠ 0) that is not the current one of its range fails
+/// with `STALE_SEGMENT_EPOCH` and copies nothing. Returns the bytes copied.
+///
+/// # Safety
+/// As [`execute`], for one [`Route::Local`] job.
+unsafe fn copy_local(io: &Io, slice: &Slice) -> Result<u64, SliceError> {
+    let Slice {
+        op,
+        local,
+        len,
+        remote,
+        epoch,
+    } = *slice;
+    if epoch != 0 {
+        let current = io.registry.within(remote, len as u64).map(|r| r.epoch);
+        if current != Some(epoch) {
+            bump(&io.metrics.stale_epoch_rejections);
+            return Err(SliceError {
+                code: ErrorCode::StaleSegmentEpoch,
+                message: format!(
+                    "{op:?} of {len} bytes at {remote:#x}: segment epoch {epoch:#x} is not the \
+                     current one ({current:#x?})"
+                ),
+            });
+        }
+    }
+    let remote = remote as usize as *mut u8;
+    // SAFETY: the caller guarantees both ranges (the engine checked `remote` against the
+    // registry and that the ranges do not overlap).
+    let copied = unsafe {
+        match op {
+            Opcode::Read => copy_bytes(local, remote, len),
+            Opcode::Write => copy_bytes(remote, local, len),
+        }
+    };
+    copied.map(|_| len as u64).map_err(SliceError::from)
+}
+
 /// Remote jobs to one peer; staged jobs go through bounce buffers (see `staging`).
 ///
 /// # Safety
 /// As [`execute`].
-unsafe fn execute_remote(io: &Io, peer: SocketAddr, unit: &[Job]) -> Vec<Result<u64, String>> {
+unsafe fn execute_remote(io: &Io, peer: SocketAddr, unit: &[Job]) -> Vec<Result<u64, SliceError>> {
     let mut slices: Vec<Slice> = Vec::with_capacity(unit.len());
     let mut bounces = Vec::new();
     for job in unit.iter() {
@@ -216,13 +245,13 @@ unsafe fn execute_remote(io: &Io, peer: SocketAddr, unit: &[Job]) -> Vec<Result<
         if job.staged {
             let bounce = match io.staging.take() {
                 Ok(bounce) => bounce,
-                Err(e) => return unit.iter().map(|_| Err(e.clone())).collect(),
+                Err(e) => return unit.iter().map(|_| Err(e.clone().into())).collect(),
             };
             if slice.op == Opcode::Write {
                 // SAFETY: the bounce holds STAGE_CHUNK >= len bytes; the caller guarantees
                 // the source.
                 if let Err(e) = unsafe { io.staging.copy(bounce.ptr(), slice.local, slice.len) } {
-                    return unit.iter().map(|_| Err(e.clone())).collect();
+                    return unit.iter().map(|_| Err(e.clone().into())).collect();
                 }
             }
             slice.local = bounce.ptr();
@@ -373,6 +402,7 @@ mod tests {
                 local: std::ptr::null_mut(),
                 len,
                 remote: 0,
+                epoch: 0,
             },
             staged: false,
         }

@@ -5,7 +5,7 @@
 use super::batch::{split, Executor, Io, Job, Route};
 use super::metrics::{add, bump, CopyPaths, Metrics, Path, PathCounters, TransferMetrics};
 use super::pool::{ConnectionPool, Slice};
-use super::registry::{MemoryRegion, Registry};
+use super::registry::{MemoryRegion, Registry, MAX_EPOCH};
 use super::resolver::SegmentResolver;
 use super::server::Server;
 use super::settings::Settings;
@@ -53,6 +53,12 @@ pub struct TransferRequest<'a> {
     pub endpoint: &'a str,
     /// Absolute virtual address in the `endpoint` process.
     pub remote_addr: u64,
+    /// The segment epoch the replica descriptor named (at most [`MAX_EPOCH`]); `0` = none,
+    /// unchecked (buffers that are not segments, P2P tier buffers, Mooncake peers). When
+    /// non-zero, the registered range holding `remote_addr` must carry exactly this epoch
+    /// (see [`TransferEngine::set_region_epoch`]) or the request fails with
+    /// `STALE_SEGMENT_EPOCH` and no byte is moved.
+    pub epoch: u64,
 }
 
 /// Moves bytes between this process's buffers and registered memory of this or other
@@ -88,6 +94,8 @@ impl TransferEngine {
         let io = Io {
             pool: Arc::clone(&pool),
             staging: Arc::new(Staging::new(Arc::clone(&metrics))),
+            registry: Arc::clone(&registry),
+            metrics: Arc::clone(&metrics),
         };
         let executor = match Executor::new(workers, settings.lanes, io) {
             Ok(executor) => executor,
@@ -100,7 +108,12 @@ impl TransferEngine {
         };
         let server = match config.listener {
             Some(listener) => {
-                let started = Server::start(listener, Arc::clone(&registry), Arc::clone(&metrics));
+                let started = Server::start(
+                    listener,
+                    Arc::clone(&registry),
+                    Arc::clone(&metrics),
+                    settings.io_timeout,
+                );
                 if started.is_err() {
                     executor.stop();
                 }
@@ -150,6 +163,18 @@ impl TransferEngine {
         self.registry.unregister(addr)
     }
 
+    /// Sets the segment epoch of the registered range starting at `base` (`0` after
+    /// [`register`](Self::register)). From now on requests that name an epoch for this range
+    /// (local ones and, through the server, remote ones) are served only if it is `epoch`;
+    /// a request already admitted may still finish. Call it on every (re)mount, before the
+    /// master hands out descriptors that carry the epoch.
+    ///
+    /// Errors: `INVALID_PARAMS` when no registered range starts at `base` or `epoch` is over
+    /// [`MAX_EPOCH`].
+    pub fn set_region_epoch(&self, base: usize, epoch: u64) -> Result<()> {
+        self.registry.set_epoch(base, epoch)
+    }
+
     /// The registered range containing `addr`, if any.
     pub fn region_containing(&self, addr: usize) -> Option<MemoryRegion> {
         self.registry.containing(addr)
@@ -169,11 +194,15 @@ impl TransferEngine {
     /// copy with the driver, and remote ones go through pinned bounce buffers in slices of
     /// at most 4 MiB. Each completed request is counted on its path ([`Self::copy_paths`]).
     ///
-    /// Errors per request: `TRANSFER_FAIL` (detail via `last_error_message` on this thread,
-    /// for the last failed request) when a local request's remote range is not inside one of
-    /// our registered ranges or overlaps the local range, when the endpoint does not resolve,
-    /// when the peer refuses, fails or times out (`MC_TRANSFER_TIMEOUT_MS` per socket
-    /// operation), or after [`shutdown`](Self::shutdown) for remote endpoints.
+    /// Errors per request (detail via `last_error_message` on this thread, for the last
+    /// failed request): `STALE_SEGMENT_EPOCH` when the request names an epoch (≠ 0) that is
+    /// not the current one of its target range, here (local) or at the peer; nothing was
+    /// copied then. `TRANSFER_FAIL` when a local request's remote range is not inside one of
+    /// our registered ranges or overlaps the local range, when the epoch is over
+    /// [`MAX_EPOCH`], when the endpoint does not resolve, when the peer refuses, fails or
+    /// times out (`MC_TRANSFER_TIMEOUT_MS` per socket operation; a connection that failed
+    /// or timed out is closed abortively), or after [`shutdown`](Self::shutdown) for remote
+    /// endpoints. A request split into slices reports the error of one of its failed slices.
     ///
     /// # Safety
     /// For every request, `[local_addr, local_addr+len)` is valid memory (host or device)
@@ -192,9 +221,13 @@ impl TransferEngine {
             .iter()
             .zip(planned.into_iter().zip(executed))
             .map(|(request, (plan, run))| match (plan, run.error) {
-                (Err(message), _) | (Ok(_), Some(message)) => {
+                (Err(message), _) => {
                     bump(&self.metrics.failed_requests);
                     fail(ErrorCode::TransferFail, message)
+                }
+                (Ok(_), Some(error)) => {
+                    bump(&self.metrics.failed_requests);
+                    fail(error.code, error.message)
                 }
                 (Ok(path), None) => {
                     self.count_success(request, path, run.copied);
@@ -253,6 +286,9 @@ impl TransferEngine {
         if request.remote_addr.checked_add(request.len).is_none() {
             return Err(refuse("remote range wraps around"));
         }
+        if request.epoch > MAX_EPOCH {
+            return Err(refuse("segment epoch wider than 56 bits"));
+        }
         let local = request.local_addr as *mut u8;
         let on_device = matches!(
             device::runtime().classify(request.local_addr),
@@ -278,6 +314,7 @@ impl TransferEngine {
                     local,
                     len,
                     remote: request.remote_addr,
+                    epoch: request.epoch,
                 },
                 staged: false,
             });
@@ -308,6 +345,7 @@ impl TransferEngine {
                         local: local.wrapping_add(at as usize),
                         len: len as usize,
                         remote: request.remote_addr + at,
+                        epoch: request.epoch,
                     },
                     staged: on_device,
                 });

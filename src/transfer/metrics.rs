@@ -53,8 +53,17 @@ counters! {
     /// Bytes this engine's server received for WRITE requests.
     served_write_bytes,
     /// Wire requests this engine's server refused (address outside the remotely accessible
-    /// registered memory, zero size, unknown opcode).
+    /// registered memory, zero size, unknown opcode, stale segment epoch).
     rejected_requests,
+    /// Requests refused because the segment epoch they named is not the current epoch of
+    /// the registered range: wire requests refused by this engine's server and local
+    /// copies refused by this engine. Nothing was read or written for them.
+    stale_epoch_rejections,
+    /// Wire requests this engine's server gave up on because their header or WRITE payload
+    /// had not arrived by the deadline (arrival of the header's first byte plus
+    /// `MC_TRANSFER_TIMEOUT_MS`); the connection was closed abortively and no later byte of
+    /// it was applied.
+    expired_requests,
     /// Requests (local or remote) that this engine initiated and that failed.
     failed_requests,
     /// Outgoing TCP connections opened.

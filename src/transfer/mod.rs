@@ -18,6 +18,7 @@ mod registry;
 mod resolver;
 mod server;
 mod settings;
+mod socket;
 mod staging;
 mod wire;
 
@@ -26,5 +27,5 @@ mod tests;
 
 pub use engine::{EngineConfig, TransferEngine, TransferOp, TransferRequest};
 pub use metrics::{CopyPaths, PathStats, TransferMetrics};
-pub use registry::MemoryRegion;
+pub use registry::{MemoryRegion, MAX_EPOCH};
 pub use resolver::{DirectResolver, SegmentResolver};

@@ -2,7 +2,9 @@
 //! and the blocking, pipelined exchange of wire requests (slices) on a connection.
 //!
 //! Connections carry `TCP_NODELAY`, a connect timeout and read/write timeouts (both
-//! [`Settings::io_timeout`]). A connection that saw any error is dropped, never pooled again.
+//! [`Settings::io_timeout`]). A connection that saw any error, a refusal or a timeout is
+//! closed abortively (`SO_LINGER` 0: RST, whatever is still queued is discarded, so no stale
+//! WRITE payload reaches the peer after the close), never pooled again.
 //!
 //! Pipelining: the slices given to [`ConnectionPool::execute`] go out back to back on one
 //! connection (headers and WRITE payloads coalesced into vectored writes) and their answers
@@ -23,11 +25,14 @@
 use super::gather::Cursor;
 use super::metrics::{bump, Metrics};
 use super::settings::Settings;
+use super::socket::set_abortive_close;
 use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
+use crate::error::ErrorCode;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -49,6 +54,25 @@ pub(crate) struct Slice {
     pub(crate) len: usize,
     /// Target address in the peer process.
     pub(crate) remote: u64,
+    /// The segment epoch the target range must have (0: unchecked).
+    pub(crate) epoch: u64,
+}
+
+/// Why a slice (or a local job) failed: the code its request reports and a detail.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SliceError {
+    pub(crate) code: ErrorCode,
+    pub(crate) message: String,
+}
+
+impl From<String> for SliceError {
+    /// A `TRANSFER_FAIL` with `message`.
+    fn from(message: String) -> SliceError {
+        SliceError {
+            code: ErrorCode::TransferFail,
+            message,
+        }
+    }
 }
 
 impl Slice {
@@ -59,6 +83,7 @@ impl Slice {
             addr: self.remote,
             opcode: self.op,
             v2: true,
+            epoch: (self.epoch != 0).then_some(self.epoch),
         }
         .encode()
     }
@@ -91,19 +116,36 @@ impl Failure {
         }
     }
 
-    fn describe(&self, peer: SocketAddr, slice: &Slice) -> String {
+    /// The slice's error: `STALE_SEGMENT_EPOCH` for a stale-epoch refusal, `TRANSFER_FAIL`
+    /// otherwise.
+    fn describe(&self, peer: SocketAddr, slice: &Slice) -> SliceError {
         let what = format!(
             "{:?} of {} bytes at {:#x} on {peer}",
             slice.op, slice.len, slice.remote
         );
-        match self {
-            Failure::Io(e) => format!("{what}: {e}"),
-            Failure::Refused(Status::AddrRejected) => {
-                format!("{what}: refused, address not in a remotely accessible registered buffer")
-            }
-            Failure::Refused(status) => format!("{what}: refused with {status:?}"),
-            Failure::Protocol => format!("{what}: malformed status frame"),
-        }
+        let (code, message) = match self {
+            Failure::Io(e) => (ErrorCode::TransferFail, format!("{what}: {e}")),
+            Failure::Refused(Status::AddrRejected) => (
+                ErrorCode::TransferFail,
+                format!("{what}: refused, address not in a remotely accessible registered buffer"),
+            ),
+            Failure::Refused(Status::StaleEpoch) => (
+                ErrorCode::StaleSegmentEpoch,
+                format!(
+                    "{what}: refused, segment epoch {:#x} is not the current one",
+                    slice.epoch
+                ),
+            ),
+            Failure::Refused(status) => (
+                ErrorCode::TransferFail,
+                format!("{what}: refused with {status:?}"),
+            ),
+            Failure::Protocol => (
+                ErrorCode::TransferFail,
+                format!("{what}: malformed status frame"),
+            ),
+        };
+        SliceError { code, message }
     }
 }
 
@@ -159,7 +201,7 @@ impl ConnectionPool {
         &self,
         peer: SocketAddr,
         slices: &[Slice],
-    ) -> Vec<Result<(), String>> {
+    ) -> Vec<Result<(), SliceError>> {
         let mut results = Vec::with_capacity(slices.len());
         let mut fresh_only = false;
         while results.len() < slices.len() {
@@ -181,17 +223,21 @@ impl ConnectionPool {
             let Run { completed, stop } = unsafe { pipeline(&mut stream, rest) };
             results.extend((0..completed).map(|_| Ok(())));
             fresh_only = false;
+            let Some(stop) = stop else {
+                self.give_back(peer, stream);
+                continue;
+            };
+            close_abortively(stream);
             match stop {
-                None => self.give_back(peer, stream),
-                Some(refusal @ Failure::Refused(_)) => {
+                refusal @ Failure::Refused(_) => {
                     // The server closed the connection; the rest goes on another one.
                     results.push(Err(refusal.describe(peer, &rest[completed])));
                 }
-                Some(failure) if reused && completed == 0 && failure.retryable() => {
+                failure if reused && completed == 0 && failure.retryable() => {
                     tracing::debug!("pooled connection to {peer} failed, retrying on a fresh one");
                     fresh_only = true;
                 }
-                Some(failure) => {
+                failure => {
                     fail_all(&mut results, &rest[completed..], &failure, peer);
                     break;
                 }
@@ -248,9 +294,17 @@ impl ConnectionPool {
     }
 }
 
+/// Closes a connection that failed, was refused or timed out, abortively (see the module
+/// docs). If that cannot be arranged it closes gracefully.
+fn close_abortively(stream: TcpStream) {
+    if let Err(e) = set_abortive_close(stream.as_raw_fd()) {
+        tracing::debug!("cannot make the close abortive: {e}");
+    }
+}
+
 /// Appends `failure` as the result of every slice in `slices`.
 fn fail_all(
-    results: &mut Vec<Result<(), String>>,
+    results: &mut Vec<Result<(), SliceError>>,
     slices: &[Slice],
     failure: &Failure,
     peer: SocketAddr,

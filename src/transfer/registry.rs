@@ -5,6 +5,9 @@ use crate::error::{fail, ErrorCode, Result};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 
+/// Largest segment epoch: epochs travel in the 7 spare bytes of the wire header.
+pub const MAX_EPOCH: u64 = (1 << 56) - 1;
+
 /// One registered range of this process's memory.
 ///
 /// The registry records addresses only; it never owns or frees the memory. The registering
@@ -18,6 +21,9 @@ pub struct MemoryRegion {
     /// Whether remote peers may read and write the range over the network (mounted segments);
     /// `false` for buffers only this process uses as transfer sources or destinations.
     pub remote_accessible: bool,
+    /// The segment epoch of the current mount (`0`: none; set by
+    /// [`TransferEngine::set_region_epoch`](super::TransferEngine::set_region_epoch)).
+    pub epoch: u64,
 }
 
 impl MemoryRegion {
@@ -69,9 +75,32 @@ impl Registry {
                 base: addr,
                 len,
                 remote_accessible,
+                epoch: 0,
             },
         );
         Ok(())
+    }
+
+    /// Sets the epoch of the range whose base is `base`.
+    ///
+    /// Errors: `INVALID_PARAMS` when no range starts at `base` or `epoch` > [`MAX_EPOCH`].
+    pub fn set_epoch(&self, base: usize, epoch: u64) -> Result<()> {
+        if epoch > MAX_EPOCH {
+            return fail(
+                ErrorCode::InvalidParams,
+                format_args!("segment epoch {epoch:#x} is wider than 56 bits"),
+            );
+        }
+        match self.regions.write().get_mut(&base) {
+            Some(region) => {
+                region.epoch = epoch;
+                Ok(())
+            }
+            None => fail(
+                ErrorCode::InvalidParams,
+                format_args!("no registered range starts at {base:#x}"),
+            ),
+        }
     }
 
     /// Removes the range whose base is `addr`.

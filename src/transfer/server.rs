@@ -9,25 +9,45 @@
 //! together with one gathered write. READ data goes straight from registered memory to the
 //! socket; WRITE payloads beyond the read-ahead buffer go straight into registered memory.
 //!
-//! Memory lifetime: a request is validated against the registry when its header arrives; the
-//! bytes are then read or written without holding any lock. A caller that unregisters (and
-//! frees) memory while a peer is mid-transfer into it must first make sure no peer is using
-//! it (e.g. by unmounting the segment at the master); otherwise the server may touch freed
-//! memory. Stalled peers keep their connection until they close it or the engine shuts down.
+//! Memory lifetime: a request is validated against the registry when its header arrives
+//! (range, and the segment epoch when the header names one: a stale epoch is refused with
+//! [`Status::StaleEpoch`] before any byte is read or written); the bytes are then read or
+//! written without holding any lock. A caller that unregisters (and frees) memory while a
+//! peer is mid-transfer into it must first make sure no peer is using it (e.g. by
+//! unmounting the segment at the master); otherwise the server may touch freed memory.
+//!
+//! Deadline: an idle connection may wait for its next request without limit, but once a
+//! request's first byte is read, its header and (for a WRITE) its whole payload must arrive
+//! within the engine's I/O timeout (`MC_TRANSFER_TIMEOUT_MS`). Before each chunk of payload
+//! is applied the server checks that the deadline has not passed and that the initiator has
+//! not reset the connection (its abortive close after a timeout); otherwise it applies
+//! nothing more and closes the connection abortively. A stale WRITE therefore lands no later
+//! than its deadline, and not at all once the initiator gave up and its reset arrived.
+//! Stalled READ answers keep their connection until the peer closes it or the engine shuts
+//! down.
+//!
+//! Soundness: registered memory is touched only through raw addresses (`recv` into it,
+//! `copy_nonoverlapping` from the read-ahead buffer into it, `sendmsg` from it); no Rust
+//! reference to it is ever formed here, since other connections and local copies access it
+//! concurrently.
 
 use super::gather::Cursor;
 use super::metrics::{add, bump, Metrics};
 use super::registry::Registry;
-use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN};
+use super::socket::{recv_into, send_parts, set_abortive_close, RawPart};
+use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
 use crate::error::{fail, ErrorCode, Result};
 use parking_lot::Mutex;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Interest};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
+use tokio::time::Instant;
 
 /// Worker threads of the server runtime.
 const SERVER_THREADS: usize = 2;
@@ -47,6 +67,8 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 struct ServeContext {
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
+    /// How long a request may take to arrive once its first byte was read.
+    io_timeout: Duration,
 }
 
 /// A running data server. Thread-safe; stopping it is idempotent.
@@ -57,6 +79,7 @@ pub(crate) struct Server {
 
 impl Server {
     /// Starts serving on `listener` (already bound by the caller; ownership moves here).
+    /// `io_timeout` is the per-request deadline (see the module docs).
     ///
     /// Errors: `TRANSFER_FAIL` when the runtime cannot be built or the listener cannot be
     /// switched to non-blocking mode.
@@ -64,6 +87,7 @@ impl Server {
         listener: std::net::TcpListener,
         registry: Arc<Registry>,
         metrics: Arc<Metrics>,
+        io_timeout: Duration,
     ) -> Result<Server> {
         let setup = || -> io::Result<(Runtime, SocketAddr)> {
             let addr = listener.local_addr()?;
@@ -77,7 +101,11 @@ impl Server {
                 let _guard = runtime.enter();
                 TcpListener::from_std(listener)?
             };
-            let context = Arc::new(ServeContext { registry, metrics });
+            let context = Arc::new(ServeContext {
+                registry,
+                metrics,
+                io_timeout,
+            });
             runtime.spawn(accept_loop(listener, context));
             Ok((runtime, addr))
         };
@@ -134,58 +162,138 @@ async fn accept_loop(listener: TcpListener, context: Arc<ServeContext>) {
     }
 }
 
-/// Serves requests on one connection until the peer closes it or a request fails or is
-/// refused.
+/// Serves requests on one connection until the peer closes it or a request fails, is
+/// refused or misses its deadline; the connection is then closed abortively.
 async fn serve_connection(stream: TcpStream, peer: SocketAddr, context: Arc<ServeContext>) {
     let mut conn = BufReader::with_capacity(READ_AHEAD, stream);
-    loop {
-        let mut raw = [0u8; HEADER_LEN];
-        if let Err(e) = conn.read_exact(&mut raw).await {
-            if e.kind() != io::ErrorKind::UnexpectedEof {
-                tracing::debug!(%peer, "transfer connection closed: {e}");
-            }
-            return;
+    match serve_requests(&mut conn, &context).await {
+        Stop::Closed => return,
+        Stop::Refused => {}
+        Stop::Expired => {
+            bump(&context.metrics.expired_requests);
+            tracing::debug!(%peer, "transfer request missed its deadline; connection reset");
         }
-        let header = match admit(&context.registry, &raw) {
-            Ok(header) => header,
-            Err((v2, why)) => {
-                reject(conn.get_mut(), peer, &context, v2, why).await;
-                return;
+        Stop::Failed(e) => tracing::debug!(%peer, "transfer connection failed: {e}"),
+    }
+    if let Err(e) = set_abortive_close(conn.get_ref().as_raw_fd()) {
+        tracing::debug!(%peer, "cannot make the close abortive: {e}");
+    }
+}
+
+/// Why a connection stopped being served.
+enum Stop {
+    /// The peer closed it between requests.
+    Closed,
+    /// A request was refused (and the peer told under v2).
+    Refused,
+    /// A request's header or payload did not arrive by its deadline.
+    Expired,
+    /// A socket error or an early close inside a request.
+    Failed(io::Error),
+}
+
+impl From<io::Error> for Stop {
+    fn from(e: io::Error) -> Stop {
+        Stop::Failed(e)
+    }
+}
+
+/// Serves requests in order until one ends the connection.
+async fn serve_requests(conn: &mut BufReader<TcpStream>, context: &ServeContext) -> Stop {
+    loop {
+        let served = async {
+            let (raw, deadline) = next_header(conn, context.io_timeout).await?;
+            let header = match admit(&context.registry, &raw) {
+                Ok(header) => header,
+                Err(refusal) => {
+                    reject(conn.get_mut(), context, refusal).await;
+                    return Err(Stop::Refused);
+                }
+            };
+            match header.opcode {
+                Opcode::Write => serve_write(conn, header, deadline, &context.metrics).await,
+                Opcode::Read => {
+                    let mut reads = vec![header];
+                    take_buffered_reads(conn, &context.registry, &mut reads);
+                    serve_reads(conn.get_ref(), &reads, &context.metrics).await
+                }
             }
         };
-        let served = match header.opcode {
-            Opcode::Write => serve_write(&mut conn, header, &context.metrics).await,
-            Opcode::Read => {
-                let mut reads = vec![header];
-                take_buffered_reads(&mut conn, &context.registry, &mut reads);
-                serve_reads(conn.get_mut(), &reads, &context.metrics).await
-            }
-        };
-        if let Err(e) = served {
-            tracing::debug!(%peer, "transfer request failed: {e}");
-            return;
+        if let Err(stop) = served.await {
+            return stop;
         }
     }
 }
 
+/// `future`, unless `deadline` passes first ([`Stop::Expired`]).
+async fn before<T>(
+    deadline: Instant,
+    future: impl Future<Output = io::Result<T>>,
+) -> std::result::Result<T, Stop> {
+    match tokio::time::timeout_at(deadline, future).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(Stop::Expired),
+    }
+}
+
+/// Waits without limit for the next request's first byte, then reads its 24-byte header by
+/// the deadline it starts (first byte + `io_timeout`), which is returned with it.
+async fn next_header(
+    conn: &mut BufReader<TcpStream>,
+    io_timeout: Duration,
+) -> std::result::Result<([u8; HEADER_LEN], Instant), Stop> {
+    if conn.fill_buf().await?.is_empty() {
+        return Err(Stop::Closed);
+    }
+    let deadline = Instant::now() + io_timeout;
+    let mut raw = [0u8; HEADER_LEN];
+    before(deadline, conn.read_exact(&mut raw)).await?;
+    Ok((raw, deadline))
+}
+
+/// Why a header was refused: whether to answer with a status frame, which one, and why.
+struct Refusal {
+    v2: bool,
+    status: Status,
+    why: String,
+}
+
 /// Decodes a header and checks that it is a READ or WRITE of a non-empty range inside one
-/// remotely accessible registered buffer. Refusals carry the v2 flag and the reason.
+/// remotely accessible registered buffer and, when it names a segment epoch, that this is
+/// the buffer's current epoch (a flagged epoch must match exactly, even when the buffer has
+/// none: such a request was meant for another mount).
 fn admit(
     registry: &Registry,
     raw: &[u8; HEADER_LEN],
-) -> std::result::Result<SessionHeader, (bool, String)> {
-    let header = SessionHeader::decode(raw).map_err(|(bad, v2)| (v2, bad.to_string()))?;
-    let accessible = registry
+) -> std::result::Result<SessionHeader, Refusal> {
+    let header = SessionHeader::decode(raw).map_err(|(bad, v2)| Refusal {
+        v2,
+        status: Status::AddrRejected,
+        why: bad.to_string(),
+    })?;
+    let what = format!(
+        "{:?} of {} bytes at {:#x}",
+        header.opcode, header.size, header.addr
+    );
+    let region = registry
         .within(header.addr, header.size)
-        .filter(|region| region.remote_accessible && header.size > 0);
-    if accessible.is_none() {
-        let why = format!(
-            "{:?} of {} bytes at {:#x} is not inside one remotely accessible registered buffer",
-            header.opcode, header.size, header.addr
-        );
-        return Err((header.v2, why));
+        .filter(|region| region.remote_accessible && header.size > 0)
+        .ok_or_else(|| Refusal {
+            v2: header.v2,
+            status: Status::AddrRejected,
+            why: format!("{what} is not inside one remotely accessible registered buffer"),
+        })?;
+    match header.epoch {
+        Some(epoch) if epoch != region.epoch => Err(Refusal {
+            v2: header.v2,
+            status: Status::StaleEpoch,
+            why: format!(
+                "{what} names segment epoch {epoch:#x}, the buffer's is {:#x}",
+                region.epoch
+            ),
+        }),
+        _ => Ok(header),
     }
-    Ok(header)
 }
 
 /// Appends to `reads` the READ requests whose headers already wait in the read-ahead buffer
@@ -217,21 +325,46 @@ fn take_buffered_reads(
     }
 }
 
-/// Applies the payload of one validated WRITE. It is counted as served once the payload is
-/// applied, before the OK status is sent, so an initiator that saw its transfer complete also
-/// sees the server's counters updated.
+/// Applies the payload of one validated WRITE by `deadline`, chunk by chunk: what the
+/// read-ahead buffer holds is copied, small remainders are read ahead, large ones are
+/// received straight into registered memory. It is counted as served once the payload is
+/// applied, before the OK status is sent, so an initiator that saw its transfer complete
+/// also sees the server's counters updated.
 async fn serve_write(
     conn: &mut BufReader<TcpStream>,
     header: SessionHeader,
+    deadline: Instant,
     metrics: &Metrics,
-) -> io::Result<()> {
+) -> std::result::Result<(), Stop> {
     // `admit` succeeded, so the range is inside registered memory and fits in usize.
-    // SAFETY: [addr, addr+size) is registered memory, which the registering caller keeps
-    // valid while registered (module docs state the unregister-during-transfer rule).
-    let target = unsafe {
-        std::slice::from_raw_parts_mut(header.addr as usize as *mut u8, header.size as usize)
-    };
-    conn.read_exact(target).await?;
+    let (target, size) = (header.addr as usize, header.size as usize);
+    let mut done = 0;
+    while done < size {
+        let left = size - done;
+        if conn.buffer().is_empty() {
+            if left >= READ_AHEAD {
+                done += receive(conn.get_ref(), target + done, left, deadline).await?;
+                continue;
+            }
+            if before(deadline, conn.fill_buf()).await?.is_empty() {
+                return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+            }
+        }
+        may_apply(conn.get_ref(), deadline)?;
+        let chunk = conn.buffer().len().min(left);
+        // SAFETY: [target, target+size) is registered memory, which the registering caller
+        // keeps valid while registered (module docs); the read-ahead buffer is ours and
+        // holds `chunk` bytes; the two do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                conn.buffer().as_ptr(),
+                (target + done) as *mut u8,
+                chunk,
+            );
+        }
+        conn.consume(chunk);
+        done += chunk;
+    }
     add(
         &metrics.served_writes,
         &metrics.served_write_bytes,
@@ -243,23 +376,63 @@ async fn serve_write(
     Ok(())
 }
 
-/// Answers validated READs in order with one gathered write (status frames under v2, then
-/// the data straight from registered memory). Each is counted as served before the data is
+/// Whether payload may still be applied: the deadline has not passed and the initiator has
+/// not reset the connection (data it sent before its abortive close may still be queued
+/// here; the pending error says it gave up).
+fn may_apply(stream: &TcpStream, deadline: Instant) -> std::result::Result<(), Stop> {
+    if Instant::now() >= deadline {
+        return Err(Stop::Expired);
+    }
+    match stream.take_error()? {
+        Some(e) => Err(Stop::Failed(e)),
+        None => Ok(()),
+    }
+}
+
+/// Receives at most `len` (> 0) payload bytes straight into registered memory at `addr`
+/// by `deadline`; returns how many arrived.
+async fn receive(
+    stream: &TcpStream,
+    addr: usize,
+    len: usize,
+    deadline: Instant,
+) -> std::result::Result<usize, Stop> {
+    let fd = stream.as_raw_fd();
+    loop {
+        before(deadline, stream.readable()).await?;
+        may_apply(stream, deadline)?;
+        // SAFETY: [addr, addr+len) lies inside a range `admit` accepted (see `serve_write`).
+        match stream.try_io(Interest::READABLE, || unsafe { recv_into(fd, addr, len) }) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Answers validated READs in order with gathered sends (status frames under v2, then the
+/// data straight from registered memory). Each is counted as served before the data is
 /// sent.
 async fn serve_reads(
-    stream: &mut TcpStream,
+    stream: &TcpStream,
     reads: &[SessionHeader],
     metrics: &Metrics,
-) -> io::Result<()> {
+) -> std::result::Result<(), Stop> {
     let status = Status::Ok.encode();
-    let mut parts: Vec<&[u8]> = Vec::with_capacity(reads.len() * 2);
+    let mut parts: Vec<RawPart> = Vec::with_capacity(reads.len() * 2);
     for header in reads {
         if header.v2 {
-            parts.push(&status);
+            parts.push(RawPart {
+                addr: status.as_ptr() as usize,
+                len: STATUS_LEN,
+            });
         }
-        // SAFETY: as in `serve_write`, for reading; `admit` accepted the range.
-        parts.push(unsafe {
-            std::slice::from_raw_parts(header.addr as usize as *const u8, header.size as usize)
+        // `admit` accepted the range: registered memory that fits in usize.
+        parts.push(RawPart {
+            addr: header.addr as usize,
+            len: header.size as usize,
         });
         add(
             &metrics.served_reads,
@@ -267,31 +440,36 @@ async fn serve_reads(
             header.size,
         );
     }
+    let fd = stream.as_raw_fd();
     let mut cursor = Cursor::default();
     while cursor.part < parts.len() {
-        let n = stream
-            .write_vectored(&cursor.unsent(&parts, parts.len()))
-            .await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
+        stream.writable().await?;
+        // SAFETY: the parts are `status` (alive until we return) and ranges `admit`
+        // accepted, which the registering caller keeps valid (module docs).
+        match stream.try_io(Interest::WRITABLE, || unsafe {
+            send_parts(fd, &parts, cursor)
+        }) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero).into()),
+            Ok(n) => cursor.advance(n, parts.len(), |i| parts[i].len),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
         }
-        cursor.advance(n, parts.len(), |i| parts[i].len());
     }
     Ok(())
 }
 
-/// Counts and logs a refused request and, under v2, tells the peer before closing.
-async fn reject(
-    stream: &mut TcpStream,
-    peer: SocketAddr,
-    context: &ServeContext,
-    v2: bool,
-    why: String,
-) {
+/// Counts and logs a refused request and, under v2, tells the peer (the caller then closes
+/// the connection abortively, so a refused WRITE's payload is never read).
+async fn reject(stream: &mut TcpStream, context: &ServeContext, refusal: Refusal) {
     bump(&context.metrics.rejected_requests);
-    tracing::warn!(%peer, "transfer request refused: {why}");
-    if v2 {
+    if refusal.status == Status::StaleEpoch {
+        bump(&context.metrics.stale_epoch_rejections);
+    }
+    let peer = stream.peer_addr().ok();
+    tracing::warn!(?peer, "transfer request refused: {}", refusal.why);
+    if refusal.v2 {
         // The connection is closed right after; a failed send changes nothing.
-        let _ = stream.write_all(&Status::AddrRejected.encode()).await;
+        let _ = stream.write_all(&refusal.status.encode()).await;
     }
 }

@@ -59,6 +59,7 @@ fn request<'a>(
         len: len as u64,
         endpoint,
         remote_addr: remote,
+        epoch: 0,
     }
 }
 
@@ -155,6 +156,7 @@ fn zero_length_requests_do_no_io() {
         len: 0,
         endpoint: "unresolvable",
         remote_addr: 0,
+        epoch: 0,
     };
     // SAFETY: zero-length requests touch no memory.
     let results = unsafe { engine.transfer(&[req, req]) };
@@ -477,6 +479,7 @@ fn server_speaks_v1_and_refuses_malformed_requests() {
             addr: addr_of(&segment),
             opcode: op,
             v2,
+            epoch: None,
         }
         .encode()
     };
@@ -507,7 +510,10 @@ fn server_speaks_v1_and_refuses_malformed_requests() {
         let mut frame = [0u8; STATUS_LEN];
         conn.read_exact(&mut frame).unwrap();
         assert_eq!(Status::decode(&frame), Some(Status::AddrRejected));
-        assert_eq!(conn.read(&mut frame).unwrap(), 0, "closed after a refusal");
+        assert!(
+            closed_by_peer(&mut conn, Duration::from_secs(10)),
+            "closed (abortively) after a refusal"
+        );
     }
     assert_eq!(server.metrics().rejected_requests, 2);
     assert_eq!(HEADER_LEN, 24);
@@ -683,6 +689,7 @@ fn read_slice(buf: &mut [u8], remote: u64) -> Slice {
         local: buf.as_mut_ptr(),
         len: buf.len(),
         remote,
+        epoch: 0,
     }
 }
 
@@ -717,8 +724,8 @@ fn pipelined_group_continues_after_each_refusal() {
             refused.contains(&i),
             "slice {i}: {result:?}"
         );
-        if let Err(message) = result {
-            assert!(message.contains("refused"), "{message}");
+        if let Err(error) = result {
+            assert!(error.message.contains("refused"), "{error:?}");
         } else {
             assert!(
                 backs[i][..] == segment[i * 4096..(i + 1) * 4096],
@@ -826,6 +833,7 @@ fn server_answers_pipelined_requests_in_order() {
             addr: base + offset,
             opcode,
             v2,
+            epoch: None,
         }
         .encode()
     };
@@ -861,4 +869,263 @@ fn server_answers_pipelined_requests_in_order() {
     assert_eq!(&segment[..4096], &update[..]);
     let s = server.metrics();
     assert_eq!((s.served_reads, s.served_writes), (4, 1));
+}
+
+const E1: u64 = 0x00AB_CDEF_0123_4567;
+const E2: u64 = 0x0012_3456_789A_BCDE;
+
+/// `req` naming segment epoch `epoch`.
+fn at_epoch(req: TransferRequest<'_>, epoch: u64) -> TransferRequest<'_> {
+    TransferRequest { epoch, ..req }
+}
+
+/// Requests naming the current epoch of a remote segment are served; after a remount (new
+/// epoch) the same requests fail with `STALE_SEGMENT_EPOCH` and move no byte: a stale WRITE
+/// (one slice, and one larger than the socket buffers, in four slices) leaves the memory as
+/// it was, a stale READ leaves the destination untouched.
+#[test]
+fn stale_segment_epoch_is_refused_over_tcp_and_moves_nothing() {
+    let server = serving_engine();
+    let client = embedded_engine();
+    let mut segment = pattern(8 * MIB, 1);
+    let original = segment.clone();
+    register(&server, &mut segment, true);
+    let base = addr_of(&segment);
+    server.set_region_epoch(base as usize, E1).unwrap();
+    let peer = server.local_name().to_owned();
+    let data = pattern(4 * MIB, 2);
+    one(&client, at_epoch(write_req(&data[..4096], &peer, base), E1)).unwrap();
+    assert_eq!(&segment[..4096], &data[..4096]);
+    let mut back = vec![0u8; 4096];
+    one(&client, at_epoch(read_req(&mut back, &peer, base), E1)).unwrap();
+    assert_eq!(&back[..], &data[..4096]);
+
+    server.set_region_epoch(base as usize, E2).unwrap();
+    let small = one(
+        &client,
+        at_epoch(write_req(&data[..4096], &peer, base + 4096), E1),
+    );
+    assert_eq!(small, Err(ErrorCode::StaleSegmentEpoch));
+    let big = one(
+        &client,
+        at_epoch(write_req(&data, &peer, base + 4 * MIB as u64), E1),
+    );
+    assert_eq!(big, Err(ErrorCode::StaleSegmentEpoch));
+    assert!(segment[4096..] == original[4096..], "a stale WRITE landed");
+    let mut sink = vec![0u8; 4096];
+    let read = one(&client, at_epoch(read_req(&mut sink, &peer, base), E1));
+    assert_eq!(read, Err(ErrorCode::StaleSegmentEpoch));
+    assert!(sink.iter().all(|&b| b == 0), "a stale READ delivered bytes");
+
+    // The current epoch and unchecked requests (epoch 0) are still served.
+    one(&client, at_epoch(read_req(&mut sink, &peer, base), E2)).unwrap();
+    one(&client, read_req(&mut back, &peer, base)).unwrap();
+    assert_eq!(sink, back);
+    assert_eq!(client.metrics().failed_requests, 3);
+    let s = server.metrics();
+    assert_eq!(
+        s.stale_epoch_rejections, 6,
+        "a small WRITE, 4 slices, a READ"
+    );
+    assert_eq!(s.served_writes, 1);
+}
+
+/// The local path (copies to and from our own registered segment) checks the epoch too.
+#[test]
+fn stale_segment_epoch_is_refused_on_the_local_path() {
+    let engine = embedded_engine();
+    let mut segment = pattern(8192, 3);
+    let original = segment.clone();
+    register(&engine, &mut segment, false);
+    let base = addr_of(&segment);
+    let name = engine.local_name().to_owned();
+    assert_eq!(
+        engine.set_region_epoch(base as usize + 1, E1),
+        Err(ErrorCode::InvalidParams)
+    );
+    assert_eq!(
+        engine.set_region_epoch(base as usize, MAX_EPOCH + 1),
+        Err(ErrorCode::InvalidParams)
+    );
+    engine.set_region_epoch(base as usize, E1).unwrap();
+    assert_eq!(
+        engine.region_containing(base as usize).map(|r| r.epoch),
+        Some(E1)
+    );
+    let mut back = vec![0u8; 4096];
+    one(&engine, at_epoch(read_req(&mut back, &name, base), E1)).unwrap();
+    assert_eq!(&back[..], &original[..4096]);
+
+    engine.set_region_epoch(base as usize, E2).unwrap();
+    let data = pattern(4096, 4);
+    let write = one(&engine, at_epoch(write_req(&data, &name, base + 4096), E1));
+    assert_eq!(write, Err(ErrorCode::StaleSegmentEpoch));
+    assert!(segment == original, "a stale local WRITE landed");
+    let mut sink = vec![0u8; 4096];
+    let read = one(&engine, at_epoch(read_req(&mut sink, &name, base), E1));
+    assert_eq!(read, Err(ErrorCode::StaleSegmentEpoch));
+    assert!(
+        sink.iter().all(|&b| b == 0),
+        "a stale local READ delivered bytes"
+    );
+    let m = engine.metrics();
+    assert_eq!((m.stale_epoch_rejections, m.failed_requests), (2, 2));
+    assert_eq!(m.local_copies, 1);
+}
+
+/// A client restarted under the same address: a fresh engine serving the same memory under
+/// a new epoch refuses requests that carry the old one (the wire header names the epoch).
+#[test]
+fn restarted_server_refuses_the_old_epoch() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let first = serving_engine_on(listener);
+    let client = embedded_engine();
+    let mut segment = vec![0u8; 4096];
+    register(&first, &mut segment, true);
+    let base = addr_of(&segment);
+    first.set_region_epoch(base as usize, E1).unwrap();
+    let name = addr.to_string();
+    let data = pattern(4096, 6);
+    one(&client, at_epoch(write_req(&data, &name, base), E1)).unwrap();
+    drop(first);
+    let second = serving_engine_on(TcpListener::bind(addr).unwrap());
+    register(&second, &mut segment, true);
+    second.set_region_epoch(base as usize, E2).unwrap();
+    let stale = one(
+        &client,
+        at_epoch(write_req(&pattern(4096, 7), &name, base), E1),
+    );
+    assert_eq!(stale, Err(ErrorCode::StaleSegmentEpoch));
+    assert_eq!(
+        segment, data,
+        "the old epoch's WRITE landed in the new segment"
+    );
+    let mut back = vec![0u8; 4096];
+    one(&client, at_epoch(read_req(&mut back, &name, base), E2)).unwrap();
+    assert_eq!(back, data);
+}
+
+/// A server on its own registry with a short I/O deadline.
+fn deadline_server(memory: &mut [u8], deadline: Duration) -> (super::server::Server, Arc<Metrics>) {
+    let registry = Arc::new(super::registry::Registry::default());
+    registry
+        .register(memory.as_mut_ptr() as usize, memory.len(), true)
+        .unwrap();
+    let metrics = Arc::new(Metrics::default());
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server =
+        super::server::Server::start(listener, registry, Arc::clone(&metrics), deadline).unwrap();
+    (server, metrics)
+}
+
+/// Waits (at most `bound`) for the server to end `conn`: true when it did (EOF or reset).
+fn closed_by_peer(conn: &mut TcpStream, bound: Duration) -> bool {
+    conn.set_read_timeout(Some(bound)).unwrap();
+    let mut byte = [0u8; 1];
+    match conn.read(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
+}
+
+/// A WRITE whose payload stalls past the server's deadline: the server drops it and closes
+/// the connection; the bytes sent after the deadline never reach memory.
+#[test]
+fn write_payload_after_the_deadline_is_never_applied() {
+    let mut segment = vec![0u8; 8192];
+    let base = addr_of(&segment);
+    let (server, metrics) = deadline_server(&mut segment, Duration::from_millis(300));
+    let data = pattern(8192, 5);
+    let header = SessionHeader {
+        size: 8192,
+        addr: base,
+        opcode: Opcode::Write,
+        v2: true,
+        epoch: None,
+    }
+    .encode();
+    let mut conn = TcpStream::connect(server.local_addr()).unwrap();
+    conn.write_all(&header).unwrap();
+    conn.write_all(&data[..4096]).unwrap();
+    let started = Instant::now();
+    let closed = closed_by_peer(&mut conn, Duration::from_secs(3));
+    // The late half; on a closed connection the sends may fail, which is the point.
+    let _ = conn.write_all(&data[4096..]);
+    let mut frame = [0u8; STATUS_LEN];
+    conn.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let status = conn
+        .read_exact(&mut frame)
+        .ok()
+        .map(|()| Status::decode(&frame));
+    server.shutdown();
+    assert!(
+        segment[4096..].iter().all(|&b| b == 0),
+        "late bytes were applied ({status:?})"
+    );
+    assert!(closed, "the server kept the stalled WRITE open");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let m = metrics.snapshot();
+    assert_eq!((m.expired_requests, m.served_writes), (1, 0));
+}
+
+/// A header that stops half-way times out with the same deadline.
+#[test]
+fn half_received_header_times_out() {
+    let mut segment = vec![0u8; 4096];
+    let (server, metrics) = deadline_server(&mut segment, Duration::from_millis(300));
+    let mut conn = TcpStream::connect(server.local_addr()).unwrap();
+    // An idle connection is kept past the deadline.
+    assert!(!closed_by_peer(&mut conn, Duration::from_millis(600)));
+    conn.write_all(&[1u8; 10]).unwrap();
+    assert!(
+        closed_by_peer(&mut conn, Duration::from_secs(3)),
+        "half a header held forever"
+    );
+    assert_eq!(metrics.snapshot().expired_requests, 1);
+    server.shutdown();
+}
+
+/// A WRITE whose answer times out: the initiator closes the connection abortively (RST),
+/// so the peer sees a reset, not an orderly end after which queued payload would still be
+/// delivered; a timeout is not retried on another connection.
+#[test]
+fn timed_out_connection_is_reset() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = listener.local_addr().unwrap();
+    let silent = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut request = vec![0u8; HEADER_LEN + 4096];
+        conn.read_exact(&mut request).unwrap();
+        // Never answer; see how the initiator ends the connection.
+        let mut byte = [0u8; 1];
+        match conn.read(&mut byte) {
+            Ok(n) => format!("read {n}"),
+            Err(e) => format!("{:?}", e.kind()),
+        }
+    });
+    let metrics = Arc::new(Metrics::default());
+    let settings = Settings {
+        io_timeout: Duration::from_millis(200),
+        lanes: 1,
+    };
+    let pool = ConnectionPool::new(settings, Arc::clone(&metrics));
+    let data = pattern(4096, 8);
+    let slice = Slice {
+        op: Opcode::Write,
+        local: data.as_ptr().cast_mut(),
+        len: data.len(),
+        remote: 0x1000,
+        epoch: 0,
+    };
+    // SAFETY: `data` outlives the call; WRITE only reads it.
+    let results = unsafe { pool.execute(peer, &[slice]) };
+    assert!(results[0].is_err(), "{results:?}");
+    assert_eq!(silent.join().unwrap(), "ConnectionReset");
+    assert_eq!(metrics.snapshot().connections_opened, 1);
 }

@@ -1,5 +1,11 @@
 //! Mooncake's TCP transport framing (protocol v2, spec §5.3): the 24-byte `SessionHeader`
 //! and the 8-byte status frame. Pure encoding and decoding; no I/O.
+//!
+//! Extension (ours, compatible with Mooncake peers): opcode flag [`EPOCH_FLAG`] says that
+//! the 7 padding bytes carry the 56-bit little-endian segment epoch the initiator expects
+//! the target range to have. A header without the flag (every Mooncake C++ initiator) has
+//! zero padding and is served unchecked. A Mooncake C++ *server* does not know the flag and
+//! refuses such a request, so initiators name an epoch only to peers that set one.
 
 use std::fmt;
 
@@ -10,6 +16,11 @@ pub const HEADER_LEN: usize = 24;
 pub const STATUS_LEN: usize = 8;
 /// Opcode flag that marks protocol v2 (status frames on both READ and WRITE).
 pub const V2_FLAG: u8 = 0x80;
+/// Opcode flag (our extension) that marks a header carrying a segment epoch in bytes
+/// 17..24.
+pub const EPOCH_FLAG: u8 = 0x40;
+/// Largest epoch the header can carry (56 bits).
+const EPOCH_MASK: u64 = (1 << 56) - 1;
 /// High 32 bits of every status frame: "MCTV".
 const STATUS_MAGIC: u64 = 0x4D43_5456;
 
@@ -33,6 +44,10 @@ pub struct SessionHeader {
     pub opcode: Opcode,
     /// Whether the v2 flag is set (status frames are exchanged).
     pub v2: bool,
+    /// The segment epoch the request names ([`EPOCH_FLAG`]); `None`: unchecked. Encoding
+    /// keeps the low 56 bits only (callers pass at most
+    /// [`MAX_EPOCH`](super::registry::MAX_EPOCH)).
+    pub epoch: Option<u64>,
 }
 
 /// A header whose opcode is neither READ nor WRITE (with or without the v2 flag).
@@ -46,17 +61,23 @@ impl fmt::Display for BadOpcode {
 }
 
 impl SessionHeader {
-    /// The header bytes: little-endian size and addr, opcode, zero padding.
+    /// The header bytes: little-endian size and addr, opcode with its flags, then the epoch
+    /// (56-bit little-endian) or zero padding.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut out = [0u8; HEADER_LEN];
         out[0..8].copy_from_slice(&self.size.to_le_bytes());
         out[8..16].copy_from_slice(&self.addr.to_le_bytes());
         out[16] = self.opcode as u8 | if self.v2 { V2_FLAG } else { 0 };
+        if let Some(epoch) = self.epoch {
+            out[16] |= EPOCH_FLAG;
+            out[17..24].copy_from_slice(&(epoch & EPOCH_MASK).to_le_bytes()[..7]);
+        }
         out
     }
 
-    /// Parses header bytes; the padding is ignored. The v2 flag is reported in `v2` even
-    /// when the opcode is unknown, so the server knows whether to answer with a status frame.
+    /// Parses header bytes; the padding is read as the epoch when [`EPOCH_FLAG`] is set and
+    /// ignored otherwise. The v2 flag is reported in `v2` even when the opcode is unknown,
+    /// so the server knows whether to answer with a status frame.
     pub fn decode(bytes: &[u8; HEADER_LEN]) -> Result<SessionHeader, (BadOpcode, bool)> {
         let mut word = [0u8; 8];
         word.copy_from_slice(&bytes[0..8]);
@@ -65,16 +86,22 @@ impl SessionHeader {
         let addr = u64::from_le_bytes(word);
         let raw = bytes[16];
         let v2 = raw & V2_FLAG != 0;
-        let opcode = match raw & !V2_FLAG {
+        let opcode = match raw & !(V2_FLAG | EPOCH_FLAG) {
             0 => Opcode::Read,
             1 => Opcode::Write,
             _ => return Err((BadOpcode(raw), v2)),
         };
+        let epoch = (raw & EPOCH_FLAG != 0).then(|| {
+            let mut epoch = [0u8; 8];
+            epoch[..7].copy_from_slice(&bytes[17..24]);
+            u64::from_le_bytes(epoch)
+        });
         Ok(SessionHeader {
             size,
             addr,
             opcode,
             v2,
+            epoch,
         })
     }
 }
@@ -86,6 +113,10 @@ pub enum Status {
     Ok,
     /// The address range is not inside one remotely accessible registered buffer.
     AddrRejected,
+    /// (Our extension.) The request named a segment epoch that is not the current epoch of
+    /// the target range (the segment was remounted, or the process restarted); nothing was
+    /// read or written.
+    StaleEpoch,
     /// A well-formed frame with a code this implementation does not know.
     Other(u32),
 }
@@ -96,6 +127,7 @@ impl Status {
         let code = match self {
             Status::Ok => 0,
             Status::AddrRejected => 1,
+            Status::StaleEpoch => 2,
             Status::Other(code) => code,
         };
         ((STATUS_MAGIC << 32) | u64::from(code)).to_le_bytes()
@@ -110,6 +142,7 @@ impl Status {
         Some(match word as u32 {
             0 => Status::Ok,
             1 => Status::AddrRejected,
+            2 => Status::StaleEpoch,
             code => Status::Other(code),
         })
     }
@@ -126,6 +159,7 @@ mod tests {
             addr: 0x1122_3344_5566_7788,
             opcode: Opcode::Write,
             v2: true,
+            epoch: None,
         };
         let bytes = h.encode();
         assert_eq!(&bytes[0..8], &0x0102_0304_0506_0708u64.to_le_bytes());
@@ -154,9 +188,41 @@ mod tests {
             u64::from_le_bytes(Status::AddrRejected.encode()),
             0x4D43_5456_0000_0001
         );
-        for s in [Status::Ok, Status::AddrRejected, Status::Other(7)] {
+        for s in [
+            Status::Ok,
+            Status::AddrRejected,
+            Status::StaleEpoch,
+            Status::Other(7),
+        ] {
             assert_eq!(Status::decode(&s.encode()), Some(s));
         }
         assert_eq!(Status::decode(&1u64.to_le_bytes()), None);
+    }
+
+    #[test]
+    fn epoch_travels_in_the_padding_behind_its_flag() {
+        let h = SessionHeader {
+            size: 4096,
+            addr: 0x7f00_0000_1000,
+            opcode: Opcode::Read,
+            v2: true,
+            epoch: Some(0x00AB_CDEF_0123_4567),
+        };
+        let bytes = h.encode();
+        assert_eq!(bytes[16], 0xC0);
+        assert_eq!(&bytes[17..], &[0x67, 0x45, 0x23, 0x01, 0xEF, 0xCD, 0xAB]);
+        assert_eq!(SessionHeader::decode(&bytes), Ok(h));
+        // Without the flag the padding is ignored (a Mooncake peer's header).
+        let mut plain = bytes;
+        plain[16] = 0x81;
+        let decoded = SessionHeader::decode(&plain).unwrap();
+        assert_eq!((decoded.epoch, decoded.opcode), (None, Opcode::Write));
+        // The flag with a zero epoch is an epoch (0), not "unchecked".
+        let zero = SessionHeader {
+            epoch: Some(0),
+            ..h
+        }
+        .encode();
+        assert_eq!(SessionHeader::decode(&zero).unwrap().epoch, Some(0));
     }
 }
