@@ -838,6 +838,33 @@ fn copy_failure_scenario(driver: Driver) {
     assert_eq!(client.get_into("p-good", &mut back), Ok(values[1].len() as u64));
     assert_eq!(back, values[1]);
 
+    // Through staging (the replica is on another client): a refused copy out of staging
+    // fails the get; a put whose source cannot be copied into staging is revoked.
+    let master = TcpMaster::start();
+    let owner = master.client(64 * MIB);
+    let remote = master.client(0);
+    let far = on(&owner.get_hostname());
+    owner.put_from("far", &values[0], &far).unwrap();
+    let dsts = filled(&[values[0].len()]);
+    refuse_copies(driver, Some(&dsts[0]));
+    let ticket = get_on(&remote, &["far"], &dsts, StreamRef::Host(&host));
+    assert_eq!(ticket.wait(LIMIT), ErrorCode::TransferFail.code());
+    assert_eq!(ticket.results(), vec![fail]);
+    refuse_copies(driver, Some(&srcs[0]));
+    let bufs = vec![vec![buf(&srcs[0])]];
+    // SAFETY: the device source outlives the wait below.
+    let ticket = unsafe {
+        remote.batch_put_from_on_stream_raw(&["far-put"], bufs, &far, StreamRef::Host(&host))
+    }
+    .expect("host-stream put through staging issued");
+    assert_eq!(ticket.wait(LIMIT), ErrorCode::TransferFail.code());
+    let mut back = vec![0u8; values[0].len()];
+    assert_eq!(
+        owner.get_into("far-put", &mut back),
+        Err(ErrorCode::ObjectNotFound)
+    );
+    assert_eq!(remote.metrics().stream.staging_bytes_in_use, 0);
+
     // Device streams: the refused copy is refused at enqueue, the call fails, nothing is
     // committed.
     let stream = DevStream::new(driver);
