@@ -451,7 +451,10 @@ fn get_into_ranges_refuses_overlapping_destination_fragments() {
             vec![refused, Ok(10), Ok(0)]
         ]]
     );
-    assert!(big[..30].iter().all(|&x| x == FILL), "refused fragments write nothing");
+    assert!(
+        big[..30].iter().all(|&x| x == FILL),
+        "refused fragments write nothing"
+    );
     assert_eq!(&big[100..108], &a[..8]);
     assert_eq!(&big[200..210], &b[10..20]);
     assert!(

@@ -835,7 +835,10 @@ fn copy_failure_scenario(driver: Driver) {
         "an unfilled replica is never committed"
     );
     let mut back = vec![0u8; values[1].len()];
-    assert_eq!(client.get_into("p-good", &mut back), Ok(values[1].len() as u64));
+    assert_eq!(
+        client.get_into("p-good", &mut back),
+        Ok(values[1].len() as u64)
+    );
     assert_eq!(back, values[1]);
 
     // Through staging (the replica is on another client): a refused copy out of staging
@@ -889,7 +892,10 @@ fn copy_failure_scenario(driver: Driver) {
     assert_eq!(refused.err(), Some(ErrorCode::InternalError));
     stream.synchronize();
     let mut back = vec![0u8; values[0].len()];
-    assert_ne!(client.get_into("d-bad", &mut back), Ok(values[0].len() as u64));
+    assert_ne!(
+        client.get_into("d-bad", &mut back),
+        Ok(values[0].len() as u64)
+    );
     refuse_copies(driver, None);
 }
 
