@@ -372,13 +372,13 @@ fn ranges_gather_into_one_buffer() {
     let b = pattern(500, 6);
     client.put_from("ra", &a, &cfg()).unwrap();
     client.put_from("rb", &b, &cfg()).unwrap();
-    let mut big = vec![0u8; 300];
+    let mut big = vec![0u8; 310];
     let keys = vec![vec![
         "ra".to_string(),
         "rb".to_string(),
         "missing".to_string(),
     ]];
-    let dst = vec![vec![vec![0, 100], vec![200], vec![250]]];
+    let dst = vec![vec![vec![0, 100], vec![200], vec![300]]];
     let src = vec![vec![vec![10, 900], vec![0], vec![0]]];
     let sizes = vec![vec![vec![100, 100], vec![100], vec![10]]];
     let request = RangeRequest {
@@ -415,8 +415,75 @@ fn ranges_gather_into_one_buffer() {
     assert_eq!(
         got[0][1],
         vec![Err(ErrorCode::InvalidParams)],
-        "250 + 100 > 300"
+        "250 + 100 > 310"
     );
+}
+
+/// Fragments whose destinations share bytes would be two aliasing writes on different
+/// transfer lanes: every such fragment is refused with `INVALID_PARAMS` and writes nothing,
+/// in one buffer, across keys and across raw buffers; the other fragments still land.
+#[test]
+fn get_into_ranges_refuses_overlapping_destination_fragments() {
+    const FILL: u8 = 0xAB;
+    let client = embedded(16 * MIB as u64, 0);
+    let (a, b) = (pattern(1000, 11), pattern(1000, 12));
+    client.put_from("ov-a", &a, &cfg()).unwrap();
+    client.put_from("ov-b", &b, &cfg()).unwrap();
+    let keys = vec![vec!["ov-a".to_string(), "ov-b".to_string()]];
+    // ov-a: [0, 16) and [8, 24) overlap each other; [100, 108) is fine.
+    // ov-b: [20, 30) overlaps ov-a's [8, 24); [200, 210) is fine; [300, 300) is empty.
+    let dst = vec![vec![vec![0, 8, 100], vec![20, 200, 300]]];
+    let src = vec![vec![vec![0, 16, 0], vec![0, 10, 0]]];
+    let sizes = vec![vec![vec![16, 16, 8], vec![10, 10, 0]]];
+    let request = RangeRequest {
+        keys: &keys,
+        dst_offsets: &dst,
+        src_offsets: &src,
+        sizes: &sizes,
+    };
+    let mut big = vec![FILL; 400];
+    let got = client.get_into_ranges(&mut [&mut big[..]], &request);
+    let refused = Err(ErrorCode::InvalidParams);
+    assert_eq!(
+        got,
+        vec![vec![
+            vec![refused, refused, Ok(8)],
+            vec![refused, Ok(10), Ok(0)]
+        ]]
+    );
+    assert!(
+        big[..30].iter().all(|&x| x == FILL),
+        "refused fragments write nothing"
+    );
+    assert_eq!(&big[100..108], &a[..8]);
+    assert_eq!(&big[200..210], &b[10..20]);
+    assert!(
+        mooncake_rs::error::last_error_message().contains("overlap"),
+        "{}",
+        mooncake_rs::error::last_error_message()
+    );
+
+    // Raw buffers that share bytes: fragments overlapping across them are refused as well.
+    let mut raw = vec![FILL; 64];
+    let base = raw.as_mut_ptr() as usize;
+    let bufs = [
+        mooncake_rs::client::Buf::new(base, 32),
+        mooncake_rs::client::Buf::new(base + 16, 48),
+    ];
+    let keys = vec![vec!["ov-a".to_string()], vec!["ov-b".to_string()]];
+    let dst = vec![vec![vec![16]], vec![vec![0]]];
+    let src = vec![vec![vec![0]], vec![vec![0]]];
+    let sizes = vec![vec![vec![8]], vec![vec![8]]];
+    let request = RangeRequest {
+        keys: &keys,
+        dst_offsets: &dst,
+        src_offsets: &src,
+        sizes: &sizes,
+    };
+    // SAFETY: both buffers lie inside `raw`, writable for the call.
+    let got = unsafe { client.get_into_ranges_raw(&bufs, &request) };
+    assert_eq!(got, vec![vec![vec![refused]], vec![vec![refused]]]);
+    assert!(raw.iter().all(|&x| x == FILL));
 }
 
 #[test]

@@ -76,6 +76,20 @@ fn ascend_stream_gets_use_acl() {
     );
 }
 
+#[test]
+fn copy_failures_reach_the_ticket_and_nothing_unfilled_is_committed() {
+    child("copy_failures", &cuda(), &[]);
+}
+
+#[test]
+fn ascend_copy_failures_reach_the_ticket() {
+    child(
+        "ascend_copy_failures",
+        &ascend(),
+        &[("MC_DEVICE_RUNTIME", "ascend")],
+    );
+}
+
 // ---------------------------------------------------------------- child side
 
 type HostFn = unsafe extern "C" fn(*mut c_void);
@@ -728,4 +742,173 @@ fn child_cuda_no_stream_symbols() {
     .expect("host-stream get issued");
     assert_eq!(ticket.wait(LIMIT), 0);
     assert_eq!(out, value);
+}
+
+/// Makes the stand-in refuse every copy touching `range` (`None`: refuse nothing). `None` is
+/// returned under a real driver, which has no such hook.
+fn refuse_copies(driver: Driver, range: Option<&DeviceAlloc>) -> Option<()> {
+    let word = |name: &CStr| {
+        standin_symbol(driver.lib(), name).map(|sym| {
+            // SAFETY: the stand-in's `unsigned long` hook words, alive as long as the library;
+            // the stand-in reads them atomically.
+            unsafe { &*(sym as *const std::sync::atomic::AtomicU64) }
+        })
+    };
+    let (base, len) = (word(c"fake_refuse_base")?, word(c"fake_refuse_len")?);
+    len.store(0, Ordering::SeqCst);
+    if let Some(d) = range {
+        base.store(d.addr() as u64, Ordering::SeqCst);
+        len.store(d.len() as u64, Ordering::SeqCst);
+    }
+    Some(())
+}
+
+/// The ticket's status word as the stream sees it (host streams: a host address).
+fn status_word(ticket: &Ticket) -> i32 {
+    // SAFETY: the word lives as long as the ticket; the host writes it atomically.
+    unsafe { &*(ticket.status_word() as *const std::sync::atomic::AtomicI32) }
+        .load(Ordering::SeqCst)
+}
+
+/// A copy the driver refuses on a host stream fails that key (ticket status and per-key
+/// result `TRANSFER_FAIL`, and the status word later stream work reads), the other keys of the
+/// call still land; an on-stream put whose source copy is refused revokes that key instead of
+/// committing it. On a device stream a refused enqueue fails the call and commits nothing.
+fn copy_failure_scenario(driver: Driver) {
+    let client = embedded(64 * MIB, 0);
+    let values = [pattern(100_000, 31), pattern(4096, 32)];
+    let keys = ["bad", "good"];
+    for (k, v) in keys.iter().zip(&values) {
+        client.put_from(k, v, &ReplicateConfig::default()).unwrap();
+    }
+    let host = HostStream::new().unwrap();
+    let fail = Err(ErrorCode::TransferFail);
+
+    // A get on a host stream whose first destination the driver refuses.
+    let dsts = filled(&[values[0].len(), values[1].len()]);
+    if refuse_copies(driver, Some(&dsts[0])).is_none() {
+        return; // a real driver: nothing to inject with
+    }
+    let ticket = get_on(&client, &keys, &dsts, StreamRef::Host(&host));
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(TICKET_PENDING));
+    let (word, out) = (ticket.status_word(), seen.clone());
+    host.launch(move || {
+        // SAFETY: the ticket (alive until the assertions below) keeps the word.
+        let status = unsafe { &*(word as *const std::sync::atomic::AtomicI32) };
+        out.store(status.load(Ordering::SeqCst), Ordering::SeqCst);
+    });
+    assert!(host.synchronize(LIMIT));
+    assert_eq!(ticket.wait(LIMIT), ErrorCode::TransferFail.code());
+    assert_eq!(ticket.results(), vec![fail, Ok(values[1].len() as u64)]);
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        ErrorCode::TransferFail.code(),
+        "later stream work sees the failure in the status word"
+    );
+    assert_eq!(status_word(&ticket), ErrorCode::TransferFail.code());
+    assert_eq!(read_device(&dsts[1]), values[1]);
+    let m = client.metrics().stream;
+    assert_eq!((m.tickets_ok, m.tickets_failed), (0, 1));
+
+    // A put on a host stream whose first source the driver refuses: that key is revoked,
+    // the other committed.
+    let srcs: Vec<DeviceAlloc> = values.iter().map(|v| device_with(v)).collect();
+    refuse_copies(driver, Some(&srcs[0]));
+    let bufs = srcs.iter().map(|d| vec![buf(d)]).collect();
+    let put_keys = ["p-bad", "p-good"];
+    // SAFETY: the device sources outlive the wait below.
+    let ticket = unsafe {
+        client.batch_put_from_on_stream_raw(
+            &put_keys,
+            bufs,
+            &ReplicateConfig::default(),
+            StreamRef::Host(&host),
+        )
+    }
+    .expect("host-stream put issued");
+    assert_eq!(ticket.wait(LIMIT), ErrorCode::TransferFail.code());
+    assert_eq!(ticket.results(), vec![fail, Ok(values[1].len() as u64)]);
+    let mut back = vec![0u8; values[0].len()];
+    assert_eq!(
+        client.get_into("p-bad", &mut back),
+        Err(ErrorCode::ObjectNotFound),
+        "an unfilled replica is never committed"
+    );
+    let mut back = vec![0u8; values[1].len()];
+    assert_eq!(
+        client.get_into("p-good", &mut back),
+        Ok(values[1].len() as u64)
+    );
+    assert_eq!(back, values[1]);
+
+    // Through staging (the replica is on another client): a refused copy out of staging
+    // fails the get; a put whose source cannot be copied into staging is revoked.
+    let master = TcpMaster::start();
+    let owner = master.client(64 * MIB);
+    let remote = master.client(0);
+    let far = on(&owner.get_hostname());
+    owner.put_from("far", &values[0], &far).unwrap();
+    let dsts = filled(&[values[0].len()]);
+    refuse_copies(driver, Some(&dsts[0]));
+    let ticket = get_on(&remote, &["far"], &dsts, StreamRef::Host(&host));
+    assert_eq!(ticket.wait(LIMIT), ErrorCode::TransferFail.code());
+    assert_eq!(ticket.results(), vec![fail]);
+    refuse_copies(driver, Some(&srcs[0]));
+    let bufs = vec![vec![buf(&srcs[0])]];
+    // SAFETY: the device source outlives the wait below.
+    let ticket = unsafe {
+        remote.batch_put_from_on_stream_raw(&["far-put"], bufs, &far, StreamRef::Host(&host))
+    }
+    .expect("host-stream put through staging issued");
+    assert_eq!(ticket.wait(LIMIT), ErrorCode::TransferFail.code());
+    let mut back = vec![0u8; values[0].len()];
+    assert_eq!(
+        owner.get_into("far-put", &mut back),
+        Err(ErrorCode::ObjectNotFound)
+    );
+    assert_eq!(remote.metrics().stream.staging_bytes_in_use, 0);
+
+    // Device streams: the refused copy is refused at enqueue, the call fails, nothing is
+    // committed.
+    let stream = DevStream::new(driver);
+    let dsts = filled(&[values[0].len()]);
+    refuse_copies(driver, Some(&dsts[0]));
+    let bufs = vec![vec![buf(&dsts[0])]];
+    // SAFETY: a device buffer of its length, alive throughout.
+    let refused =
+        unsafe { client.batch_get_into_on_stream_raw(&["bad"], bufs, true, stream.as_ref()) };
+    assert_eq!(refused.err(), Some(ErrorCode::InternalError));
+    refuse_copies(driver, Some(&srcs[0]));
+    let bufs = vec![vec![buf(&srcs[0])]];
+    // SAFETY: as above.
+    let refused = unsafe {
+        client.batch_put_from_on_stream_raw(
+            &["d-bad"],
+            bufs,
+            &ReplicateConfig::default(),
+            stream.as_ref(),
+        )
+    };
+    assert_eq!(refused.err(), Some(ErrorCode::InternalError));
+    stream.synchronize();
+    let mut back = vec![0u8; values[0].len()];
+    assert_ne!(
+        client.get_into("d-bad", &mut back),
+        Ok(values[0].len() as u64)
+    );
+    refuse_copies(driver, None);
+}
+
+#[test]
+fn child_copy_failures() {
+    if is_child() {
+        copy_failure_scenario(Driver::Cuda);
+    }
+}
+
+#[test]
+fn child_ascend_copy_failures() {
+    if is_child() {
+        copy_failure_scenario(Driver::Ascend);
+    }
 }

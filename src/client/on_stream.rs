@@ -7,7 +7,9 @@
 //! destination would need a synchronous host-to-host copy); on a host stream any memory
 //! works. The caller keeps destinations valid and untouched until the stream has passed the
 //! call. After a failed key a device stream may still have written unspecified bytes into
-//! that key's destination; a host stream leaves it unchanged.
+//! that key's destination; a host stream copies nothing more into it once the key failed
+//! (a copy the driver refused fails the key with `TRANSFER_FAIL`; fragments copied before it
+//! may hold new bytes).
 
 use super::core::{Client, ClientCore};
 use super::plan::{self, Buf, Fragment};

@@ -6,6 +6,9 @@
 //! the transport and commits (`PutEnd`) or, on any failure, revokes (`PutRevoke`). Commits
 //! never run on a driver callback thread.
 //!
+//! A key any of whose copies failed (a host stream reports each refused copy as
+//! `TRANSFER_FAIL`) is revoked, never committed.
+//!
 //! Ordering: until the ticket is final the objects are not readable (a get sees the old
 //! state: not found, or the existing value — insert-if-absent is unchanged); once it reports
 //! 0 every get sees the new bytes. The sources must stay valid and unchanged until the

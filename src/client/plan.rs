@@ -128,6 +128,32 @@ pub(crate) fn check_within(fragments: &[Fragment], size: u64) -> Result<()> {
     Ok(())
 }
 
+/// Which destination ranges (`(addr, len)`) share a byte with another one: `true` at every
+/// index that overlaps at least one other range. Empty ranges overlap nothing. Sorts by
+/// start and sweeps once, O(n log n): a range starting before the furthest end seen so far
+/// joins that run of ranges, and every range in a run of two or more overlaps one of them.
+pub(crate) fn overlapping(ranges: &[(usize, u64)]) -> Vec<bool> {
+    let mut order: Vec<usize> = (0..ranges.len()).filter(|&i| ranges[i].1 > 0).collect();
+    order.sort_unstable_by_key(|&i| ranges[i].0);
+    let mut marked = vec![false; ranges.len()];
+    let mut mark_run = |run: &[usize]| {
+        if run.len() > 1 {
+            run.iter().for_each(|&i| marked[i] = true);
+        }
+    };
+    let (mut first, mut reach) = (0, 0u128);
+    for (pos, &i) in order.iter().enumerate() {
+        let (start, len) = (ranges[i].0 as u128, ranges[i].1 as u128);
+        if start >= reach {
+            mark_run(&order[first..pos]);
+            first = pos;
+        }
+        reach = reach.max(start + len);
+    }
+    mark_run(&order[first..]);
+    marked
+}
+
 /// Transfer requests moving `fragments` to (`Write`) or from (`Read`) one replica.
 pub(crate) fn requests<'a>(
     op: TransferOp,
@@ -200,5 +226,28 @@ mod tests {
             Buf { addr: 2, len: 1 },
         ];
         assert_eq!(total_len(&overflow), Err(ErrorCode::InvalidParams));
+    }
+
+    #[test]
+    fn overlap_marks_every_range_sharing_a_byte() {
+        // [0,10) holds [5,6) and [8,12); [12,14) only touches; [20,20) is empty inside
+        // [15,25); [15,25) and [24,30) share byte 24; the top of the address space is fine.
+        let ranges = [
+            (8, 4),
+            (0, 10),
+            (12, 2),
+            (5, 1),
+            (20, 0),
+            (15, 10),
+            (24, 6),
+            (usize::MAX - 1, 2),
+        ];
+        assert_eq!(
+            overlapping(&ranges),
+            vec![true, true, false, true, false, true, true, false]
+        );
+        assert_eq!(overlapping(&[(7, 3), (7, 3)]), vec![true, true]);
+        assert_eq!(overlapping(&[(0, 4), (4, 4)]), vec![false, false]);
+        assert!(overlapping(&[]).is_empty());
     }
 }

@@ -2,10 +2,10 @@
 //! buffers, with one master query for all keys and one engine batch for all fragments.
 
 use super::core::Client;
-use super::plan::{Buf, Fragment};
+use super::plan::{self, Buf, Fragment};
 use super::read::ReadJob;
 use crate::error::{fail, ErrorCode, Result};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Where each fragment of a `get_into_ranges` call goes: for buffer `i`, key `j`, fragment
 /// `k`, copy object bytes `[src_offsets[i][j][k], + sizes[i][j][k])` of `keys[i][j]` to
@@ -21,11 +21,59 @@ pub struct RangeRequest<'a> {
     pub sizes: &'a [Vec<Vec<u64>>],
 }
 
+impl RangeRequest<'_> {
+    /// Whether row `i` has one entry per key in every array.
+    fn row_ok(&self, i: usize) -> bool {
+        let m = self.keys[i].len();
+        self.dst_offsets[i].len() == m && self.src_offsets[i].len() == m && self.sizes[i].len() == m
+    }
+
+    /// Whether entry `[i][j]` has one offset pair per fragment.
+    fn entry_ok(&self, i: usize, j: usize) -> bool {
+        let n = self.sizes[i][j].len();
+        self.dst_offsets[i][j].len() == n && self.src_offsets[i][j].len() == n
+    }
+
+    /// The fragments `[i][j][k]` whose destination shares a byte with another fragment's,
+    /// across all buffers (by address, so buffers that overlap each other count too).
+    /// Fragments of a malformed row or entry, or past their buffer, are left out: they are
+    /// refused anyway.
+    fn overlapping(&self, buffers: &[Buf]) -> HashSet<(usize, usize, usize)> {
+        let mut at = Vec::new();
+        let mut ranges = Vec::new();
+        for (i, buffer) in buffers.iter().enumerate().filter(|&(i, _)| self.row_ok(i)) {
+            for j in (0..self.keys[i].len()).filter(|&j| self.entry_ok(i, j)) {
+                for (k, (&dst, &len)) in self.dst_offsets[i][j]
+                    .iter()
+                    .zip(&self.sizes[i][j])
+                    .enumerate()
+                {
+                    if dst.checked_add(len).is_some_and(|end| end <= buffer.len) {
+                        at.push((i, j, k));
+                        ranges.push((buffer.addr + dst as usize, len));
+                    }
+                }
+            }
+        }
+        let marked = plan::overlapping(&ranges);
+        at.into_iter()
+            .zip(marked)
+            .filter_map(|(at, overlaps)| overlaps.then_some(at))
+            .collect()
+    }
+}
+
 impl Client {
     /// Runs a [`RangeRequest`] into `buffers`. Returns, per `[i][j][k]`, the bytes copied or
-    /// an error: `INVALID_PARAMS` (shape mismatch, a range past the buffer or the object),
-    /// the key's query error, `LEASE_EXPIRED`, `TRANSFER_FAIL`. The result has the shape of
-    /// `sizes` (a shape mismatch at `[i]` or `[i][j]` gives one `INVALID_PARAMS` entry there).
+    /// an error: `INVALID_PARAMS` (shape mismatch, a range past the buffer or the object, a
+    /// destination overlapping another fragment's), the key's query error, `LEASE_EXPIRED`,
+    /// `TRANSFER_FAIL`. The result has the shape of `sizes` (a shape mismatch at `[i]` or
+    /// `[i][j]` gives one `INVALID_PARAMS` entry there).
+    ///
+    /// Overlapping destinations: every fragment whose destination shares a byte with
+    /// another fragment's destination in the same call is refused (all of them, since which
+    /// write would land last is undefined) and writes nothing; the other fragments run.
+    /// Cost O(n log n) in the number of fragments.
     pub fn get_into_ranges(
         &self,
         buffers: &mut [&mut [u8]],
@@ -38,30 +86,22 @@ impl Client {
 
     /// [`Client::get_into_ranges`] with raw destination buffers that may be device memory.
     ///
+    /// Overlapping destinations are refused as in [`Client::get_into_ranges`], compared by
+    /// address across all buffers.
+    ///
     /// # Safety
-    /// Every [`Buf`] is writable memory (host or device) of its length for the whole call,
-    /// and no two of them overlap.
+    /// Every [`Buf`] is writable memory (host or device) of its length for the whole call.
     pub unsafe fn get_into_ranges_raw(
         &self,
         buffers: &[Buf],
         request: &RangeRequest<'_>,
     ) -> Vec<Vec<Vec<Result<u64>>>> {
         let core = &self.core;
-        let shape_ok = |i: usize, j: usize| {
-            let n = request.sizes[i][j].len();
-            request.dst_offsets[i][j].len() == n && request.src_offsets[i][j].len() == n
-        };
         let n = request.keys.len();
         let top_ok = buffers.len() == n
             && request.dst_offsets.len() == n
             && request.src_offsets.len() == n
             && request.sizes.len() == n;
-        let row_ok = |i: usize| {
-            let m = request.keys[i].len();
-            request.dst_offsets[i].len() == m
-                && request.src_offsets[i].len() == m
-                && request.sizes[i].len() == m
-        };
         let bad = || vec![Err(ErrorCode::InvalidParams)];
         if let Err(e) = core.check_open() {
             return request
@@ -89,19 +129,20 @@ impl Client {
                 unique.len() - 1
             });
         }
+        let overlapping = request.overlapping(buffers);
         let answers = core.query(&unique);
         let mut results: Vec<Vec<Vec<Result<u64>>>> = Vec::with_capacity(n);
         let mut jobs = Vec::new();
         let mut job_at = Vec::new();
         for (i, buffer) in buffers.iter().enumerate() {
-            if !row_ok(i) {
+            if !request.row_ok(i) {
                 results.push(request.keys[i].iter().map(|_| bad()).collect());
                 continue;
             }
             let (base, capacity) = (buffer.addr, buffer.len);
             let mut row = Vec::with_capacity(request.keys[i].len());
             for (j, key) in request.keys[i].iter().enumerate() {
-                if !shape_ok(i, j) {
+                if !request.entry_ok(i, j) {
                     row.push(bad());
                     continue;
                 }
@@ -122,6 +163,15 @@ impl Client {
                             return fail(
                                 ErrorCode::InvalidParams,
                                 format!("fragment [{i}][{j}][{k}] is out of range"),
+                            );
+                        }
+                        if overlapping.contains(&(i, j, k)) {
+                            return fail(
+                                ErrorCode::InvalidParams,
+                                format!(
+                                    "fragment [{i}][{j}][{k}]'s destination overlaps another \
+                                     fragment's: overlapping fragments are refused"
+                                ),
                             );
                         }
                         Ok(len)

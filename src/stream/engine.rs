@@ -372,8 +372,8 @@ impl StreamEngine {
             results,
             hold,
         ));
-        if !plan.gated && !plan.commits {
-            state.publish_issue_status();
+        if !plan.gated && !plan.commits && target.is_device() {
+            state.publish_data_status();
         }
         let counters = &shared.counters;
         counters
@@ -441,7 +441,7 @@ impl StreamEngine {
             results,
             Box::new(|_| {}),
         ));
-        state.publish_issue_status();
+        state.publish_data_status();
         state.release(|_| {});
         Ok(Ticket { state })
     }
@@ -535,22 +535,20 @@ unsafe fn enqueue(
 ) -> std::result::Result<(), String> {
     match target {
         Target::Host(stream) => {
-            let direct = plan.direct.clone();
-            stream.enqueue(Box::new(move || run_copies(&direct)));
-            if plan.gated {
-                let ticket = state.clone();
-                let staged = plan.staged.clone();
-                stream.enqueue(Box::new(move || {
+            let ticket = state.clone();
+            let (direct, staged, gated) = (plan.direct.clone(), plan.staged.clone(), plan.gated);
+            stream.enqueue(Box::new(move || {
+                run_copies(&ticket, &direct);
+                if gated {
                     ticket.wait_gate();
                     if !ticket.gate_failed() {
-                        let ok: Vec<Copy> = staged
-                            .into_iter()
-                            .filter(|c| !ticket.key_failed(c.key))
-                            .collect();
-                        run_copies(&ok);
+                        run_copies(&ticket, &staged);
                     }
-                }));
-            }
+                }
+                if !ticket.commits {
+                    ticket.publish_data_status();
+                }
+            }));
             let marker = Marker::new(state, shared);
             stream.enqueue(Box::new(move || marker.fire()));
             Ok(())
@@ -586,12 +584,16 @@ unsafe fn enqueue(
 }
 
 /// Host-stream copies (any memory kind: `memcpy_safe` routes device memory to the driver).
-fn run_copies(copies: &[Copy]) {
-    for c in copies {
+/// A failed copy fails its key (`TRANSFER_FAIL`) in `ticket`; the key's remaining copies are
+/// skipped, as are those of keys that failed before, so a failed key's destination gets no
+/// more bytes and a put never commits it.
+fn run_copies(ticket: &TicketState, copies: &[Copy]) {
+    for c in copies.iter().filter(|c| !ticket.key_failed(c.key)) {
         // SAFETY: the ranges are valid until the marker (the issue contract).
         if let Err(e) = unsafe { device::memcpy_safe(c.dst as *mut u8, c.src as *const u8, c.len) }
         {
-            tracing::error!(error = %e, "host-stream copy failed");
+            tracing::warn!(ticket = ticket.id, key = c.key, error = %e, "host-stream copy failed");
+            ticket.fail_key(c.key, ErrorCode::TransferFail);
         }
     }
 }

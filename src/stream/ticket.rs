@@ -79,10 +79,13 @@ impl TicketState {
         &self.slot
     }
 
-    /// Records a key's failure (the transfer of its staged part).
+    /// Records a key's failure (a copy, the transfer of its staged part, the commit). The
+    /// first error wins: a key that already failed keeps its error.
     pub(crate) fn fail_key(&self, index: usize, error: ErrorCode) {
         if let Some(r) = self.results.lock().get_mut(index) {
-            *r = Err(error);
+            if r.is_ok() {
+                *r = Err(error);
+            }
         }
     }
 
@@ -113,10 +116,22 @@ impl TicketState {
         true
     }
 
-    /// For tickets without a staged part: the status word is final at issue time.
-    pub(crate) fn publish_issue_status(&self) {
-        let status = self.first_key_error().map_or(0, |e| e.code());
-        self.slot.set_status(status);
+    /// Writes the status word with what is known of the data now: the gate's failure, else
+    /// the first failed key, else 0. Device streams without a staged part call it at issue
+    /// time; host streams once the call's copies ran (a copy there can fail).
+    pub(crate) fn publish_data_status(&self) {
+        self.slot.set_status(self.data_status());
+    }
+
+    /// The gate's failure, else the first failed key's error, as a status (0: none).
+    fn data_status(&self) -> i32 {
+        let gate_error = match &self.phase.lock().gate {
+            Some(Err(e)) => Some(*e),
+            _ => None,
+        };
+        gate_error
+            .or_else(|| self.first_key_error())
+            .map_or(0, |e| e.code())
     }
 
     /// Whether the gate opened with a failure (host streams then skip the staged copies).
@@ -151,13 +166,7 @@ impl TicketState {
         if let Some(hold) = hold {
             hold(self);
         }
-        let gate_error = match &self.phase.lock().gate {
-            Some(Err(e)) => Some(*e),
-            _ => None,
-        };
-        let status = gate_error
-            .or_else(|| self.first_key_error())
-            .map_or(0, |e| e.code());
+        let status = self.data_status();
         account(status);
         self.slot.set_status(status);
         self.phase.lock().released = Some(status);
@@ -219,8 +228,10 @@ impl Ticket {
     }
 
     /// The device-readable address of the status word: `TICKET_PENDING` until the call's
-    /// data is known (gate open, or issue time without a staged part), then 0 or a negative
-    /// code. For host streams it is the host address. Valid while this handle lives.
+    /// data is known, then 0 or a negative code. Known means: on a device stream, the gate
+    /// open (issue time without a staged part); on a host stream, the call's copies done
+    /// (work enqueued after the call reads the final word); for puts, the commit done. For
+    /// host streams it is the host address. Valid while this handle lives.
     pub fn status_word(&self) -> usize {
         self.state.slot().status_device()
     }

@@ -53,6 +53,7 @@ CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsigned lo
 
 CUresult cuMemcpy(unsigned long long dst, unsigned long long src, size_t len) {
     if (depth == 0) return INVALID_CONTEXT;
+    if (fake_copy_refused(dst, src, len)) return INVALID_VALUE;
     fake_copy(dst, src, len);
     return OK;
 }

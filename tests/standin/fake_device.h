@@ -86,6 +86,25 @@ static int fake_alloc(size_t len, uintptr_t *out) {
     return ok;
 }
 
+/* Test hook, written by the tests through dlsym: every copy with a side overlapping
+ * [fake_refuse_base, fake_refuse_base + fake_refuse_len) is refused — synchronous copies fail,
+ * asynchronous ones are refused at enqueue — as a driver refuses a bad address. Counted in
+ * fake_refused_copies. */
+unsigned long fake_refuse_base, fake_refuse_len, fake_refused_copies;
+
+static int fake_overlaps_refused(uintptr_t p, size_t len) {
+    uintptr_t base = __atomic_load_n(&fake_refuse_base, __ATOMIC_ACQUIRE);
+    size_t n = __atomic_load_n(&fake_refuse_len, __ATOMIC_ACQUIRE);
+    return n && len && p < base + n && base < p + len;
+}
+
+/* 1 (and counted) when the hook refuses a copy of `len` bytes from `src` to `dst`. */
+__attribute__((unused)) static int fake_copy_refused(uintptr_t dst, uintptr_t src, size_t len) {
+    int refused = fake_overlaps_refused(dst, len) || fake_overlaps_refused(src, len);
+    if (refused) __atomic_add_fetch(&fake_refused_copies, 1, __ATOMIC_RELAXED);
+    return refused;
+}
+
 static void fake_copy(uintptr_t dst, uintptr_t src, size_t len) {
     memcpy(fake_view(dst), fake_view(src), len);
     __atomic_add_fetch(&fake_device_copies, 1, __ATOMIC_RELAXED);
@@ -330,7 +349,7 @@ static int fake_stream_push(void *handle, struct fake_op op) {
 
 /* An async copy; counts a host side that is neither registered nor device memory. */
 __attribute__((unused)) static int fake_enqueue_copy(void *handle, uintptr_t dst, uintptr_t src, size_t len) {
-    if (!fake_stream_get(handle)) return -1;
+    if (!fake_stream_get(handle) || fake_copy_refused(dst, src, len)) return -1;
     int pageable = (!fake_is_device(dst) && !fake_is_registered_range(dst, len)) ||
                    (!fake_is_device(src) && !fake_is_registered_range(src, len));
     if (pageable) __atomic_add_fetch(&fake_pageable_async_sources, 1, __ATOMIC_RELAXED);
