@@ -168,7 +168,7 @@ pub(crate) fn requests<'a>(
             len: f.len,
             endpoint: &replica.buffer.transport_endpoint,
             remote_addr: replica.buffer.buffer_address + f.offset,
-            epoch: 0,
+            epoch: replica.buffer.epoch,
         })
         .collect()
 }
