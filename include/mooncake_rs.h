@@ -874,8 +874,9 @@ int mc_store_batch_get_into_multi_buffers(mc_store_t *store,
 /**
  * Gathers `range_count` fragments (see `mc_range_t`) into `buffer_count` buffers with one
  * master query. Writes per fragment the bytes copied or a negative code into
- * `results[range_count]` (-600 for a fragment past its buffer or object or with a bad
- * `buffer_index`; the key's query error; -707; -800) and returns 0. Batch-level errors
+ * `results[range_count]` (-600 for a fragment past its buffer or object, with a bad
+ * `buffer_index`, or whose destination overlaps another fragment's — every fragment of an
+ * overlap is refused and writes nothing; the key's query error; -707; -800) and returns 0. Batch-level errors
  * (NULL arrays with non-zero counts, NULL `key`, overlapping buffers, store not set up)
  * follow the contract of `mc_store_batch_get_into`. Thread-safe.
  */
