@@ -304,6 +304,7 @@ fn peer_refuses_access_outside_registered_ranges() {
             endpoint: &peer.name,
             remote_addr: addr,
             epoch: 0,
+            send_by: None,
         };
         // SAFETY: `buf` is valid and writable for `len` ≤ its length.
         unsafe { engine.transfer(&[request]) }.pop().unwrap()
@@ -327,6 +328,7 @@ fn peer_refuses_access_outside_registered_ranges() {
         endpoint: &peer.name,
         remote_addr: 0x2000,
         epoch: 0,
+        send_by: None,
     };
     // SAFETY: `buf` is valid for reads of 64 bytes.
     assert_eq!(

@@ -19,7 +19,7 @@ use super::on_stream::check_device_memory;
 use super::plan::{self, Buf, Fragment};
 use super::read::per_key;
 use super::sessions::lengths_match;
-use super::write::{check_replicas, GrantedWrite};
+use super::write::{check_replicas, GrantedWrite, ReplicaWrite};
 use crate::error::{fail, ErrorCode, Result};
 use crate::stream::{Copy, Hold, Plan, StagingBuf, StreamRef, Ticket};
 use crate::types::{ReplicaDescriptor, ReplicateConfig, WriteToken};
@@ -219,22 +219,28 @@ fn commit_hold(
                 ticket.fail_key(*i, e);
             }
         }
-        let writes: Vec<(usize, Vec<ReplicaDescriptor>, Vec<Fragment>)> = staged
+        let send_by = |key: usize| {
+            let granted = reserved.iter().find(|(i, _)| *i == key);
+            granted.and_then(|(_, write)| write.send_by())
+        };
+        let writes: Vec<ReplicaWrite> = staged
             .iter()
             .filter(|w| !ticket.key_failed(w.key))
-            .map(|w| {
-                let whole = Fragment {
+            .map(|w| ReplicaWrite {
+                key: w.key,
+                replicas: w.replicas.clone(),
+                fragments: vec![Fragment {
                     local: w.staging.addr(),
                     len: w.size,
                     offset: 0,
-                };
-                (w.key, w.replicas.clone(), vec![whole])
+                }],
+                send_by: send_by(w.key),
             })
             .collect();
-        for ((key, _, _), outcome) in writes.iter().zip(core.write_replicas(&writes)) {
+        for (write, outcome) in writes.iter().zip(core.write_replicas(&writes)) {
             if let Err(e) = outcome {
-                tracing::debug!(key = %keys[*key], error = %e, "on-stream put: replica write failed");
-                ticket.fail_key(*key, e);
+                tracing::debug!(key = %keys[write.key], error = %e, "on-stream put: replica write failed");
+                ticket.fail_key(write.key, e);
             }
         }
         let (good, bad): (Vec<_>, Vec<_>) = tokens(&reserved)

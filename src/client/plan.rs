@@ -169,6 +169,7 @@ pub(crate) fn requests<'a>(
             endpoint: &replica.buffer.transport_endpoint,
             remote_addr: replica.buffer.buffer_address + f.offset,
             epoch: replica.buffer.epoch,
+            send_by: None,
         })
         .collect()
 }

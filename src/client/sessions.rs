@@ -5,7 +5,7 @@
 use super::core::Client;
 use super::plan::{self, Buf, Fragment};
 use super::read::{per_key, ReadJob};
-use super::write::{check_replicas, GrantedWrite};
+use super::write::{check_replicas, GrantedWrite, ReplicaWrite};
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::MasterApi;
 use crate::types::{ClientId, ReplicaDescriptor, ReplicateConfig};
@@ -441,17 +441,22 @@ impl Client {
                 (Ok(fragments), Some(session)) => {
                     results.push(Ok(fragments.iter().map(|f| f.len).sum()));
                     entered.push(Arc::clone(session));
-                    writes.push((i, session.replicas.clone(), fragments));
+                    writes.push(ReplicaWrite {
+                        key: i,
+                        replicas: session.replicas.clone(),
+                        fragments,
+                        send_by: session.write.send_by(),
+                    });
                 }
                 (Err(e), _) => results.push(Err(e)),
                 (Ok(_), None) => results.push(Err(ErrorCode::InternalError)),
             }
         }
         let outcomes = core.write_replicas(&writes);
-        for ((session, (i, _, _)), outcome) in entered.iter().zip(&writes).zip(outcomes) {
+        for ((session, write), outcome) in entered.iter().zip(&writes).zip(outcomes) {
             session.leave(outcome);
             if let Err(e) = outcome {
-                results[*i] = Err(e);
+                results[write.key] = Err(e);
             }
         }
         results

@@ -8,10 +8,20 @@ use super::core::{Client, ClientCore};
 use super::metrics::ClientCounters;
 use super::plan::{self, Buf, Fragment};
 use crate::error::{fail, ErrorCode, Result};
-use crate::transfer::TransferOp;
+use crate::transfer::{TransferOp, TransferRequest};
 use crate::types::{ReplicaDescriptor, ReplicateConfig, WriteGrant, WriteToken};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+/// One key's write into all its replicas: the source fragments (object offsets), the
+/// replicas, and the instant after which no slice may start (the grant's end).
+pub(super) struct ReplicaWrite {
+    /// Index of the key in the caller's batch.
+    pub(super) key: usize,
+    pub(super) replicas: Vec<ReplicaDescriptor>,
+    pub(super) fragments: Vec<Fragment>,
+    pub(super) send_by: Option<Instant>,
+}
 
 /// A write the master granted, as its writer keeps it: the token its end or revoke presents,
 /// and the local deadline after which no transfer into its replicas may start (the master
@@ -31,6 +41,12 @@ impl GrantedWrite {
             token: grant.token,
             deadline: crate::master::deadline(asked_at, ttl),
         }
+    }
+
+    /// The instant after which no slice into the replicas may start
+    /// ([`crate::transfer::TransferRequest::send_by`]).
+    pub(super) fn send_by(&self) -> Option<Instant> {
+        Some(self.deadline)
     }
 
     /// Whether transfers into the replicas may still start. Errors: `STALE_WRITE_TOKEN` once
@@ -370,7 +386,7 @@ impl ClientCore {
             ],
             Err(e) => vec![Err(e); pending.len()],
         };
-        let mut writes: Vec<(usize, Vec<ReplicaDescriptor>, Vec<Fragment>)> = Vec::new();
+        let mut writes: Vec<ReplicaWrite> = Vec::new();
         let mut tokens: HashMap<usize, WriteToken> = HashMap::new();
         let mut revoke = Vec::new();
         for (&(i, size), start) in pending.iter().zip(started) {
@@ -381,7 +397,12 @@ impl ClientCore {
                     let checked = check_replicas(&grant.replicas, size)
                         .and_then(|()| granted.check_writable());
                     match checked {
-                        Ok(()) => writes.push((i, grant.replicas, plan::contiguous(&bufs[i]))),
+                        Ok(()) => writes.push(ReplicaWrite {
+                            key: i,
+                            replicas: grant.replicas,
+                            fragments: plan::contiguous(&bufs[i]),
+                            send_by: granted.send_by(),
+                        }),
                         Err(e) => {
                             results[i] = Err(e);
                             revoke.push((i, granted.token));
@@ -399,13 +420,13 @@ impl ClientCore {
         }
         let outcomes = self.write_replicas(&writes);
         let mut commit = Vec::new();
-        for ((i, _, _), outcome) in writes.iter().zip(outcomes) {
-            let token = tokens[i];
+        for (write, outcome) in writes.iter().zip(outcomes) {
+            let (i, token) = (write.key, tokens[&write.key]);
             match outcome {
-                Ok(()) => commit.push((*i, token)),
+                Ok(()) => commit.push((i, token)),
                 Err(e) => {
-                    results[*i] = Err(e);
-                    revoke.push((*i, token));
+                    results[i] = Err(e);
+                    revoke.push((i, token));
                 }
             }
         }
@@ -424,16 +445,17 @@ impl ClientCore {
 
     /// Writes every key's fragments to every one of its replicas in one engine batch; a key
     /// succeeds only if all its replicas were written.
-    pub(super) fn write_replicas(
-        &self,
-        writes: &[(usize, Vec<ReplicaDescriptor>, Vec<Fragment>)],
-    ) -> Vec<Result<()>> {
+    pub(super) fn write_replicas(&self, writes: &[ReplicaWrite]) -> Vec<Result<()>> {
         let mut requests = Vec::new();
         let mut spans = Vec::with_capacity(writes.len());
-        for (_, replicas, fragments) in writes {
+        for write in writes {
             let start = requests.len();
-            for replica in replicas {
-                requests.extend(plan::requests(TransferOp::Write, fragments, replica));
+            for replica in &write.replicas {
+                let planned = plan::requests(TransferOp::Write, &write.fragments, replica);
+                requests.extend(planned.into_iter().map(|r| TransferRequest {
+                    send_by: write.send_by,
+                    ..r
+                }));
             }
             spans.push(start..requests.len());
         }

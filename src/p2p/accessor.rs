@@ -190,6 +190,7 @@ impl Accessor {
                     endpoint: &grant.buffer.endpoint,
                     remote_addr: grant.buffer.addr,
                     epoch: 0,
+                    send_by: None,
                 });
             }
         }
@@ -267,6 +268,7 @@ impl Accessor {
                     endpoint: &grant.buffer.endpoint,
                     remote_addr: grant.buffer.addr,
                     epoch: 0,
+                    send_by: None,
                 });
             }
         }

@@ -361,6 +361,7 @@ impl DataManager {
                     endpoint: &item.source.endpoint,
                     remote_addr: item.source.addr,
                     epoch: 0,
+                    send_by: None,
                 });
             }
         }
@@ -419,6 +420,7 @@ impl DataManager {
                     endpoint: &item.target.endpoint,
                     remote_addr: item.target.addr,
                     epoch: 0,
+                    send_by: None,
                 });
             }
         }

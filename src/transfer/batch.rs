@@ -21,6 +21,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Where a job's bytes go.
 #[derive(Clone, Copy, Debug)]
@@ -40,6 +41,8 @@ pub(crate) struct Job {
     /// The local memory is device memory: a remote job goes through a bounce buffer (its
     /// slice is at most [`STAGE_CHUNK`](super::staging::STAGE_CHUNK) bytes).
     pub(crate) staged: bool,
+    /// The job is not started after this instant ([`super::TransferRequest::send_by`]).
+    pub(crate) send_by: Option<Instant>,
 }
 
 /// How one request of a batch ended.
@@ -183,6 +186,21 @@ unsafe fn execute(io: &Io, unit: &[Job]) -> Vec<Result<u64, SliceError>> {
     let Some(first) = unit.first() else {
         return Vec::new();
     };
+    let now = Instant::now();
+    if let Some(late) = unit
+        .iter()
+        .find(|job| job.send_by.is_some_and(|by| now >= by))
+    {
+        bump(&io.metrics.late_sends_refused);
+        let error = SliceError {
+            code: ErrorCode::StaleWriteToken,
+            message: format!(
+                "{:?} of {} bytes at {:#x} not started: its writer's grant ended",
+                late.slice.op, late.slice.len, late.slice.remote
+            ),
+        };
+        return unit.iter().map(|_| Err(error.clone())).collect();
+    }
     match first.route {
         Route::Local => unit
             .iter()
@@ -405,6 +423,7 @@ mod tests {
                 epoch: 0,
             },
             staged: false,
+            send_by: None,
         }
     }
 

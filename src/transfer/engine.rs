@@ -15,6 +15,7 @@ use crate::device::{self, MemoryKind};
 use crate::error::{fail, ErrorCode, Result};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// How to build a [`TransferEngine`].
 pub struct EngineConfig {
@@ -57,8 +58,13 @@ pub struct TransferRequest<'a> {
     /// unchecked (buffers that are not segments, P2P tier buffers, Mooncake peers). When
     /// non-zero, the registered range holding `remote_addr` must carry exactly this epoch
     /// (see [`TransferEngine::set_region_epoch`]) or the request fails with
-    /// `STALE_SEGMENT_EPOCH` and no byte is moved.
+    /// `STALE_SEGMENT_EPOCH` and no byte of it is moved after the remount (slices sent
+    /// before it may have moved).
     pub epoch: u64,
+    /// No part of the request is started after this instant: a slice not yet sent by then
+    /// fails with `STALE_WRITE_TOKEN` (a writer's grant or lease ended: the space may belong to
+    /// another key by now). `None`: no limit.
+    pub send_by: Option<Instant>,
 }
 
 /// Moves bytes between this process's buffers and registered memory of this or other
@@ -317,6 +323,7 @@ impl TransferEngine {
                     epoch: request.epoch,
                 },
                 staged: false,
+                send_by: request.send_by,
             });
             return Ok(Some(match (request.op, on_device) {
                 (TransferOp::Write, false) => Path::HostToLocalSegment,
@@ -348,6 +355,7 @@ impl TransferEngine {
                         epoch: request.epoch,
                     },
                     staged: on_device,
+                    send_by: request.send_by,
                 });
                 done += len;
             }

@@ -64,6 +64,9 @@ counters! {
     /// `MC_TRANSFER_TIMEOUT_MS`); the connection was closed abortively and no later byte of
     /// it was applied.
     expired_requests,
+    /// Slices this engine did not start because their request's `send_by` had passed (the
+    /// writer's grant or lease ended); they failed with `STALE_WRITE_TOKEN`.
+    late_sends_refused,
     /// Requests (local or remote) that this engine initiated and that failed.
     failed_requests,
     /// Outgoing TCP connections opened.

@@ -60,6 +60,7 @@ fn request<'a>(
         endpoint,
         remote_addr: remote,
         epoch: 0,
+        send_by: None,
     }
 }
 
@@ -157,6 +158,7 @@ fn zero_length_requests_do_no_io() {
         endpoint: "unresolvable",
         remote_addr: 0,
         epoch: 0,
+        send_by: None,
     };
     // SAFETY: zero-length requests touch no memory.
     let results = unsafe { engine.transfer(&[req, req]) };
@@ -1128,4 +1130,43 @@ fn timed_out_connection_is_reset() {
     assert!(results[0].is_err(), "{results:?}");
     assert_eq!(silent.join().unwrap(), "ConnectionReset");
     assert_eq!(metrics.snapshot().connections_opened, 1);
+}
+
+/// A request whose `send_by` has passed is not started: no slice goes out (remote) or is
+/// copied (local), and it fails with `STALE_WRITE_TOKEN`; one still in time is served.
+#[test]
+fn request_past_its_send_by_is_never_started() {
+    let server = serving_engine();
+    let client = embedded_engine();
+    let mut segment = pattern(MIB, 4);
+    let original = segment.clone();
+    register(&server, &mut segment, true);
+    let base = addr_of(&segment);
+    let peer = server.local_name().to_owned();
+    let data = pattern(MIB, 5);
+    let past = Some(Instant::now());
+    let late = TransferRequest {
+        send_by: past,
+        ..write_req(&data, &peer, base)
+    };
+    assert_eq!(one(&client, late), Err(ErrorCode::StaleWriteToken));
+    assert!(segment == original, "a late WRITE landed");
+    assert_eq!(server.metrics().served_writes, 0);
+    assert_eq!(client.metrics().late_sends_refused, 1);
+    let mut local = pattern(4096, 6);
+    let local_original = local.clone();
+    register(&client, &mut local, false);
+    let name = client.local_name().to_owned();
+    let late_local = TransferRequest {
+        send_by: past,
+        ..write_req(&data[..4096], &name, addr_of(&local))
+    };
+    assert_eq!(one(&client, late_local), Err(ErrorCode::StaleWriteToken));
+    assert!(local == local_original, "a late local copy landed");
+    let in_time = TransferRequest {
+        send_by: Some(Instant::now() + Duration::from_secs(30)),
+        ..write_req(&data, &peer, base)
+    };
+    one(&client, in_time).unwrap();
+    assert!(segment == data);
 }
