@@ -218,6 +218,7 @@ unsafe fn copy_local(io: &Io, slice: &Slice) -> Result<u64, SliceError> {
                     "{op:?} of {len} bytes at {remote:#x}: segment epoch {epoch:#x} is not the \
                      current one ({current:#x?})"
                 ),
+                unreachable: false,
             });
         }
     }

@@ -64,6 +64,13 @@ counters! {
     /// `MC_TRANSFER_TIMEOUT_MS`); the connection was closed abortively and no later byte of
     /// it was applied.
     expired_requests,
+    /// Incoming connections this engine's server reset at once, without reading from them,
+    /// because it already held `MC_TRANSFER_MAX_CONNECTIONS` connections, or
+    /// `MC_TRANSFER_MAX_CONNECTIONS_PER_PEER` from the same peer IP address.
+    refused_connections,
+    /// Connections this engine's server closed because no request arrived on them for
+    /// `MC_TRANSFER_IDLE_TIMEOUT_MS`.
+    idle_closed,
     /// Requests (local or remote) that this engine initiated and that failed.
     failed_requests,
     /// Outgoing TCP connections opened.
