@@ -8,9 +8,9 @@ use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
 use super::*;
 use crate::error::{last_error_message, ErrorCode};
 use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

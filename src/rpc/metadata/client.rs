@@ -229,7 +229,10 @@ impl HttpMetadataResolver {
 
     /// A resolver asking through `client`, caching within `limits` (`entries` 0 counts as
     /// 1).
-    pub fn with_cache_limits(client: HttpMetadataClient, limits: CacheLimits) -> HttpMetadataResolver {
+    pub fn with_cache_limits(
+        client: HttpMetadataClient,
+        limits: CacheLimits,
+    ) -> HttpMetadataResolver {
         HttpMetadataResolver {
             client,
             limits: CacheLimits {
@@ -424,8 +427,15 @@ mod tests {
             limits,
         );
         for i in 0..10 {
-            assert_eq!(resolver.resolve(&format!("seg{i}")).unwrap().port(), 17000 + i);
-            assert!(resolver.cached_len() <= 3, "{} cached", resolver.cached_len());
+            assert_eq!(
+                resolver.resolve(&format!("seg{i}")).unwrap().port(),
+                17000 + i
+            );
+            assert!(
+                resolver.cached_len() <= 3,
+                "{} cached",
+                resolver.cached_len()
+            );
         }
         // seg7..seg9 are cached (a re-publication is not seen), seg6 was evicted.
         client.publish_segment("seg9", &descriptor(18009)).unwrap();
