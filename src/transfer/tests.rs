@@ -1467,3 +1467,27 @@ fn republished_peer_is_reached_after_one_failed_attempt() {
     one(&client, read_req(&mut back, "peer", base)).unwrap();
     assert_eq!(back, expected);
 }
+
+/// A peer that asks for a large READ and never reads the answer does not hold the
+/// connection: the send stalls past the I/O timeout and the server resets it.
+#[test]
+fn unread_read_answer_expires() {
+    let mut segment = vec![7u8; 32 * MIB];
+    let base = addr_of(&segment);
+    let (server, metrics) = deadline_server(&mut segment, Duration::from_millis(300));
+    let mut conn = TcpStream::connect(server.local_addr()).unwrap();
+    let header = SessionHeader {
+        size: segment.len() as u64,
+        addr: base,
+        opcode: Opcode::Read,
+        v2: true,
+        epoch: None,
+    }
+    .encode();
+    conn.write_all(&header).unwrap();
+    let expired = wait_until(Duration::from_secs(3), || {
+        metrics.snapshot().expired_requests == 1
+    });
+    assert!(expired, "a stalled READ answer held its connection");
+    server.shutdown();
+}
