@@ -198,6 +198,7 @@ unsafe fn execute(io: &Io, unit: &[Job]) -> Vec<Result<u64, SliceError>> {
                 "{:?} of {} bytes at {:#x} not started: its writer's grant ended",
                 late.slice.op, late.slice.len, late.slice.remote
             ),
+            unreachable: false,
         };
         return unit.iter().map(|_| Err(error.clone())).collect();
     }
@@ -236,6 +237,7 @@ unsafe fn copy_local(io: &Io, slice: &Slice) -> Result<u64, SliceError> {
                     "{op:?} of {len} bytes at {remote:#x}: segment epoch {epoch:#x} is not the \
                      current one ({current:#x?})"
                 ),
+                unreachable: false,
             });
         }
     }

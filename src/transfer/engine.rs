@@ -118,7 +118,7 @@ impl TransferEngine {
                     listener,
                     Arc::clone(&registry),
                     Arc::clone(&metrics),
-                    settings.io_timeout,
+                    settings,
                 );
                 if started.is_err() {
                     executor.stop();
@@ -209,6 +209,9 @@ impl TransferEngine {
     /// times out (`MC_TRANSFER_TIMEOUT_MS` per socket operation; a connection that failed
     /// or timed out is closed abortively), or after [`shutdown`](Self::shutdown) for remote
     /// endpoints. A request split into slices reports the error of one of its failed slices.
+    /// When that error is a connection-level failure (connect refused, reset, timeout, early
+    /// close; not a refusal by the peer) the endpoint's cached address is dropped
+    /// ([`SegmentResolver::invalidate`]), so the next request looks it up again.
     ///
     /// # Safety
     /// For every request, `[local_addr, local_addr+len)` is valid memory (host or device)
@@ -233,6 +236,9 @@ impl TransferEngine {
                 }
                 (Ok(_), Some(error)) => {
                     bump(&self.metrics.failed_requests);
+                    if error.unreachable {
+                        self.resolver.invalidate(request.endpoint);
+                    }
                     fail(error.code, error.message)
                 }
                 (Ok(path), None) => {

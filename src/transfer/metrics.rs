@@ -67,6 +67,13 @@ counters! {
     /// Slices this engine did not start because their request's `send_by` had passed (the
     /// writer's grant or lease ended); they failed with `STALE_WRITE_TOKEN`.
     late_sends_refused,
+    /// Incoming connections this engine's server reset at once, without reading from them,
+    /// because it already held `MC_TRANSFER_MAX_CONNECTIONS` connections, or
+    /// `MC_TRANSFER_MAX_CONNECTIONS_PER_PEER` from the same peer IP address.
+    refused_connections,
+    /// Connections this engine's server closed because no request arrived on them for
+    /// `MC_TRANSFER_IDLE_TIMEOUT_MS`.
+    idle_closed,
     /// Requests (local or remote) that this engine initiated and that failed.
     failed_requests,
     /// Outgoing TCP connections opened.

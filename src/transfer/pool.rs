@@ -15,17 +15,25 @@
 //! two socket buffers on the answer path hold; the server therefore never blocks on sending
 //! for long and keeps consuming requests.
 //!
+//! Stale pooled connections: a peer closes connections that stay idle too long
+//! (`MC_TRANSFER_IDLE_TIMEOUT_MS` on its side). A pooled connection is checked without
+//! blocking before reuse (a queued EOF, reset or stray data discards it). If the peer closed
+//! it after that check, the peer had read nothing of our requests (it closes gracefully only
+//! between requests, with nothing of a next one received), so we see its orderly close: an
+//! EOF, or `EPIPE` once its kernel resets our late data, before any answer byte. Exactly that
+//! case, on a connection taken from the pool, is retried once on a fresh connection. A reset
+//! (`ECONNRESET`), a timeout, or a failure after any answer byte is never retried: the peer
+//! may have applied (part of) a WRITE, which must not be applied twice.
+//!
 //! Failures: a refusal ends the connection (the server closes it), so the slices after a
-//! refused one are sent again on another connection and the refused one alone fails. A
-//! socket failure before anything completed on a connection taken from the pool (the peer
-//! may have closed it while idle) is retried once on a fresh connection; READ and WRITE are
-//! idempotent. Any other socket failure, a timeout or a malformed frame fails the slice it
-//! happened on and every slice after it.
+//! refused one are sent again on another connection and the refused one alone fails. Any
+//! other socket failure, a timeout or a malformed frame fails the slice it happened on and
+//! every slice after it; socket failures are marked [`SliceError::unreachable`].
 
 use super::gather::Cursor;
 use super::metrics::{bump, Metrics};
 use super::settings::Settings;
-use super::socket::set_abortive_close;
+use super::socket::{idle_connection_dead, set_abortive_close};
 use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
 use crate::error::ErrorCode;
 use parking_lot::Mutex;
@@ -63,14 +71,18 @@ pub(crate) struct Slice {
 pub(crate) struct SliceError {
     pub(crate) code: ErrorCode,
     pub(crate) message: String,
+    /// The peer could not be reached or the connection failed (connect refused, reset,
+    /// timed out, closed early), as opposed to a refusal: the peer's address may be stale.
+    pub(crate) unreachable: bool,
 }
 
 impl From<String> for SliceError {
-    /// A `TRANSFER_FAIL` with `message`.
+    /// A `TRANSFER_FAIL` with `message`, not [`unreachable`](SliceError::unreachable).
     fn from(message: String) -> SliceError {
         SliceError {
             code: ErrorCode::TransferFail,
             message,
+            unreachable: false,
         }
     }
 }
@@ -108,10 +120,14 @@ enum Failure {
 }
 
 impl Failure {
-    /// Whether a fresh connection might succeed where a pooled one failed.
-    fn retryable(&self) -> bool {
+    /// Whether this is the peer's orderly close of an idle connection (an EOF, or `EPIPE`
+    /// after it), which a fresh connection may retry if no answer byte arrived (module docs).
+    fn closed_while_idle(&self) -> bool {
         match self {
-            Failure::Io(e) => !is_timeout(e),
+            Failure::Io(e) => matches!(
+                e.kind(),
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe
+            ),
             Failure::Refused(_) | Failure::Protocol => false,
         }
     }
@@ -145,7 +161,11 @@ impl Failure {
                 format!("{what}: malformed status frame"),
             ),
         };
-        SliceError { code, message }
+        SliceError {
+            code,
+            message,
+            unreachable: matches!(self, Failure::Io(_)),
+        }
     }
 }
 
@@ -167,6 +187,8 @@ fn is_timeout(e: &io::Error) -> bool {
 struct Run {
     /// Leading slices that completed.
     completed: usize,
+    /// Whether any answer byte arrived.
+    answered: bool,
     /// Why slice number `completed` did not (`None`: all completed).
     stop: Option<Failure>,
 }
@@ -220,7 +242,11 @@ impl ConnectionPool {
             };
             // SAFETY: forwarded from the caller; an earlier failed attempt has finished with
             // the memory.
-            let Run { completed, stop } = unsafe { pipeline(&mut stream, rest) };
+            let Run {
+                completed,
+                answered,
+                stop,
+            } = unsafe { pipeline(&mut stream, rest) };
             results.extend((0..completed).map(|_| Ok(())));
             fresh_only = false;
             let Some(stop) = stop else {
@@ -233,7 +259,7 @@ impl ConnectionPool {
                     // The server closed the connection; the rest goes on another one.
                     results.push(Err(refusal.describe(peer, &rest[completed])));
                 }
-                failure if reused && completed == 0 && failure.retryable() => {
+                failure if reused && !answered && failure.closed_while_idle() => {
                     tracing::debug!("pooled connection to {peer} failed, retrying on a fresh one");
                     fresh_only = true;
                 }
@@ -264,13 +290,22 @@ impl ConnectionPool {
         }
     }
 
-    /// An idle connection to `peer` (reused = true) or a new one.
+    /// An idle connection to `peer` that still looks usable (reused = true), or a new one.
+    /// Idle connections the peer closed are dropped on the way.
     fn checkout(&self, peer: SocketAddr) -> Result<(TcpStream, bool), Failure> {
         self.ensure_open()?;
-        if let Some(stream) = self.idle.lock().get_mut(&peer).and_then(Vec::pop) {
-            return Ok((stream, true));
+        while let Some(stream) = self.take_idle(peer) {
+            if !idle_connection_dead(stream.as_raw_fd()) {
+                return Ok((stream, true));
+            }
+            tracing::debug!("pooled connection to {peer} was closed by the peer; dropped");
         }
         Ok((self.connect(peer)?, false))
+    }
+
+    /// The most recently pooled idle connection to `peer`, taken out of the pool.
+    fn take_idle(&self, peer: SocketAddr) -> Option<TcpStream> {
+        self.idle.lock().get_mut(&peer).and_then(Vec::pop)
     }
 
     fn ensure_open(&self) -> Result<(), Failure> {
@@ -330,8 +365,9 @@ unsafe fn pipeline(stream: &mut TcpStream, slices: &[Slice]) -> Run {
     // Answer bytes of the requests in `completed..awaited`.
     let mut outstanding = 0;
     let mut send_error: Option<io::Error> = None;
-    let stop = |completed, failure| Run {
+    let stop = |completed, answers: &Incoming<'_>, failure| Run {
         completed,
+        answered: answers.received_any(),
         stop: Some(failure),
     };
     while completed < slices.len() {
@@ -360,18 +396,18 @@ unsafe fn pipeline(stream: &mut TcpStream, slices: &[Slice]) -> Run {
         }
         if completed == awaited {
             let e = send_error.unwrap_or_else(|| io::Error::other("nothing left to receive"));
-            return stop(completed, Failure::Io(e));
+            return stop(completed, &answers, Failure::Io(e));
         }
         if let Err(e) = answers.receive(stream, awaited) {
             // A lost connection after a failed send is best explained by the send error.
-            return stop(completed, Failure::Io(send_error.unwrap_or(e)));
+            return stop(completed, &answers, Failure::Io(send_error.unwrap_or(e)));
         }
         while completed < awaited {
             let Some(frame) = answers.status(completed) else {
                 break;
             };
             if let Err(failure) = check_status(&frame) {
-                return stop(completed, failure);
+                return stop(completed, &answers, failure);
             }
             if !answers.complete(completed) {
                 break;
@@ -382,6 +418,7 @@ unsafe fn pipeline(stream: &mut TcpStream, slices: &[Slice]) -> Run {
     }
     Run {
         completed,
+        answered: true,
         stop: None,
     }
 }
@@ -493,6 +530,11 @@ impl<'a> Incoming<'a> {
         (self.cursor.part > at)
             .then(|| <[u8; STATUS_LEN]>::try_from(&*self.parts[at]).ok())
             .flatten()
+    }
+
+    /// Whether any answer byte arrived.
+    fn received_any(&self) -> bool {
+        self.cursor.part > 0 || self.cursor.offset > 0
     }
 
     /// Whether the whole answer of `request` arrived.

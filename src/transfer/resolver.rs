@@ -13,6 +13,14 @@ use std::net::{SocketAddr, ToSocketAddrs};
 pub trait SegmentResolver: Send + Sync {
     /// The data address of `segment_name`.
     fn resolve(&self, segment_name: &str) -> Result<SocketAddr>;
+
+    /// Forgets what is cached about `segment_name`, so the next [`resolve`](Self::resolve)
+    /// looks it up again. The engine calls it after a transfer to the segment failed at the
+    /// connection level (refused, reset, timed out, closed early): the peer may have moved.
+    /// The default does nothing (nothing is cached).
+    fn invalidate(&self, segment_name: &str) {
+        let _ = segment_name;
+    }
 }
 
 /// P2P-handshake resolution: the segment name `"host:port"` is itself the data address.

@@ -16,15 +16,25 @@
 //! peer is mid-transfer into it must first make sure no peer is using it (e.g. by
 //! unmounting the segment at the master); otherwise the server may touch freed memory.
 //!
-//! Deadline: an idle connection may wait for its next request without limit, but once a
-//! request's first byte is read, its header and (for a WRITE) its whole payload must arrive
-//! within the engine's I/O timeout (`MC_TRANSFER_TIMEOUT_MS`). Before each chunk of payload
+//! Limits: the server holds at most `MC_TRANSFER_MAX_CONNECTIONS` connections, and at most
+//! `MC_TRANSFER_MAX_CONNECTIONS_PER_PEER` from one peer IP address; a connection beyond
+//! either is reset at once (RST), without reading from it, and counted in
+//! `refused_connections`. A connection's slot is freed when its task ends.
+//!
+//! Idle timeout: a connection with no request in flight (nothing of a next request has
+//! arrived) is closed after `MC_TRANSFER_IDLE_TIMEOUT_MS`, gracefully (FIN), and counted in
+//! `idle_closed`; since nothing of a request was read, nothing of one was applied, and the
+//! initiator's pool sees the close before it reuses the connection, or at its first read
+//! (see `pool`).
+//!
+//! Deadline: once a request's first byte is read, its header and (for a WRITE) its whole
+//! payload must arrive within the engine's I/O timeout (`MC_TRANSFER_TIMEOUT_MS`). Before each chunk of payload
 //! is applied the server checks that the deadline has not passed and that the initiator has
 //! not reset the connection (its abortive close after a timeout); otherwise it applies
 //! nothing more and closes the connection abortively. A stale WRITE therefore lands no later
 //! than its deadline, and not at all once the initiator gave up and its reset arrived.
-//! Stalled READ answers keep their connection until the peer closes it or the engine shuts
-//! down.
+//! A READ answer the peer does not take (no send progress for `MC_TRANSFER_TIMEOUT_MS`)
+//! expires the same way.
 //!
 //! Soundness: registered memory is touched only through raw addresses (`recv` into it,
 //! `copy_nonoverlapping` from the read-ahead buffer into it, `sendmsg` from it); no Rust
@@ -34,13 +44,15 @@
 use super::gather::Cursor;
 use super::metrics::{add, bump, Metrics};
 use super::registry::Registry;
+use super::settings::Settings;
 use super::socket::{recv_into, send_parts, set_abortive_close, RawPart};
 use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
 use crate::error::{fail, ErrorCode, Result};
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,8 +79,71 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 struct ServeContext {
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
-    /// How long a request may take to arrive once its first byte was read.
+    /// How long a request may take to arrive once its first byte was read, and the most a
+    /// READ answer may wait for send progress.
     io_timeout: Duration,
+    /// How long a connection may wait for its next request.
+    idle_timeout: Duration,
+    /// Connection slots (see the module docs).
+    slots: Slots,
+}
+
+/// The connections held, in total and per peer IP address, against their caps.
+/// Thread-safe.
+struct Slots {
+    max_total: usize,
+    max_per_peer: usize,
+    /// Total held, and held per peer IP (only peers holding at least one).
+    held: Mutex<(usize, HashMap<IpAddr, usize>)>,
+}
+
+impl Slots {
+    fn new(settings: &Settings) -> Slots {
+        Slots {
+            max_total: settings.max_connections,
+            max_per_peer: settings.max_connections_per_peer,
+            held: Mutex::new((0, HashMap::new())),
+        }
+    }
+}
+
+/// One held connection slot of `ip`; dropping it frees the slot.
+struct Slot {
+    context: Arc<ServeContext>,
+    ip: IpAddr,
+}
+
+impl Slot {
+    /// Takes a slot for a connection from `ip`, unless a cap is reached.
+    fn take(context: &Arc<ServeContext>, ip: IpAddr) -> Option<Slot> {
+        let slots = &context.slots;
+        let mut held = slots.held.lock();
+        let (total, per_peer) = &mut *held;
+        let of_peer = per_peer.get(&ip).copied().unwrap_or(0);
+        if *total >= slots.max_total || of_peer >= slots.max_per_peer {
+            return None;
+        }
+        *total += 1;
+        per_peer.insert(ip, of_peer + 1);
+        Some(Slot {
+            context: Arc::clone(context),
+            ip,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut held = self.context.slots.held.lock();
+        let (total, per_peer) = &mut *held;
+        *total = total.saturating_sub(1);
+        if let Some(count) = per_peer.get_mut(&self.ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                per_peer.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// A running data server. Thread-safe; stopping it is idempotent.
@@ -78,8 +153,8 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// Starts serving on `listener` (already bound by the caller; ownership moves here).
-    /// `io_timeout` is the per-request deadline (see the module docs).
+    /// Starts serving on `listener` (already bound by the caller; ownership moves here)
+    /// with the limits and timeouts of `settings` (see the module docs).
     ///
     /// Errors: `TRANSFER_FAIL` when the runtime cannot be built or the listener cannot be
     /// switched to non-blocking mode.
@@ -87,7 +162,7 @@ impl Server {
         listener: std::net::TcpListener,
         registry: Arc<Registry>,
         metrics: Arc<Metrics>,
-        io_timeout: Duration,
+        settings: Settings,
     ) -> Result<Server> {
         let setup = || -> io::Result<(Runtime, SocketAddr)> {
             let addr = listener.local_addr()?;
@@ -104,7 +179,9 @@ impl Server {
             let context = Arc::new(ServeContext {
                 registry,
                 metrics,
-                io_timeout,
+                io_timeout: settings.io_timeout,
+                idle_timeout: settings.idle_timeout,
+                slots: Slots::new(&settings),
             });
             runtime.spawn(accept_loop(listener, context));
             Ok((runtime, addr))
@@ -149,10 +226,14 @@ async fn accept_loop(listener: TcpListener, context: Arc<ServeContext>) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
+                let Some(slot) = Slot::take(&context, peer.ip()) else {
+                    refuse_connection(stream, peer, &context.metrics);
+                    continue;
+                };
                 if let Err(e) = stream.set_nodelay(true) {
                     tracing::debug!(%peer, "cannot set TCP_NODELAY: {e}");
                 }
-                tokio::spawn(serve_connection(stream, peer, Arc::clone(&context)));
+                tokio::spawn(serve_connection(stream, peer, slot));
             }
             Err(e) => {
                 tracing::warn!("transfer server accept failed: {e}");
@@ -162,12 +243,28 @@ async fn accept_loop(listener: TcpListener, context: Arc<ServeContext>) {
     }
 }
 
-/// Serves requests on one connection until the peer closes it or a request fails, is
-/// refused or misses its deadline; the connection is then closed abortively.
-async fn serve_connection(stream: TcpStream, peer: SocketAddr, context: Arc<ServeContext>) {
+/// Resets a connection over a cap at once, without reading from it, and counts it.
+fn refuse_connection(stream: TcpStream, peer: SocketAddr, metrics: &Metrics) {
+    bump(&metrics.refused_connections);
+    tracing::debug!(%peer, "transfer connection refused: connection cap reached");
+    if let Err(e) = set_abortive_close(stream.as_raw_fd()) {
+        tracing::debug!(%peer, "cannot make the close abortive: {e}");
+    }
+}
+
+/// Serves requests on one connection (holding `slot` until it ends) until the peer closes
+/// it, it stays idle too long (closed gracefully), or a request fails, is refused or misses
+/// its deadline (closed abortively).
+async fn serve_connection(stream: TcpStream, peer: SocketAddr, slot: Slot) {
+    let context = &*slot.context;
     let mut conn = BufReader::with_capacity(READ_AHEAD, stream);
-    match serve_requests(&mut conn, &context).await {
+    match serve_requests(&mut conn, context).await {
         Stop::Closed => return,
+        Stop::Idle => {
+            bump(&context.metrics.idle_closed);
+            tracing::debug!(%peer, "idle transfer connection closed");
+            return;
+        }
         Stop::Refused => {}
         Stop::Expired => {
             bump(&context.metrics.expired_requests);
@@ -184,6 +281,8 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, context: Arc<Serv
 enum Stop {
     /// The peer closed it between requests.
     Closed,
+    /// No request arrived within the idle timeout.
+    Idle,
     /// A request was refused (and the peer told under v2).
     Refused,
     /// A request's header or payload did not arrive by its deadline.
@@ -202,7 +301,7 @@ impl From<io::Error> for Stop {
 async fn serve_requests(conn: &mut BufReader<TcpStream>, context: &ServeContext) -> Stop {
     loop {
         let served = async {
-            let (raw, deadline) = next_header(conn, context.io_timeout).await?;
+            let (raw, deadline) = next_header(conn, context).await?;
             let header = match admit(&context.registry, &raw) {
                 Ok(header) => header,
                 Err(refusal) => {
@@ -215,7 +314,7 @@ async fn serve_requests(conn: &mut BufReader<TcpStream>, context: &ServeContext)
                 Opcode::Read => {
                     let mut reads = vec![header];
                     take_buffered_reads(conn, &context.registry, &mut reads);
-                    serve_reads(conn.get_ref(), &reads, &context.metrics).await
+                    serve_reads(conn.get_ref(), &reads, context).await
                 }
             }
         };
@@ -236,16 +335,20 @@ async fn before<T>(
     }
 }
 
-/// Waits without limit for the next request's first byte, then reads its 24-byte header by
-/// the deadline it starts (first byte + `io_timeout`), which is returned with it.
+/// Waits up to the idle timeout for the next request's first byte ([`Stop::Idle`]), then
+/// reads its 24-byte header by the deadline it starts (first byte + I/O timeout), which is
+/// returned with it.
 async fn next_header(
     conn: &mut BufReader<TcpStream>,
-    io_timeout: Duration,
+    context: &ServeContext,
 ) -> std::result::Result<([u8; HEADER_LEN], Instant), Stop> {
-    if conn.fill_buf().await?.is_empty() {
+    let Ok(filled) = tokio::time::timeout(context.idle_timeout, conn.fill_buf()).await else {
+        return Err(Stop::Idle);
+    };
+    if filled?.is_empty() {
         return Err(Stop::Closed);
     }
-    let deadline = Instant::now() + io_timeout;
+    let deadline = Instant::now() + context.io_timeout;
     let mut raw = [0u8; HEADER_LEN];
     before(deadline, conn.read_exact(&mut raw)).await?;
     Ok((raw, deadline))
@@ -413,13 +516,14 @@ async fn receive(
 }
 
 /// Answers validated READs in order with gathered sends (status frames under v2, then the
-/// data straight from registered memory). Each is counted as served before the data is
-/// sent.
+/// data straight from registered memory); each send must make progress within the I/O
+/// timeout ([`Stop::Expired`]). Each is counted as served before the data is sent.
 async fn serve_reads(
     stream: &TcpStream,
     reads: &[SessionHeader],
-    metrics: &Metrics,
+    context: &ServeContext,
 ) -> std::result::Result<(), Stop> {
+    let metrics = &context.metrics;
     let status = Status::Ok.encode();
     let mut parts: Vec<RawPart> = Vec::with_capacity(reads.len() * 2);
     for header in reads {
@@ -443,7 +547,7 @@ async fn serve_reads(
     let fd = stream.as_raw_fd();
     let mut cursor = Cursor::default();
     while cursor.part < parts.len() {
-        stream.writable().await?;
+        before(Instant::now() + context.io_timeout, stream.writable()).await?;
         // SAFETY: the parts are `status` (alive until we return) and ranges `admit`
         // accepted, which the registering caller keeps valid (module docs).
         match stream.try_io(Interest::WRITABLE, || unsafe {

@@ -12,44 +12,131 @@ pub(crate) const PIPELINE_GROUP_SLICES: usize = 32;
 /// Payload bytes per pipelined group before another lane is used.
 pub(crate) const PIPELINE_GROUP_BYTES: usize = 256 << 10;
 /// Upper bound of `MC_TCP_LANES_PER_PEER`.
-const MAX_LANES: usize = 16;
-/// Default of `MC_TCP_LANES_PER_PEER`.
-const DEFAULT_LANES: usize = 4;
-/// Default of `MC_TRANSFER_TIMEOUT_MS` (Mooncake's 60 s hard batch timeout).
-const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+const MAX_LANES: u64 = 16;
+/// Upper bound of the two connection caps (far above any sane fd limit).
+const MAX_CONNECTIONS: u64 = 1 << 20;
+
+/// One numeric environment tunable: its name, default and accepted range. A value that
+/// does not parse falls back to the default; one outside the range is clamped into it.
+struct Knob {
+    name: &'static str,
+    default: u64,
+    min: u64,
+    max: u64,
+}
+
+/// `MC_TRANSFER_TIMEOUT_MS`: the I/O timeout (Mooncake's 60 s hard batch timeout).
+const TIMEOUT_MS: Knob = Knob {
+    name: "MC_TRANSFER_TIMEOUT_MS",
+    default: 60_000,
+    min: 1,
+    max: u64::MAX,
+};
+/// `MC_TCP_LANES_PER_PEER`: slices per request (Mooncake's name and default).
+const LANES: Knob = Knob {
+    name: "MC_TCP_LANES_PER_PEER",
+    default: 4,
+    min: 1,
+    max: MAX_LANES,
+};
+/// `MC_TRANSFER_MAX_CONNECTIONS`: connections the data server holds at once.
+const MAX_CONNS: Knob = Knob {
+    name: "MC_TRANSFER_MAX_CONNECTIONS",
+    default: 1024,
+    min: 1,
+    max: MAX_CONNECTIONS,
+};
+/// `MC_TRANSFER_MAX_CONNECTIONS_PER_PEER`: connections the data server holds at once from
+/// one peer IP address. One client process uses up to `MC_TCP_LANES_PER_PEER` connections
+/// per concurrent request and pools at most 32 idle ones per peer, so 256 leaves room for
+/// several busy processes behind one address.
+const MAX_CONNS_PER_PEER: Knob = Knob {
+    name: "MC_TRANSFER_MAX_CONNECTIONS_PER_PEER",
+    default: 256,
+    min: 1,
+    max: MAX_CONNECTIONS,
+};
+/// `MC_TRANSFER_IDLE_TIMEOUT_MS`: how long the data server keeps a connection that has no
+/// request in flight (5 minutes).
+const IDLE_TIMEOUT_MS: Knob = Knob {
+    name: "MC_TRANSFER_IDLE_TIMEOUT_MS",
+    default: 300_000,
+    min: 1,
+    max: u64::MAX,
+};
+
+impl Knob {
+    /// The value `text` gives this knob (see [`Knob`]); a bad value is logged.
+    fn read(&self, text: Option<&str>) -> u64 {
+        let Some(text) = text else {
+            return self.default;
+        };
+        match text.trim().parse::<u64>() {
+            Ok(value) if (self.min..=self.max).contains(&value) => value,
+            Ok(value) => {
+                let clamped = value.clamp(self.min, self.max);
+                tracing::warn!("{}={value} is out of range; using {clamped}", self.name);
+                clamped
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "{}={text:?} is not a number; using the default {}",
+                    self.name,
+                    self.default
+                );
+                self.default
+            }
+        }
+    }
+}
 
 /// Engine tunables. Plain values; copied into each component that needs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Settings {
-    /// Connect timeout and per-operation socket read/write timeout.
+    /// Connect timeout and per-operation socket read/write timeout; on the server, the
+    /// deadline of one request once it started (`MC_TRANSFER_TIMEOUT_MS`).
     pub(crate) io_timeout: Duration,
     /// Most slices one request is split into (also the most connections a caller uses to
-    /// one peer at once), 1..=16.
+    /// one peer at once), 1..=16 (`MC_TCP_LANES_PER_PEER`).
     pub(crate) lanes: usize,
+    /// Most connections the data server holds at once; more are reset at once
+    /// (`MC_TRANSFER_MAX_CONNECTIONS`).
+    pub(crate) max_connections: usize,
+    /// Most connections the data server holds at once from one peer IP address; more are
+    /// reset at once (`MC_TRANSFER_MAX_CONNECTIONS_PER_PEER`).
+    pub(crate) max_connections_per_peer: usize,
+    /// How long the data server keeps a connection with no request in flight
+    /// (`MC_TRANSFER_IDLE_TIMEOUT_MS`).
+    pub(crate) idle_timeout: Duration,
+}
+
+impl Default for Settings {
+    /// Every tunable at its default.
+    fn default() -> Settings {
+        Settings::from_lookup(|_| None)
+    }
 }
 
 impl Settings {
-    /// Reads `MC_TRANSFER_TIMEOUT_MS` (default 60000, at least 1) and `MC_TCP_LANES_PER_PEER`
-    /// (default 4, clamped to 1..=16). Unparsable values fall back to the defaults.
+    /// Reads `MC_TRANSFER_TIMEOUT_MS` (default 60000, at least 1), `MC_TCP_LANES_PER_PEER`
+    /// (default 4, 1..=16), `MC_TRANSFER_MAX_CONNECTIONS` (default 1024),
+    /// `MC_TRANSFER_MAX_CONNECTIONS_PER_PEER` (default 256; both at least 1) and
+    /// `MC_TRANSFER_IDLE_TIMEOUT_MS` (default 300000, at least 1). Unparsable values fall
+    /// back to the defaults, out-of-range ones are clamped; both are logged.
     pub(crate) fn from_env() -> Settings {
-        Settings::from_values(
-            std::env::var("MC_TRANSFER_TIMEOUT_MS").ok().as_deref(),
-            std::env::var("MC_TCP_LANES_PER_PEER").ok().as_deref(),
-        )
+        Settings::from_lookup(|name| std::env::var(name).ok())
     }
 
-    fn from_values(timeout_ms: Option<&str>, lanes: Option<&str>) -> Settings {
-        let timeout_ms = timeout_ms
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(DEFAULT_TIMEOUT_MS)
-            .max(1);
-        let lanes = lanes
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .unwrap_or(DEFAULT_LANES)
-            .clamp(1, MAX_LANES);
+    /// The settings `lookup` (variable name → value) gives.
+    fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Settings {
+        let read = |knob: &Knob| knob.read(lookup(knob.name).as_deref());
+        let count = |knob: &Knob| usize::try_from(read(knob)).unwrap_or(usize::MAX);
         Settings {
-            io_timeout: Duration::from_millis(timeout_ms),
-            lanes,
+            io_timeout: Duration::from_millis(read(&TIMEOUT_MS)),
+            lanes: count(&LANES),
+            max_connections: count(&MAX_CONNS),
+            max_connections_per_peer: count(&MAX_CONNS_PER_PEER),
+            idle_timeout: Duration::from_millis(read(&IDLE_TIMEOUT_MS)),
         }
     }
 }
@@ -58,20 +145,44 @@ impl Settings {
 mod tests {
     use super::*;
 
+    fn with(pairs: &[(&str, &str)]) -> Settings {
+        Settings::from_lookup(|name| {
+            pairs
+                .iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| value.to_string())
+        })
+    }
+
     #[test]
     fn defaults_and_clamping() {
-        let d = Settings::from_values(None, None);
+        let d = Settings::default();
         assert_eq!(d.io_timeout, Duration::from_secs(60));
         assert_eq!(d.lanes, 4);
-        let s = Settings::from_values(Some(" 250 "), Some("99"));
+        assert_eq!((d.max_connections, d.max_connections_per_peer), (1024, 256));
+        assert_eq!(d.idle_timeout, Duration::from_secs(300));
+        let s = with(&[
+            ("MC_TRANSFER_TIMEOUT_MS", " 250 "),
+            ("MC_TCP_LANES_PER_PEER", "99"),
+            ("MC_TRANSFER_MAX_CONNECTIONS", "8"),
+            ("MC_TRANSFER_MAX_CONNECTIONS_PER_PEER", "0"),
+            ("MC_TRANSFER_IDLE_TIMEOUT_MS", "1500"),
+        ]);
         assert_eq!(s.io_timeout, Duration::from_millis(250));
         assert_eq!(s.lanes, 16);
-        assert_eq!(Settings::from_values(Some("x"), Some("0")).lanes, 1);
+        assert_eq!((s.max_connections, s.max_connections_per_peer), (8, 1));
+        assert_eq!(s.idle_timeout, Duration::from_millis(1500));
+        let bad = with(&[
+            ("MC_TCP_LANES_PER_PEER", "0"),
+            ("MC_TRANSFER_MAX_CONNECTIONS", "-5"),
+            ("MC_TRANSFER_IDLE_TIMEOUT_MS", "soon"),
+        ]);
+        assert_eq!(bad.lanes, 1);
+        assert_eq!(bad.max_connections, 1024);
+        assert_eq!(bad.idle_timeout, Duration::from_secs(300));
         assert_eq!(
-            Settings::from_values(Some("0"), None)
-                .io_timeout
-                .as_millis(),
-            1
+            with(&[("MC_TRANSFER_TIMEOUT_MS", "0")]).io_timeout,
+            Duration::from_millis(1)
         );
     }
 }

@@ -43,6 +43,30 @@ pub(crate) fn set_abortive_close(fd: RawFd) -> io::Result<()> {
     }
 }
 
+/// Whether a connection kept idle can no longer carry a request: the peer closed it (EOF
+/// queued), reset it, or sent something unasked for. One non-blocking `MSG_PEEK`; nothing is
+/// consumed.
+pub(crate) fn idle_connection_dead(fd: RawFd) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: `byte` is valid for a one-byte write for the duration of the call.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            std::ptr::addr_of_mut!(byte).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return !matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        );
+    }
+    true
+}
+
 /// One non-blocking `recv` of at most `len` bytes straight into `addr`; `Ok(0)` when the
 /// peer closed the connection.
 ///

@@ -9,6 +9,8 @@ use super::*;
 use crate::error::{last_error_message, ErrorCode};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -681,6 +683,7 @@ fn test_pool() -> (ConnectionPool, Arc<Metrics>) {
     let settings = Settings {
         io_timeout: Duration::from_secs(10),
         lanes: 4,
+        ..Settings::default()
     };
     (ConnectionPool::new(settings, Arc::clone(&metrics)), metrics)
 }
@@ -1010,6 +1013,15 @@ fn restarted_server_refuses_the_old_epoch() {
 
 /// A server on its own registry with a short I/O deadline.
 fn deadline_server(memory: &mut [u8], deadline: Duration) -> (super::server::Server, Arc<Metrics>) {
+    let settings = Settings {
+        io_timeout: deadline,
+        ..Settings::default()
+    };
+    limited_server(memory, settings)
+}
+
+/// A server on its own registry (all of `memory`, remotely accessible) with `settings`.
+fn limited_server(memory: &mut [u8], settings: Settings) -> (super::server::Server, Arc<Metrics>) {
     let registry = Arc::new(super::registry::Registry::default());
     registry
         .register(memory.as_mut_ptr() as usize, memory.len(), true)
@@ -1017,7 +1029,7 @@ fn deadline_server(memory: &mut [u8], deadline: Duration) -> (super::server::Ser
     let metrics = Arc::new(Metrics::default());
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let server =
-        super::server::Server::start(listener, registry, Arc::clone(&metrics), deadline).unwrap();
+        super::server::Server::start(listener, registry, Arc::clone(&metrics), settings).unwrap();
     (server, metrics)
 }
 
@@ -1115,6 +1127,7 @@ fn timed_out_connection_is_reset() {
     let settings = Settings {
         io_timeout: Duration::from_millis(200),
         lanes: 1,
+        ..Settings::default()
     };
     let pool = ConnectionPool::new(settings, Arc::clone(&metrics));
     let data = pattern(4096, 8);
@@ -1169,4 +1182,353 @@ fn request_past_its_send_by_is_never_started() {
     };
     one(&client, in_time).unwrap();
     assert!(segment == data);
+}
+
+/// Polls `condition` every 5 ms for at most `bound`; whether it became true.
+fn wait_until(bound: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < bound {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    condition()
+}
+
+/// One v2 READ of `len` bytes at `addr` by hand on `conn`; the data, or the socket error.
+fn raw_read(conn: &mut TcpStream, addr: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    let header = SessionHeader {
+        size: len as u64,
+        addr,
+        opcode: Opcode::Read,
+        v2: true,
+        epoch: None,
+    }
+    .encode();
+    conn.set_read_timeout(Some(Duration::from_secs(3)))?;
+    conn.write_all(&header)?;
+    let mut answer = vec![0u8; STATUS_LEN + len];
+    conn.read_exact(&mut answer)?;
+    assert_eq!(
+        Status::decode(answer[..STATUS_LEN].try_into().unwrap()),
+        Some(Status::Ok)
+    );
+    Ok(answer.split_off(STATUS_LEN))
+}
+
+/// With `cap` connections held (one of them a pooled client connection), the next one is
+/// reset at once and counted, while the pooled client keeps transferring; a closed
+/// connection frees its slot.
+fn connections_beyond_cap_are_reset(settings: Settings, cap: usize) {
+    let mut segment = pattern(4096, 3);
+    let base = addr_of(&segment);
+    let expected = segment.clone();
+    let (server, metrics) = limited_server(&mut segment, settings);
+    let (pool, client) = test_pool();
+    let mut back = vec![0u8; 4096];
+    let transfer = |back: &mut [u8]| {
+        // SAFETY: `back` is ours and outlives the call.
+        unsafe { pool.execute(server.local_addr(), &[read_slice(back, base)]) }.remove(0)
+    };
+    transfer(&mut back).unwrap();
+    let mut held: Vec<TcpStream> = (1..cap)
+        .map(|_| TcpStream::connect(server.local_addr()).unwrap())
+        .collect();
+    for conn in &mut held {
+        assert_eq!(raw_read(conn, base, 16).unwrap(), expected[..16]);
+    }
+    let mut extra = TcpStream::connect(server.local_addr()).unwrap();
+    assert!(
+        closed_by_peer(&mut extra, Duration::from_secs(3)),
+        "connection {} beyond the cap of {cap} was admitted",
+        cap + 1
+    );
+    assert_eq!(metrics.snapshot().refused_connections, 1);
+    back.fill(0);
+    transfer(&mut back).unwrap();
+    assert_eq!(back, expected);
+    assert_eq!(client.snapshot().connections_opened, 1);
+    drop(held.pop());
+    let admitted = wait_until(Duration::from_secs(3), || {
+        let mut conn = TcpStream::connect(server.local_addr()).unwrap();
+        raw_read(&mut conn, base, 16).is_ok_and(|data| data == expected[..16])
+    });
+    assert!(admitted, "a closed connection did not free its slot");
+    server.shutdown();
+}
+
+#[test]
+fn connections_beyond_the_per_peer_cap_are_reset() {
+    let settings = Settings {
+        max_connections_per_peer: 5,
+        ..Settings::default()
+    };
+    connections_beyond_cap_are_reset(settings, 5);
+}
+
+#[test]
+fn connections_beyond_the_process_cap_are_reset() {
+    let settings = Settings {
+        max_connections: 4,
+        ..Settings::default()
+    };
+    connections_beyond_cap_are_reset(settings, 4);
+}
+
+/// A connection with no request in flight is closed after the idle timeout (and counted);
+/// one that keeps sending requests is not.
+#[test]
+fn idle_connection_is_closed_after_the_idle_timeout() {
+    let mut segment = pattern(4096, 4);
+    let base = addr_of(&segment);
+    let settings = Settings {
+        idle_timeout: Duration::from_millis(300),
+        ..Settings::default()
+    };
+    let (server, metrics) = limited_server(&mut segment, settings);
+    let mut busy = TcpStream::connect(server.local_addr()).unwrap();
+    let mut idle = TcpStream::connect(server.local_addr()).unwrap();
+    let started = Instant::now();
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(100));
+        raw_read(&mut busy, base, 64).unwrap();
+    }
+    assert!(
+        closed_by_peer(&mut idle, Duration::from_secs(3)),
+        "an idle connection was held past the idle timeout"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    raw_read(&mut busy, base, 64).unwrap();
+    assert_eq!(metrics.snapshot().idle_closed, 1);
+    server.shutdown();
+}
+
+/// A pooled connection the server closed while idle is replaced without an error to the
+/// caller, for READs and WRITEs.
+#[test]
+fn pool_recovers_from_a_server_closed_idle_connection() {
+    let mut segment = vec![0u8; 4096];
+    let base = addr_of(&segment);
+    let settings = Settings {
+        idle_timeout: Duration::from_millis(100),
+        ..Settings::default()
+    };
+    let (server, metrics) = limited_server(&mut segment, settings);
+    let (pool, client) = test_pool();
+    let data = pattern(4096, 9);
+    let write = Slice {
+        op: Opcode::Write,
+        local: data.as_ptr().cast_mut(),
+        len: data.len(),
+        remote: base,
+        epoch: 0,
+    };
+    let mut back = vec![0u8; 4096];
+    for round in 1..=2u64 {
+        // SAFETY: `data` and `back` outlive the calls; WRITE only reads `data`.
+        unsafe { pool.execute(server.local_addr(), &[write]) }
+            .remove(0)
+            .unwrap();
+        let closed = wait_until(Duration::from_secs(3), || {
+            metrics.snapshot().idle_closed == 2 * round - 1
+        });
+        assert!(closed, "the server did not close the idle connection");
+        // SAFETY: as above.
+        unsafe { pool.execute(server.local_addr(), &[read_slice(&mut back, base)]) }
+            .remove(0)
+            .unwrap();
+        assert_eq!(back, data);
+        let closed = wait_until(Duration::from_secs(3), || {
+            metrics.snapshot().idle_closed == 2 * round
+        });
+        assert!(closed, "the server did not close the idle connection");
+    }
+    assert_eq!(client.snapshot().connections_opened, 4);
+    assert_eq!(metrics.snapshot().served_writes, 2);
+    server.shutdown();
+}
+
+/// A peer that answered one WRITE, then read the whole next WRITE and reset the connection
+/// without answering: the pooled connection had delivered (part of) the request, so it is
+/// not sent again on a fresh connection (no duplicate application).
+#[test]
+fn write_reset_after_acceptance_is_not_retried() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = listener.local_addr().unwrap();
+    let fake = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut request = vec![0u8; HEADER_LEN + 4096];
+        conn.read_exact(&mut request).unwrap();
+        conn.write_all(&Status::Ok.encode()).unwrap();
+        conn.read_exact(&mut request).unwrap();
+        super::socket::set_abortive_close(conn.as_raw_fd()).unwrap();
+        drop(conn);
+        // Keep the listener open a while: a retry would connect (and never be answered).
+        listener.set_nonblocking(true).unwrap();
+        let start = Instant::now();
+        let mut retried = 0;
+        while start.elapsed() < Duration::from_millis(500) {
+            if listener.accept().is_ok() {
+                retried += 1;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        retried
+    });
+    let metrics = Arc::new(Metrics::default());
+    let settings = Settings {
+        io_timeout: Duration::from_millis(300),
+        lanes: 1,
+        ..Settings::default()
+    };
+    let pool = ConnectionPool::new(settings, Arc::clone(&metrics));
+    let data = pattern(4096, 10);
+    let slice = Slice {
+        op: Opcode::Write,
+        local: data.as_ptr().cast_mut(),
+        len: data.len(),
+        remote: 0x1000,
+        epoch: 0,
+    };
+    // SAFETY: `data` outlives the calls; WRITE only reads it.
+    unsafe { pool.execute(peer, &[slice]) }.remove(0).unwrap();
+    // SAFETY: as above.
+    let second = unsafe { pool.execute(peer, &[slice]) }.remove(0);
+    assert!(second.is_err(), "{second:?}");
+    assert_eq!(fake.join().unwrap(), 0, "the accepted WRITE was sent again");
+    assert_eq!(metrics.snapshot().connections_opened, 1);
+}
+
+/// A resolver over a table that counts invalidations.
+#[derive(Default)]
+struct TableResolver {
+    table: parking_lot::Mutex<std::collections::HashMap<String, SocketAddr>>,
+    invalidated: AtomicUsize,
+}
+
+impl SegmentResolver for TableResolver {
+    fn resolve(&self, segment_name: &str) -> crate::Result<SocketAddr> {
+        match self.table.lock().get(segment_name) {
+            Some(addr) => Ok(*addr),
+            None => Err(ErrorCode::SegmentNotFound),
+        }
+    }
+
+    fn invalidate(&self, _segment_name: &str) {
+        self.invalidated.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A transfer that fails at the connection level invalidates its segment's address; one
+/// the peer refused (bad address, stale epoch) does not.
+#[test]
+fn connection_failures_invalidate_the_segment_address_refusals_do_not() {
+    let server = serving_engine();
+    let mut segment = vec![0u8; 4096];
+    register(&server, &mut segment, true);
+    let base = addr_of(&segment);
+    let resolver = Arc::new(TableResolver::default());
+    resolver
+        .table
+        .lock()
+        .insert("seg".into(), server.listen_addr().unwrap());
+    let client = TransferEngine::new(EngineConfig {
+        local_name: "embedded:2".into(),
+        listener: None,
+        resolver: Arc::clone(&resolver) as Arc<dyn SegmentResolver>,
+        memcpy_enabled: true,
+    })
+    .unwrap();
+    let mut back = vec![0u8; 4096];
+    one(&client, read_req(&mut back, "seg", base)).unwrap();
+    assert!(one(&client, read_req(&mut back, "seg", base + 1)).is_err());
+    assert_eq!(
+        one(&client, at_epoch(read_req(&mut back, "seg", base), 7)),
+        Err(ErrorCode::StaleSegmentEpoch)
+    );
+    assert_eq!(resolver.invalidated.load(Ordering::SeqCst), 0);
+    server.shutdown();
+    assert!(one(&client, read_req(&mut back, "seg", base)).is_err());
+    assert_eq!(resolver.invalidated.load(Ordering::SeqCst), 1);
+}
+
+/// A peer that restarted on a new port and re-published its segment under the same name
+/// is reached after one failed attempt (the failure drops the cached address).
+#[test]
+fn republished_peer_is_reached_after_one_failed_attempt() {
+    use crate::rpc::http::HttpServer;
+    use crate::rpc::metadata::{
+        metadata_handler, BufferEntry, HttpMetadataClient, HttpMetadataResolver, MetadataStore,
+        SegmentDescriptor,
+    };
+    let store = Arc::new(MetadataStore::default());
+    let http = HttpServer::start(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        metadata_handler(Arc::clone(&store)),
+    )
+    .unwrap();
+    let url = format!("http://{}/metadata", http.local_addr());
+    let metadata = || HttpMetadataClient::with_cluster_id(&url, None, Default::default()).unwrap();
+    let mut segment = pattern(4096, 11);
+    let expected = segment.clone();
+    let base = addr_of(&segment);
+    let publish = |engine: &TransferEngine| {
+        let descriptor = SegmentDescriptor {
+            host: "127.0.0.1".into(),
+            rpc_port: 1,
+            tcp_data_port: engine.listen_addr().unwrap().port(),
+            buffers: vec![BufferEntry {
+                name: "cpu:0".into(),
+                addr: base,
+                length: 4096,
+            }],
+        };
+        metadata().publish_segment("peer", &descriptor).unwrap();
+    };
+    let first = serving_engine();
+    register(&first, &mut segment, true);
+    publish(&first);
+    let client = TransferEngine::new(EngineConfig {
+        local_name: "embedded:3".into(),
+        listener: None,
+        resolver: Arc::new(HttpMetadataResolver::new(metadata())),
+        memcpy_enabled: true,
+    })
+    .unwrap();
+    let mut back = vec![0u8; 4096];
+    one(&client, read_req(&mut back, "peer", base)).unwrap();
+    drop(first);
+    let second = serving_engine();
+    register(&second, &mut segment, true);
+    publish(&second);
+    back.fill(0);
+    assert!(one(&client, read_req(&mut back, "peer", base)).is_err());
+    one(&client, read_req(&mut back, "peer", base)).unwrap();
+    assert_eq!(back, expected);
+}
+
+/// A peer that asks for a large READ and never reads the answer does not hold the
+/// connection: the send stalls past the I/O timeout and the server resets it.
+#[test]
+fn unread_read_answer_expires() {
+    let mut segment = vec![7u8; 32 * MIB];
+    let base = addr_of(&segment);
+    let (server, metrics) = deadline_server(&mut segment, Duration::from_millis(300));
+    let mut conn = TcpStream::connect(server.local_addr()).unwrap();
+    let header = SessionHeader {
+        size: segment.len() as u64,
+        addr: base,
+        opcode: Opcode::Read,
+        v2: true,
+        epoch: None,
+    }
+    .encode();
+    conn.write_all(&header).unwrap();
+    let expired = wait_until(Duration::from_secs(3), || {
+        metrics.snapshot().expired_requests == 1
+    });
+    assert!(expired, "a stalled READ answer held its connection");
+    server.shutdown();
 }

@@ -9,7 +9,7 @@ use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Talks to a metadata server at a base URL such as `http://host:8080/metadata`. Stateless
 /// apart from its configuration; thread-safe; each call is one blocking HTTP request.
@@ -157,32 +157,121 @@ fn timestamp() -> String {
     format!("{}.{:06}", now.as_secs(), now.subsec_micros())
 }
 
+/// Default of `MC_METADATA_CACHE_ENTRIES`.
+const DEFAULT_CACHE_ENTRIES: u64 = 4096;
+/// Default of `MC_METADATA_CACHE_TTL_MS`.
+const DEFAULT_CACHE_TTL_MS: u64 = 60_000;
+
+/// Bounds of a [`HttpMetadataResolver`]'s cache. Plain values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheLimits {
+    /// Most cached segments (at least 1); caching another evicts the oldest answer.
+    pub entries: usize,
+    /// Age after which a cached address is looked up again.
+    pub ttl: Duration,
+}
+
+impl CacheLimits {
+    /// Reads `MC_METADATA_CACHE_ENTRIES` (default 4096) and `MC_METADATA_CACHE_TTL_MS`
+    /// (default 60000). Values that are not positive integers fall back to the defaults,
+    /// with a warning.
+    pub fn from_env() -> CacheLimits {
+        let entries = env_positive("MC_METADATA_CACHE_ENTRIES", DEFAULT_CACHE_ENTRIES);
+        CacheLimits {
+            entries: usize::try_from(entries).unwrap_or(usize::MAX),
+            ttl: Duration::from_millis(env_positive(
+                "MC_METADATA_CACHE_TTL_MS",
+                DEFAULT_CACHE_TTL_MS,
+            )),
+        }
+    }
+}
+
+/// The positive integer in environment variable `name`, else `default` (logged when the
+/// variable is set but not a positive integer).
+fn env_positive(name: &str, default: u64) -> u64 {
+    let Ok(text) = std::env::var(name) else {
+        return default;
+    };
+    match text.trim().parse::<u64>() {
+        Ok(value) if value > 0 => value,
+        _ => {
+            tracing::warn!(variable = name, value = %text, default, "ignoring invalid value");
+            default
+        }
+    }
+}
+
+/// A cached answer and when it was looked up.
+struct Cached {
+    addr: SocketAddr,
+    at: Instant,
+}
+
 /// Resolves segment names to the socket address of their TCP data port (host from
-/// `rpc_meta`, port from the descriptor), caching answers. Thread-safe. Call
-/// [`HttpMetadataResolver::invalidate`] after a transfer to the address failed, so the next
-/// resolve asks the metadata server again.
+/// `rpc_meta`, port from the descriptor), caching answers within [`CacheLimits`]: at most
+/// `entries` segments (the oldest answer is evicted first), each for at most `ttl`.
+/// Thread-safe. The transfer engine calls [`HttpMetadataResolver::invalidate`] (through
+/// [`SegmentResolver`](crate::transfer::SegmentResolver)) after a transfer to the segment
+/// failed at the connection level, so the next resolve asks the metadata server again.
 pub struct HttpMetadataResolver {
     client: HttpMetadataClient,
-    cache: RwLock<HashMap<String, SocketAddr>>,
+    limits: CacheLimits,
+    cache: RwLock<HashMap<String, Cached>>,
 }
 
 impl HttpMetadataResolver {
-    /// A resolver asking through `client`.
+    /// A resolver asking through `client`, with the cache limits from the environment
+    /// ([`CacheLimits::from_env`]).
     pub fn new(client: HttpMetadataClient) -> HttpMetadataResolver {
+        HttpMetadataResolver::with_cache_limits(client, CacheLimits::from_env())
+    }
+
+    /// A resolver asking through `client`, caching within `limits` (`entries` 0 counts as
+    /// 1).
+    pub fn with_cache_limits(
+        client: HttpMetadataClient,
+        limits: CacheLimits,
+    ) -> HttpMetadataResolver {
         HttpMetadataResolver {
             client,
+            limits: CacheLimits {
+                entries: limits.entries.max(1),
+                ..limits
+            },
             cache: RwLock::new(HashMap::new()),
         }
     }
 
-    /// The data address of `segment_name`.
+    /// Number of cached segments (at most the `entries` limit).
+    pub fn cached_len(&self) -> usize {
+        self.cache.read().len()
+    }
+
+    /// The data address of `segment_name`: cached if looked up less than `ttl` ago, else
+    /// asked of the metadata server (and cached).
     ///
     /// Errors: `SEGMENT_NOT_FOUND` if either entry is missing or the host does not resolve;
     /// `RPC_FAIL` / `RPC_TIMEOUT` if the metadata server fails or an entry is malformed.
     pub fn resolve(&self, segment_name: &str) -> Result<SocketAddr> {
-        if let Some(&addr) = self.cache.read().get(segment_name) {
-            return Ok(addr);
+        if let Some(cached) = self.cache.read().get(segment_name) {
+            if cached.at.elapsed() < self.limits.ttl {
+                return Ok(cached.addr);
+            }
         }
+        let addr = self.look_up(segment_name)?;
+        self.remember(segment_name, addr);
+        Ok(addr)
+    }
+
+    /// Forgets the cached address of `segment_name`.
+    pub fn invalidate(&self, segment_name: &str) {
+        self.cache.write().remove(segment_name);
+    }
+
+    /// Asks the metadata server for the data address of `segment_name`. Errors as
+    /// [`HttpMetadataResolver::resolve`].
+    fn look_up(&self, segment_name: &str) -> Result<SocketAddr> {
         let meta: RpcMetaEntry = self
             .client
             .get_json(&self.client.rpc_meta_key(segment_name))?;
@@ -191,28 +280,43 @@ impl HttpMetadataResolver {
             .to_socket_addrs()
             .ok()
             .and_then(|mut addrs| addrs.next());
-        let Some(addr) = resolved else {
-            return fail(
+        match resolved {
+            Some(addr) => Ok(addr),
+            None => fail(
                 ErrorCode::SegmentNotFound,
                 format_args!(
                     "{segment_name}: host {} does not resolve",
                     meta.ip_or_host_name
                 ),
-            );
-        };
-        self.cache.write().insert(segment_name.to_owned(), addr);
-        Ok(addr)
+            ),
+        }
     }
 
-    /// Forgets the cached address of `segment_name`.
-    pub fn invalidate(&self, segment_name: &str) {
-        self.cache.write().remove(segment_name);
+    /// Caches `addr` for `segment_name`, first evicting the oldest answer when the cache is
+    /// full (a linear scan, only on a miss, which already cost two HTTP requests).
+    fn remember(&self, segment_name: &str, addr: SocketAddr) {
+        let mut cache = self.cache.write();
+        if !cache.contains_key(segment_name) && cache.len() >= self.limits.entries {
+            let oldest = cache
+                .iter()
+                .min_by_key(|(_, cached)| cached.at)
+                .map(|(name, _)| name.clone());
+            if let Some(oldest) = oldest {
+                cache.remove(&oldest);
+            }
+        }
+        let at = Instant::now();
+        cache.insert(segment_name.to_owned(), Cached { addr, at });
     }
 }
 
 impl crate::transfer::SegmentResolver for HttpMetadataResolver {
     fn resolve(&self, segment_name: &str) -> Result<SocketAddr> {
         HttpMetadataResolver::resolve(self, segment_name)
+    }
+
+    fn invalidate(&self, segment_name: &str) {
+        HttpMetadataResolver::invalidate(self, segment_name);
     }
 }
 
@@ -301,5 +405,58 @@ mod tests {
         store.put("mooncake/rpc_meta/junk", b"not json".to_vec());
         store.put("mooncake/ram/junk", b"{}".to_vec());
         assert_eq!(resolver.resolve("junk").unwrap_err(), ErrorCode::RpcFail);
+    }
+
+    /// The cache holds at most its cap (the oldest answers go first) and refreshes an
+    /// answer older than its TTL.
+    #[test]
+    fn cache_is_bounded_and_refreshed() {
+        let (_server, _store, url) = server();
+        let client = HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap();
+        for i in 0..10 {
+            client
+                .publish_segment(&format!("seg{i}"), &descriptor(17000 + i))
+                .unwrap();
+        }
+        let limits = CacheLimits {
+            entries: 3,
+            ttl: Duration::from_secs(3600),
+        };
+        let resolver = HttpMetadataResolver::with_cache_limits(
+            HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap(),
+            limits,
+        );
+        for i in 0..10 {
+            assert_eq!(
+                resolver.resolve(&format!("seg{i}")).unwrap().port(),
+                17000 + i
+            );
+            assert!(
+                resolver.cached_len() <= 3,
+                "{} cached",
+                resolver.cached_len()
+            );
+        }
+        // seg7..seg9 are cached (a re-publication is not seen), seg6 was evicted.
+        client.publish_segment("seg9", &descriptor(18009)).unwrap();
+        client.publish_segment("seg6", &descriptor(18006)).unwrap();
+        assert_eq!(resolver.resolve("seg9").unwrap().port(), 17009);
+        assert_eq!(resolver.resolve("seg6").unwrap().port(), 18006);
+
+        let fresh = HttpMetadataResolver::with_cache_limits(
+            HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap(),
+            CacheLimits {
+                entries: 3,
+                ttl: Duration::from_millis(100),
+            },
+        );
+        assert_eq!(fresh.resolve("seg0").unwrap().port(), 17000);
+        client.publish_segment("seg0", &descriptor(18000)).unwrap();
+        let start = std::time::Instant::now();
+        while fresh.resolve("seg0").unwrap().port() != 18000 {
+            assert!(start.elapsed() < Duration::from_secs(3), "never refreshed");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(start.elapsed() >= Duration::from_millis(50));
     }
 }

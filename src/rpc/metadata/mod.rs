@@ -9,7 +9,7 @@
 pub mod client;
 pub mod store;
 
-pub use client::{HttpMetadataClient, HttpMetadataResolver};
+pub use client::{CacheLimits, HttpMetadataClient, HttpMetadataResolver};
 pub use store::{metadata_handler, MetadataStore};
 
 use serde::{Deserialize, Serialize};
