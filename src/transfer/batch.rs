@@ -10,7 +10,7 @@
 use super::copy::copy_bytes;
 use super::metrics::{bump, Metrics};
 use super::pool::{ConnectionPool, Slice, SliceError};
-use super::registry::Registry;
+use super::registry::{Registry, StaleEpoch};
 use super::settings::{MIN_SLICE, PIPELINE_GROUP_BYTES, PIPELINE_GROUP_SLICES, PIPELINE_MAX_SLICE};
 use super::staging::Staging;
 use super::wire::Opcode;
@@ -227,9 +227,19 @@ unsafe fn copy_local(io: &Io, slice: &Slice) -> Result<u64, SliceError> {
         remote,
         epoch,
     } = *slice;
-    if epoch != 0 {
-        let current = io.registry.within(remote, len as u64).map(|r| r.epoch);
-        if current != Some(epoch) {
+    let target = remote as usize as *mut u8;
+    // SAFETY: the caller guarantees both ranges (the engine checked `remote` against the
+    // registry and that the ranges do not overlap); the copy runs under the epoch fence.
+    let copy = || unsafe {
+        match op {
+            Opcode::Read => copy_bytes(local, target, len),
+            Opcode::Write => copy_bytes(target, local, len),
+        }
+    };
+    let named = (epoch != 0).then_some(epoch);
+    let copied = match io.registry.fenced(remote, len as u64, named, copy) {
+        Ok(copied) => copied,
+        Err(StaleEpoch(current)) => {
             bump(&io.metrics.stale_epoch_rejections);
             return Err(SliceError {
                 code: ErrorCode::StaleSegmentEpoch,
@@ -239,15 +249,6 @@ unsafe fn copy_local(io: &Io, slice: &Slice) -> Result<u64, SliceError> {
                 ),
                 unreachable: false,
             });
-        }
-    }
-    let remote = remote as usize as *mut u8;
-    // SAFETY: the caller guarantees both ranges (the engine checked `remote` against the
-    // registry and that the ranges do not overlap).
-    let copied = unsafe {
-        match op {
-            Opcode::Read => copy_bytes(local, remote, len),
-            Opcode::Write => copy_bytes(remote, local, len),
         }
     };
     copied.map(|_| len as u64).map_err(SliceError::from)

@@ -34,10 +34,22 @@ impl MemoryRegion {
     }
 }
 
+/// A request's range named a segment epoch that is not the current one of its region (or
+/// the range is no longer registered). Carries the region's epoch, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StaleEpoch(pub(crate) Option<u64>);
+
 /// Thread-safe table of registered ranges. Share it by `Arc`.
+///
+/// The epoch fence: every access to segment memory on behalf of a request that names an
+/// epoch runs inside [`Registry::fenced`] (a shared lock, held only for one non-blocking copy
+/// or socket call), and [`Registry::set_epoch`] takes it exclusively. So once `set_epoch`
+/// returns, no byte of a request naming the earlier epoch is read or written any more —
+/// however long ago it was admitted.
 #[derive(Debug, Default)]
 pub struct Registry {
     regions: RwLock<BTreeMap<usize, MemoryRegion>>,
+    fence: RwLock<()>,
 }
 
 impl Registry {
@@ -91,6 +103,7 @@ impl Registry {
                 format_args!("segment epoch {epoch:#x} is wider than 56 bits"),
             );
         }
+        let _fence = self.fence.write();
         match self.regions.write().get_mut(&base) {
             Some(region) => {
                 region.epoch = epoch;
@@ -114,6 +127,37 @@ impl Registry {
                 format_args!("no registered range starts at {addr:#x}"),
             ),
         }
+    }
+
+    /// Runs `access` (one short, non-blocking access to `[addr, addr+len)`) under the epoch
+    /// fence, after checking that the range still lies in one registered region whose epoch
+    /// is `epoch` (`None`: no check). Errors: [`StaleEpoch`], and `access` does not run.
+    pub(crate) fn fenced<R>(
+        &self,
+        addr: u64,
+        len: u64,
+        epoch: Option<u64>,
+        access: impl FnOnce() -> R,
+    ) -> std::result::Result<R, StaleEpoch> {
+        self.fenced_ranges(&[(addr, len, epoch)], access)
+    }
+
+    /// [`Registry::fenced`] for one access touching several `(addr, len, epoch)` ranges
+    /// (a gathered send): every range is checked before `access` runs.
+    pub(crate) fn fenced_ranges<R>(
+        &self,
+        ranges: &[(u64, u64, Option<u64>)],
+        access: impl FnOnce() -> R,
+    ) -> std::result::Result<R, StaleEpoch> {
+        let _fence = self.fence.read();
+        for &(addr, len, epoch) in ranges {
+            let Some(epoch) = epoch else { continue };
+            let current = self.within(addr, len).map(|region| region.epoch);
+            if current != Some(epoch) {
+                return Err(StaleEpoch(current));
+            }
+        }
+        Ok(access())
     }
 
     /// The range containing byte `addr`, if any.

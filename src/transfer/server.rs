@@ -270,6 +270,10 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, slot: Slot) {
             bump(&context.metrics.expired_requests);
             tracing::debug!(%peer, "transfer request missed its deadline; connection reset");
         }
+        Stop::Remounted => {
+            bump(&context.metrics.stale_epoch_rejections);
+            tracing::debug!(%peer, "segment remounted during a request; connection reset");
+        }
         Stop::Failed(e) => tracing::debug!(%peer, "transfer connection failed: {e}"),
     }
     if let Err(e) = set_abortive_close(conn.get_ref().as_raw_fd()) {
@@ -287,6 +291,9 @@ enum Stop {
     Refused,
     /// A request's header or payload did not arrive by its deadline.
     Expired,
+    /// The segment a request named was remounted (new epoch) while it was being served: no
+    /// further byte of it is read or written.
+    Remounted,
     /// A socket error or an early close inside a request.
     Failed(io::Error),
 }
@@ -310,7 +317,7 @@ async fn serve_requests(conn: &mut BufReader<TcpStream>, context: &ServeContext)
                 }
             };
             match header.opcode {
-                Opcode::Write => serve_write(conn, header, deadline, &context.metrics).await,
+                Opcode::Write => serve_write(conn, header, deadline, context).await,
                 Opcode::Read => {
                     let mut reads = vec![header];
                     take_buffered_reads(conn, &context.registry, &mut reads);
@@ -437,8 +444,9 @@ async fn serve_write(
     conn: &mut BufReader<TcpStream>,
     header: SessionHeader,
     deadline: Instant,
-    metrics: &Metrics,
+    context: &ServeContext,
 ) -> std::result::Result<(), Stop> {
+    let metrics = &context.metrics;
     // `admit` succeeded, so the range is inside registered memory and fits in usize.
     let (target, size) = (header.addr as usize, header.size as usize);
     let mut done = 0;
@@ -446,7 +454,13 @@ async fn serve_write(
         let left = size - done;
         if conn.buffer().is_empty() {
             if left >= READ_AHEAD {
-                done += receive(conn.get_ref(), target + done, left, deadline).await?;
+                let at = Fenced {
+                    registry: &context.registry,
+                    addr: target + done,
+                    len: left,
+                    epoch: header.epoch,
+                };
+                done += receive(conn.get_ref(), at, deadline).await?;
                 continue;
             }
             if before(deadline, conn.fill_buf()).await?.is_empty() {
@@ -455,16 +469,18 @@ async fn serve_write(
         }
         may_apply(conn.get_ref(), deadline)?;
         let chunk = conn.buffer().len().min(left);
+        let source = conn.buffer().as_ptr();
         // SAFETY: [target, target+size) is registered memory, which the registering caller
         // keeps valid while registered (module docs); the read-ahead buffer is ours and
         // holds `chunk` bytes; the two do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                conn.buffer().as_ptr(),
-                (target + done) as *mut u8,
-                chunk,
-            );
-        }
+        let copy = || unsafe {
+            std::ptr::copy_nonoverlapping(source, (target + done) as *mut u8, chunk);
+        };
+        let at = (target + done) as u64;
+        context
+            .registry
+            .fenced(at, chunk as u64, header.epoch, copy)
+            .map_err(|_| Stop::Remounted)?;
         conn.consume(chunk);
         done += chunk;
     }
@@ -492,20 +508,33 @@ fn may_apply(stream: &TcpStream, deadline: Instant) -> std::result::Result<(), S
     }
 }
 
-/// Receives at most `len` (> 0) payload bytes straight into registered memory at `addr`
-/// by `deadline`; returns how many arrived.
-async fn receive(
-    stream: &TcpStream,
+/// A range of registered memory a request accesses, with the epoch the request named: every
+/// access runs under the registry's epoch fence.
+struct Fenced<'a> {
+    registry: &'a Registry,
     addr: usize,
     len: usize,
+    epoch: Option<u64>,
+}
+
+/// Receives at most `at.len` (> 0) payload bytes straight into registered memory at
+/// `at.addr` by `deadline`; returns how many arrived. [`Stop::Remounted`] once the segment
+/// has a new epoch.
+async fn receive(
+    stream: &TcpStream,
+    at: Fenced<'_>,
     deadline: Instant,
 ) -> std::result::Result<usize, Stop> {
     let fd = stream.as_raw_fd();
+    let (addr, len) = (at.addr, at.len);
     loop {
         before(deadline, stream.readable()).await?;
         may_apply(stream, deadline)?;
         // SAFETY: [addr, addr+len) lies inside a range `admit` accepted (see `serve_write`).
-        match stream.try_io(Interest::READABLE, || unsafe { recv_into(fd, addr, len) }) {
+        let received = at.registry.fenced(addr as u64, len as u64, at.epoch, || {
+            stream.try_io(Interest::READABLE, || unsafe { recv_into(fd, addr, len) })
+        });
+        match received.map_err(|_| Stop::Remounted)? {
             Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
             Ok(n) => return Ok(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -544,15 +573,22 @@ async fn serve_reads(
             header.size,
         );
     }
+    // Every send re-checks the epochs under the fence: after a remount not one more byte of
+    // the earlier mount's memory is sent.
+    let ranges: Vec<(u64, u64, Option<u64>)> =
+        reads.iter().map(|h| (h.addr, h.size, h.epoch)).collect();
     let fd = stream.as_raw_fd();
     let mut cursor = Cursor::default();
     while cursor.part < parts.len() {
         before(Instant::now() + context.io_timeout, stream.writable()).await?;
         // SAFETY: the parts are `status` (alive until we return) and ranges `admit`
         // accepted, which the registering caller keeps valid (module docs).
-        match stream.try_io(Interest::WRITABLE, || unsafe {
-            send_parts(fd, &parts, cursor)
-        }) {
+        let sent = context.registry.fenced_ranges(&ranges, || {
+            stream.try_io(Interest::WRITABLE, || unsafe {
+                send_parts(fd, &parts, cursor)
+            })
+        });
+        match sent.map_err(|_| Stop::Remounted)? {
             Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero).into()),
             Ok(n) => cursor.advance(n, parts.len(), |i| parts[i].len),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}

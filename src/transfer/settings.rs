@@ -15,6 +15,8 @@ pub(crate) const PIPELINE_GROUP_BYTES: usize = 256 << 10;
 const MAX_LANES: u64 = 16;
 /// Upper bound of the two connection caps (far above any sane fd limit).
 const MAX_CONNECTIONS: u64 = 1 << 20;
+/// Upper bound of the timeouts: a week (keeps every `Instant + timeout` far from overflow).
+const MAX_TIMEOUT_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// One numeric environment tunable: its name, default and accepted range. A value that
 /// does not parse falls back to the default; one outside the range is clamped into it.
@@ -30,7 +32,7 @@ const TIMEOUT_MS: Knob = Knob {
     name: "MC_TRANSFER_TIMEOUT_MS",
     default: 60_000,
     min: 1,
-    max: u64::MAX,
+    max: MAX_TIMEOUT_MS,
 };
 /// `MC_TCP_LANES_PER_PEER`: slices per request (Mooncake's name and default).
 const LANES: Knob = Knob {
@@ -62,7 +64,7 @@ const IDLE_TIMEOUT_MS: Knob = Knob {
     name: "MC_TRANSFER_IDLE_TIMEOUT_MS",
     default: 300_000,
     min: 1,
-    max: u64::MAX,
+    max: MAX_TIMEOUT_MS,
 };
 
 impl Knob {

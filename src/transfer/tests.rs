@@ -1532,3 +1532,39 @@ fn unread_read_answer_expires() {
     assert!(expired, "a stalled READ answer held its connection");
     server.shutdown();
 }
+
+/// The epoch fence: a WRITE admitted under epoch E1 and still receiving its payload when the
+/// segment is remounted (E2) applies not one byte more once `set_region_epoch` returned — the
+/// range may be handed to another key right after.
+#[test]
+fn remount_fences_a_write_admitted_under_the_old_epoch() {
+    let server = serving_engine();
+    let mut segment = vec![0u8; 64 * 1024];
+    register(&server, &mut segment, true);
+    let base = addr_of(&segment);
+    server.set_region_epoch(base as usize, E1).unwrap();
+    let header = SessionHeader {
+        size: segment.len() as u64,
+        addr: base,
+        opcode: Opcode::Write,
+        v2: true,
+        epoch: Some(E1),
+    }
+    .encode();
+    let mut conn = TcpStream::connect(server.listen_addr().unwrap()).unwrap();
+    conn.write_all(&header).unwrap();
+    conn.write_all(&[0xAA; 4096]).unwrap();
+    let first = segment.as_ptr();
+    // SAFETY: reads of our own buffer, which the server writes through raw pointers.
+    let landed = |i: usize| unsafe { std::ptr::read_volatile(first.add(i)) };
+    assert!(wait_until(Duration::from_secs(3), || landed(4095) == 0xAA));
+    server.set_region_epoch(base as usize, E2).unwrap();
+    let _ = conn.write_all(&[0xBB; 60 * 1024]);
+    assert!(closed_by_peer(&mut conn, Duration::from_secs(3)));
+    assert!(
+        (4096..segment.len()).all(|i| landed(i) == 0),
+        "bytes of the old mount's WRITE landed after the remount"
+    );
+    let m = server.metrics();
+    assert_eq!((m.served_writes, m.stale_epoch_rejections), (0, 1));
+}
