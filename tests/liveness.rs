@@ -36,7 +36,8 @@ struct Stalling(Arc<StallNextPing>);
 impl Call<MasterInterface> for Stalling {
     fn call(&self, request: MasterRequest) -> mooncake_rs::Result<MasterResponse> {
         let state = &self.0;
-        if matches!(request, MasterRequest::ping { .. }) && state.armed.swap(false, Ordering::AcqRel)
+        if matches!(request, MasterRequest::ping { .. })
+            && state.armed.swap(false, Ordering::AcqRel)
         {
             state.stalled.store(true, Ordering::Release);
             std::thread::sleep(STALL); // the simulated slow call, not a synchronisation
@@ -81,7 +82,10 @@ fn a_stalled_master_shard_does_not_expire_a_pinging_client() {
         "the client was expired while one master shard stalled"
     );
     let mut out = vec![0u8; value.len()];
-    assert_eq!(client.get_into("survivor", &mut out), Ok(value.len() as u64));
+    assert_eq!(
+        client.get_into("survivor", &mut out),
+        Ok(value.len() as u64)
+    );
     assert_eq!(out, value);
     assert_eq!(client.health_check(), 0);
     client.teardown();
@@ -152,7 +156,11 @@ fn a_dead_segmentless_clients_pins_are_reclaimed() {
     let master = Master::start(&["--default_kv_lease_ttl=200"]);
     let owner = local_client(&master.addr(), 4 * MIB, MIB);
     owner
-        .put_from("pinned", &pattern(64 * 1024, 3), &ReplicateConfig::default())
+        .put_from(
+            "pinned",
+            &pattern(64 * 1024, 3),
+            &ReplicateConfig::default(),
+        )
         .unwrap();
     let mut child = spawn_pinner(&master.addr());
     assert_eq!(gauge(&master, "active_pins"), 1);

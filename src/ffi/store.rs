@@ -273,9 +273,8 @@ mod tests {
         config.local_buffer_size = 0;
         let config = Shared(&config as *const mc_setup_config_t as usize);
         std::thread::scope(|s| {
-            let setup = s.spawn(move || {
-                mc_store_setup(store.ptr(), config.0 as *const mc_setup_config_t)
-            });
+            let setup =
+                s.spawn(move || mc_store_setup(store.ptr(), config.0 as *const mc_setup_config_t));
             master.set_nonblocking(true).unwrap();
             let start = Instant::now();
             let connection = loop {
