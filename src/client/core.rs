@@ -2,7 +2,7 @@
 //! its life cycle. The operations live in sibling modules as further `impl Client` blocks.
 
 use super::config::{env_bool, env_u64, MetadataMode, SetupConfig};
-use super::heartbeat::Heartbeat;
+use super::heartbeat::{ping_timeout, Heartbeat};
 use super::local_buffer::LocalBuffer;
 use super::metrics::{ClientCounters, CountedMaster};
 use super::own_segment::OwnSegment;
@@ -58,6 +58,9 @@ pub(super) struct ClientCore {
 impl Client {
     /// Sets up a client: connects to (or creates) the master, starts the transfer engine,
     /// mounts a `global_segment_size` segment and registers a `local_buffer_size` local buffer.
+    /// A client of a remote master (with or without a segment) then pings it every second on
+    /// a connection of its own (`MC_PING_TIMEOUT_MS`, see the `heartbeat` module); an embedded
+    /// client is kept alive by its master and does not ping.
     /// Both are pre-faulted and, when a device runtime is present, pinned with it (best
     /// effort: a refusal is a warning and a metric, never an error; unpinned when the client
     /// is dropped; see [`crate::device::HostRegistration`]).
@@ -66,10 +69,16 @@ impl Client {
     /// `INTERNAL_ERROR` when no port could be bound; RPC errors / `INVALID_VERSION` from the
     /// master connection.
     pub fn setup(config: SetupConfig) -> Result<Client> {
+        Client::setup_with(config, MasterConfig::default())
+    }
+
+    /// [`Client::setup`], with `embedded_config` configuring the in-process master when
+    /// `config` selects one (ignored otherwise). Errors as [`Client::setup`].
+    pub(super) fn setup_with(config: SetupConfig, embedded_config: MasterConfig) -> Result<Client> {
         let metadata_mode = config.validate()?;
         let embedded = config.is_embedded();
         let (master, embedded_master): (Arc<dyn MasterApi>, _) = if embedded {
-            let service = MasterService::new(MasterConfig::default());
+            let service = MasterService::new(embedded_config);
             (service.clone(), Some(service))
         } else {
             (rpc::connect_master(config.master_server_addr.trim())?, None)
@@ -118,6 +127,11 @@ impl Client {
             heartbeat: Mutex::new(None),
             metadata,
         });
+        // The in-process master's own client cannot be dead while it runs: never expired
+        // (a process stall would otherwise race its monitor against the heartbeat).
+        if let Some(service) = &core.embedded_master {
+            service.keep_alive(core.id);
+        }
         if let Some(own) = &core.segment {
             let mounted = own
                 .next_mount(&core.engine)
@@ -126,9 +140,13 @@ impl Client {
                 core.shutdown();
                 return Err(e);
             }
-            // Also in embedded mode: the in-process master expires clients that stop pinging
-            // (client_ttl) exactly like a remote one, and would drop every object.
-            *core.heartbeat.lock() = Some(Heartbeat::start(&core));
+        }
+        // Every client of a remote master pings, segment or not: the master expires clients
+        // that stop pinging, and releases their pins.
+        if !embedded {
+            let pinger =
+                rpc::client::connect_pinger(config.master_server_addr.trim(), ping_timeout());
+            *core.heartbeat.lock() = Some(Heartbeat::start(&core, pinger));
         }
         tracing::info!(name = %core.hostname, client = %core.id, embedded, "client set up");
         Ok(Client { core })
@@ -355,4 +373,63 @@ fn bind(host: &str, port: u16) -> Result<TcpListener> {
             last.map(|e| e.to_string()).unwrap_or_default()
         ),
     )
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::types::ReplicateConfig;
+    use std::time::{Duration, Instant};
+
+    /// An embedded client with a `segment`-byte segment whose master runs `master`.
+    pub(in crate::client) fn embedded_with(master: MasterConfig, segment: u64) -> Client {
+        Client::setup_with(
+            SetupConfig {
+                local_hostname: "liveness-test".into(),
+                global_segment_size: segment,
+                local_buffer_size: 0,
+                master_server_addr: super::super::config::EMBEDDED_MASTER.into(),
+                ..SetupConfig::default()
+            },
+            master,
+        )
+        .expect("embedded setup")
+    }
+
+    /// Polls `check` every 10 ms for at most `limit`; whether it became true.
+    pub(in crate::client) fn poll(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if check() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        check()
+    }
+
+    #[test]
+    fn an_embedded_client_is_never_expired_by_its_own_master() {
+        let ttl = Duration::from_millis(200);
+        let client = embedded_with(
+            MasterConfig {
+                client_ttl_ms: Some(ttl.as_millis() as u64),
+                ..MasterConfig::default()
+            },
+            1 << 20,
+        );
+        client
+            .put_from("kept", b"embedded bytes", &ReplicateConfig::default())
+            .unwrap();
+        // A process stall: nothing pings (the heartbeat, if any, is stopped) for 5 ttls.
+        if let Some(heartbeat) = client.core.heartbeat.lock().take() {
+            heartbeat.stop();
+        }
+        let master = client.core.embedded_master.clone().unwrap();
+        let expired = poll(ttl * 5, || master.metrics().clients_expired > 0);
+        assert!(!expired, "the embedded master expired its own client");
+        let mut out = [0u8; 14];
+        assert_eq!(client.get_into("kept", &mut out), Ok(14));
+        assert_eq!(&out, b"embedded bytes");
+    }
 }

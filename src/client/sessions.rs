@@ -136,6 +136,17 @@ pub(super) fn snapshot<T: Clone, K: AsRef<str>>(
         .collect()
 }
 
+/// Removes `key`'s session if it is still `seen` (the same pin), never a session another
+/// thread started for the key since; returns the removed session (unpin it outside the lock).
+fn remove_if_same(
+    table: &mut HashMap<String, GetSession>,
+    key: &str,
+    seen: &Option<GetSession>,
+) -> Option<GetSession> {
+    let same = matches!((table.get(key), seen), (Some(a), Some(b)) if Arc::ptr_eq(&a.pin, &b.pin));
+    same.then(|| table.remove(key)).flatten()
+}
+
 pub(super) fn lengths_match(n: usize, others: &[usize]) -> Result<()> {
     if others.iter().all(|&m| m == n) {
         Ok(())
@@ -285,7 +296,7 @@ impl Client {
                 .as_ref()
                 .is_some_and(|s| Instant::now() >= s.deadline);
             if expired {
-                ended.extend(table.remove(keys[i].as_ref()));
+                ended.extend(remove_if_same(&mut table, keys[i].as_ref(), &sessions[i]));
                 if results[i].is_ok() || results[i] == Err(ErrorCode::LeaseExpired) {
                     results[i] = fail(ErrorCode::LeaseExpired, "get session lease expired");
                 }
@@ -541,5 +552,72 @@ impl Client {
             }
         }
         results
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::core::tests::embedded_with;
+    use crate::error::ErrorCode;
+    use crate::master::MasterConfig;
+    use crate::types::ReplicateConfig;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn an_expiring_get_session_never_ends_one_restarted_meanwhile() {
+        let lease = Duration::from_millis(30);
+        let client = embedded_with(
+            MasterConfig {
+                default_kv_lease_ttl_ms: lease.as_millis() as u64,
+                ..MasterConfig::default()
+            },
+            64 << 20,
+        );
+        let size = 16 << 20;
+        client
+            .put_from("k", &vec![5u8; size], &ReplicateConfig::default())
+            .unwrap();
+        let stop = AtomicBool::new(false);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let lost = std::thread::scope(|s| {
+            // Long ranged reads whose session often expires while they run.
+            s.spawn(|| {
+                let mut buf = vec![0u8; size];
+                while !stop.load(Ordering::Acquire) && Instant::now() < deadline {
+                    let _ = client.batch_get_into_multi_buffer_ranges(
+                        &["k"],
+                        &mut [vec![&mut buf[..]]],
+                        &[vec![0]],
+                    );
+                }
+            });
+            // Restart the session each time it expires; a fresh session must stay open
+            // until its own lease ends.
+            let mut lost = 0;
+            let mut byte = [0u8; 1];
+            while Instant::now() < deadline && lost == 0 {
+                let asked = Instant::now();
+                assert_eq!(client.batch_get_session_start(&["k"]), vec![Ok(())]);
+                loop {
+                    let read = client.batch_get_into_multi_buffer_ranges(
+                        &["k"],
+                        &mut [vec![&mut byte[..]]],
+                        &[vec![0]],
+                    );
+                    match read[0] {
+                        Ok(_) => continue,
+                        Err(ErrorCode::InvalidParams) if Instant::now() < asked + lease => {
+                            lost += 1
+                        }
+                        Err(_) => {}
+                    }
+                    break;
+                }
+            }
+            stop.store(true, Ordering::Release);
+            lost
+        });
+        assert_eq!(lost, 0, "a session restarted by another thread was ended");
     }
 }

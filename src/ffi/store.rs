@@ -242,4 +242,66 @@ mod tests {
     fn the_handle_is_send_and_sync_as_documented() {
         assert_send_sync::<mc_store>();
     }
+
+    /// The handle's address, to share it with a thread (the handle is `Send + Sync`).
+    #[derive(Clone, Copy)]
+    struct Shared(usize);
+
+    impl Shared {
+        fn ptr(self) -> *mut mc_store_t {
+            self.0 as *mut mc_store_t
+        }
+    }
+
+    #[test]
+    fn health_check_answers_while_a_setup_waits_for_a_silent_master() {
+        use std::net::TcpListener;
+        use std::sync::mpsc;
+        use std::time::{Duration, Instant};
+        // A "master" that accepts the connection and never answers.
+        let master = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = std::ffi::CString::new(master.local_addr().unwrap().to_string()).unwrap();
+        let host = std::ffi::CString::new("127.0.0.1").unwrap();
+        let store = Shared(mc_store_new() as usize);
+        let mut config = std::mem::MaybeUninit::<mc_setup_config_t>::uninit();
+        config::mc_setup_config_init(config.as_mut_ptr());
+        // SAFETY: initialised by `mc_setup_config_init`.
+        let mut config = unsafe { config.assume_init() };
+        config.local_hostname = host.as_ptr();
+        config.master_server_addr = addr.as_ptr();
+        config.global_segment_size = 0;
+        config.local_buffer_size = 0;
+        let config = Shared(&config as *const mc_setup_config_t as usize);
+        std::thread::scope(|s| {
+            let setup =
+                s.spawn(move || mc_store_setup(store.ptr(), config.0 as *const mc_setup_config_t));
+            master.set_nonblocking(true).unwrap();
+            let start = Instant::now();
+            let connection = loop {
+                match master.accept() {
+                    Ok((stream, _)) => break stream,
+                    Err(_) if start.elapsed() < Duration::from_secs(10) => {
+                        std::thread::sleep(Duration::from_millis(5))
+                    }
+                    Err(e) => panic!("setup never connected: {e}"),
+                }
+            };
+            let (tx, rx) = mpsc::channel();
+            s.spawn(move || {
+                let _ = tx.send((
+                    mc_store_health_check(store.ptr()),
+                    mc_store::client(store.ptr()).err(),
+                ));
+            });
+            let answer = rx.recv_timeout(Duration::from_secs(2));
+            drop(connection); // the setup now fails at once
+            assert_eq!(
+                answer,
+                Ok((MC_HEALTH_NOT_INITIALIZED, Some(ErrorCode::InvalidParams))),
+                "health_check and data calls must answer during a setup"
+            );
+            assert_ne!(setup.join().unwrap(), 0);
+        });
+        mc_store_free(store.ptr());
+    }
 }

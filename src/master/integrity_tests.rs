@@ -107,7 +107,11 @@ fn remounted_segment_keeps_ranges_still_pinned() {
     let pinned = one(m.batch_pin(reader, vec!["k".into()])).unwrap();
     let pinned_at = pinned.query.replicas[0].buffer.buffer_address;
     assert_eq!(pinned.query.replicas[0].buffer.epoch, seg.epoch);
-    assert!(wait_until(WAIT, || m.metrics().clients_expired == 1));
+    // The reader is registered by its pin and stays alive by pinging; the owner does not.
+    assert!(wait_until(WAIT, || {
+        m.ping(reader).unwrap();
+        m.metrics().clients_expired == 1
+    }));
     let remount = Segment {
         epoch: fresh_epoch(),
         ..seg

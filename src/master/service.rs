@@ -109,6 +109,13 @@ impl MasterService {
         self.workers.stop();
     }
 
+    /// Registers `client` as alive for as long as this master runs: the client monitor never
+    /// expires it, whatever its pings. For the in-process client of an embedded master, which
+    /// cannot be dead while its master runs (a stalled process stalls both). Idempotent.
+    pub(crate) fn keep_alive(&self, client: ClientId) {
+        self.clients.keep_alive(client);
+    }
+
     /// A snapshot of sizes and counters.
     pub fn metrics(&self) -> MasterMetrics {
         let segments = self.segments.metrics();
@@ -337,6 +344,9 @@ impl MasterApi for MasterService {
     }
 
     fn batch_pin(&self, client: ClientId, keys: Vec<String>) -> Result<Vec<Result<PinnedObject>>> {
+        // Every client holding pins is registered (also one without a segment), so its pins
+        // are released when it stops pinging for client_ttl.
+        self.clients.register(client, Instant::now());
         each(keys, |key| self.pin(client, &key))
     }
 

@@ -18,6 +18,7 @@ use std::marker::PhantomData;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Idle connections kept per client; more are closed after use.
 const MAX_IDLE_CONNECTIONS: usize = 16;
@@ -43,6 +44,20 @@ pub type RemoteMasterApi = RemoteMaster<RpcMasterClient>;
 /// returns it as a [`MasterApi`]. Errors as [`RpcMasterClient::connect`].
 pub fn connect_master(addr: &str) -> Result<Arc<dyn MasterApi>> {
     Ok(Arc::new(RemoteMaster(RpcMasterClient::connect(addr)?)))
+}
+
+/// A [`MasterApi`] for liveness pings alone, to the master at `addr` ("host:port"): its own
+/// connection, never shared with data-path calls (a slow call elsewhere cannot hold it), with
+/// `timeout` on connecting and on each wait for the answer. Connects lazily, on the first
+/// ping; a ping that fails drops its connection, so the next one connects afresh (and lands
+/// on another server shard). Thread-safe; meant for one heartbeat thread. Errors per ping:
+/// `RPC_FAIL`, `RPC_TIMEOUT`.
+pub fn connect_pinger(addr: &str, timeout: Duration) -> Arc<dyn MasterApi> {
+    let timeouts = Timeouts {
+        connect: timeout,
+        request: timeout,
+    };
+    Arc::new(RemoteMaster(RpcMasterClient::new(addr, timeouts)))
 }
 
 impl<I: Interface> RpcClient<I> {

@@ -1,0 +1,186 @@
+//! Client liveness under stalls and deaths (issue 12, findings 1 and 3): pings have their own
+//! connection and a short timeout, and every client that pins is registered, pings and is
+//! expired with its pins. 127.0.0.1 only; every wait is bounded.
+
+mod common;
+
+use common::{local_client, pattern, wait_until, Master};
+use mooncake_rs::client::{Client, SetupConfig};
+use mooncake_rs::master::{
+    MasterApi, MasterConfig, MasterInterface, MasterRequest, MasterResponse, MasterService,
+    RemoteMaster,
+};
+use mooncake_rs::rpc::{Call, Interface, RpcServer};
+use mooncake_rs::types::ReplicateConfig;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+
+/// A master whose next ping, once armed, holds its shard thread for `STALL`, as a long
+/// `remove_all` running inline on that shard would.
+struct StallNextPing {
+    inner: Arc<MasterService>,
+    armed: AtomicBool,
+    stalled: AtomicBool,
+}
+
+const STALL: Duration = Duration::from_secs(5);
+
+/// The transport the test server dispatches through.
+struct Stalling(Arc<StallNextPing>);
+
+impl Call<MasterInterface> for Stalling {
+    fn call(&self, request: MasterRequest) -> mooncake_rs::Result<MasterResponse> {
+        let state = &self.0;
+        if matches!(request, MasterRequest::ping { .. })
+            && state.armed.swap(false, Ordering::AcqRel)
+        {
+            state.stalled.store(true, Ordering::Release);
+            std::thread::sleep(STALL); // the simulated slow call, not a synchronisation
+        }
+        Ok(MasterInterface::dispatch(request, &*state.inner))
+    }
+}
+
+#[test]
+fn a_stalled_master_shard_does_not_expire_a_pinging_client() {
+    // Read at setup; only this test in this binary sets up a client with its own master.
+    std::env::set_var("MC_PING_TIMEOUT_MS", "300");
+    let service = MasterService::new(MasterConfig {
+        client_ttl_ms: Some(2000),
+        ..MasterConfig::default()
+    });
+    let stalling = Arc::new(StallNextPing {
+        inner: service.clone(),
+        armed: AtomicBool::new(false),
+        stalled: AtomicBool::new(false),
+    });
+    let api: Arc<dyn MasterApi> = Arc::new(RemoteMaster(Stalling(stalling.clone())));
+    let server = RpcServer::start_with_threads("127.0.0.1:0".parse().unwrap(), api, 2).unwrap();
+    let client = local_client(&server.local_addr().to_string(), 4 * MIB, MIB);
+    let value = pattern(4096, 7);
+    client
+        .put_from("survivor", &value, &ReplicateConfig::default())
+        .unwrap();
+    stalling.armed.store(true, Ordering::Release);
+    assert!(
+        wait_until(Duration::from_secs(5), || stalling
+            .stalled
+            .load(Ordering::Acquire)),
+        "no ping reached the master"
+    );
+    // Past the 2 s client_ttl while one shard is held: the client must keep pinging.
+    let expired = wait_until(Duration::from_secs(4), || {
+        service.metrics().clients_expired > 0
+    });
+    assert!(
+        !expired,
+        "the client was expired while one master shard stalled"
+    );
+    let mut out = vec![0u8; value.len()];
+    assert_eq!(
+        client.get_into("survivor", &mut out),
+        Ok(value.len() as u64)
+    );
+    assert_eq!(out, value);
+    assert_eq!(client.health_check(), 0);
+    client.teardown();
+    server.shutdown();
+}
+
+/// Environment variable that turns [`segmentless_pinner_child`] into the child process.
+const CHILD_MASTER: &str = "MC_LIVENESS_TEST_CHILD_MASTER";
+
+/// Child mode of [`a_dead_segmentless_clients_pins_are_reclaimed`]: a client without a
+/// segment pins `pinned`, prints `PINNED <id>` and waits to be killed (60 s at most).
+/// Without the environment variable it does nothing.
+#[test]
+fn segmentless_pinner_child() {
+    let Ok(master) = std::env::var(CHILD_MASTER) else {
+        return;
+    };
+    let client = Client::setup(SetupConfig {
+        local_hostname: "127.0.0.1".into(),
+        global_segment_size: 0,
+        local_buffer_size: 0,
+        master_server_addr: master,
+        ..SetupConfig::default()
+    })
+    .expect("segment-less client setup");
+    let pin = client.pin(&["pinned"]).pop().unwrap().expect("pin");
+    println!("PINNED {}", pin.pin_id);
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// Starts [`segmentless_pinner_child`] as a separate process and waits for its pin.
+fn spawn_pinner(master: &str) -> Child {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "segmentless_pinner_child", "--nocapture"])
+        .env(CHILD_MASTER, master)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the pinning child");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
+            if line.starts_with("PINNED") {
+                let _ = tx.send(line);
+                return;
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("the child did not pin");
+    child
+}
+
+/// The value of the master's Prometheus gauge `name`.
+fn gauge(master: &Master, name: &str) -> u64 {
+    let text = master.http_get("/metrics");
+    let prefix = format!("mooncake_master_{name}{{");
+    text.lines()
+        .find(|line| line.starts_with(&prefix))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.trim().parse::<f64>().ok())
+        .map(|value| value as u64)
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+#[test]
+fn a_dead_segmentless_clients_pins_are_reclaimed() {
+    let master = Master::start(&["--default_kv_lease_ttl=200"]);
+    let owner = local_client(&master.addr(), 4 * MIB, MIB);
+    owner
+        .put_from(
+            "pinned",
+            &pattern(64 * 1024, 3),
+            &ReplicateConfig::default(),
+        )
+        .unwrap();
+    let mut child = spawn_pinner(&master.addr());
+    assert_eq!(gauge(&master, "active_pins"), 1);
+    // Alive and pinging: its pin outlives client_ttl (2 s).
+    let dropped = wait_until(Duration::from_secs(3), || {
+        gauge(&master, "active_pins") != 1
+    });
+    assert!(!dropped, "a live segment-less client lost its pin");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let reclaimed = wait_until(Duration::from_secs(8), || {
+        gauge(&master, "active_pins") == 0
+    });
+    assert!(
+        reclaimed,
+        "the dead client's pin was never released: active_pins = {}",
+        gauge(&master, "active_pins")
+    );
+    owner.remove("pinned", true).unwrap();
+    let freed = wait_until(Duration::from_secs(5), || gauge(&master, "bytes_used") == 0);
+    assert!(freed, "bytes_used = {}", gauge(&master, "bytes_used"));
+    owner.teardown();
+}
