@@ -9,8 +9,11 @@
 //! caller has already reused or freed. Cost: one local memcpy per value on the accessor
 //! (put: caller → staging; get: staging → caller); none on the owner. A staging slot whose
 //! item failed in transfer (`TRANSFER_FAIL`, `TRANSFER_TIMEOUT`) or whose RPC failed at the
-//! transport level is held in quarantine for `MC_P2P_QUARANTINE_MS` (default: the transfer
-//! timeout) before reuse: the owner's push may still land in it.
+//! transport level is held in quarantine for `MC_P2P_QUARANTINE_MS` (default: twice the
+//! transfer timeout) before reuse: the owner's push may still land in it. Every REVERSE item
+//! carries `valid_for_ms` (our RPC timeout): the owner starts no transfer of it later than
+//! that after it read the request. FORWARD puts start no slice after the PreWrite's lease,
+//! counted from when we sent the PreWrite (`send_by`; never later than the owner's deadline).
 //! FORWARD needs no staging: our engine reads from / writes into the caller's memory
 //! directly (zero extra copies).
 

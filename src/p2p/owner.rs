@@ -9,7 +9,7 @@
 //! an RPC and runs after the lock is released.
 //!
 //! Quarantine before reuse (issue 11): the space of a PreWrite that expired or was revoked
-//! is held for `MC_P2P_QUARANTINE_MS` (default the transfer timeout) past the earlier of its
+//! is held for `MC_P2P_QUARANTINE_MS` (default twice the transfer timeout) past the earlier of its
 //! lease deadline and its end, since the accessor's write may still land in it; a committed
 //! value removed while readers hold its pin is held until that pin's deadline (the last
 //! reader's lease). Pins are bounded: a removed key is hidden at once (PinKey answers
