@@ -9,8 +9,11 @@
 //! caller has already reused or freed. Cost: one local memcpy per value on the accessor
 //! (put: caller → staging; get: staging → caller); none on the owner. A staging slot whose
 //! item failed in transfer (`TRANSFER_FAIL`, `TRANSFER_TIMEOUT`) or whose RPC failed at the
-//! transport level is held in quarantine for `MC_P2P_QUARANTINE_MS` (default: the transfer
-//! timeout) before reuse: the owner's push may still land in it.
+//! transport level is held in quarantine for `MC_P2P_QUARANTINE_MS` (default: twice the
+//! transfer timeout) before reuse: the owner's push may still land in it. Every REVERSE item
+//! carries `valid_for_ms` (our RPC timeout): the owner starts no transfer of it later than
+//! that after it read the request. FORWARD puts start no slice after the PreWrite's lease,
+//! counted from when we sent the PreWrite (`send_by`; never later than the owner's deadline).
 //! FORWARD needs no staging: our engine reads from / writes into the caller's memory
 //! directly (zero extra copies).
 
@@ -19,6 +22,7 @@ use super::counters::{bump, Counters};
 use super::quarantine::Quarantine;
 use crate::client::{LocalAlloc, LocalBuffer};
 use crate::error::{fail, ErrorCode, Result};
+use crate::master::deadline;
 use crate::transfer::{copy, TransferEngine, TransferOp, TransferRequest};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,6 +37,7 @@ pub struct FaultInjection {
     fail_transfers: AtomicU64,
     commit_delay_ms: AtomicU64,
     read_delay_ms: AtomicU64,
+    write_delay_ms: AtomicU64,
 }
 
 impl FaultInjection {
@@ -52,6 +57,13 @@ impl FaultInjection {
     /// still mid-read when the key changes).
     pub fn delay_reads(&self, delay: Duration) {
         self.read_delay_ms
+            .store(delay.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Sleep this long between a FORWARD write's PreWrites and its transfer (a writer that
+    /// is slow to start, e.g. queued behind other work, while its lease runs out).
+    pub fn delay_writes(&self, delay: Duration) {
+        self.write_delay_ms
             .store(delay.as_millis() as u64, Ordering::Relaxed);
     }
 
@@ -99,6 +111,8 @@ pub(crate) struct Accessor {
     pub(crate) faults: Arc<FaultInjection>,
     held: Quarantine<LocalAlloc>,
     quarantine: Duration,
+    /// How long we wait for an owner's REVERSE answer; sent as each item's `valid_for_ms`.
+    rpc_timeout: Duration,
 }
 
 /// Whether a peer may still be moving bytes of an item that ended with `code`: its transfer
@@ -114,13 +128,16 @@ fn may_still_move(code: ErrorCode) -> bool {
 }
 
 impl Accessor {
-    /// Staging slots of failed items are held for `quarantine` before reuse.
+    /// Staging slots of failed items are held for `quarantine` before reuse; `rpc_timeout`
+    /// is how long our RPC client waits for an owner's answer (the owner starts no REVERSE
+    /// transfer later than that after it read the request).
     pub(crate) fn new(
         engine: Arc<TransferEngine>,
         staging: Option<Arc<LocalBuffer>>,
         counters: Arc<Counters>,
         faults: Arc<FaultInjection>,
         quarantine: Duration,
+        rpc_timeout: Duration,
     ) -> Accessor {
         Accessor {
             engine,
@@ -129,6 +146,7 @@ impl Accessor {
             faults,
             held: Quarantine::default(),
             quarantine,
+            rpc_timeout,
         }
     }
 
@@ -166,22 +184,24 @@ impl Accessor {
         keys: &[&str],
         values: &[&[u8]],
     ) -> Vec<Result<()>> {
-        let grants: Vec<Result<WriteGrant>> = keys
+        let grants: Vec<Result<(WriteGrant, Instant)>> = keys
             .iter()
             .zip(values)
             .map(|(key, value)| {
+                let sent = Instant::now();
                 let grant = peer.pre_write(key.to_string(), value.len() as u64)?;
                 if grant.buffer.len != value.len() as u64 {
                     let _ = self.revoke(peer, key, grant.write_operation_id);
                     return fail(ErrorCode::InvalidReplica, "PreWrite granted a wrong size");
                 }
-                Ok(grant)
+                let send_by = deadline(sent, Duration::from_millis(grant.lease_ms));
+                Ok((grant, send_by))
             })
             .collect();
         let mut requests = Vec::new();
         let mut index = Vec::new();
         for (i, grant) in grants.iter().enumerate() {
-            if let Ok(grant) = grant {
+            if let Ok((grant, send_by)) = grant {
                 index.push(i);
                 requests.push(TransferRequest {
                     op: TransferOp::Write,
@@ -190,10 +210,11 @@ impl Accessor {
                     endpoint: &grant.buffer.endpoint,
                     remote_addr: grant.buffer.addr,
                     epoch: 0,
-                    send_by: None,
+                    send_by: Some(*send_by),
                 });
             }
         }
+        pause(&self.faults.write_delay_ms);
         // SAFETY: each local range is a caller slice, borrowed (readable) for this call.
         let moved = unsafe { self.forward_transfers(&mut requests) };
         let mut outcomes: Vec<Option<Result<()>>> = vec![None; keys.len()];
@@ -205,7 +226,7 @@ impl Accessor {
             .zip(grants)
             .zip(outcomes)
             .map(|((key, grant), moved)| {
-                let id = grant?.write_operation_id;
+                let id = grant?.0.write_operation_id;
                 match moved.unwrap_or(Err(ErrorCode::InternalError)) {
                     Ok(()) => {
                         peer.write_commit(key.to_string(), id)?;
@@ -323,6 +344,11 @@ impl Accessor {
         staging.allocate(len)
     }
 
+    /// The `valid_for_ms` of our REVERSE items: our RPC timeout.
+    fn valid_for_ms(&self) -> u64 {
+        u64::try_from(self.rpc_timeout.as_millis()).unwrap_or(u64::MAX)
+    }
+
     fn describe(&self, slot: &LocalAlloc) -> RemoteBufferDesc {
         RemoteBufferDesc {
             endpoint: self.engine.local_name().to_string(),
@@ -352,7 +378,11 @@ impl Accessor {
         let answers = self.call_with_slots(
             keys,
             &slots,
-            |key, source| RemoteWrite { key, source },
+            |key, source| RemoteWrite {
+                key,
+                source,
+                valid_for_ms: self.valid_for_ms(),
+            },
             |items| peer.write_remote_data(items),
         );
         let results = answers
@@ -405,7 +435,7 @@ impl Accessor {
     /// Returns each staging slot, or holds it in quarantine when the owner may still be
     /// moving bytes of its item ([`may_still_move`]).
     fn release<T>(&self, slots: Vec<Result<LocalAlloc>>, answers: &[Result<T>]) {
-        let until = Instant::now() + self.quarantine;
+        let until = deadline(Instant::now(), self.quarantine);
         for (slot, answer) in slots.into_iter().zip(answers) {
             if let (Ok(slot), Err(code)) = (slot, answer) {
                 if may_still_move(*code) {
@@ -441,7 +471,11 @@ impl Accessor {
         let answers = self.call_with_slots(
             keys,
             &slots,
-            |key, target| RemoteRead { key, target },
+            |key, target| RemoteRead {
+                key,
+                target,
+                valid_for_ms: self.valid_for_ms(),
+            },
             |items| peer.read_remote_data(items),
         );
         let results: Vec<Result<u64>> = slots
@@ -475,8 +509,11 @@ impl Accessor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::master::MasterApi;
     use crate::p2p::api::{ReadGrant, RemoteWrite};
     use crate::p2p::counters::P2pCounters;
+    use crate::p2p::owner::{DataManager, OwnerParts};
+    use crate::p2p::tiered::TieredBackend;
     use crate::transfer::{DirectResolver, EngineConfig};
     use parking_lot::Mutex;
 
@@ -531,7 +568,14 @@ mod tests {
         }
     }
 
+    /// The RPC timeout of the test accessor (and of [`TimingOut`]).
+    const RPC_TIMEOUT: Duration = Duration::from_millis(100);
+
     fn accessor() -> Accessor {
+        accessor_with(Duration::from_millis(300))
+    }
+
+    fn accessor_with(quarantine: Duration) -> Accessor {
         let engine = TransferEngine::new(EngineConfig {
             local_name: "accessor".into(),
             listener: None,
@@ -545,8 +589,243 @@ mod tests {
             Some(staging),
             Arc::default(),
             Arc::default(),
-            Duration::from_millis(300),
+            quarantine,
+            RPC_TIMEOUT,
         )
+    }
+
+    /// An owner in this process on `engine` (1 MiB DRAM tier) with its own P2P master.
+    fn owner(engine: &Arc<TransferEngine>, lease: Duration, quarantine: Duration) -> DataManager {
+        let master = crate::master::MasterService::new(crate::master::MasterConfig {
+            deployment_mode: crate::types::DeploymentMode::P2p,
+            ..Default::default()
+        });
+        let id = crate::types::Uuid::random();
+        master
+            .p2p_register_owner(crate::types::P2pOwner {
+                client: id,
+                name: engine.local_name().to_string(),
+                rpc_addr: "127.0.0.1:1".into(),
+            })
+            .unwrap();
+        let tiers = crate::p2p::config::TieredConfig::parse(
+            r#"{"tiers":[{"type":"DRAM","capacity":1048576}]}"#,
+        )
+        .unwrap();
+        DataManager::new(OwnerParts {
+            backend: TieredBackend::new(&tiers, engine, 4).unwrap(),
+            engine: Arc::clone(engine),
+            master,
+            id,
+            lease,
+            shards: 4,
+            counters: Arc::default(),
+            quarantine,
+        })
+    }
+
+    /// Polls `done` every 5 ms for at most `limit`.
+    fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+        let started = Instant::now();
+        while !done() {
+            if started.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+
+    /// Review of issue 11, P2P (1): a FORWARD put whose PreWrite lease ended before its
+    /// transfer started writes no byte into the owner's tier — the range already belongs to
+    /// another key — and reports an error.
+    #[test]
+    fn forward_put_never_writes_after_its_prewrite_lease() {
+        let accessor = accessor();
+        let owner = owner(&accessor.engine, Duration::from_millis(50), Duration::ZERO);
+        accessor.faults.delay_writes(Duration::from_millis(600));
+        let (v1, v2) = (vec![1u8; 4096], vec![2u8; 4096]);
+        std::thread::scope(|s| {
+            let late = s.spawn(|| accessor.forward_put(&owner, &["k1"], &[&v1[..]]));
+            assert!(
+                wait_until(Duration::from_secs(3), || {
+                    owner.scan();
+                    let now = owner.counters().unwrap();
+                    now.pending_created == 1 && now.pending_records == 0
+                }),
+                "k1's PreWrite expired"
+            );
+            owner.put_local("k2", &v2).unwrap();
+            let outcome = late.join().unwrap();
+            assert!(
+                matches!(
+                    outcome[..],
+                    [Err(ErrorCode::StaleWriteToken | ErrorCode::LeaseExpired)]
+                ),
+                "{outcome:?}"
+            );
+        });
+        let mut got = vec![0u8; 4096];
+        assert_eq!(owner.get_local("k2", &mut got), Ok(4096));
+        assert!(got == v2, "k2 holds bytes of k1's expired write");
+        assert_eq!(
+            owner.get_local("k1", &mut got),
+            Err(ErrorCode::ObjectNotFound)
+        );
+    }
+
+    /// Forwards REVERSE calls to `owner` on a thread of its own, but answers `RPC_TIMEOUT`
+    /// after `wait` like an RPC client whose owner is overloaded; the call goes on. The
+    /// handlers still running are in `late`.
+    struct TimingOut {
+        owner: Arc<DataManager>,
+        wait: Duration,
+        late: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    }
+
+    impl TimingOut {
+        fn call<T: Send + 'static>(
+            &self,
+            f: impl FnOnce(&DataManager) -> Result<T> + Send + 'static,
+        ) -> Result<T> {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let owner = Arc::clone(&self.owner);
+            self.late.lock().push(std::thread::spawn(move || {
+                let _ = tx.send(f(&owner));
+            }));
+            rx.recv_timeout(self.wait)
+                .unwrap_or(Err(ErrorCode::RpcTimeout))
+        }
+
+        /// Waits for every handler to end.
+        fn join(&self) {
+            for handler in self.late.lock().drain(..) {
+                handler.join().unwrap();
+            }
+        }
+    }
+
+    impl PeerApi for TimingOut {
+        fn write_remote_data(&self, items: Vec<RemoteWrite>) -> Result<Vec<Result<()>>> {
+            self.call(move |owner| owner.write_remote_data(items))
+        }
+        fn read_remote_data(&self, items: Vec<RemoteRead>) -> Result<Vec<Result<u64>>> {
+            self.call(move |owner| owner.read_remote_data(items))
+        }
+        fn pre_write(&self, _: String, _: u64) -> Result<WriteGrant> {
+            Err(ErrorCode::InternalError)
+        }
+        fn write_commit(&self, _: String, _: u64) -> Result<()> {
+            Err(ErrorCode::InternalError)
+        }
+        fn write_revoke(&self, _: String, _: u64) -> Result<()> {
+            Err(ErrorCode::InternalError)
+        }
+        fn pin_key(&self, _: String) -> Result<ReadGrant> {
+            Err(ErrorCode::InternalError)
+        }
+        fn un_pin_key(&self, _: String, _: u64) -> Result<()> {
+            Err(ErrorCode::InternalError)
+        }
+        fn remove_data(&self, _: Vec<String>) -> Result<Vec<Result<()>>> {
+            Err(ErrorCode::InternalError)
+        }
+        fn counters(&self) -> Result<P2pCounters> {
+            self.owner.counters()
+        }
+    }
+
+    /// Frees the accessor's quarantined slots once due (bounded wait).
+    fn drain_quarantine(accessor: &Accessor) {
+        assert!(wait_until(Duration::from_secs(3), || {
+            accessor.held.release_due(Instant::now());
+            accessor.held.len() == 0
+        }));
+    }
+
+    /// Review of issue 11, P2P (2): a REVERSE owner whose handler starts after the accessor
+    /// gave up (RPC timeout; the staging slot was quarantined, then reused for another
+    /// key) moves no byte: put(k1) does not commit k2's bytes, get(k1) does not push into
+    /// the slot another get is using. The owner counts the refusals.
+    #[test]
+    fn reverse_owner_never_transfers_after_the_accessor_gave_up() {
+        let accessor = accessor();
+        let slow = TimingOut {
+            owner: Arc::new(
+                owner(&accessor.engine, Duration::from_secs(5), Duration::ZERO)
+                    .with_stage_delay(Duration::from_millis(800)),
+            ),
+            wait: RPC_TIMEOUT,
+            late: Mutex::default(),
+        };
+        let fast = owner(&accessor.engine, Duration::from_secs(5), Duration::ZERO);
+        let (v1, v2) = (vec![1u8; 4096], vec![2u8; 4096]);
+        assert_eq!(
+            accessor.reverse_put(&slow, &["k1"], &[&v1[..]]),
+            vec![Err(ErrorCode::RpcTimeout)]
+        );
+        drain_quarantine(&accessor);
+        assert_eq!(
+            accessor.reverse_put(&fast, &["k2"], &[&v2[..]]),
+            vec![Ok(())]
+        );
+        slow.join();
+        let mut got = vec![0u8; 4096];
+        match slow.owner.get_local("k1", &mut got) {
+            Ok(_) => assert!(got == v1, "k1 was committed with k2's bytes"),
+            Err(code) => assert_eq!(code, ErrorCode::ObjectNotFound),
+        }
+        // REVERSE get: the late push must not land in the slot a later get is filling.
+        slow.owner.put_local("k3", &v1).unwrap();
+        let mut buffer = vec![0u8; 4096];
+        let get = |peer: &dyn PeerApi, key: &str, buffer: &mut Vec<u8>| {
+            accessor.reverse_get(peer, &[key], &[4096], &mut [&mut buffer[..]])
+        };
+        assert_eq!(
+            get(&slow, "k3", &mut buffer),
+            vec![Err(ErrorCode::RpcTimeout)]
+        );
+        drain_quarantine(&accessor);
+        let slot = accessor.stage(4096).unwrap();
+        // SAFETY: our own fresh slot of 4096 bytes.
+        unsafe { std::ptr::write_bytes(slot.addr() as *mut u8, 9, 4096) };
+        slow.join();
+        // SAFETY: as above; the slot is still ours.
+        let after = unsafe { std::slice::from_raw_parts(slot.addr() as *const u8, 4096) };
+        assert!(
+            after.iter().all(|&b| b == 9),
+            "a late push landed in a reused slot"
+        );
+        let refused = slow.owner.counters().unwrap().reverse_late_refused;
+        assert_eq!(refused, 2, "the owner counts both refusals");
+    }
+
+    /// Review of issue 11, P2P (3): a quarantine (and lease) of `u64::MAX` ms never panics,
+    /// on the owner's and on the accessor's paths.
+    #[test]
+    fn huge_quarantine_and_lease_never_panic() {
+        let max = Duration::from_millis(u64::MAX);
+        let accessor = accessor_with(max);
+        let value = vec![3u8; 4096];
+        assert_eq!(
+            accessor.reverse_put(&FailingOwner::default(), &["k"], &[&value[..]]),
+            vec![Err(ErrorCode::TransferFail)]
+        );
+        assert_eq!(accessor.held.len(), 1);
+        let owner = owner(&accessor.engine, max, max);
+        let grant = owner.pre_write("k".into(), 4096).unwrap();
+        owner
+            .write_revoke("k".into(), grant.write_operation_id)
+            .unwrap();
+        owner.put_local("k", &value).unwrap();
+        owner.pin_key("k".into()).unwrap();
+        owner.remove_data(vec!["k".into()]).unwrap();
+        owner.scan();
+        assert_eq!(owner.counters().unwrap().quarantined_allocations, 2);
+        assert_eq!(
+            accessor.forward_put(&owner, &["f"], &[&value[..]]),
+            vec![Ok(())]
+        );
     }
 
     fn overlap(a: &RemoteBufferDesc, b: &RemoteBufferDesc) -> bool {

@@ -51,6 +51,8 @@ pub struct RemoteWrite {
     pub key: String,
     /// The accessor's buffer holding the value (its length is the value size).
     pub source: RemoteBufferDesc,
+    /// See [`RemoteRead::valid_for_ms`].
+    pub valid_for_ms: u64,
 }
 
 /// One value a REVERSE read asks the owner to push.
@@ -60,6 +62,14 @@ pub struct RemoteRead {
     pub key: String,
     /// The accessor's buffer to fill (at least the value size).
     pub target: RemoteBufferDesc,
+    /// The accessor's RPC timeout: it stops waiting for the answer this long after it sent
+    /// the request, and may then reuse its buffer once its quarantine has passed. The owner
+    /// starts no transfer of the item later than `valid_for_ms` after it *read* the request
+    /// (its own clock; the two clocks are never compared). Reading happens after sending, so
+    /// the owner's limit may lie later than the accessor's by the time the request waited
+    /// unread; the accessor's quarantine (default twice the transfer timeout, at least
+    /// `valid_for_ms` + the transfer timeout) covers that wait up to one transfer timeout.
+    pub valid_for_ms: u64,
 }
 
 rpc_interface! {

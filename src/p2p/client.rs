@@ -145,6 +145,7 @@ impl P2pClient {
                 Arc::clone(&counters),
                 Arc::clone(&faults),
                 settings.quarantine,
+                rpc::Timeouts::from_env().request,
             ),
             master,
             engine,

@@ -15,8 +15,11 @@ pub const DEFAULT_SHARD_COUNT: usize = 1024;
 /// Largest accepted `MOONCAKE_DM_LOCK_SHARD_COUNT`.
 const MAX_SHARD_COUNT: usize = 1 << 16;
 /// Milliseconds that space a failed, expired or revoked transfer may still touch is held
-/// before reuse (see `quarantine`). Unset: the transfer timeout `MC_TRANSFER_TIMEOUT_MS`
-/// (default 60000), the longest a stale transfer can still deliver bytes. A smaller value is
+/// before reuse (see `quarantine`). Unset: twice the transfer timeout `MC_TRANSFER_TIMEOUT_MS`
+/// (default 60000, so 120 s; like the master's `--write_quarantine_ms`): one transfer timeout
+/// for a started transfer to end, one for a request that waited before it started (a
+/// FORWARD slice queued behind others until its `send_by`; a REVERSE request read late by
+/// a busy owner, up to `valid_for_ms` = the RPC timeout, default 30 s). A smaller value is
 /// for tests only: below the peers' transfer timeout the guarantee is gone.
 pub const QUARANTINE_ENV: &str = "MC_P2P_QUARANTINE_MS";
 /// Default of `MC_TRANSFER_TIMEOUT_MS` (the transfer engine's default).
@@ -175,14 +178,15 @@ pub(crate) fn shard_count_from(value: Option<String>) -> usize {
     }
 }
 
-/// The quarantine: [`QUARANTINE_ENV`] when it parses (0 allowed), else the transfer timeout
-/// (`MC_TRANSFER_TIMEOUT_MS`, at least 1 ms, default 60 s).
+/// The quarantine: [`QUARANTINE_ENV`] when it parses (0 allowed), else twice the transfer
+/// timeout (`MC_TRANSFER_TIMEOUT_MS`, at least 1 ms, default 60 s).
 pub(crate) fn quarantine_from(value: Option<String>, transfer_timeout: Option<String>) -> Duration {
     let parse = |v: Option<String>| v.and_then(|v| v.trim().parse::<u64>().ok());
     let ms = parse(value).unwrap_or_else(|| {
         parse(transfer_timeout)
             .unwrap_or(DEFAULT_TRANSFER_TIMEOUT_MS)
             .max(1)
+            .saturating_mul(2)
     });
     Duration::from_millis(ms)
 }
@@ -326,10 +330,11 @@ mod tests {
         let q = |a: Option<&str>, b: Option<&str>| {
             quarantine_from(a.map(String::from), b.map(String::from)).as_millis()
         };
-        assert_eq!(q(None, None), 60_000);
-        assert_eq!(q(None, Some("250")), 250);
+        assert_eq!(q(None, None), 120_000, "twice the transfer timeout");
+        assert_eq!(q(None, Some("250")), 500);
         assert_eq!(q(Some(" 40 "), Some("250")), 40);
-        assert_eq!(q(Some("x"), Some("0")), 1);
+        assert_eq!(q(Some("x"), Some("0")), 2);
+        assert_eq!(q(None, Some(&u64::MAX.to_string())), u64::MAX as u128);
         let mut config = P2pSetupConfig {
             tiered_backend_config_json: r#"{"tiers":[]}"#.into(),
             ..P2pSetupConfig::default()

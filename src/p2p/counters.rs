@@ -84,6 +84,9 @@ p2p_counters! {
     staging_copies,
     /// REVERSE staging slots held in quarantine because their item failed in transfer.
     staging_quarantined,
+    /// REVERSE items this owner did not transfer because the accessor's deadline
+    /// (`valid_for_ms` from receipt) had passed before they started.
+    reverse_late_refused,
 }
 
 /// Adds 1 to `counter`.

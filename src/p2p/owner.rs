@@ -9,7 +9,7 @@
 //! an RPC and runs after the lock is released.
 //!
 //! Quarantine before reuse (issue 11): the space of a PreWrite that expired or was revoked
-//! is held for `MC_P2P_QUARANTINE_MS` (default the transfer timeout) past the earlier of its
+//! is held for `MC_P2P_QUARANTINE_MS` (default twice the transfer timeout) past the earlier of its
 //! lease deadline and its end, since the accessor's write may still land in it; a committed
 //! value removed while readers hold its pin is held until that pin's deadline (the last
 //! reader's lease). Pins are bounded: a removed key is hidden at once (PinKey answers
@@ -25,7 +25,7 @@ use super::quarantine::Quarantine;
 use super::records::{Leased, RecordTable};
 use super::tiered::{AllocationHandle, TieredBackend};
 use crate::error::{fail, ErrorCode, Result};
-use crate::master::MasterApi;
+use crate::master::{deadline, MasterApi};
 use crate::transfer::{copy, TransferEngine, TransferOp, TransferRequest};
 use crate::types::ClientId;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -127,6 +127,14 @@ impl DataManager {
         }
     }
 
+    /// Test hook: the REVERSE transfer stage sleeps `delay` first (as
+    /// [`DEBUG_TRANSFER_DELAY_ENV`], without touching the process environment).
+    #[cfg(test)]
+    pub(crate) fn with_stage_delay(mut self, delay: Duration) -> DataManager {
+        self.stage_delay = delay;
+        self
+    }
+
     fn descriptor(&self, handle: &AllocationHandle) -> RemoteBufferDesc {
         RemoteBufferDesc {
             endpoint: self.engine.local_name().to_string(),
@@ -143,8 +151,10 @@ impl DataManager {
     /// held until the quarantine after the earlier of its lease deadline and `now` has
     /// passed, since the accessor's write may still be landing in it.
     fn retire_write(&self, record: PendingWrite, now: Instant) {
-        self.held
-            .hold(record.handle, record.deadline.min(now) + self.quarantine);
+        self.held.hold(
+            record.handle,
+            deadline(record.deadline.min(now), self.quarantine),
+        );
     }
 
     /// Ends the pin of a removed or replaced value: the value is held until the last
@@ -183,7 +193,7 @@ impl DataManager {
             key,
             PendingWrite {
                 op,
-                deadline: now + self.lease,
+                deadline: deadline(now, self.lease),
                 handle: Arc::clone(&handle),
             },
         );
@@ -269,7 +279,7 @@ impl DataManager {
             Some(record) if Arc::ptr_eq(&record.handle, &handle) => {
                 record.holders += 1;
                 let op = record.op;
-                shard.renew(key, now + self.lease);
+                shard.renew(key, deadline(now, self.lease));
                 drop(shard);
                 bump(&self.counters.pins_renewed);
                 return Ok(self.read_grant(&handle, op));
@@ -286,7 +296,7 @@ impl DataManager {
             key,
             PinRecord {
                 op,
-                deadline: now + self.lease,
+                deadline: deadline(now, self.lease),
                 handle: Arc::clone(&handle),
                 holders: 1,
             },
@@ -333,7 +343,33 @@ impl DataManager {
         Ok(())
     }
 
-    /// Runs `requests` with our engine after the test delay (no lock is held here).
+    /// The instants after which no transfer of `valid_for_ms[i]` may start, counted from
+    /// `received`, when we read the request (see [`RemoteRead::valid_for_ms`]: the
+    /// accessor may reuse its buffer once it gave up, so a late start could move another
+    /// key's bytes).
+    fn start_limits(received: Instant, valid_for_ms: impl Iterator<Item = u64>) -> Vec<Instant> {
+        valid_for_ms
+            .map(|ms| deadline(received, Duration::from_millis(ms)))
+            .collect()
+    }
+
+    /// Refuses an item whose accessor has given up (`now` ≥ `start_by`).
+    ///
+    /// Errors: `STALE_WRITE_TOKEN`, counted in `reverse_late_refused`.
+    fn check_start(&self, start_by: Instant) -> Result<()> {
+        if Instant::now() < start_by {
+            return Ok(());
+        }
+        bump(&self.counters.reverse_late_refused);
+        fail(
+            ErrorCode::StaleWriteToken,
+            "the accessor's REVERSE deadline passed before the transfer started",
+        )
+    }
+
+    /// Runs `requests` with our engine after the test delay (no lock is held here). A
+    /// request past its `send_by` fails with `STALE_WRITE_TOKEN` unsent and is counted in
+    /// `reverse_late_refused`.
     fn transfer_stage(&self, requests: &[TransferRequest<'_>]) -> Vec<Result<()>> {
         if !self.stage_delay.is_zero() {
             std::thread::sleep(self.stage_delay);
@@ -341,13 +377,24 @@ impl DataManager {
         // SAFETY: every local range is a tier allocation whose handle the caller holds for
         // the duration of the call (so it stays allocated and mapped), `len` bytes long;
         // READ targets are distinct fresh allocations, so they do not overlap.
-        unsafe { self.engine.transfer(requests) }
+        let outcomes = unsafe { self.engine.transfer(requests) };
+        for outcome in &outcomes {
+            if *outcome == Err(ErrorCode::StaleWriteToken) {
+                bump(&self.counters.reverse_late_refused);
+            }
+        }
+        outcomes
     }
 
-    fn pull_values(&self, items: Vec<RemoteWrite>) -> Vec<Result<()>> {
+    fn pull_values(&self, items: Vec<RemoteWrite>, received: Instant) -> Vec<Result<()>> {
+        let start_by = Self::start_limits(received, items.iter().map(|i| i.valid_for_ms));
         let reserved: Vec<Result<(WriteGrant, AllocationHandle)>> = items
             .iter()
-            .map(|item| self.reserve(&item.key, item.source.len))
+            .zip(&start_by)
+            .map(|(item, &by)| {
+                self.check_start(by)?;
+                self.reserve(&item.key, item.source.len)
+            })
             .collect();
         let mut requests = Vec::new();
         let mut index = Vec::new();
@@ -361,7 +408,7 @@ impl DataManager {
                     endpoint: &item.source.endpoint,
                     remote_addr: item.source.addr,
                     epoch: 0,
-                    send_by: None,
+                    send_by: Some(start_by[i]),
                 });
             }
         }
@@ -391,21 +438,33 @@ impl DataManager {
             .collect()
     }
 
-    fn push_values(&self, items: Vec<RemoteRead>) -> Vec<Result<u64>> {
+    /// The committed value `item` asks for.
+    ///
+    /// Errors: `OBJECT_NOT_FOUND`; `INVALID_PARAMS` when the target is too small.
+    fn value_for(&self, item: &RemoteRead) -> Result<AllocationHandle> {
+        match self.backend.get(&item.key) {
+            None => fail(ErrorCode::ObjectNotFound, format!("no key {}", item.key)),
+            Some(handle) if handle.len() > item.target.len => fail(
+                ErrorCode::InvalidParams,
+                format!(
+                    "{} needs {} bytes, buffer has {}",
+                    item.key,
+                    handle.len(),
+                    item.target.len
+                ),
+            ),
+            Some(handle) => Ok(handle),
+        }
+    }
+
+    fn push_values(&self, items: Vec<RemoteRead>, received: Instant) -> Vec<Result<u64>> {
+        let start_by = Self::start_limits(received, items.iter().map(|i| i.valid_for_ms));
         let found: Vec<Result<AllocationHandle>> = items
             .iter()
-            .map(|item| match self.backend.get(&item.key) {
-                None => fail(ErrorCode::ObjectNotFound, format!("no key {}", item.key)),
-                Some(handle) if handle.len() > item.target.len => fail(
-                    ErrorCode::InvalidParams,
-                    format!(
-                        "{} needs {} bytes, buffer has {}",
-                        item.key,
-                        handle.len(),
-                        item.target.len
-                    ),
-                ),
-                Some(handle) => Ok(handle),
+            .zip(&start_by)
+            .map(|(item, &by)| {
+                self.check_start(by)?;
+                self.value_for(item)
             })
             .collect();
         let mut requests = Vec::new();
@@ -420,7 +479,7 @@ impl DataManager {
                     endpoint: &item.target.endpoint,
                     remote_addr: item.target.addr,
                     epoch: 0,
-                    send_by: None,
+                    send_by: Some(start_by[i]),
                 });
             }
         }
@@ -535,11 +594,11 @@ impl DataManager {
 /// The client RPC service: every method runs on the RPC thread that read the request.
 impl super::api::PeerApi for DataManager {
     fn write_remote_data(&self, items: Vec<RemoteWrite>) -> Result<Vec<Result<()>>> {
-        Ok(self.pull_values(items))
+        Ok(self.pull_values(items, Instant::now()))
     }
 
     fn read_remote_data(&self, items: Vec<RemoteRead>) -> Result<Vec<Result<u64>>> {
-        Ok(self.push_values(items))
+        Ok(self.push_values(items, Instant::now()))
     }
 
     fn pre_write(&self, key: String, size: u64) -> Result<WriteGrant> {
