@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::streams::{buf, on};
+use common::streams::{buf, on, Blocker};
 use common::{local_client, pattern, wait_until, Master, PeerClient};
 use mooncake_rs::client::Client;
 use mooncake_rs::stream::{HostStream, StreamRef, Ticket};
@@ -115,9 +115,12 @@ fn a_stopped_master_does_not_keep_gates_closed_and_unpins_arrive_after_it_resume
     let mut late = vec![0u8; SIZE];
     let issued = Instant::now();
     let stuck_ticket = c.get("s0", &mut late, &slow);
+    // The fast stream passes the healthy ticket only once the master is stopped.
+    let blocker = Blocker::block(&fast);
     let healthy_ticket = c.get("h0", &mut good, &fast);
     assert_eq!(c.active_pins(), Some(2));
     c.master.signal(libc::SIGSTOP);
+    blocker.release();
     // The healthy ticket's release (and its unpin) happens while the master is stopped.
     assert_eq!(final_by_deadline(&healthy_ticket, issued, "healthy"), 0);
     assert_eq!(good, pattern(SIZE, 0));

@@ -249,14 +249,13 @@ impl<'a> Call<'a> {
         Ok(())
     }
 
-    /// Gives the pins back at once (the call is abandoned before anything was enqueued).
+    /// Gives the pins back (the call is abandoned before anything was enqueued), through
+    /// the stream engine's unpinner: the caller does not wait for the master.
     fn unpin_now(&mut self) {
-        if !self.pins.is_empty() {
-            let pins = std::mem::take(&mut self.pins);
-            if let Err(e) = self.core.master.unpin(self.core.id, pins) {
-                tracing::debug!(error = %e, "unpin of an abandoned on-stream call failed");
-            }
-        }
+        let pins = std::mem::take(&mut self.pins);
+        self.core
+            .streams
+            .unpin_later(&self.core.master, self.core.id, pins);
     }
 
     /// Enqueues everything and returns the ticket.
@@ -295,12 +294,11 @@ impl<'a> Call<'a> {
         core.streams.note_pins(held);
         let keeper = core.clone();
         let hold: Hold = Box::new(move |ticket| {
-            if !pins.is_empty() {
-                if let Err(e) = keeper.master.unpin(keeper.id, pins) {
-                    tracing::debug!(error = %e, "unpin after an on-stream get failed");
-                }
-            }
-            drop(session_pins);
+            // No master call here (this runs on the housekeeper): the unpinner batches them.
+            let last_session_pins = session_pins.into_iter().filter_map(SessionPin::take_last);
+            let mut pins = pins;
+            pins.extend(last_session_pins);
+            keeper.streams.unpin_later(&keeper.master, keeper.id, pins);
             drop(staging);
             keeper.streams.note_unpinned(held);
             if lease_deadline.is_some_and(|d| Instant::now() > d) {
