@@ -249,13 +249,15 @@ impl<'a> Call<'a> {
         Ok(())
     }
 
-    /// Gives the pins back (the call is abandoned before anything was enqueued), through
-    /// the stream engine's unpinner: the caller does not wait for the master.
+    /// Gives the pins back at once (the call is abandoned before anything was enqueued; the
+    /// caller's thread just made the pin call and `TRY_AGAIN` promises the pins are back).
     fn unpin_now(&mut self) {
-        let pins = std::mem::take(&mut self.pins);
-        self.core
-            .streams
-            .unpin_later(&self.core.master, self.core.id, pins);
+        if !self.pins.is_empty() {
+            let pins = std::mem::take(&mut self.pins);
+            if let Err(e) = self.core.master.unpin(self.core.id, pins) {
+                tracing::debug!(error = %e, "unpin of an abandoned on-stream call failed");
+            }
+        }
     }
 
     /// Enqueues everything and returns the ticket.
