@@ -249,7 +249,8 @@ impl<'a> Call<'a> {
         Ok(())
     }
 
-    /// Gives the pins back at once (the call is abandoned before anything was enqueued).
+    /// Gives the pins back at once (the call is abandoned before anything was enqueued; the
+    /// caller's thread just made the pin call and `TRY_AGAIN` promises the pins are back).
     fn unpin_now(&mut self) {
         if !self.pins.is_empty() {
             let pins = std::mem::take(&mut self.pins);
@@ -295,12 +296,11 @@ impl<'a> Call<'a> {
         core.streams.note_pins(held);
         let keeper = core.clone();
         let hold: Hold = Box::new(move |ticket| {
-            if !pins.is_empty() {
-                if let Err(e) = keeper.master.unpin(keeper.id, pins) {
-                    tracing::debug!(error = %e, "unpin after an on-stream get failed");
-                }
-            }
-            drop(session_pins);
+            // No master call here (this runs on the housekeeper): the unpinner batches them.
+            let last_session_pins = session_pins.into_iter().filter_map(SessionPin::take_last);
+            let mut pins = pins;
+            pins.extend(last_session_pins);
+            keeper.streams.unpin_later(&keeper.master, keeper.id, pins);
             drop(staging);
             keeper.streams.note_unpinned(held);
             if lease_deadline.is_some_and(|d| Instant::now() > d) {

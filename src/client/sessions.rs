@@ -31,18 +31,32 @@ pub(super) struct GetSession {
     pub(super) pin: Arc<SessionPin>,
 }
 
-/// A master pin held by a get session; unpinned (one master call) when dropped. Never drop
-/// it under a session-table lock.
+/// A master pin held by a get session; unpinned (one master call) when dropped, unless the
+/// last holder took it with [`SessionPin::take_last`]. Never drop it under a session-table
+/// lock.
 pub(super) struct SessionPin {
     master: Arc<dyn MasterApi>,
     client: ClientId,
-    pin_id: u64,
+    /// `None` once taken by `take_last`.
+    pin_id: Option<u64>,
+}
+
+impl SessionPin {
+    /// Gives up one share of `pin`. When it was the last share, returns the pin id instead
+    /// of unpinning it here: the caller (an on-stream ticket's release) hands it to the
+    /// stream engine's asynchronous unpinner. Otherwise the remaining holder unpins later.
+    pub(super) fn take_last(pin: Arc<SessionPin>) -> Option<u64> {
+        Arc::try_unwrap(pin).ok()?.pin_id.take()
+    }
 }
 
 impl Drop for SessionPin {
     fn drop(&mut self) {
-        if let Err(e) = self.master.unpin(self.client, vec![self.pin_id]) {
-            tracing::debug!(error = %e, pin = self.pin_id, "unpin of an ended get session failed");
+        let Some(pin) = self.pin_id.take() else {
+            return;
+        };
+        if let Err(e) = self.master.unpin(self.client, vec![pin]) {
+            tracing::debug!(error = %e, pin, "unpin of an ended get session failed");
         }
     }
 }
@@ -182,7 +196,7 @@ impl Client {
                 let pin = Arc::new(SessionPin {
                     master: core.master.clone(),
                     client: core.id,
-                    pin_id: pinned.pin_id,
+                    pin_id: Some(pinned.pin_id),
                 });
                 let deadline = started + Duration::from_millis(pinned.query.lease_ttl_ms);
                 if Instant::now() >= deadline {

@@ -2,21 +2,33 @@
 //! fetch workers that fill staging, and the housekeeper thread that releases tickets after
 //! their release marker ran and opens the gates of tickets past their deadline.
 //!
-//! Threads: `MC_STREAM_WORKERS` fetch workers (default 2) and one housekeeper. Release
-//! markers run on the stream's thread (host streams) or a runtime thread (device streams)
-//! and only hand the ticket to the housekeeper: no blocking, no runtime call, no unpin there.
+//! Threads: the fetch pool (`workers`: `MC_STREAM_WORKERS`, default 2, plus replacements for
+//! fetches that overran their deadline), one housekeeper (releases), one deadline timer and
+//! one unpinner (`unpin`). Release markers run on the stream's thread (host streams) or a
+//! runtime thread (device streams) and only hand the ticket to the housekeeper: no blocking,
+//! no runtime call, no unpin there. The housekeeper makes no master call either (pins go to
+//! the unpinner), and the deadline timer depends on nothing but the clock: every gate opens
+//! by its ticket's deadline (`MC_STREAM_TIMEOUT_MS`) plus one 10 ms tick, whatever the
+//! master or the peers do.
 //!
-//! Shutdown ([`StreamEngine::shutdown`], at client teardown): every open ticket's gate opens
-//! with `CANCELLED`, the workers finish (skipping cancelled fetches) and are joined; the
+//! Shutdown ([`StreamEngine::shutdown`], at client teardown) returns within
+//! `MC_STREAM_TEARDOWN_MS` (default 5000) plus a few milliseconds: every open ticket's gate
+//! opens with `CANCELLED`, running fetches are detached, idle workers finish; the
 //! housekeeper keeps running until every issued ticket has been released by its stream, so
-//! memory a stream may still read (segment, staging) stays alive until then.
+//! memory a stream may still read (segment, staging) stays alive until then, and the
+//! unpinner flushes its queue until the deadline. Threads still busy at the deadline are
+//! left to finish on their own (they own what they touch).
 
 use super::host::HostStream;
 use super::slab::GateSlab;
 use super::staging::{StagingBuf, StagingPool};
 use super::ticket::{Hold, Ticket, TicketState};
+use super::unpin::Unpinner;
+use super::workers::{FetchPool, Job};
 use crate::device::{self, StreamOps};
 use crate::error::{fail, ErrorCode, Result};
+use crate::master::MasterApi;
+use crate::types::ClientId;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -83,9 +95,6 @@ pub(crate) struct Plan {
 /// deadline) and may record per-key failures.
 pub(crate) type Fetch = Box<dyn FnOnce(&TicketState) + Send>;
 
-/// Work for the worker pool: a fetch for a gated ticket, or a release that commits.
-type Job = Box<dyn FnOnce() + Send>;
-
 /// Engine sizes, from the environment at setup.
 #[derive(Clone, Debug)]
 pub(crate) struct StreamConfig {
@@ -97,6 +106,12 @@ pub(crate) struct StreamConfig {
     pub workers: usize,
     /// How long a gate may stay closed (`MC_STREAM_TIMEOUT_MS`, default 30000).
     pub timeout: Duration,
+    /// Most fetch threads detached past their deadline at once (`MC_STREAM_STUCK_FETCHES`,
+    /// default 16, at most 1024; 0: an overdue fetch keeps its worker).
+    pub stuck_fetches: usize,
+    /// How long teardown waits for streams, workers and the last unpins
+    /// (`MC_STREAM_TEARDOWN_MS`, default 5000).
+    pub teardown: Duration,
 }
 
 impl StreamConfig {
@@ -112,6 +127,8 @@ impl StreamConfig {
             staging_bytes: num("MC_STREAM_STAGING_BYTES", 64 << 20),
             workers: num("MC_STREAM_WORKERS", 2).clamp(1, 64) as usize,
             timeout: Duration::from_millis(num("MC_STREAM_TIMEOUT_MS", 30_000).max(1)),
+            stuck_fetches: num("MC_STREAM_STUCK_FETCHES", 16).min(1024) as usize,
+            teardown: Duration::from_millis(num("MC_STREAM_TEARDOWN_MS", 5_000)),
         }
     }
 }
@@ -160,6 +177,14 @@ pub struct StreamMetrics {
     pub lease_overruns: u64,
     /// Staging bytes in use (including ranges quarantined behind a late transfer).
     pub staging_bytes_in_use: u64,
+    /// Fetch threads detached after overrunning their deadline and still in their transfer.
+    pub stuck_fetches: u64,
+    /// Pins of released tickets not yet given back to the master (queued or retrying).
+    pub unpins_pending: u64,
+    /// `unpin` master calls made by the unpinner (one per batch, retries included).
+    pub unpin_calls: u64,
+    /// Pins the unpinner gave up at teardown (the master reclaims them with the client).
+    pub unpins_abandoned: u64,
     /// Tickets whose resources were deliberately never freed because enqueueing failed
     /// halfway (the stream may still read them).
     pub leaked_on_enqueue_failure: u64,
@@ -167,8 +192,8 @@ pub struct StreamMetrics {
 
 struct Shared {
     config: StreamConfig,
-    /// The worker pool's queue; `None` once shut down.
-    jobs: Mutex<Option<Sender<Job>>>,
+    pool: Arc<FetchPool>,
+    unpinner: Unpinner,
     slab: Arc<GateSlab>,
     staging: Arc<StagingPool>,
     /// Tickets issued and not yet released, for deadlines and teardown.
@@ -182,8 +207,10 @@ struct Shared {
 /// The engine. Thread-safe; owned by the client core.
 pub(crate) struct StreamEngine {
     shared: Arc<Shared>,
-    workers: Mutex<Vec<JoinHandle<()>>>,
     housekeeper: Mutex<Option<JoinHandle<()>>>,
+    /// Dropping it stops the deadline timer.
+    timer_stop: Mutex<Option<Sender<()>>>,
+    timer: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl StreamEngine {
@@ -202,10 +229,11 @@ impl StreamEngine {
         .or_else(|_| GateSlab::new(config.tickets, Ok))?;
         let staging = StagingPool::new(config.staging_bytes)?;
         let (released_tx, released_rx) = crossbeam_channel::unbounded();
-        let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Job>();
+        let unpinner = Unpinner::start().or_else(|e| fail(ErrorCode::InternalError, e))?;
         let shared = Arc::new(Shared {
             config: config.clone(),
-            jobs: Mutex::new(Some(jobs_tx)),
+            pool: FetchPool::start(config.workers, config.stuck_fetches)?,
+            unpinner,
             slab,
             staging,
             outstanding: Mutex::new(HashMap::new()),
@@ -220,23 +248,22 @@ impl StreamEngine {
                 .spawn(f)
                 .or_else(|e| fail(ErrorCode::InternalError, format!("thread spawn: {e}")))
         };
-        let mut workers = Vec::new();
-        for i in 0..config.workers {
-            let rx = jobs_rx.clone();
-            workers.push(spawn(
-                format!("mc-stream-fetch-{i}"),
-                Box::new(move || fetch_worker(&rx)),
-            )?);
-        }
         let keeper = shared.clone();
         let housekeeper = spawn(
             "mc-stream-keeper".into(),
             Box::new(move || housekeeper(&keeper, &released_rx)),
         )?;
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let timed = shared.clone();
+        let timer = spawn(
+            "mc-stream-deadline".into(),
+            Box::new(move || deadline_timer(&timed, &stop_rx)),
+        )?;
         Ok(StreamEngine {
             shared,
-            workers: Mutex::new(workers),
             housekeeper: Mutex::new(Some(housekeeper)),
+            timer_stop: Mutex::new(Some(stop_tx)),
+            timer: Mutex::new(Some(timer)),
         })
     }
 
@@ -332,6 +359,17 @@ impl StreamEngine {
             .fetch_sub(pins, Ordering::Relaxed);
     }
 
+    /// Queues `pins` of `client` to be given back to `master` by the unpinner thread (batched,
+    /// retried while the master is unreachable); never blocks. `pins_held` is not touched.
+    pub(crate) fn unpin_later(
+        &self,
+        master: &Arc<dyn MasterApi>,
+        client: ClientId,
+        pins: Vec<u64>,
+    ) {
+        self.shared.unpinner.unpin_later(master, client, pins);
+    }
+
     /// Counts a release after the read lease ended.
     pub(crate) fn note_lease_overrun(&self) {
         self.shared
@@ -401,20 +439,9 @@ impl StreamEngine {
         }
         if plan.gated {
             let sent = match fetch {
-                Some(fetch) => {
-                    let ticket = state.clone();
-                    shared.submit(Box::new(move || {
-                        if ticket.gate_is_open() {
-                            return; // cancelled or timed out before it started
-                        }
-                        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            fetch(&ticket)
-                        }));
-                        if run.is_err() {
-                            ticket.open_gate(Err(ErrorCode::InternalError));
-                        }
-                    }))
-                }
+                Some(fetch) => shared
+                    .pool
+                    .submit(shared.pool.fetch_job(state.clone(), fetch)),
                 None => false,
             };
             if !sent {
@@ -463,18 +490,24 @@ impl StreamEngine {
             pins_held: get(&c.pins_held),
             lease_overruns: get(&c.lease_overruns),
             staging_bytes_in_use: self.shared.staging.used(),
+            stuck_fetches: self.shared.pool.detached() as u64,
+            unpins_pending: get(&self.shared.unpinner.counters().pending),
+            unpin_calls: get(&self.shared.unpinner.counters().calls),
+            unpins_abandoned: get(&self.shared.unpinner.counters().abandoned),
             leaked_on_enqueue_failure: get(&c.leaked_on_enqueue_failure),
         }
     }
 
-    /// Tears the engine down (idempotent): cancels every open gate, stops and joins the fetch
-    /// workers. The housekeeper outlives this call until every issued ticket is released
-    /// (it is joined here only if that happens within 5 s; otherwise it finishes on its own).
+    /// Tears the engine down (idempotent) within `MC_STREAM_TEARDOWN_MS`: cancels every
+    /// open gate, closes the fetch pool (running fetches are detached), waits for the
+    /// streams to release their tickets and for the unpinner to flush, each until the one
+    /// teardown deadline; whatever is still busy then finishes on its own.
     pub(crate) fn shutdown(&self) {
         let shared = &self.shared;
         if shared.closed.swap(true, Ordering::AcqRel) {
             return;
         }
+        let deadline = Instant::now() + shared.config.teardown;
         let open: Vec<Arc<TicketState>> = shared
             .outstanding
             .lock()
@@ -486,33 +519,39 @@ impl StreamEngine {
                 shared.counters.cancelled.fetch_add(1, Ordering::Relaxed);
             }
         }
-        drop(shared.jobs.lock().take());
+        drop(self.timer_stop.lock().take());
         let me = std::thread::current().id();
-        for worker in self.workers.lock().drain(..) {
-            if worker.thread().id() != me {
-                let _ = worker.join();
+        if let Some(timer) = self.timer.lock().take() {
+            if timer.thread().id() != me {
+                let _ = timer.join();
             }
         }
+        shared.pool.shutdown(deadline);
+        self.wait_for_streams(deadline);
+        shared.unpinner.shutdown(deadline);
+    }
+
+    /// Waits until `deadline` at most for every issued ticket to be released, then joins the
+    /// housekeeper (if it finished).
+    fn wait_for_streams(&self, deadline: Instant) {
+        let shared = &self.shared;
         let Some(keeper) = self.housekeeper.lock().take() else {
             return;
         };
-        if keeper.thread().id() == me {
+        if keeper.thread().id() == std::thread::current().id() {
             return; // the last client handle went away inside a release: nothing to wait for
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
         while !shared.outstanding.lock().is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(2));
         }
-        {
-            if shared.outstanding.lock().is_empty() {
-                let _ = keeper.join();
-            } else {
-                tracing::warn!(
-                    outstanding = shared.outstanding.lock().len(),
-                    "stream tickets still wait for their streams at teardown; their memory is \
-                     released when the streams reach them"
-                );
-            }
+        if shared.outstanding.lock().is_empty() {
+            let _ = keeper.join();
+        } else {
+            tracing::warn!(
+                outstanding = shared.outstanding.lock().len(),
+                "stream tickets still wait for their streams at teardown; their memory is \
+                 released when the streams reach them"
+            );
         }
     }
 }
@@ -630,36 +669,16 @@ unsafe extern "C" fn release_marker(arg: *mut c_void) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Marker(data).fire()));
 }
 
-impl Shared {
-    /// Queues `job` for the worker pool; false once the pool is shut down.
-    fn submit(&self, job: Job) -> bool {
-        match self.jobs.lock().as_ref() {
-            Some(jobs) => jobs.send(job).is_ok(),
-            None => false,
-        }
-    }
-}
-
-fn fetch_worker(jobs: &Receiver<Job>) {
-    if let Some(ops) = device::runtime()
-        .backend()
-        .and_then(|b| device::runtime().stream_ops(b.name()))
-    {
-        ops.prepare_thread();
-    }
-    for job in jobs.iter() {
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
-            tracing::error!("a stream worker job panicked; the worker continues");
-        }
-    }
-}
-
 fn housekeeper(shared: &Arc<Shared>, released: &Receiver<Arc<TicketState>>) {
     let dispatch = |ticket: Arc<TicketState>| {
         if ticket.commits {
             let on_worker = shared.clone();
             let queued = ticket.clone();
-            if shared.submit(Box::new(move || release(&on_worker, &queued))) {
+            let job: Job = Box::new(move || {
+                release(&on_worker, &queued);
+                false
+            });
+            if shared.pool.submit(job) {
                 return;
             }
         }
@@ -674,6 +693,17 @@ fn housekeeper(shared: &Arc<Shared>, released: &Receiver<Arc<TicketState>>) {
         while let Ok(ticket) = released.try_recv() {
             dispatch(ticket);
         }
+        if shared.closed.load(Ordering::Acquire) && shared.outstanding.lock().is_empty() {
+            return;
+        }
+    }
+}
+
+/// The deadline timer: every 10 ms, opens the gates of tickets past their deadline with
+/// `TRANSFER_TIMEOUT` and detaches fetches still running past it (see `workers`). Makes no
+/// call that can block; ends when `stop` is dropped.
+fn deadline_timer(shared: &Shared, stop: &Receiver<()>) {
+    while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(Duration::from_millis(10)) {
         let now = Instant::now();
         let late: Vec<Arc<TicketState>> = shared
             .outstanding
@@ -691,9 +721,7 @@ fn housekeeper(shared: &Arc<Shared>, released: &Receiver<Arc<TicketState>>) {
                 );
             }
         }
-        if shared.closed.load(Ordering::Acquire) && shared.outstanding.lock().is_empty() {
-            return;
-        }
+        shared.pool.hand_off_overdue(now);
     }
 }
 

@@ -17,13 +17,17 @@
 //! call fails with `TRY_AGAIN`.
 //!
 //! Modules: `host` (host streams and events), `slab` (gate/status words), `staging`
-//! (pinned staging), `ticket` (per-call state), `engine` (workers, housekeeper, enqueueing).
+//! (pinned staging), `ticket` (per-call state), `workers` (the fetch pool and its hand-off of
+//! overdue fetches), `unpin` (batched, asynchronous unpins), `engine` (housekeeper, deadline
+//! timer, enqueueing).
 
 mod engine;
 mod host;
 mod slab;
 mod staging;
 mod ticket;
+mod unpin;
+mod workers;
 
 pub(crate) use engine::{Copy, Fetch, Plan, StreamConfig, StreamEngine, Target};
 pub use engine::{StreamMetrics, StreamRef};

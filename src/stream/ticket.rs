@@ -16,7 +16,7 @@
 use super::slab::{GateSlot, TICKET_PENDING};
 use crate::error::{ErrorCode, Result};
 use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,8 +48,20 @@ pub(crate) struct TicketState {
     phase: Mutex<Phase>,
     changed: Condvar,
     gate_opened: AtomicBool,
+    /// Who owns the ticket's fetch: `FETCH_*`.
+    fetch: AtomicU8,
     hold: Mutex<Option<Hold>>,
 }
+
+/// The fetch has not started (or there is none).
+const FETCH_IDLE: u8 = 0;
+/// A pool worker runs the fetch.
+const FETCH_RUNNING: u8 = 1;
+/// The fetch returned to its worker.
+const FETCH_DONE: u8 = 2;
+/// The fetch overran its deadline: its thread left the pool (a replacement took its place)
+/// and exits once the transfer returns.
+const FETCH_HANDED_OFF: u8 = 3;
 
 impl TicketState {
     pub(crate) fn new(
@@ -71,6 +83,7 @@ impl TicketState {
             phase: Mutex::new(Phase::default()),
             changed: Condvar::new(),
             gate_opened: AtomicBool::new(false),
+            fetch: AtomicU8::new(FETCH_IDLE),
             hold: Mutex::new(Some(hold)),
         }
     }
@@ -142,6 +155,47 @@ impl TicketState {
     /// Whether the gate is open (or there is none).
     pub(crate) fn gate_is_open(&self) -> bool {
         !self.gated || self.gate_opened.load(Ordering::Acquire)
+    }
+
+    /// A worker takes the fetch. False when the gate is already open (cancelled or timed out
+    /// before it started: nothing to do) or the fetch was taken before.
+    pub(crate) fn start_fetch(&self) -> bool {
+        !self.gate_is_open()
+            && self
+                .fetch
+                .compare_exchange(
+                    FETCH_IDLE,
+                    FETCH_RUNNING,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+    }
+
+    /// The worker's fetch returned. True when the worker still belongs to the pool; false
+    /// when the fetch was handed off meanwhile (the thread must leave the pool).
+    pub(crate) fn finish_fetch(&self) -> bool {
+        self.fetch
+            .compare_exchange(
+                FETCH_RUNNING,
+                FETCH_DONE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// Detaches a running fetch from its worker's pool slot. True when it was running and
+    /// is now handed off (exactly once).
+    pub(crate) fn hand_off_fetch(&self) -> bool {
+        self.fetch
+            .compare_exchange(
+                FETCH_RUNNING,
+                FETCH_HANDED_OFF,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
     }
 
     /// Host streams: blocks until the gate opens (bounded: the housekeeper opens it at the

@@ -85,6 +85,12 @@ impl Master {
         let _ = self.child.wait();
     }
 
+    /// Sends `signal` (e.g. `libc::SIGSTOP`) to the master.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: a plain kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+
     /// GETs `path` from the metrics port.
     pub fn http_get(&self, path: &str) -> String {
         http_get(self.metrics_port, path)
