@@ -248,7 +248,9 @@ impl MasterApi for MasterService {
         if outcomes.iter().any(|outcome| outcome == &Ok(true)) {
             self.purge(None);
         }
-        outcomes.into_iter().try_for_each(|outcome| outcome.map(drop))
+        outcomes
+            .into_iter()
+            .try_for_each(|outcome| outcome.map(drop))
     }
 
     fn unmount_segment(&self, client: ClientId, segment: SegmentId) -> Result<()> {
