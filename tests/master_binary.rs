@@ -94,3 +94,28 @@ fn peers_are_found_through_the_http_metadata_server() {
     assert_eq!(out, value);
     assert!(client.metrics().transfer.tcp_read_bytes >= 1 << 20);
 }
+
+#[test]
+fn the_binary_drops_a_stalled_half_frame_and_counts_it() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let master = Master::start(&["--rpc_read_timeout_ms=300", "--rpc_max_connections=64"]);
+    let mut stalled = std::net::TcpStream::connect(master.addr()).unwrap();
+    stalled.write_all(&[40, 0, 0, 0, 1, 2]).unwrap();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let sent = Instant::now();
+    let mut rest = Vec::new();
+    assert_eq!(stalled.read_to_end(&mut rest).unwrap(), 0);
+    assert!(
+        sent.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        sent.elapsed()
+    );
+    let text = master.http_get("/metrics");
+    assert!(
+        text.contains("mooncake_master_rpc_timed_out_connections_total 1"),
+        "{text}"
+    );
+}

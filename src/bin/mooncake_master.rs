@@ -2,13 +2,15 @@
 //! (`../shared/spec/mooncake-api.md` §4.11); an unknown flag is an error with exit code 2.
 
 use clap::Parser;
-use mooncake_rs::master::{MasterConfig, MasterService};
+use mooncake_rs::master::{MasterConfig, MasterInterface, MasterService};
+use mooncake_rs::rpc::server::{ServerLimits, ServerOptions};
 use mooncake_rs::rpc::{
     metadata_handler, HttpRequest, HttpResponse, HttpServer, MetadataStore, RpcServer,
 };
 use mooncake_rs::types::DeploymentMode;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -26,9 +28,33 @@ struct Flags {
     /// Address the RPC server binds.
     #[arg(long = "rpc_address", default_value = "0.0.0.0")]
     rpc_address: String,
-    /// RPC worker threads (accepted for compatibility; the server sizes itself).
+    /// RPC I/O shard threads (0 = 16); a call blocks only its own shard's connections.
     #[arg(long = "rpc_thread_num", alias = "max_threads", default_value_t = 0)]
     rpc_thread_num: u32,
+    /// Seconds a connection may stay without a request before it is closed (at least 1).
+    #[arg(long = "rpc_conn_timeout_seconds", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    rpc_conn_timeout_seconds: u64,
+    /// Milliseconds a request frame may take to arrive after its first byte (mooncake-rs flag).
+    #[arg(long = "rpc_read_timeout_ms", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    rpc_read_timeout_ms: u64,
+    /// Connections served at once; more are closed on accept (mooncake-rs flag).
+    #[arg(long = "rpc_max_connections", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    rpc_max_connections: u64,
+    /// Longest request payload in bytes, at most 67108864 (mooncake-rs flag).
+    #[arg(long = "rpc_max_request_bytes", default_value_t = 67_108_864, value_parser = clap::value_parser!(u64).range(1..=67_108_864))]
+    rpc_max_request_bytes: u64,
+    /// Most sequence elements and struct fields in one request; more is INVALID_PARAMS
+    /// (mooncake-rs flag).
+    #[arg(long = "rpc_max_request_items", default_value_t = 1_048_576, value_parser = clap::value_parser!(u64).range(1..))]
+    rpc_max_request_items: u64,
+    /// Threads running table scans (remove_all, remove_by_regex) off the I/O shards
+    /// (mooncake-rs flag).
+    #[arg(long = "rpc_scan_threads", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    rpc_scan_threads: u64,
+    /// Scans waiting for a scan thread; more are answered TASK_PENDING_LIMIT_EXCEEDED
+    /// (mooncake-rs flag).
+    #[arg(long = "rpc_scan_queue", default_value_t = 16, value_parser = clap::value_parser!(u64).range(0..=65536))]
+    rpc_scan_queue: u64,
     /// Read lease length: milliseconds, or a number with ms/s/m/h.
     #[arg(long = "default_kv_lease_ttl", default_value = "10000")]
     default_kv_lease_ttl: String,
@@ -149,6 +175,20 @@ fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
     Ok(config)
 }
 
+/// The RPC server's limits from the flags (clap has checked their ranges).
+fn limits_from(flags: &Flags) -> ServerLimits {
+    let size = |value: u64| usize::try_from(value).unwrap_or(usize::MAX);
+    ServerLimits {
+        max_connections: size(flags.rpc_max_connections),
+        idle_timeout: Duration::from_secs(flags.rpc_conn_timeout_seconds),
+        read_timeout: Duration::from_millis(flags.rpc_read_timeout_ms),
+        max_request_bytes: size(flags.rpc_max_request_bytes),
+        max_request_items: size(flags.rpc_max_request_items),
+        scan_threads: size(flags.rpc_scan_threads),
+        scan_queue: size(flags.rpc_scan_queue),
+    }
+}
+
 fn run(flags: Flags) -> Result<(), String> {
     let config = config_from(&flags)?;
     let service = MasterService::new(config);
@@ -161,14 +201,19 @@ fn run(flags: Flags) -> Result<(), String> {
         0 => mooncake_rs::rpc::server::DEFAULT_WORKER_THREADS,
         n => n as usize,
     };
+    let options = ServerOptions {
+        limits: limits_from(&flags),
+        ..ServerOptions::master(threads)
+    };
+    let api: Arc<dyn mooncake_rs::master::MasterApi> = service.clone();
     let rpc =
-        RpcServer::start_with_threads(socket(&flags.rpc_address, port)?, service.clone(), threads)
+        RpcServer::serve_with::<MasterInterface>(socket(&flags.rpc_address, port)?, api, options)
             .map_err(|e| {
-                format!(
-                    "cannot start the RPC server on {}:{port}: {e}",
-                    flags.rpc_address
-                )
-            })?;
+            format!(
+                "cannot start the RPC server on {}:{port}: {e}",
+                flags.rpc_address
+            )
+        })?;
     let _metrics = if flags.enable_metric_reporting {
         let service = Arc::clone(&service);
         let stats = rpc.stats();

@@ -1,7 +1,58 @@
 //! Eviction policy (spec §4.6), as pure functions: how many objects to evict and which ones.
 //! The service collects candidates, calls [`choose`], and removes what it returns.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Longest wait between eviction scans while rounds free nothing.
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// When the next eviction scan is due. A round that frees nothing while nothing changed
+/// doubles the wait (from `base` up to [`MAX_BACKOFF`]); a change or a productive round makes
+/// the next tick scan again. Plain data; the service keeps it under a mutex.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Backoff {
+    next: Instant,
+    delay: Duration,
+    /// What the last fruitless round saw: (objects, bytes used, pins held).
+    seen: Option<(u64, u64, u64)>,
+}
+
+impl Backoff {
+    /// Due at once.
+    pub(crate) fn new(now: Instant) -> Backoff {
+        Backoff {
+            next: now,
+            delay: Duration::ZERO,
+            seen: None,
+        }
+    }
+
+    /// Whether a scan should run at `now`, given the table's current `state`; a state other
+    /// than the one the last fruitless round saw resets the back-off.
+    pub(crate) fn due(&mut self, now: Instant, state: (u64, u64, u64)) -> bool {
+        if self.seen.is_some_and(|seen| seen != state) {
+            *self = Backoff::new(now);
+        }
+        now >= self.next
+    }
+
+    /// Records a round's outcome: `freed` objects, in table `state`, on a `base` period.
+    pub(crate) fn record(
+        &mut self,
+        now: Instant,
+        freed: u64,
+        state: (u64, u64, u64),
+        base: Duration,
+    ) {
+        if freed > 0 {
+            *self = Backoff::new(now);
+            return;
+        }
+        self.delay = (self.delay * 2).clamp(base, MAX_BACKOFF);
+        self.next = now + self.delay;
+        self.seen = Some(state);
+    }
+}
 
 /// An object that may be evicted: complete, not hard-pinned, unleased, unpinned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +116,27 @@ mod tests {
             last_access: base + Duration::from_millis(1000 - age_ms),
             soft_pinned,
         }
+    }
+
+    #[test]
+    fn fruitless_rounds_back_off_until_something_changes() {
+        let now = Instant::now();
+        let base = Duration::from_millis(10);
+        let state = (5, 100, 5);
+        let mut backoff = Backoff::new(now);
+        assert!(backoff.due(now, state));
+        let mut at = now;
+        for _ in 0..10 {
+            backoff.record(at, 0, state, base);
+            at += Duration::from_millis(1);
+            assert!(!backoff.due(at, state));
+            at = backoff.next;
+        }
+        assert_eq!(backoff.delay, MAX_BACKOFF);
+        assert!(backoff.due(now, (5, 100, 4)), "an unpin resets it");
+        backoff.record(now, 0, state, base);
+        backoff.record(now, 3, state, base);
+        assert!(backoff.due(now, state), "a productive round resets it");
     }
 
     #[test]

@@ -1,10 +1,16 @@
 //! Background work of [`MasterService`]: deferred frees, abandoned-write reclaim and eviction
 //! (every 10 ms, spec §4.6, §4.9), and client expiry (spec §4.5).
+//!
+//! Cost: a table scan runs only when it can find work. Reclaim scans when the oldest
+//! unfinished write it saw last time can be due; eviction, above the watermark, backs off
+//! exponentially (10 ms to 1 s, [`super::eviction::Backoff`]) while rounds free nothing and the
+//! table's object count, used bytes and pin count stay the same; a failed allocation scans at
+//! once. Scans are counted in `MasterMetrics::table_scans`.
 
 use super::eviction::{self, Candidate};
 use super::metrics::Counters;
 use super::objects::ObjectMeta;
-use super::service::MasterService;
+use super::service::{MasterService, EVICTION_PERIOD};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -43,31 +49,35 @@ impl MasterService {
     }
 
     /// Erases writes neither ended nor revoked within `put_start_release_timeout`, freeing
-    /// their bytes (at most once per `min(timeout, 1 s)`).
+    /// their bytes. Scans only when the oldest write it saw could be due: a write started
+    /// after a scan is due no earlier than that scan plus the timeout (and at most once per
+    /// `min(timeout, 1 s)`).
     fn reclaim_abandoned_writes(&self, now: Instant) {
         let timeout = self.config.put_start_release_timeout();
-        {
-            let mut last = self.last_reclaim.lock();
-            if now.saturating_duration_since(*last) < timeout.min(RECLAIM_PERIOD) {
-                return;
-            }
-            *last = now;
+        if now < *self.next_reclaim.lock() {
+            return;
         }
+        Counters::add(&self.counters.table_scans, 1);
+        let mut next_due = now + timeout;
         for mut shard in self.objects.shards() {
-            let abandoned: Vec<String> = shard
-                .iter()
-                .filter(|(_, meta)| {
-                    meta.write_started()
-                        .is_some_and(|started| now.saturating_duration_since(started) >= timeout)
-                })
-                .map(|(key, _)| key.clone())
-                .collect();
+            let mut abandoned = Vec::new();
+            for (key, meta) in shard.iter() {
+                let Some(started) = meta.write_started() else {
+                    continue;
+                };
+                if now.saturating_duration_since(started) >= timeout {
+                    abandoned.push(key.clone());
+                } else {
+                    next_due = next_due.min(started + timeout);
+                }
+            }
             for key in abandoned {
                 if let Some(mut meta) = shard.remove(&key) {
                     self.retire(&mut meta, now);
                 }
             }
         }
+        *self.next_reclaim.lock() = next_due.max(now + timeout.min(RECLAIM_PERIOD));
     }
 
     /// Whether eviction may take `meta`: complete, mounted, not hard-pinned, unleased, unpinned.
@@ -92,7 +102,12 @@ impl MasterService {
         if !(used_ratio > hwm || (requested && ratio > 0.0)) {
             return;
         }
+        let state = (self.objects.len() as u64, used, self.pins.len() as u64);
+        if !requested && !self.eviction_backoff.lock().due(now, state) {
+            return;
+        }
         let allow_soft = self.config.allow_evict_soft_pinned_objects;
+        Counters::add(&self.counters.table_scans, 1);
         let mut candidates = Vec::new();
         for shard in self.objects.shards() {
             for (key, meta) in shard.iter() {
@@ -121,5 +136,8 @@ impl MasterService {
         }
         Counters::add(&self.counters.evicted_objects, objects);
         Counters::add(&self.counters.evicted_bytes, bytes);
+        self.eviction_backoff
+            .lock()
+            .record(now, objects, state, EVICTION_PERIOD);
     }
 }

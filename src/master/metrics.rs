@@ -12,6 +12,7 @@ pub(crate) struct Counters {
     pub leases_granted: AtomicU64,
     pub pins_released: AtomicU64,
     pub clients_expired: AtomicU64,
+    pub table_scans: AtomicU64,
 }
 
 impl Counters {
@@ -65,6 +66,8 @@ pub struct MasterMetrics {
     pub clients_expired: u64,
     /// Groups of ranges waiting for a lease or timeout before being freed.
     pub deferred_frees_pending: u64,
+    /// Whole-table scans by the eviction and reclaim rounds so far.
+    pub table_scans: u64,
 }
 
 /// A per-segment series: name, help text and the value it reads.
@@ -83,7 +86,7 @@ impl MasterMetrics {
     pub fn prometheus_text(&self) -> String {
         let mut out = String::new();
         let cluster = escape_label(&self.cluster_id);
-        let scalars: [(&str, &str, &str, u64); 12] = [
+        let scalars: [(&str, &str, &str, u64); 13] = [
             ("objects", "gauge", "Keys in the object table", self.objects),
             (
                 "p2p_keys",
@@ -145,6 +148,12 @@ impl MasterMetrics {
                 "gauge",
                 "Deferred frees waiting",
                 self.deferred_frees_pending,
+            ),
+            (
+                "table_scans_total",
+                "counter",
+                "Whole-table scans by eviction and reclaim",
+                self.table_scans,
             ),
         ];
         for (name, kind, help, value) in scalars {

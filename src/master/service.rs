@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Period of the eviction thread (Mooncake's `kEvictionThreadSleepMs`).
-const EVICTION_PERIOD: Duration = Duration::from_millis(10);
+pub(super) const EVICTION_PERIOD: Duration = Duration::from_millis(10);
 /// Longest period of the client monitor (Mooncake checks every second).
 const CLIENT_MONITOR_PERIOD: Duration = Duration::from_secs(1);
 
@@ -52,8 +52,10 @@ pub struct MasterService {
     pub(super) counters: Counters,
     /// Set by a failed allocation; the eviction thread runs a round and clears it.
     pub(super) need_eviction: AtomicBool,
-    /// Last scan for abandoned writes.
-    pub(super) last_reclaim: Mutex<Instant>,
+    /// When the next scan for abandoned writes is due.
+    pub(super) next_reclaim: Mutex<Instant>,
+    /// When the next eviction scan is due.
+    pub(super) eviction_backoff: Mutex<super::eviction::Backoff>,
     /// Write generations (also object ids); starts at a random value (see [`WriteToken`]).
     next_write: AtomicU64,
     pub(super) next_replica_id: AtomicU64,
@@ -86,7 +88,8 @@ impl MasterService {
             deferred: DeferredFrees::default(),
             counters: Counters::default(),
             need_eviction: AtomicBool::new(false),
-            last_reclaim: Mutex::new(Instant::now()),
+            next_reclaim: Mutex::new(Instant::now()),
+            eviction_backoff: Mutex::new(super::eviction::Backoff::new(Instant::now())),
             next_write: AtomicU64::new(fastrand::u64(1..1 << 62)),
             next_replica_id: AtomicU64::new(1),
             workers: Workers::default(),
@@ -139,6 +142,7 @@ impl MasterService {
             clients_alive: self.clients.len() as u64,
             clients_expired: load(&self.counters.clients_expired),
             deferred_frees_pending: self.deferred.len() as u64,
+            table_scans: load(&self.counters.table_scans),
         }
     }
 

@@ -698,3 +698,31 @@ fn absurd_values_never_panic() {
     let metrics = m.metrics();
     assert!(metrics.bytes_total >= metrics.bytes_used);
 }
+
+#[test]
+fn a_full_table_with_nothing_evictable_is_not_rescanned_every_tick() {
+    let (m, c, _) = setup(fast_config(), 1 << 20);
+    let keys: Vec<String> = (0..15).map(|i| format!("pinned-{i}")).collect();
+    for key in &keys {
+        put(&m, c, key, 64 << 10);
+    }
+    let pins: Vec<u64> = m
+        .batch_pin(c, keys.clone())
+        .unwrap()
+        .into_iter()
+        .map(|pin| pin.unwrap().pin_id)
+        .collect();
+    // Above the 90 % watermark with every object pinned: rounds find nothing to evict.
+    std::thread::sleep(Duration::from_millis(200));
+    let before = m.metrics().table_scans;
+    std::thread::sleep(Duration::from_secs(1));
+    let scans = m.metrics().table_scans - before;
+    assert!(scans <= 12, "{scans} full-table scans in one second");
+    assert_eq!(m.metrics().evicted_objects, 0);
+    // Once something is evictable again, eviction resumes within the back-off bound.
+    m.unpin(c, pins).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || m
+        .metrics()
+        .evicted_objects
+        > 0));
+}

@@ -10,6 +10,7 @@
 //! Nothing here panics on peer data. All functions are free functions over caller-owned
 //! readers and writers; they hold no state.
 
+use super::budget::{Budget, Seed};
 use crate::error::{fail, ErrorCode, Result};
 use bincode::Options;
 use serde::de::DeserializeOwned;
@@ -51,6 +52,50 @@ pub fn encode_frame<T: Serialize>(message: &T) -> Result<Vec<u8>> {
     Ok(frame)
 }
 
+/// Why [`decode_bounded`] refused a payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Malformed or trailing bytes.
+    Malformed,
+    /// More than the allowed elements and fields (see [`decode_bounded`]).
+    OverLimit,
+}
+
+/// Decodes one payload as a `T`, as [`decode_payload`], but stops with
+/// [`DecodeError::OverLimit`] before decoding the `max_items + 1`-th item (an element of a
+/// sequence or map, or a field of a struct, tuple or variant): whatever a peer declares, the
+/// decoded message holds at most the payload's bytes plus `max_items` elements.
+pub fn decode_bounded<T: DeserializeOwned>(
+    payload: &[u8],
+    max_items: usize,
+) -> std::result::Result<T, DecodeError> {
+    let budget = Budget::new(max_items);
+    let seed = Seed {
+        inner: std::marker::PhantomData::<T>,
+        budget: &budget,
+    };
+    match options().deserialize_seed(seed, payload) {
+        Ok(message) => Ok(message),
+        Err(_) if budget.exceeded() => Err(DecodeError::OverLimit),
+        Err(_) => Err(DecodeError::Malformed),
+    }
+}
+
+/// The frame answering `code` to the request in `payload`, for an interface whose requests
+/// and responses are enums with the same variants in the same order and whose every response
+/// variant holds a `Result<_, ErrorCode>` (every [`crate::rpc::Interface`]). Reads only the
+/// request's variant index. `None` when that index cannot be read or names no response `R`.
+pub fn error_frame<R: DeserializeOwned>(payload: &[u8], code: ErrorCode) -> Option<Vec<u8>> {
+    let (variant,) = options()
+        .allow_trailing_bytes()
+        .deserialize::<(u32,)>(payload)
+        .ok()?;
+    // bincode writes `R::variant(Err(code))` as the variant index, the `Err` tag 1, the code.
+    let frame = encode_frame(&(variant, 1u32, code)).ok()?;
+    decode_payload::<R>(&frame[HEADER_LEN..]).ok()?;
+    Some(frame)
+}
+
 /// Decodes one payload (without its header) as a `T`; the whole payload must be consumed.
 ///
 /// Errors: `RPC_FAIL` on malformed or trailing bytes.
@@ -75,13 +120,13 @@ pub fn enum_result_error(payload: &[u8]) -> Option<ErrorCode> {
     }
 }
 
-/// Validates a frame header and returns the payload length.
-fn payload_len(header: [u8; HEADER_LEN]) -> Result<usize> {
+/// Validates a frame header against `max` bytes and returns the payload length.
+fn payload_len(header: [u8; HEADER_LEN], max: usize) -> Result<usize> {
     let len = u32::from_le_bytes(header) as usize;
-    if len > MAX_FRAME_LEN {
+    if len > max {
         return fail(
             ErrorCode::RpcFail,
-            format_args!("frame of {len} bytes exceeds the {MAX_FRAME_LEN} byte limit"),
+            format_args!("frame of {len} bytes exceeds the {max} byte limit"),
         );
     }
     Ok(len)
@@ -105,7 +150,7 @@ pub fn read_frame<R: Read>(reader: &mut R) -> Result<Vec<u8>> {
     if let Err(err) = reader.read_exact(&mut header) {
         return io_fail("read frame header", err);
     }
-    let len = payload_len(header)?;
+    let len = payload_len(header, MAX_FRAME_LEN)?;
     let mut payload = Vec::with_capacity(len.min(READ_CHUNK));
     match reader.take(len as u64).read_to_end(&mut payload) {
         Ok(n) if n == len => Ok(payload),
@@ -122,6 +167,15 @@ pub fn read_frame<R: Read>(reader: &mut R) -> Result<Vec<u8>> {
 ///
 /// Errors: `RPC_FAIL` on I/O errors, a stream cut inside a frame, or an oversized header.
 pub async fn read_frame_async<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option<Vec<u8>>> {
+    read_frame_limited(reader, MAX_FRAME_LEN).await
+}
+
+/// As [`read_frame_async`], refusing payloads longer than `max` bytes (at most
+/// [`MAX_FRAME_LEN`]) before reading them.
+pub async fn read_frame_limited<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    max: usize,
+) -> Result<Option<Vec<u8>>> {
     let mut header = [0u8; HEADER_LEN];
     let mut filled = 0;
     while filled < HEADER_LEN {
@@ -137,7 +191,7 @@ pub async fn read_frame_async<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Op
             Err(err) => return io_fail("read frame header", err),
         }
     }
-    let len = payload_len(header)?;
+    let len = payload_len(header, max.min(MAX_FRAME_LEN))?;
     let mut payload = Vec::with_capacity(len.min(READ_CHUNK));
     match reader.take(len as u64).read_to_end(&mut payload).await {
         Ok(n) if n == len => Ok(Some(payload)),

@@ -12,6 +12,7 @@
 //! - [`net`]: client timeouts (`MC_RPC_*`) and connecting.
 //! - `serve`: the accept loop and private runtime both servers run on.
 
+mod budget;
 pub mod client;
 pub mod codec;
 pub mod http;

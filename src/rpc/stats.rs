@@ -29,6 +29,9 @@ struct MethodStats {
 pub struct RpcStats {
     methods: RwLock<BTreeMap<&'static str, Arc<MethodStats>>>,
     bad_requests: AtomicU64,
+    refused_requests: AtomicU64,
+    refused_connections: AtomicU64,
+    timed_out_connections: AtomicU64,
 }
 
 impl RpcStats {
@@ -48,6 +51,37 @@ impl RpcStats {
     /// Records a request frame that could not be decoded.
     pub fn record_bad_request(&self) {
         self.bad_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a request refused for exceeding a limit.
+    pub fn record_refused_request(&self) {
+        self.refused_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a connection closed on accept because the server was at its connection cap.
+    pub fn record_refused_connection(&self) {
+        self.refused_connections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a connection closed for idling or stalling inside a request.
+    pub fn record_timed_out_connection(&self) {
+        self.timed_out_connections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections closed on accept at the connection cap so far.
+    pub fn refused_connections(&self) -> u64 {
+        self.refused_connections.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed by the idle or read timeout so far.
+    pub fn timed_out_connections(&self) -> u64 {
+        self.timed_out_connections.load(Ordering::Relaxed)
+    }
+
+    /// Request frames refused for exceeding a limit (answered `INVALID_PARAMS` when the
+    /// method could be read, else the connection was closed) so far.
+    pub fn refused_requests(&self) -> u64 {
+        self.refused_requests.load(Ordering::Relaxed)
     }
 
     /// Calls of `method` so far.
@@ -82,7 +116,7 @@ impl RpcStats {
     /// The counters as Prometheus text: `mooncake_master_rpc_calls_total`,
     /// `mooncake_master_rpc_errors_total`, the histogram
     /// `mooncake_master_rpc_latency_seconds` (all labelled `method`) and
-    /// `mooncake_master_rpc_bad_requests_total`.
+    /// `mooncake_master_rpc_{bad_requests,refused_requests,refused_connections,timed_out_connections}_total`.
     pub fn prometheus_text(&self) -> String {
         let methods = self.methods.read();
         let mut out = String::new();
@@ -125,12 +159,34 @@ impl RpcStats {
             let _ = writeln!(out, "{name}_sum{{method=\"{method}\"}} {sum}");
             let _ = writeln!(out, "{name}_count{{method=\"{method}\"}} {cumulative}");
         }
-        let name = "mooncake_master_rpc_bad_requests_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Request frames that could not be decoded.\n# TYPE {name} counter\n{name} {}",
-            self.bad_requests()
-        );
+        for (name, help, value) in [
+            (
+                "bad_requests_total",
+                "Request frames that could not be decoded.",
+                self.bad_requests(),
+            ),
+            (
+                "refused_requests_total",
+                "Requests refused for exceeding a limit (items, scan queue).",
+                self.refused_requests(),
+            ),
+            (
+                "refused_connections_total",
+                "Connections closed on accept at the connection cap.",
+                self.refused_connections(),
+            ),
+            (
+                "timed_out_connections_total",
+                "Connections closed by the idle or read timeout.",
+                self.timed_out_connections(),
+            ),
+        ] {
+            let name = format!("mooncake_master_rpc_{name}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
+        }
         out
     }
 }

@@ -402,3 +402,231 @@ fn garbage_frames_close_the_connection_but_not_the_server() {
         .unwrap();
     assert!(matches!(answer, MasterResponse::unpin(Ok(()))));
 }
+
+/// A real master holding `count` complete 64-byte objects written by `client`.
+fn master_with_objects(count: usize, client: ClientId) -> Arc<crate::master::MasterService> {
+    let master = crate::master::MasterService::new(crate::master::MasterConfig::default());
+    let segment = Segment {
+        id: Uuid::random(),
+        name: "seg".into(),
+        base: 1 << 20,
+        size: 1 << 40,
+        protocol: "tcp".into(),
+        epoch: 1,
+    };
+    master.mount_segment(client, segment).unwrap();
+    let batch = 10_000;
+    for first in (0..count).step_by(batch) {
+        let keys: Vec<String> = (first..count.min(first + batch))
+            .map(|i| format!("object-{i:08}"))
+            .collect();
+        let sizes = vec![64; keys.len()];
+        let grants = master
+            .batch_put_start(client, keys.clone(), sizes, ReplicateConfig::default())
+            .unwrap();
+        let tokens = grants.into_iter().map(|g| g.unwrap().token).collect();
+        for ended in master.batch_put_end(client, keys, tokens).unwrap() {
+            ended.unwrap();
+        }
+    }
+    master
+}
+
+#[test]
+fn pings_are_answered_while_another_connection_removes_a_million_keys() {
+    const OBJECTS: usize = 1_000_000;
+    let client = Uuid { hi: 1, lo: 2 };
+    let master = master_with_objects(OBJECTS, client);
+    // One shard: today every connection shares it, as 17 connections share 16 shards.
+    let server = RpcServer::start_with_threads(loopback(), master.clone(), 1).unwrap();
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(1),
+        request: Duration::from_secs(30),
+    };
+    let scanner = remote(&server, timeouts);
+    let pinger = remote(&server, timeouts);
+    let scan = std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        let removed = scanner.remove_all(true);
+        (removed, started.elapsed())
+    });
+    let mut worst = Duration::ZERO;
+    let mut pings = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !scan.is_finished() && std::time::Instant::now() < deadline {
+        let sent = std::time::Instant::now();
+        pinger.ping(client).unwrap();
+        worst = worst.max(sent.elapsed());
+        pings += 1;
+    }
+    let (removed, took) = scan.join().unwrap();
+    assert_eq!(removed, Ok(OBJECTS as u64));
+    assert!(
+        took > Duration::from_millis(300),
+        "scan too fast to measure: {took:?}"
+    );
+    assert!(pings > 1, "{pings} pings during a {took:?} scan");
+    assert!(
+        worst < Duration::from_millis(250),
+        "worst ping {worst:?} during a {took:?} remove_all"
+    );
+}
+
+/// Peak resident memory of this process (`VmHWM`), in KiB, after `reset`.
+fn peak_rss_kib(reset: bool) -> u64 {
+    if reset {
+        // "5" resets the peak to the current RSS (Linux ≥ 4.0).
+        std::fs::write("/proc/self/clear_refs", "5").unwrap();
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_frame_declaring_64m_keys_is_refused_without_allocating_gigabytes() {
+    let (server, _) = start(STORE_VERSION);
+    let mut raw = TcpStream::connect(server.local_addr()).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // batch_remove { keys: [""; n], force: false }: the variant, bincode's u32 varint, n
+    // empty strings (one zero byte each) and `force`; the frame is just under the limit.
+    let variant = crate::rpc::codec::encode_frame(&MasterRequest::batch_remove {
+        keys: Vec::new(),
+        force: false,
+    })
+    .unwrap()[super::codec::HEADER_LEN];
+    let keys = super::codec::MAX_FRAME_LEN - 16;
+    let mut payload = vec![variant, 252];
+    payload.extend_from_slice(&(keys as u32).to_le_bytes());
+    payload.resize(payload.len() + keys + 1, 0);
+    let mut frame = (payload.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&payload);
+    drop(payload);
+    let before = peak_rss_kib(true);
+    raw.write_all(&frame).unwrap();
+    let answer = super::codec::read_frame(&mut raw);
+    let grown_mib = (peak_rss_kib(false) - before) / 1024;
+    assert!(grown_mib < 100, "peak RSS grew by {grown_mib} MiB");
+    let answer: MasterResponse = super::codec::decode_payload(&answer.unwrap()).unwrap();
+    assert!(
+        matches!(
+            answer,
+            MasterResponse::batch_remove(Err(ErrorCode::InvalidParams))
+        ),
+        "{answer:?}"
+    );
+    assert_eq!(server.stats().refused_requests(), 1);
+}
+
+fn start_limited(limits: super::server::ServerLimits) -> (RpcServer, Arc<Fixture>) {
+    let fixture = Fixture::new(STORE_VERSION);
+    let options = super::server::ServerOptions {
+        limits,
+        ..super::server::ServerOptions::master(1)
+    };
+    let server = RpcServer::serve_with::<crate::master::MasterInterface>(
+        loopback(),
+        fixture.clone(),
+        options,
+    )
+    .unwrap();
+    (server, fixture)
+}
+
+/// Waits (at most `limit`) for the server to close `raw`; true when it did.
+fn closed_within(raw: &mut TcpStream, limit: Duration) -> bool {
+    raw.set_read_timeout(Some(limit)).unwrap();
+    let mut rest = Vec::new();
+    matches!(raw.read_to_end(&mut rest), Ok(0))
+}
+
+#[test]
+fn connections_beyond_the_cap_are_closed_and_counted() {
+    let (server, _) = start_limited(super::server::ServerLimits {
+        max_connections: 2,
+        ..Default::default()
+    });
+    let first = remote(&server, Timeouts::default());
+    let second = remote(&server, Timeouts::default());
+    let mut third = TcpStream::connect(server.local_addr()).unwrap();
+    assert!(closed_within(&mut third, Duration::from_secs(5)));
+    assert_eq!(server.stats().refused_connections(), 1);
+    // The two admitted connections still work; closing one frees its slot.
+    assert!(first.ping(Uuid::default()).is_ok());
+    drop(second);
+    let admitted = wait_for(Duration::from_secs(5), || {
+        RpcMasterClient::with_timeouts(&server.local_addr().to_string(), Timeouts::default())
+            .is_ok()
+    });
+    assert!(admitted);
+}
+
+#[test]
+fn a_half_sent_frame_and_an_idle_connection_are_dropped_by_their_timeouts() {
+    let read_timeout = Duration::from_millis(300);
+    let (server, _) = start_limited(super::server::ServerLimits {
+        read_timeout,
+        idle_timeout: Duration::from_millis(600),
+        ..Default::default()
+    });
+    let mut stalled = TcpStream::connect(server.local_addr()).unwrap();
+    stalled.write_all(&[40, 0, 0, 0, 1, 2]).unwrap(); // 6 of 44 bytes
+    let sent = std::time::Instant::now();
+    assert!(closed_within(&mut stalled, Duration::from_secs(5)));
+    let took = sent.elapsed();
+    assert!(
+        took >= read_timeout && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+
+    let mut idle = TcpStream::connect(server.local_addr()).unwrap();
+    let opened = std::time::Instant::now();
+    assert!(closed_within(&mut idle, Duration::from_secs(5)));
+    let took = opened.elapsed();
+    assert!(
+        took >= Duration::from_millis(600) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    assert_eq!(server.stats().timed_out_connections(), 2);
+}
+
+#[test]
+fn a_full_scan_queue_answers_task_pending_limit_exceeded() {
+    let (server, fixture) = start_limited(super::server::ServerLimits {
+        scan_threads: 1,
+        scan_queue: 1,
+        ..Default::default()
+    });
+    // One scan runs, one waits, the third is refused at once.
+    let scans: Vec<_> = (0..2)
+        .map(|_| {
+            let master = remote(&server, Timeouts::default());
+            std::thread::spawn(move || master.remove_all(true))
+        })
+        .collect();
+    assert!(wait_for(Duration::from_secs(5), || fixture
+        .count("remove_all")
+        == 1));
+    let master = remote(&server, Timeouts::default());
+    let refused = wait_for(Duration::from_secs(5), || {
+        master.remove_all(true) == Err(ErrorCode::TaskPendingLimitExceeded)
+    });
+    assert!(refused);
+    for scan in scans {
+        assert_eq!(scan.join().unwrap(), Ok(0));
+    }
+}
+
+/// Polls `condition` every 10 ms for at most `limit`; true once it holds.
+fn wait_for(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if condition() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

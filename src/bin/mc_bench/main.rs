@@ -2,7 +2,8 @@
 //! prints each scenario as a ratio to its limit (the on-stream scenarios, `stream.rs`, are
 //! compared with each other: call cost vs bytes, session vs pinning calls, pipeline vs ideal).
 //!
-//! Usage: `mc_bench [--json] [--quick] [--device | --stream]` (`--device`: only the memcpy
+//! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load]` (`--load`: only the
+//! master load test, `load.rs`, about 30 s; `--device`: only the memcpy
 //! limit, the embedded host scenarios and the device scenarios, which need a GPU and are
 //! skipped cleanly without one; `--stream`: only the memcpy limit and the on-stream
 //! scenarios). With `--json` every line is one JSON object
@@ -11,6 +12,7 @@
 
 mod device;
 mod limits;
+mod load;
 mod p2p;
 mod redis;
 mod report;
@@ -38,9 +40,10 @@ fn main() {
             "--quick" => quick = true,
             "--device" => only = scenarios::Only::Device,
             "--stream" => only = scenarios::Only::Stream,
+            "--load" => only = scenarios::Only::Load,
             other => {
                 eprintln!(
-                    "mc_bench: unknown argument '{other}' (use --json, --quick, --device, --stream)"
+                    "mc_bench: unknown argument '{other}' (use --json, --quick, --device, --stream, --load)"
                 );
                 std::process::exit(2);
             }

@@ -443,6 +443,8 @@ pub enum Only {
     Device,
     /// The memcpy limit and the on-stream scenarios (`--stream`).
     Stream,
+    /// The master load test (`--load`).
+    Load,
 }
 
 /// Runs the limits and scenarios `only` selects, printing as it goes.
@@ -458,6 +460,7 @@ pub fn run_all(report: &mut Report, quick: bool, only: Only) -> Result<(), Strin
             return crate::device::run(report, duration);
         }
         Only::Stream => return crate::stream::run(report, memcpy, quick),
+        Only::Load => return crate::load::run(report),
     }
     let raw = limits::raw_tcp(4 * MIB, duration, samples).map_err(|e| format!("raw tcp: {e}"))?;
     report.limit("raw tcp 1 stream 4MiB", raw.get_gbps, "GB/s");
