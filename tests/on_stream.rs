@@ -463,3 +463,37 @@ fn staging_exhaustion_is_try_again_and_gives_the_pins_back() {
     assert_eq!(outs[1], pattern(24 * MIB, 1));
     drop(peer);
 }
+
+/// A gated host-stream get: while the stream has not run the call's staged copies, the status
+/// word never says 0 — even after the fetch opened the gate (a reader polling the word from
+/// another thread must never see "ready" over an unfilled destination).
+#[test]
+fn host_status_word_stays_pending_until_the_staged_copies_ran() {
+    let master = common::Master::start(&[]);
+    let peer = PeerClient::start(&master.addr(), "32 MB");
+    let reader = local_client(&master.addr(), 16 * MIB as u64, 0);
+    let value = pattern(MIB, 9);
+    reader.put_from("remote", &value, &on(&peer.name)).unwrap();
+    let stream = HostStream::new().unwrap();
+    let blocker = Blocker::block(&stream);
+    let mut outs = vec![vec![0u8; MIB]];
+    let ticket = get_on(&reader, &["remote"], &mut outs, &stream);
+    // SAFETY: the word lives as long as the ticket handle.
+    let word = unsafe { &*(ticket.status_word() as *const std::sync::atomic::AtomicI32) };
+    let watch = std::time::Instant::now();
+    let mut early = None;
+    while early.is_none() && watch.elapsed() < Duration::from_millis(800) {
+        let seen = word.load(Ordering::SeqCst);
+        early = (seen != TICKET_PENDING).then_some(seen);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    blocker.release();
+    assert_eq!(ticket.wait(LIMIT), 0);
+    assert!(stream.synchronize(LIMIT));
+    assert_eq!(
+        early, None,
+        "the status word left PENDING before the staged copies ran"
+    );
+    assert_eq!(word.load(Ordering::SeqCst), 0);
+    assert!(outs[0] == value);
+}

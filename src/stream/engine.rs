@@ -401,15 +401,10 @@ impl StreamEngine {
         let shared = &self.shared;
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + shared.config.timeout;
-        let state = Arc::new(TicketState::new(
-            id,
-            slot,
-            plan.gated,
-            plan.commits,
-            deadline,
-            results,
-            hold,
-        ));
+        let mut ticket =
+            TicketState::new(id, slot, plan.gated, plan.commits, deadline, results, hold);
+        ticket.status_after_copies = !target.is_device();
+        let state = Arc::new(ticket);
         if !plan.gated && !plan.commits && target.is_device() {
             state.publish_data_status();
         }

@@ -146,6 +146,12 @@ impl GateSlot {
         self.gate().store(self.generation, Ordering::Release);
     }
 
+    /// Opens the gate word and leaves the status word as it is (written later, after the
+    /// copies the gate released).
+    pub(crate) fn open_gate_only(&self) {
+        self.gate().store(self.generation, Ordering::Release);
+    }
+
     /// Writes the status word without touching the gate (tickets with nothing to wait for).
     pub(crate) fn set_status(&self, status: i32) {
         self.status().store(status, Ordering::SeqCst);

@@ -42,6 +42,10 @@ pub(crate) struct TicketState {
     pub(crate) gated: bool,
     /// Whether the release commits (runs on a worker; the status word is written then).
     pub(crate) commits: bool,
+    /// Whether the status word is written only once the call's copies ran
+    /// ([`TicketState::publish_data_status`]; host streams, whose copies can fail), never
+    /// when the gate opens: a reader of the word never sees 0 before the data is there.
+    pub(crate) status_after_copies: bool,
     /// When the housekeeper opens the gate with `TRANSFER_TIMEOUT` if nothing else did.
     pub(crate) deadline: Instant,
     results: Mutex<Vec<Result<u64>>>,
@@ -78,6 +82,7 @@ impl TicketState {
             slot,
             gated,
             commits,
+            status_after_copies: false,
             deadline,
             results: Mutex::new(results),
             phase: Mutex::new(Phase::default()),
@@ -112,7 +117,8 @@ impl TicketState {
         self.results.lock().iter().find_map(|r| r.err())
     }
 
-    /// Opens the gate with `outcome`: the status word gets the call's status, then the gate
+    /// Opens the gate with `outcome`: the status word gets the call's status (unless it is
+    /// written after the copies, see [`TicketState::status_after_copies`]), then the gate
     /// word opens, then host waiters wake. Only the first call has any effect; returns
     /// whether it was this one.
     pub(crate) fn open_gate(&self, outcome: Result<()>) -> bool {
@@ -124,7 +130,11 @@ impl TicketState {
             .or_else(|| self.first_key_error())
             .map_or(0, |e| e.code());
         self.phase.lock().gate = Some(outcome);
-        self.slot.open(status);
+        if self.status_after_copies {
+            self.slot.open_gate_only();
+        } else {
+            self.slot.open(status);
+        }
         self.changed.notify_all();
         true
     }
