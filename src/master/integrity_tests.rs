@@ -97,8 +97,10 @@ fn reclaimed_write_is_quarantined_and_its_end_refused() {
 /// of the old mount still hold; replicas of the old mount are not readable under the new one.
 #[test]
 fn remounted_segment_keeps_ranges_still_pinned() {
+    // No quarantine: only the pin may keep the range from being handed out again.
     let config = MasterConfig {
         client_ttl_ms: Some(100),
+        write_quarantine_ms: 0,
         ..fast_config()
     };
     let (m, owner, seg) = setup(config, 1 << 20);

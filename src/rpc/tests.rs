@@ -506,7 +506,9 @@ fn a_frame_declaring_64m_keys_is_refused_without_allocating_gigabytes() {
     raw.write_all(&frame).unwrap();
     let answer = super::codec::read_frame(&mut raw);
     let grown_mib = (peak_rss_kib(false) - before) / 1024;
-    assert!(grown_mib < 100, "peak RSS grew by {grown_mib} MiB");
+    // The frame itself is buffered (64 MiB) and other tests of this process run meanwhile;
+    // decoding it in full took 1856 MiB before the item budget.
+    assert!(grown_mib < 512, "peak RSS grew by {grown_mib} MiB");
     let answer: MasterResponse = super::codec::decode_payload(&answer.unwrap()).unwrap();
     assert!(
         matches!(
