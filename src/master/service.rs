@@ -212,6 +212,17 @@ fn each<T, R>(items: Vec<T>, op: impl FnMut(T) -> Result<R>) -> Result<Vec<Resul
     Ok(items.into_iter().map(op).collect())
 }
 
+/// Runs `op` on each `(keys[i], tokens[i])` (a finish of write `tokens[i]`), in order.
+fn each_write(
+    keys: Vec<String>,
+    tokens: Vec<WriteToken>,
+    mut op: impl FnMut(&str, WriteToken) -> Result<()>,
+) -> Result<Vec<Result<()>>> {
+    check_lengths(&keys, tokens.len(), "tokens")?;
+    let pairs = keys.into_iter().zip(tokens).collect();
+    each(pairs, |(key, token): (String, WriteToken)| op(&key, token))
+}
+
 fn check_lengths(keys: &[String], values: usize, what: &str) -> Result<()> {
     if keys.len() != values {
         return fail(
@@ -292,9 +303,7 @@ impl MasterApi for MasterService {
         keys: Vec<String>,
         tokens: Vec<WriteToken>,
     ) -> Result<Vec<Result<()>>> {
-        check_lengths(&keys, tokens.len(), "tokens")?;
-        let pairs = keys.into_iter().zip(tokens).collect();
-        each(pairs, |(key, token)| self.put_end(client, &key, token))
+        each_write(keys, tokens, |key, token| self.put_end(client, key, token))
     }
 
     fn batch_put_revoke(
@@ -303,9 +312,7 @@ impl MasterApi for MasterService {
         keys: Vec<String>,
         tokens: Vec<WriteToken>,
     ) -> Result<Vec<Result<()>>> {
-        check_lengths(&keys, tokens.len(), "tokens")?;
-        let pairs = keys.into_iter().zip(tokens).collect();
-        each(pairs, |(key, token)| self.put_revoke(client, &key, token))
+        each_write(keys, tokens, |key, token| self.put_revoke(client, key, token))
     }
 
     fn batch_upsert_start(
