@@ -312,7 +312,9 @@ impl MasterApi for MasterService {
         keys: Vec<String>,
         tokens: Vec<WriteToken>,
     ) -> Result<Vec<Result<()>>> {
-        each_write(keys, tokens, |key, token| self.put_revoke(client, key, token))
+        each_write(keys, tokens, |key, token| {
+            self.put_revoke(client, key, token)
+        })
     }
 
     fn batch_upsert_start(
