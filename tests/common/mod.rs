@@ -49,7 +49,11 @@ impl Master {
 
     /// Starts a master on `port` (used to restart one in place).
     pub fn start_on(port: u16, extra: &[&str]) -> Master {
-        let metrics_port = free_port();
+        // Two free_port() calls can return the same port (each listener is closed at once).
+        let metrics_port = (0..100)
+            .map(|_| free_port())
+            .find(|&p| p != port)
+            .expect("a second free port");
         let mut args = vec![
             format!("--rpc_port={port}"),
             "--rpc_address=127.0.0.1".into(),
