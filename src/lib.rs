@@ -13,6 +13,8 @@ pub mod p2p;
 mod process;
 pub mod rpc;
 pub mod stream;
+#[cfg(test)]
+mod test_util;
 pub mod transfer;
 pub mod types;
 

@@ -379,7 +379,7 @@ fn bind(host: &str, port: u16) -> Result<TcpListener> {
 pub(super) mod tests {
     use super::*;
     use crate::types::ReplicateConfig;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     /// An embedded client with a `segment`-byte segment whose master runs `master`.
     pub(in crate::client) fn embedded_with(master: MasterConfig, segment: u64) -> Client {
@@ -394,18 +394,6 @@ pub(super) mod tests {
             master,
         )
         .expect("embedded setup")
-    }
-
-    /// Polls `check` every 10 ms for at most `limit`; whether it became true.
-    pub(in crate::client) fn poll(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if check() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        check()
     }
 
     #[test]
@@ -426,7 +414,8 @@ pub(super) mod tests {
             heartbeat.stop();
         }
         let master = client.core.embedded_master.clone().unwrap();
-        let expired = poll(ttl * 5, || master.metrics().clients_expired > 0);
+        let expired =
+            crate::test_util::wait_until(ttl * 5, || master.metrics().clients_expired > 0);
         assert!(!expired, "the embedded master expired its own client");
         let mut out = [0u8; 14];
         assert_eq!(client.get_into("kept", &mut out), Ok(14));

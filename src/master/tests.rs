@@ -8,7 +8,7 @@ use crate::types::{
     SoftPinAction, Uuid, WriteGrant, WriteToken, STORE_VERSION,
 };
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub(super) const BASE: u64 = 0x1000_0000;
 
@@ -127,17 +127,7 @@ pub(super) fn used(m: &MasterService) -> u64 {
     m.metrics().bytes_used
 }
 
-/// Polls `condition` every millisecond for at most `limit`.
-pub(super) fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    condition()
-}
+pub(super) use crate::test_util::wait_until;
 
 pub(super) const WAIT: Duration = Duration::from_secs(2);
 

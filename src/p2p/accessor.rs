@@ -624,17 +624,7 @@ mod tests {
         })
     }
 
-    /// Polls `done` every 5 ms for at most `limit`.
-    fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-        let started = Instant::now();
-        while !done() {
-            if started.elapsed() > limit {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        true
-    }
+    use crate::test_util::wait_until;
 
     /// Review of issue 11, P2P (1): a FORWARD put whose PreWrite lease ended before its
     /// transfer started writes no byte into the owner's tier — the range already belongs to

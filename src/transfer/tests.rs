@@ -1184,17 +1184,7 @@ fn request_past_its_send_by_is_never_started() {
     assert!(segment == data);
 }
 
-/// Polls `condition` every 5 ms for at most `bound`; whether it became true.
-fn wait_until(bound: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < bound {
-        if condition() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    condition()
-}
+use crate::test_util::wait_until;
 
 /// One v2 READ of `len` bytes at `addr` by hand on `conn`; the data, or the socket error.
 fn raw_read(conn: &mut TcpStream, addr: u64, len: usize) -> std::io::Result<Vec<u8>> {
