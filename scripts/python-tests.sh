@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the Python package (python/, maturin) into a fresh virtual environment under
+# target/python-venv (recreated every run), then runs its pytest suite against a real
+# mooncake_master that the fixtures start on free loopback ports.
+#
+# Needs Python >= 3.11 with pip and the venv module (Debian: python3-venv, installed here when
+# missing), and PyPI access for maturin, pytest and numpy. Exits with pytest's status; pytest's
+# closing summary line is the last line printed.
+#
+# Environment:
+#   PYTHON              interpreter to build the venv from (default: python3)
+#   MC_TEST_MASTER_BIN  master binary the fixtures start (default: the venv's mooncake_master)
+#   PYTEST_ARGS         extra pytest arguments, e.g. "-k zero_copy -x"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+VENV="target/python-venv"
+
+if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  echo "== installing python3-venv"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null
+fi
+
+echo "== fresh virtual environment in $VENV"
+rm -rf "$VENV"
+"$PYTHON" -m venv "$VENV"
+PATH="$PWD/$VENV/bin:$PATH"
+export PATH
+python -m pip install -q --upgrade pip
+python -m pip install -q "maturin>=1.5,<2" pytest numpy
+
+echo "== pip install --no-build-isolation ./python"
+python -m pip install -q --no-build-isolation ./python
+
+echo "== pytest python/tests"
+# shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
+exec python -m pytest python/tests -v ${PYTEST_ARGS:-}
