@@ -36,5 +36,7 @@ echo "== pip install --no-build-isolation ./python"
 python -m pip install -q --no-build-isolation ./python
 
 echo "== pytest python/tests"
+# No bytecode or cache files in the source tree.
+export PYTHONDONTWRITEBYTECODE=1
 # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
-exec python -m pytest python/tests -v ${PYTEST_ARGS:-}
+exec python -m pytest python/tests -v -p no:cacheprovider ${PYTEST_ARGS:-}

@@ -58,15 +58,15 @@ def calls(store_module):
         ("upsert_batch", (KEYS, [b"x", b"y"]), {}, E),
         ("upsert_from", ("a", 4096, 16), {}, E),
         ("batch_upsert_from", (KEYS, PTRS, SIZES), {}, [E, E]),
-        ("batch_replica_clear", (KEYS,), {}, []),
         ("get_offload_rpc_read_count", (), {}, 0),
     ]
 
 
-# Out of scope for mooncake-rs (tensor, replica-descriptor, task and segment-mount APIs): when
+# Out of scope for mooncake-rs (replica-descriptor, task and segment-mount APIs): when
 # present they must give the recommended not-initialised values.
 OPTIONAL_CALLS = [
     ("get_replica_desc", ("a",), []),
+    ("batch_replica_clear", (KEYS,), []),
     ("batch_get_replica_desc", (KEYS,), {}),
     ("create_copy_task", ("a", ["seg"]), ((0, 0), E)),
     ("create_move_task", ("a", "s1", "s2"), ((0, 0), E)),

@@ -107,7 +107,8 @@ def test_ascend_stream_kind_not_supported(store, loaded):
 
 def test_multi_buffers_on_stream(store, store_module, loaded):
     ks, src, dst = loaded
-    all_ptrs = [[ptr(dst, i * 8192), ptr(dst, i * 8192 + 6000)] for i in range(3)]
+    stride = 16384
+    all_ptrs = [[ptr(dst, i * stride), ptr(dst, i * stride + 6000)] for i in range(3)]
     all_sizes = [[1000, 3096]] * 3
     t = store.batch_get_into_multi_buffers_on_stream(ks, all_ptrs, all_sizes,
                                                      store_module.HostStream())
@@ -115,8 +116,8 @@ def test_multi_buffers_on_stream(store, store_module, loaded):
     assert t.results() == [4096] * 3
     for i in range(3):
         obj = src[i * 4096:(i + 1) * 4096].tobytes()
-        assert dst[i * 8192:i * 8192 + 1000].tobytes() == obj[:1000]
-        assert dst[i * 8192 + 6000:i * 8192 + 9096].tobytes() == obj[1000:]
+        assert dst[i * stride:i * stride + 1000].tobytes() == obj[:1000]
+        assert dst[i * stride + 6000:i * stride + 9096].tobytes() == obj[1000:]
     t.release()
 
 
@@ -228,7 +229,9 @@ def test_layerwise_pipeline_on_host_stream(store, store_module, registered):
     assert not c.is_alive() and not errors, errors
     assert checked == list(range(layers))
     for t in tickets:
-        assert t.status() == 0 and t.results() == [size]
+        # The event orders the data; the ticket becomes final at its release point, which
+        # may trail the stream, so it is waited for.
+        assert finish(t) == 0 and t.results() == [size]
         t.release()
 
 
