@@ -1,7 +1,45 @@
-//! `mooncake.store`: Mooncake Store's Python module on the mooncake-rs client.
+//! `mooncake.store`: Mooncake Store's Python module (upstream's pybind `store`), backed by
+//! the mooncake-rs client. The contract is `shared/spec/python-api.md`; frameworks (vLLM's
+//! MooncakeStoreConnector, SGLang's HiCache backend, LMCache's connector) use it unchanged.
+//!
+//! Built: `MooncakeDistributedStore` (setup in both forms, close, health, hostname, the
+//! copying, zero-copy, multi-buffer, ranged, session, exist/size/remove and upsert families,
+//! seed 000's on-stream calls), `ReplicateConfig`, the enums, `BufferHandle`, `HostStream`,
+//! `HostEvent`, `Ticket`. Not built (absent, so probes with `getattr(..., None)` see that):
+//! tensor APIs, replica descriptors and copy/move tasks, segment mounting helpers,
+//! `BufferPool`, `MooncakeHostMemAllocator` and dummy mode (standalone store), NVMe-oF and
+//! Engram helpers.
+
+mod buffer;
+mod config;
+mod convert;
+mod enums;
+mod http;
+mod memory;
+mod ops_admin;
+mod ops_copying;
+mod ops_ranges;
+mod ops_zero_copy;
+mod pybuf;
+mod setup_args;
+mod store;
+mod stream;
+
 use pyo3::prelude::*;
 
 #[pymodule(name = "store")]
-fn mooncake_store(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+fn mooncake_store(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<store::Store>()?;
+    m.add_class::<config::PyReplicateConfig>()?;
+    m.add_class::<buffer::PyBufferHandle>()?;
+    m.add_class::<stream::PyHostStream>()?;
+    m.add_class::<stream::PyHostEvent>()?;
+    m.add_class::<stream::PyTicket>()?;
+    enums::add_enums(m)?;
+    let teardown = wrap_pyfunction!(store::_teardown_all, m)?;
+    m.add_function(teardown.clone())?;
+    m.py()
+        .import("atexit")?
+        .call_method1("register", (teardown,))?;
     Ok(())
 }

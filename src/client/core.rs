@@ -206,6 +206,17 @@ impl Client {
         self.core.engine.register(addr, len, false)
     }
 
+    /// The registered range (`register_buffer` region, local buffer or mounted segment)
+    /// containing byte `addr`, as `(base, len)`; `None` when no registered range holds it.
+    /// Bindings that take bare addresses (the Python module) use it to learn a buffer's
+    /// capacity and to tell registered memory from arbitrary pointers. Thread-safe.
+    pub fn registered_region(&self, addr: usize) -> Option<(usize, u64)> {
+        self.core
+            .engine
+            .region_containing(addr)
+            .map(|r| (r.base, r.len as u64))
+    }
+
     /// Undoes [`Client::register_buffer`]; `INVALID_PARAMS` for an unknown address.
     pub fn unregister_buffer(&self, addr: usize) -> Result<()> {
         self.core.check_open()?;
