@@ -164,7 +164,10 @@ impl PyReplicateConfig {
             list(&self.preferred_segments),
         );
         if !self.preferred_segment.is_empty() {
-            s += &format!(", preferred_segment (deprecated): {}", self.preferred_segment);
+            s += &format!(
+                ", preferred_segment (deprecated): {}",
+                self.preferred_segment
+            );
         }
         s += &format!(
             ", preferred_nof_segments: {}, prefer_alloc_in_same_node: {}, data_type: {}",
@@ -188,10 +191,7 @@ impl PyReplicateConfig {
             if ids.len() != key_count {
                 return fail(
                     ErrorCode::InvalidParams,
-                    format!(
-                        "group_ids has {} entries for {key_count} keys",
-                        ids.len()
-                    ),
+                    format!("group_ids has {} entries for {key_count} keys", ids.len()),
                 );
             }
         }

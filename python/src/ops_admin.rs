@@ -46,7 +46,9 @@ impl Store {
     /// `^...$`) and that are removable: the number removed, or -600 for an invalid pattern.
     #[pyo3(signature = (regex_pattern, force = false))]
     fn remove_by_regex(&self, py: Python<'_>, regex_pattern: String, force: bool) -> i64 {
-        self.run(py, INVALID, |c| convert::count(c.remove_by_regex(&regex_pattern, force)))
+        self.run(py, INVALID, |c| {
+            convert::count(c.remove_by_regex(&regex_pattern, force))
+        })
     }
 
     /// Removes every removable object: the number removed.
@@ -59,6 +61,8 @@ impl Store {
     #[pyo3(signature = (keys, force = false))]
     fn batch_remove(&self, py: Python<'_>, keys: Vec<String>, force: bool) -> Vec<i64> {
         let n = keys.len();
-        self.run(py, invalid_all(n), |c| convert::statuses(c.batch_remove(&keys, force)))
+        self.run(py, invalid_all(n), |c| {
+            convert::statuses(c.batch_remove(&keys, force))
+        })
     }
 }

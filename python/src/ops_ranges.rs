@@ -5,7 +5,7 @@
 //! `batch_put_session_revoke`). Session state lives in the client; nothing here keeps any.
 
 use crate::config::{client_config, PyReplicateConfig};
-use crate::convert::{self, invalid_all, u64s, U64, INVALID};
+use crate::convert::{self, invalid_all, u64s, INVALID, U64};
 use crate::memory::{self, Access};
 use crate::store::Store;
 use mooncake_rs::client::{Buf, Client, RangeRequest};
@@ -14,17 +14,29 @@ use pyo3::prelude::*;
 
 /// Key `i`'s buffers from `all_ptrs[i]`/`all_sizes[i]`, and whether their lengths match (a
 /// mismatched key gets no buffers and -600). `None` when the outer lengths differ from `n`.
-pub fn per_key_buffers(all_ptrs: &[Vec<U64>], all_sizes: &[Vec<U64>], n: usize) -> Option<(Vec<Vec<Buf>>, Vec<bool>)> {
+pub fn per_key_buffers(
+    all_ptrs: &[Vec<U64>],
+    all_sizes: &[Vec<U64>],
+    n: usize,
+) -> Option<(Vec<Vec<Buf>>, Vec<bool>)> {
     if all_ptrs.len() != n || all_sizes.len() != n {
         return None;
     }
-    let ok: Vec<bool> = all_ptrs.iter().zip(all_sizes).map(|(p, s)| p.len() == s.len()).collect();
+    let ok: Vec<bool> = all_ptrs
+        .iter()
+        .zip(all_sizes)
+        .map(|(p, s)| p.len() == s.len())
+        .collect();
     let bufs = all_ptrs
         .iter()
         .zip(all_sizes)
         .zip(&ok)
         .map(|((ptrs, sizes), ok)| match ok {
-            true => ptrs.iter().zip(sizes).map(|(p, s)| Buf::new(p.usize(), s.0)).collect(),
+            true => ptrs
+                .iter()
+                .zip(sizes)
+                .map(|(p, s)| Buf::new(p.usize(), s.0))
+                .collect(),
             false => Vec::new(),
         })
         .collect();
@@ -87,14 +99,22 @@ impl Store {
         all_sizes: Vec<Vec<Vec<U64>>>,
     ) -> Vec<Vec<Vec<i64>>> {
         let nested = |v: &Vec<Vec<Vec<U64>>>| -> Vec<Vec<Vec<u64>>> {
-            v.iter().map(|row| row.iter().map(|e| u64s(e)).collect()).collect()
+            v.iter()
+                .map(|row| row.iter().map(|e| u64s(e)).collect())
+                .collect()
         };
-        let (dst, src, sizes) = (nested(&all_dst_offsets), nested(&all_src_offsets), nested(&all_sizes));
+        let (dst, src, sizes) = (
+            nested(&all_dst_offsets),
+            nested(&all_src_offsets),
+            nested(&all_sizes),
+        );
         let shape_only = || -> Vec<Vec<Vec<i64>>> {
             (0..buffer_ptrs.len())
                 .map(|i| match all_keys.get(i) {
                     Some(row) => (0..row.len())
-                        .map(|j| vec![INVALID; dst.get(i).and_then(|r| r.get(j)).map_or(1, Vec::len)])
+                        .map(|j| {
+                            vec![INVALID; dst.get(i).and_then(|r| r.get(j)).map_or(1, Vec::len)]
+                        })
                         .collect(),
                     None => vec![vec![INVALID]],
                 })
@@ -106,7 +126,16 @@ impl Store {
         py.detach(|| {
             let buffers: Vec<Buf> = buffer_ptrs
                 .iter()
-                .map(|p| Buf::new(p.usize(), if p.0 == 0 { 0 } else { capacity(&client, p.usize()) }))
+                .map(|p| {
+                    Buf::new(
+                        p.usize(),
+                        if p.0 == 0 {
+                            0
+                        } else {
+                            capacity(&client, p.usize())
+                        },
+                    )
+                })
                 .collect();
             let request = RangeRequest {
                 keys: &all_keys,
@@ -127,7 +156,9 @@ impl Store {
     /// Starts get sessions (one master call; the objects stay pinned until the session
     /// ends). Per key 0 or a code; `[]` when not set up.
     fn batch_get_session_start(&self, py: Python<'_>, keys: Vec<String>) -> Vec<i64> {
-        self.run(py, Vec::new(), |c| convert::statuses(c.batch_get_session_start(&keys)))
+        self.run(py, Vec::new(), |c| {
+            convert::statuses(c.batch_get_session_start(&keys))
+        })
     }
 
     /// Ranged reads inside get sessions, no master call: buffer `j` of key `i` receives object
@@ -157,7 +188,13 @@ impl Store {
     /// Reserves objects of `sizes` bytes for later ranged writes. Per key 0 or a code (an
     /// existing key is -705 here); `[]` when not set up.
     #[pyo3(signature = (keys, sizes, config = None))]
-    fn batch_put_session_start(&self, py: Python<'_>, keys: Vec<String>, sizes: Vec<U64>, config: Option<PyRef<'_, PyReplicateConfig>>) -> Vec<i64> {
+    fn batch_put_session_start(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        sizes: Vec<U64>,
+        config: Option<PyRef<'_, PyReplicateConfig>>,
+    ) -> Vec<i64> {
         let n = keys.len();
         let config = client_config(config.as_deref(), n);
         let sizes = u64s(&sizes);
@@ -189,7 +226,9 @@ impl Store {
     /// Seals and commits put sessions: per key 0, -600 (no session) or the master's error
     /// (the session is then kept); `[]` when not set up.
     fn batch_put_session_end(&self, py: Python<'_>, keys: Vec<String>) -> Vec<i64> {
-        self.run(py, Vec::new(), |c| convert::statuses(c.batch_put_session_end(&keys)))
+        self.run(py, Vec::new(), |c| {
+            convert::statuses(c.batch_put_session_end(&keys))
+        })
     }
 
     /// Seals and revokes put sessions: per key 0 (also when the master no longer knows the

@@ -3,7 +3,7 @@
 //! `put_from_with_metadata`, `get_into`, `batch_get_into` and the multi-buffer calls.
 
 use crate::config::{client_config, PyReplicateConfig};
-use crate::convert::{self, invalid_all, U64, INVALID};
+use crate::convert::{self, invalid_all, INVALID, U64};
 use crate::memory::{self, Access};
 use crate::store::Store;
 use mooncake_rs::client::{Buf, Client, WriteMode};
@@ -28,12 +28,20 @@ pub fn multi(all_ptrs: &[Vec<U64>], all_sizes: &[Vec<U64>], n: usize) -> Option<
     all_ptrs
         .iter()
         .zip(all_sizes)
-        .map(|(ptrs, sizes)| single(ptrs, sizes, ptrs.len()).map(|b| b.into_iter().flatten().collect()))
+        .map(|(ptrs, sizes)| {
+            single(ptrs, sizes, ptrs.len()).map(|b| b.into_iter().flatten().collect())
+        })
         .collect()
 }
 
 /// Checks the buffers, then writes them (zero-copy, no staging); one result per key.
-fn write(client: &Client, keys: &[String], bufs: Vec<Vec<Buf>>, config: &mooncake_rs::types::ReplicateConfig, mode: WriteMode) -> Vec<Result<()>> {
+fn write(
+    client: &Client,
+    keys: &[String],
+    bufs: Vec<Vec<Buf>>,
+    config: &mooncake_rs::types::ReplicateConfig,
+    mode: WriteMode,
+) -> Vec<Result<()>> {
     if let Err(e) = memory::check(client, &bufs, Access::Read) {
         return vec![Err(e); keys.len()];
     }
@@ -43,7 +51,12 @@ fn write(client: &Client, keys: &[String], bufs: Vec<Vec<Buf>>, config: &mooncak
 }
 
 /// Checks the buffers, then reads into them; one result per key (the object size).
-pub fn read(client: &Client, keys: &[String], bufs: Vec<Vec<Buf>>, exact: bool) -> Vec<Result<u64>> {
+pub fn read(
+    client: &Client,
+    keys: &[String],
+    bufs: Vec<Vec<Buf>>,
+    exact: bool,
+) -> Vec<Result<u64>> {
     if let Err(e) = memory::check(client, &bufs, Access::Write) {
         return vec![Err(e); keys.len()];
     }
@@ -65,9 +78,15 @@ impl Store {
     ) -> Vec<i64> {
         let n = keys.len();
         let (Some(bufs), Ok(config)) = (bufs, client_config(config, n)) else {
-            return if self.client().is_none() { not_init } else { invalid_all(n) };
+            return if self.client().is_none() {
+                not_init
+            } else {
+                invalid_all(n)
+            };
         };
-        self.run(py, not_init, |c| convert::statuses(write(c, &keys, bufs, &config, mode)))
+        self.run(py, not_init, |c| {
+            convert::statuses(write(c, &keys, bufs, &config, mode))
+        })
     }
 
     /// One zero-copy write; size 0 stores nothing and returns 0.
@@ -88,12 +107,20 @@ impl Store {
     }
 
     /// A batch read: `bufs` `None` (shape mismatch) is -600 for every key.
-    fn read_into(&self, py: Python<'_>, keys: Vec<String>, bufs: Option<Vec<Vec<Buf>>>, exact: bool) -> Vec<i64> {
+    fn read_into(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        bufs: Option<Vec<Vec<Buf>>>,
+        exact: bool,
+    ) -> Vec<i64> {
         let n = keys.len();
         let Some(bufs) = bufs else {
             return invalid_all(n);
         };
-        self.run(py, invalid_all(n), |c| convert::counts(read(c, &keys, bufs, exact)))
+        self.run(py, invalid_all(n), |c| {
+            convert::counts(read(c, &keys, bufs, exact))
+        })
     }
 }
 
@@ -115,19 +142,35 @@ impl Store {
 
     /// Unregisters the range starting at `buffer_ptr`: 0, or -600 for an unknown address.
     fn unregister_buffer(&self, py: Python<'_>, buffer_ptr: U64) -> i64 {
-        self.run(py, INVALID, |c| convert::status(c.unregister_buffer(buffer_ptr.usize())))
+        self.run(py, INVALID, |c| {
+            convert::status(c.unregister_buffer(buffer_ptr.usize()))
+        })
     }
 
     /// Zero-copy put of `size` bytes at `buffer_ptr`; size 0 stores nothing and returns 0.
     #[pyo3(signature = (key, buffer_ptr, size, config = None))]
-    fn put_from(&self, py: Python<'_>, key: String, buffer_ptr: U64, size: U64, config: Option<PyRef<'_, PyReplicateConfig>>) -> i64 {
+    fn put_from(
+        &self,
+        py: Python<'_>,
+        key: String,
+        buffer_ptr: U64,
+        size: U64,
+        config: Option<PyRef<'_, PyReplicateConfig>>,
+    ) -> i64 {
         let bufs = vec![Buf::new(buffer_ptr.usize(), size.0)];
         self.write_one(py, key, bufs, config.as_deref(), WriteMode::Put)
     }
 
     /// Zero-copy upsert; size 0 writes nothing and returns 0.
     #[pyo3(signature = (key, buffer_ptr, size, config = None))]
-    fn upsert_from(&self, py: Python<'_>, key: String, buffer_ptr: U64, size: U64, config: Option<PyRef<'_, PyReplicateConfig>>) -> i64 {
+    fn upsert_from(
+        &self,
+        py: Python<'_>,
+        key: String,
+        buffer_ptr: U64,
+        size: U64,
+        config: Option<PyRef<'_, PyReplicateConfig>>,
+    ) -> i64 {
         let bufs = vec![Buf::new(buffer_ptr.usize(), size.0)];
         self.write_one(py, key, bufs, config.as_deref(), WriteMode::Upsert)
     }
@@ -158,37 +201,87 @@ impl Store {
 
     /// Zero-copy batch put: per key 0 or a negative code; all -600 on a length mismatch.
     #[pyo3(signature = (keys, buffer_ptrs, sizes, config = None))]
-    fn batch_put_from(&self, py: Python<'_>, keys: Vec<String>, buffer_ptrs: Vec<U64>, sizes: Vec<U64>, config: Option<PyRef<'_, PyReplicateConfig>>) -> Vec<i64> {
+    fn batch_put_from(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        buffer_ptrs: Vec<U64>,
+        sizes: Vec<U64>,
+        config: Option<PyRef<'_, PyReplicateConfig>>,
+    ) -> Vec<i64> {
         let n = keys.len();
         let bufs = single(&buffer_ptrs, &sizes, n);
-        self.write_from(py, keys, bufs, config.as_deref(), WriteMode::Put, invalid_all(n))
+        self.write_from(
+            py,
+            keys,
+            bufs,
+            config.as_deref(),
+            WriteMode::Put,
+            invalid_all(n),
+        )
     }
 
     /// Zero-copy batch upsert: per key.
     #[pyo3(signature = (keys, buffer_ptrs, sizes, config = None))]
-    fn batch_upsert_from(&self, py: Python<'_>, keys: Vec<String>, buffer_ptrs: Vec<U64>, sizes: Vec<U64>, config: Option<PyRef<'_, PyReplicateConfig>>) -> Vec<i64> {
+    fn batch_upsert_from(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        buffer_ptrs: Vec<U64>,
+        sizes: Vec<U64>,
+        config: Option<PyRef<'_, PyReplicateConfig>>,
+    ) -> Vec<i64> {
         let n = keys.len();
         let bufs = single(&buffer_ptrs, &sizes, n);
-        self.write_from(py, keys, bufs, config.as_deref(), WriteMode::Upsert, invalid_all(n))
+        self.write_from(
+            py,
+            keys,
+            bufs,
+            config.as_deref(),
+            WriteMode::Upsert,
+            invalid_all(n),
+        )
     }
 
     /// Key `i`'s object is the concatenation of its buffers. Per key 0 / negative; `[]` when
     /// not set up (upstream's quirk, kept).
     #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, config = None))]
-    fn batch_put_from_multi_buffers(&self, py: Python<'_>, keys: Vec<String>, all_buffer_ptrs: Vec<Vec<U64>>, all_sizes: Vec<Vec<U64>>, config: Option<PyRef<'_, PyReplicateConfig>>) -> Vec<i64> {
+    fn batch_put_from_multi_buffers(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        all_buffer_ptrs: Vec<Vec<U64>>,
+        all_sizes: Vec<Vec<U64>>,
+        config: Option<PyRef<'_, PyReplicateConfig>>,
+    ) -> Vec<i64> {
         let bufs = multi(&all_buffer_ptrs, &all_sizes, keys.len());
-        self.write_from(py, keys, bufs, config.as_deref(), WriteMode::Put, Vec::new())
+        self.write_from(
+            py,
+            keys,
+            bufs,
+            config.as_deref(),
+            WriteMode::Put,
+            Vec::new(),
+        )
     }
 
     /// Reads `key` into `[buffer_ptr, +size)`: the object size, or -600 (buffer smaller than
     /// the object), -704, -703, -707, -800.
     fn get_into(&self, py: Python<'_>, key: String, buffer_ptr: U64, size: U64) -> i64 {
         let bufs = Some(vec![vec![Buf::new(buffer_ptr.usize(), size.0)]]);
-        self.read_into(py, vec![key], bufs, false).pop().unwrap_or(INVALID)
+        self.read_into(py, vec![key], bufs, false)
+            .pop()
+            .unwrap_or(INVALID)
     }
 
     /// Batch `get_into` with one master query: per key the object size or a negative code.
-    fn batch_get_into(&self, py: Python<'_>, keys: Vec<String>, buffer_ptrs: Vec<U64>, sizes: Vec<U64>) -> Vec<i64> {
+    fn batch_get_into(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        buffer_ptrs: Vec<U64>,
+        sizes: Vec<U64>,
+    ) -> Vec<i64> {
         let bufs = single(&buffer_ptrs, &sizes, keys.len());
         self.read_into(py, keys, bufs, false)
     }
@@ -197,7 +290,14 @@ impl Store {
     /// size: less is -600, more -800). `prefer_alloc_in_same_node` is a locality hint with no
     /// effect here (replicas in this process are always read first).
     #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node = false))]
-    fn batch_get_into_multi_buffers(&self, py: Python<'_>, keys: Vec<String>, all_buffer_ptrs: Vec<Vec<U64>>, all_sizes: Vec<Vec<U64>>, prefer_alloc_in_same_node: bool) -> Vec<i64> {
+    fn batch_get_into_multi_buffers(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        all_buffer_ptrs: Vec<Vec<U64>>,
+        all_sizes: Vec<Vec<U64>>,
+        prefer_alloc_in_same_node: bool,
+    ) -> Vec<i64> {
         let _ = prefer_alloc_in_same_node;
         let bufs = multi(&all_buffer_ptrs, &all_sizes, keys.len());
         self.read_into(py, keys, bufs, true)

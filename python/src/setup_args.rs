@@ -52,8 +52,9 @@ pub fn parse(
     let bound = bind(args, kwargs)?;
     let text = |i: usize| -> PyResult<String> {
         bound[i].as_ref().map_or(Ok(String::new()), |v| {
-            v.extract::<String>()
-                .map_err(|_| PyTypeError::new_err(format!("setup(): argument '{}' must be str", NAMES[i])))
+            v.extract::<String>().map_err(|_| {
+                PyTypeError::new_err(format!("setup(): argument '{}' must be str", NAMES[i]))
+            })
         })
     };
     let size = |i: usize| -> PyResult<u64> {
@@ -68,8 +69,9 @@ pub fn parse(
     };
     let flag = |i: usize| -> PyResult<bool> {
         bound[i].as_ref().map_or(Ok(false), |v| {
-            v.extract::<bool>()
-                .map_err(|_| PyTypeError::new_err(format!("setup(): argument '{}' must be bool", NAMES[i])))
+            v.extract::<bool>().map_err(|_| {
+                PyTypeError::new_err(format!("setup(): argument '{}' must be bool", NAMES[i]))
+            })
         })
     };
     if bound[7].as_ref().is_some_and(|e| !e.is_none()) {
@@ -188,7 +190,10 @@ fn finish(config: SetupConfig, extras: Extras) -> Result<SetupRequest> {
     if extras.tenant != "default" {
         return fail(
             ErrorCode::NotSupported,
-            format!("tenant_id '{}': tenants are not built in mooncake-rs (use \"default\")", extras.tenant),
+            format!(
+                "tenant_id '{}': tenants are not built in mooncake-rs (use \"default\")",
+                extras.tenant
+            ),
         );
     }
     if !extras.ipc_socket_path.is_empty() {
@@ -222,14 +227,20 @@ fn from_dict(dict: &Bound<'_, PyDict>) -> Result<SetupRequest> {
     let required = |key: &str| -> Result<String> {
         match get(key) {
             Some(v) if !v.is_empty() => Ok(v),
-            _ => fail(ErrorCode::InvalidParams, format!("setup(config): '{key}' is required")),
+            _ => fail(
+                ErrorCode::InvalidParams,
+                format!("setup(config): '{key}' is required"),
+            ),
         }
     };
     let size = |key: &str| -> Result<u64> {
         match get(key) {
             None => Ok(DEFAULT_SIZE),
             Some(v) => parse_byte_size(&v).ok_or(()).or_else(|()| {
-                fail(ErrorCode::InvalidParams, format!("setup(config): {key} '{v}' is not a size"))
+                fail(
+                    ErrorCode::InvalidParams,
+                    format!("setup(config): {key} '{v}' is not a size"),
+                )
             }),
         }
     };
@@ -317,7 +328,8 @@ fn leading_number(text: &str) -> Option<(f64, &str)> {
     if body.len() >= 2 && body[..2].eq_ignore_ascii_case("0x") {
         let digits = body[2..].bytes().take_while(u8::is_ascii_hexdigit).count();
         if digits > 0 {
-            let value = u64::from_str_radix(&body[2..2 + digits], 16).map_or(f64::INFINITY, |v| v as f64);
+            let value =
+                u64::from_str_radix(&body[2..2 + digits], 16).map_or(f64::INFINITY, |v| v as f64);
             return Some((if negative { -value } else { value }, &body[2 + digits..]));
         }
     }
@@ -337,7 +349,10 @@ fn leading_number(text: &str) -> Option<(f64, &str)> {
         if matches!(b.get(k), Some(b'+' | b'-')) {
             k += 1;
         }
-        let exp_digits = b[k.min(b.len())..].iter().take_while(|c| c.is_ascii_digit()).count();
+        let exp_digits = b[k.min(b.len())..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
         if exp_digits > 0 {
             j = k + exp_digits;
         }

@@ -140,10 +140,7 @@ impl Store {
                 0
             }
             Err(e) => {
-                tracing::warn!(
-                    "setup failed: {}",
-                    mooncake_rs::error::last_error_message()
-                );
+                tracing::warn!("setup failed: {}", mooncake_rs::error::last_error_message());
                 convert::code(e)
             }
         })
@@ -183,7 +180,13 @@ impl Store {
         }
         match py.detach(|| Client::init_all(&protocol, &device_name, mount_segment_size.0)) {
             Ok(client) => {
-                self.replace(py, Some(Live { client, _http: None }));
+                self.replace(
+                    py,
+                    Some(Live {
+                        client,
+                        _http: None,
+                    }),
+                );
                 0
             }
             Err(e) => convert::code(e),

@@ -8,7 +8,7 @@
 //! with an integer `cuda_stream` (e.g. `torch.cuda.Stream`) or `npu_stream` attribute.
 
 use crate::config::{client_config, PyReplicateConfig};
-use crate::convert::{self, u64s, U64, INVALID};
+use crate::convert::{self, u64s, INVALID, U64};
 use crate::memory::{self, Access};
 use crate::ops_ranges::per_key_buffers;
 use crate::ops_zero_copy::{multi, single};
@@ -23,7 +23,11 @@ use std::time::Duration;
 
 /// Seconds (`None`: no limit) as a wait limit; negative means no limit.
 fn limit(timeout: Option<f64>) -> Option<Duration> {
-    timeout.and_then(|s| Duration::try_from_secs_f64(s.max(0.0)).ok().filter(|_| s >= 0.0))
+    timeout.and_then(|s| {
+        Duration::try_from_secs_f64(s.max(0.0))
+            .ok()
+            .filter(|_| s >= 0.0)
+    })
 }
 
 /// A host stream: Python callables and on-stream transfers run in enqueue order on one
@@ -223,9 +227,15 @@ fn resolve(stream: &Bound<'_, PyAny>, kind: Option<&str>) -> PyResult<Result<Str
     }
     let (handle, default_kind) = if let Ok(h) = stream.extract::<U64>() {
         (h.usize(), "cuda")
-    } else if let Ok(h) = stream.getattr("cuda_stream").and_then(|v| v.extract::<U64>()) {
+    } else if let Ok(h) = stream
+        .getattr("cuda_stream")
+        .and_then(|v| v.extract::<U64>())
+    {
         (h.usize(), "cuda")
-    } else if let Ok(h) = stream.getattr("npu_stream").and_then(|v| v.extract::<U64>()) {
+    } else if let Ok(h) = stream
+        .getattr("npu_stream")
+        .and_then(|v| v.extract::<U64>())
+    {
         (h.usize(), "ascend")
     } else {
         return Err(PyTypeError::new_err(
@@ -272,7 +282,10 @@ impl Store {
         let stream = resolve(stream, kind)?;
         let result = match (self.client(), bufs, stream) {
             (None, _, _) => fail(ErrorCode::InvalidParams, "store is not set up"),
-            (_, None, _) => fail(ErrorCode::InvalidParams, "buffer lists do not match the keys"),
+            (_, None, _) => fail(
+                ErrorCode::InvalidParams,
+                "buffer lists do not match the keys",
+            ),
             (_, _, Err(e)) => Err(e),
             (Some(client), Some(bufs), Ok(stream)) => py.detach(|| {
                 memory::check(&client, &bufs, access)?;
@@ -289,62 +302,132 @@ impl Store {
     /// objects stay pinned until the stream passed them), or a negative code (-600 bad
     /// arguments, -1012 no runtime for the stream kind, -9001 try again, -9002 capturing).
     #[pyo3(signature = (keys, buffer_ptrs, sizes, stream, stream_kind = None))]
-    fn batch_get_into_on_stream(&self, py: Python<'_>, keys: Vec<String>, buffer_ptrs: Vec<U64>, sizes: Vec<U64>, stream: &Bound<'_, PyAny>, stream_kind: Option<String>) -> PyResult<Py<PyAny>> {
+    fn batch_get_into_on_stream(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        buffer_ptrs: Vec<U64>,
+        sizes: Vec<U64>,
+        stream: &Bound<'_, PyAny>,
+        stream_kind: Option<String>,
+    ) -> PyResult<Py<PyAny>> {
         let bufs = single(&buffer_ptrs, &sizes, keys.len());
         // SAFETY: the destinations were checked; the caller keeps them valid until the stream passed the call.
-        self.on_stream(py, stream, stream_kind.as_deref(), bufs, Access::Write, |c, bufs, s| unsafe {
-            c.batch_get_into_on_stream_raw(&keys, bufs, false, s)
-        })
+        self.on_stream(
+            py,
+            stream,
+            stream_kind.as_deref(),
+            bufs,
+            Access::Write,
+            |c, bufs, s| unsafe { c.batch_get_into_on_stream_raw(&keys, bufs, false, s) },
+        )
     }
 
     /// `batch_get_into_multi_buffers` on `stream` (seed 000's call); as
     /// `batch_get_into_on_stream`.
     #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, stream, stream_kind = None))]
-    fn batch_get_into_multi_buffers_on_stream(&self, py: Python<'_>, keys: Vec<String>, all_buffer_ptrs: Vec<Vec<U64>>, all_sizes: Vec<Vec<U64>>, stream: &Bound<'_, PyAny>, stream_kind: Option<String>) -> PyResult<Py<PyAny>> {
+    fn batch_get_into_multi_buffers_on_stream(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        all_buffer_ptrs: Vec<Vec<U64>>,
+        all_sizes: Vec<Vec<U64>>,
+        stream: &Bound<'_, PyAny>,
+        stream_kind: Option<String>,
+    ) -> PyResult<Py<PyAny>> {
         let bufs = multi(&all_buffer_ptrs, &all_sizes, keys.len());
         // SAFETY: as `batch_get_into_on_stream`.
-        self.on_stream(py, stream, stream_kind.as_deref(), bufs, Access::Write, |c, bufs, s| unsafe {
-            c.batch_get_into_on_stream_raw(&keys, bufs, true, s)
-        })
+        self.on_stream(
+            py,
+            stream,
+            stream_kind.as_deref(),
+            bufs,
+            Access::Write,
+            |c, bufs, s| unsafe { c.batch_get_into_on_stream_raw(&keys, bufs, true, s) },
+        )
     }
 
     /// `batch_get_into_multi_buffer_ranges` on `stream`, inside get sessions: no master call.
     #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, all_src_offsets, stream, stream_kind = None))]
     #[allow(clippy::too_many_arguments)]
-    fn get_into_ranges_on_stream(&self, py: Python<'_>, keys: Vec<String>, all_buffer_ptrs: Vec<Vec<U64>>, all_sizes: Vec<Vec<U64>>, all_src_offsets: Vec<Vec<U64>>, stream: &Bound<'_, PyAny>, stream_kind: Option<String>) -> PyResult<Py<PyAny>> {
+    fn get_into_ranges_on_stream(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        all_buffer_ptrs: Vec<Vec<U64>>,
+        all_sizes: Vec<Vec<U64>>,
+        all_src_offsets: Vec<Vec<U64>>,
+        stream: &Bound<'_, PyAny>,
+        stream_kind: Option<String>,
+    ) -> PyResult<Py<PyAny>> {
         let n = keys.len();
         let src: Vec<Vec<u64>> = all_src_offsets.iter().map(|v| u64s(v)).collect();
         let bufs = per_key_buffers(&all_buffer_ptrs, &all_sizes, n)
             .filter(|(_, ok)| src.len() == n && ok.iter().all(|&ok| ok))
             .map(|(bufs, _)| bufs);
         // SAFETY: as `batch_get_into_on_stream`.
-        self.on_stream(py, stream, stream_kind.as_deref(), bufs, Access::Write, |c, bufs, s| unsafe {
-            c.batch_get_into_multi_buffer_ranges_on_stream_raw(&keys, bufs, &src, s)
-        })
+        self.on_stream(
+            py,
+            stream,
+            stream_kind.as_deref(),
+            bufs,
+            Access::Write,
+            |c, bufs, s| unsafe {
+                c.batch_get_into_multi_buffer_ranges_on_stream_raw(&keys, bufs, &src, s)
+            },
+        )
     }
 
     /// `batch_put_from` on `stream`: the sources are read when the stream reaches the call,
     /// the objects commit after; per-key outcomes in the ticket.
     #[pyo3(signature = (keys, buffer_ptrs, sizes, stream, config = None, stream_kind = None))]
     #[allow(clippy::too_many_arguments)]
-    fn batch_put_from_on_stream(&self, py: Python<'_>, keys: Vec<String>, buffer_ptrs: Vec<U64>, sizes: Vec<U64>, stream: &Bound<'_, PyAny>, config: Option<PyRef<'_, PyReplicateConfig>>, stream_kind: Option<String>) -> PyResult<Py<PyAny>> {
+    fn batch_put_from_on_stream(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        buffer_ptrs: Vec<U64>,
+        sizes: Vec<U64>,
+        stream: &Bound<'_, PyAny>,
+        config: Option<PyRef<'_, PyReplicateConfig>>,
+        stream_kind: Option<String>,
+    ) -> PyResult<Py<PyAny>> {
         let bufs = single(&buffer_ptrs, &sizes, keys.len());
         let config = client_config(config.as_deref(), keys.len());
         // SAFETY: the sources were checked; the caller keeps them unchanged until the stream passed the call.
-        self.on_stream(py, stream, stream_kind.as_deref(), bufs, Access::Read, |c, bufs, s| unsafe {
-            c.batch_put_from_on_stream_raw(&keys, bufs, &config?, s)
-        })
+        self.on_stream(
+            py,
+            stream,
+            stream_kind.as_deref(),
+            bufs,
+            Access::Read,
+            |c, bufs, s| unsafe { c.batch_put_from_on_stream_raw(&keys, bufs, &config?, s) },
+        )
     }
 
     /// `batch_put_from_multi_buffers` on `stream`; as `batch_put_from_on_stream`.
     #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, stream, config = None, stream_kind = None))]
     #[allow(clippy::too_many_arguments)]
-    fn batch_put_from_multi_buffers_on_stream(&self, py: Python<'_>, keys: Vec<String>, all_buffer_ptrs: Vec<Vec<U64>>, all_sizes: Vec<Vec<U64>>, stream: &Bound<'_, PyAny>, config: Option<PyRef<'_, PyReplicateConfig>>, stream_kind: Option<String>) -> PyResult<Py<PyAny>> {
+    fn batch_put_from_multi_buffers_on_stream(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        all_buffer_ptrs: Vec<Vec<U64>>,
+        all_sizes: Vec<Vec<U64>>,
+        stream: &Bound<'_, PyAny>,
+        config: Option<PyRef<'_, PyReplicateConfig>>,
+        stream_kind: Option<String>,
+    ) -> PyResult<Py<PyAny>> {
         let bufs = multi(&all_buffer_ptrs, &all_sizes, keys.len());
         let config = client_config(config.as_deref(), keys.len());
         // SAFETY: as `batch_put_from_on_stream`.
-        self.on_stream(py, stream, stream_kind.as_deref(), bufs, Access::Read, |c, bufs, s| unsafe {
-            c.batch_put_from_on_stream_raw(&keys, bufs, &config?, s)
-        })
+        self.on_stream(
+            py,
+            stream,
+            stream_kind.as_deref(),
+            bufs,
+            Access::Read,
+            |c, bufs, s| unsafe { c.batch_put_from_on_stream_raw(&keys, bufs, &config?, s) },
+        )
     }
 }

@@ -94,7 +94,10 @@ impl Client {
         let segment = match config.global_segment_size {
             0 => None,
             size => {
-                let region = MappedRegion::pinned(size, "segment")?;
+                // Mooncake answers a segment it cannot allocate with INVALID_PARAMS.
+                let region = MappedRegion::pinned(size, "segment").or_else(|_| {
+                    fail(ErrorCode::InvalidParams, crate::error::last_error_message())
+                })?;
                 engine.register(region.addr(), region.len(), true)?;
                 let segment = Segment {
                     id: Uuid::random(),

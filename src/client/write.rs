@@ -280,7 +280,13 @@ impl ClientCore {
                 Some(_) => {}
             }
         }
-        self.write(keys, bufs, config, mode)
+        let (keys, bufs) = match mode {
+            // Insert-if-absent: of a key listed twice the first value wins (Mooncake's
+            // put_batch), as if the later occurrence were a put of an existing key.
+            WriteMode::Put => first_occurrences(keys, bufs),
+            WriteMode::Upsert => (keys.iter().map(AsRef::as_ref).collect(), bufs),
+        };
+        self.write(&keys, bufs, config, mode)
             .into_iter()
             .find(|r| r.is_err())
             .unwrap_or(Ok(()))
@@ -524,4 +530,14 @@ pub(super) fn check_replicas(replicas: &[ReplicaDescriptor], size: u64) -> Resul
         ),
         None => Ok(()),
     }
+}
+
+/// The first occurrence of each key, with its buffers, in call order.
+fn first_occurrences<K: AsRef<str>>(keys: &[K], bufs: Vec<Vec<Buf>>) -> (Vec<&str>, Vec<Vec<Buf>>) {
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    keys.iter()
+        .map(AsRef::as_ref)
+        .zip(bufs)
+        .filter(|&(k, _)| seen.insert(k))
+        .unzip()
 }
