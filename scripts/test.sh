@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project on a fresh machine: installs the Debian packages the C/C++
-# tests need (when missing), then cargo fmt/clippy checks, cargo tests, and the ctest suites
-# (plain and AddressSanitizer builds).
+# tests need (when missing), then cargo fmt/clippy checks, cargo tests, the Python package's
+# pytest suite (built into a fresh virtual environment) and the ctest suites (plain and
+# AddressSanitizer builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,9 +20,11 @@ fi
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --locked --release
+echo "== python (mooncake.store)"
+scripts/python-tests.sh
 if [ -f CMakeLists.txt ]; then
   echo "== ctest (plain)"
   cmake --preset default >/dev/null

@@ -244,7 +244,7 @@ fn from_dict(dict: &Bound<'_, PyDict>) -> Result<SetupRequest> {
             }),
         }
     };
-    let flag = |key: &str| get(key).map_or(false, |v| parse_bool(&v, false));
+    let flag = |key: &str| get(key).is_some_and(|v| parse_bool(&v, false));
     let port = match get("client_http_port") {
         None => 9300,
         Some(v) => match v.trim().parse::<i64>() {
