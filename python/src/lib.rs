@@ -4,9 +4,9 @@
 //!
 //! Built: `MooncakeDistributedStore` (setup in both forms, close, health, hostname, the
 //! copying, zero-copy, multi-buffer, ranged, session, exist/size/remove and upsert families,
-//! seed 000's on-stream calls), `ReplicateConfig`, the enums, `BufferHandle`, `HostStream`,
+//! seed 000's on-stream calls, replica descriptors), `ReplicateConfig`, the enums, `BufferHandle`, `HostStream`,
 //! `HostEvent`, `Ticket`. Not built (absent, so probes with `getattr(..., None)` see that):
-//! tensor APIs, replica descriptors and copy/move tasks, segment mounting helpers,
+//! tensor APIs, copy/move tasks and `batch_replica_clear`, segment mounting helpers,
 //! `BufferPool`, `MooncakeHostMemAllocator` and dummy mode (standalone store), NVMe-oF and
 //! Engram helpers.
 
@@ -21,6 +21,7 @@ mod ops_copying;
 mod ops_ranges;
 mod ops_zero_copy;
 mod pybuf;
+mod replicas;
 mod setup_args;
 mod store;
 mod stream;
@@ -35,6 +36,9 @@ fn mooncake_store(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::PyHostStream>()?;
     m.add_class::<stream::PyHostEvent>()?;
     m.add_class::<stream::PyTicket>()?;
+    m.add_class::<replicas::PyReplicaDescriptor>()?;
+    m.add_class::<replicas::PyMemoryDescriptor>()?;
+    m.add_class::<replicas::PyDescriptor>()?;
     enums::add_enums(m)?;
     let teardown = wrap_pyfunction!(store::_teardown_all, m)?;
     m.add_function(teardown.clone())?;

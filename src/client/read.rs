@@ -98,6 +98,20 @@ impl Client {
         per_key(self.core.master.batch_exist_key(names), keys.len())
     }
 
+    /// The readable replicas of each key with one master call (Mooncake's
+    /// `batch_get_replica_desc`; grants each found object a read lease). Per key the object
+    /// size and replicas, or the query's error (`OBJECT_NOT_FOUND`, ...).
+    pub fn batch_get_replica_desc<K: AsRef<str>>(&self, keys: &[K]) -> Vec<Result<QueryResult>> {
+        if let Err(e) = self.core.check_open() {
+            return vec![Err(e); keys.len()];
+        }
+        self.core
+            .query(keys)
+            .into_iter()
+            .map(|answer| answer.map(|leased| leased.query))
+            .collect()
+    }
+
     /// Size of `key`'s object (grants a read lease).
     pub fn get_size(&self, key: &str) -> Result<u64> {
         self.core.check_open()?;
