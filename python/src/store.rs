@@ -86,7 +86,9 @@ impl Drop for Store {
     fn drop(&mut self) {
         if let Some(old) = self.live.get_mut().take() {
             forget(&old.client);
-            old.client.teardown();
+            // Collected objects may be dropped with the GIL held: release it while the
+            // client's threads stop, so other Python threads keep running.
+            Python::attach(|py| py.detach(move || old.client.teardown()));
         }
     }
 }
