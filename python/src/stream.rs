@@ -294,6 +294,24 @@ impl Store {
         };
         outcome(py, result)
     }
+
+    /// The stream-ordered puts: key `i`'s object is `bufs[i]` laid end to end.
+    fn put_on_stream(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        bufs: Option<Vec<Vec<Buf>>>,
+        stream: &Bound<'_, PyAny>,
+        config: Option<&PyReplicateConfig>,
+        kind: Option<&str>,
+    ) -> PyResult<Py<PyAny>> {
+        let config = client_config(config, keys.len());
+        // SAFETY: the sources were checked; the caller keeps them unchanged until the stream
+        // passed the call.
+        self.on_stream(py, stream, kind, bufs, Access::Read, |c, bufs, s| unsafe {
+            c.batch_put_from_on_stream_raw(&keys, bufs, &config?, s)
+        })
+    }
 }
 
 #[pymethods]
@@ -393,15 +411,13 @@ impl Store {
         stream_kind: Option<String>,
     ) -> PyResult<Py<PyAny>> {
         let bufs = single(&buffer_ptrs, &sizes, keys.len());
-        let config = client_config(config.as_deref(), keys.len());
-        // SAFETY: the sources were checked; the caller keeps them unchanged until the stream passed the call.
-        self.on_stream(
+        self.put_on_stream(
             py,
-            stream,
-            stream_kind.as_deref(),
+            keys,
             bufs,
-            Access::Read,
-            |c, bufs, s| unsafe { c.batch_put_from_on_stream_raw(&keys, bufs, &config?, s) },
+            stream,
+            config.as_deref(),
+            stream_kind.as_deref(),
         )
     }
 
@@ -419,15 +435,13 @@ impl Store {
         stream_kind: Option<String>,
     ) -> PyResult<Py<PyAny>> {
         let bufs = multi(&all_buffer_ptrs, &all_sizes, keys.len());
-        let config = client_config(config.as_deref(), keys.len());
-        // SAFETY: as `batch_put_from_on_stream`.
-        self.on_stream(
+        self.put_on_stream(
             py,
-            stream,
-            stream_kind.as_deref(),
+            keys,
             bufs,
-            Access::Read,
-            |c, bufs, s| unsafe { c.batch_put_from_on_stream_raw(&keys, bufs, &config?, s) },
+            stream,
+            config.as_deref(),
+            stream_kind.as_deref(),
         )
     }
 }
