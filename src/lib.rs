@@ -19,4 +19,4 @@ pub mod transfer;
 pub mod types;
 
 pub use error::{ErrorCode, Result};
-pub use process::{init_logging, wait_for_termination};
+pub use process::{init_logging, init_logging_with, wait_for_termination};
