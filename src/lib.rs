@@ -4,6 +4,7 @@
 //! RealClient; [`master`] keeps metadata; [`transfer`] moves bytes; [`rpc`] is the only
 //! module that knows the wire.
 
+pub mod cli;
 pub mod client;
 pub mod device;
 pub mod error;

@@ -171,6 +171,7 @@ pub fn peer_args(master: &str, segment: &str, metadata_server: &str) -> Vec<Stri
 pub struct Launched {
     child: Child,
     stderr: Arc<Mutex<String>>,
+    stderr_closed: std::sync::mpsc::Receiver<()>,
 }
 
 impl Launched {
@@ -185,6 +186,7 @@ impl Launched {
         let stderr = Arc::new(Mutex::new(String::new()));
         let mut pipe = child.stderr.take().expect("piped stderr");
         let sink = Arc::clone(&stderr);
+        let (closed, stderr_closed) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut chunk = [0u8; 4096];
             while let Ok(n @ 1..) = pipe.read(&mut chunk) {
@@ -192,8 +194,13 @@ impl Launched {
                     .unwrap()
                     .push_str(&String::from_utf8_lossy(&chunk[..n]));
             }
+            let _ = closed.send(());
         });
-        Launched { child, stderr }
+        Launched {
+            child,
+            stderr,
+            stderr_closed,
+        }
     }
 
     /// Waits up to 10 s until something accepts connections on 127.0.0.1:`port`, failing the
@@ -226,8 +233,9 @@ impl Launched {
         wait_until(limit, || self.stderr().contains(needle))
     }
 
-    /// Sends SIGTERM and returns the exit code, waiting at most 10 s (None: still running or
-    /// killed by a signal).
+    /// Sends SIGTERM and returns the exit code, waiting at most 10 s for the exit and 5 s more
+    /// for the rest of stderr (None: still running or killed by a signal). After an exit,
+    /// [`Launched::stderr`] holds everything the process wrote.
     pub fn terminate(&mut self) -> Option<i32> {
         // SAFETY: a plain kill(2) on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
@@ -236,6 +244,9 @@ impl Launched {
             status = self.child.try_wait().ok().flatten();
             status.is_some()
         });
+        if status.is_some() {
+            let _ = self.stderr_closed.recv_timeout(Duration::from_secs(5));
+        }
         status.and_then(|s| s.code())
     }
 }
