@@ -4,6 +4,7 @@
 //! RealClient; [`master`] keeps metadata; [`transfer`] moves bytes; [`rpc`] is the only
 //! module that knows the wire.
 
+pub mod cli;
 pub mod client;
 pub mod device;
 pub mod error;
@@ -19,4 +20,4 @@ pub mod transfer;
 pub mod types;
 
 pub use error::{ErrorCode, Result};
-pub use process::{init_logging, wait_for_termination};
+pub use process::{init_logging, init_logging_with, wait_for_termination};

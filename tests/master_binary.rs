@@ -3,9 +3,196 @@
 
 mod common;
 
-use common::{free_port, http_get, local_client_with_metadata, pattern, Master, PeerClient};
+use common::{
+    free_port, free_ports, http_get, local_client_with_metadata, pattern, peer_args, Launched,
+    Master, PeerClient,
+};
 use mooncake_rs::types::ReplicateConfig;
 use std::process::Command;
+use std::time::Duration;
+
+const MASTER: &str = env!("CARGO_BIN_EXE_mooncake_master");
+
+/// Starts `mooncake_master` with exactly `args` and waits until it accepts on `rpc_port`.
+fn serving_master(rpc_port: u16, args: &[String]) -> Launched {
+    let mut master = Launched::spawn(MASTER, args);
+    master.wait_listening(rpc_port);
+    master
+}
+
+/// Starts a master on free 127.0.0.1 RPC and metrics ports with `extra` flags; returns it with
+/// its RPC port.
+fn master_on_free_ports(extra: &[&str]) -> (Launched, u16) {
+    let [rpc, metrics] = free_ports(2)[..] else {
+        unreachable!("free_ports(2) returns two ports")
+    };
+    let mut args = vec![
+        "--rpc_address=127.0.0.1".to_string(),
+        format!("--rpc_port={rpc}"),
+        "--metrics_host=127.0.0.1".into(),
+        format!("--metrics_port={metrics}"),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    (serving_master(rpc, &args), rpc)
+}
+
+/// SIGTERMs `process`, asserts that it exits with status 0 and returns all its stderr.
+fn clean_exit(mut process: Launched) -> String {
+    let code = process.terminate();
+    let stderr = process.stderr();
+    assert_eq!(code, Some(0), "stderr:\n{stderr}");
+    stderr
+}
+
+/// Puts and gets one object through the master on 127.0.0.1:`rpc_port`.
+fn assert_serves(rpc_port: u16) {
+    let client =
+        local_client_with_metadata(&format!("127.0.0.1:{rpc_port}"), 1 << 20, 0, "P2PHANDSHAKE");
+    let value = pattern(4096, 7);
+    client
+        .put_from("served", &value, &ReplicateConfig::default())
+        .unwrap();
+    let mut out = vec![0u8; 4096];
+    assert_eq!(client.get_into("served", &mut out), Ok(4096));
+    assert_eq!(out, value);
+    client.teardown();
+}
+
+#[test]
+fn upstream_launch_line_with_logtostderr_serves_and_exits_0() {
+    let [rpc, metrics] = free_ports(2)[..] else {
+        unreachable!("free_ports(2) returns two ports")
+    };
+    let master = serving_master(
+        rpc,
+        &[
+            "--rpc_address=127.0.0.1".into(),
+            format!("--rpc_port={rpc}"),
+            "--default_kv_lease_ttl=500".into(),
+            "--enable_http_metadata_server=false".into(),
+            "--logtostderr=true".into(),
+            format!("--metrics_port={metrics}"),
+            "--metrics_host=127.0.0.1".into(),
+        ],
+    );
+    assert_serves(rpc);
+    let stderr = clean_exit(master);
+    assert!(
+        !stderr.contains("DEBUG"),
+        "debug lines without --v:\n{stderr}"
+    );
+}
+
+#[test]
+fn upstream_launch_line_with_the_http_metadata_server_serves_and_exits_0() {
+    let [rpc, http, metrics] = free_ports(3)[..] else {
+        unreachable!("free_ports(3) returns three ports")
+    };
+    let master = serving_master(
+        rpc,
+        &[
+            "--default_kv_lease_ttl=500".into(),
+            "--enable_http_metadata_server=true".into(),
+            "--rpc_address=127.0.0.1".into(),
+            format!("--rpc_port={rpc}"),
+            "--http_metadata_server_host=127.0.0.1".into(),
+            format!("--http_metadata_server_port={http}"),
+            "--metrics_host=127.0.0.1".into(),
+            format!("--metrics_port={metrics}"),
+        ],
+    );
+    assert_serves(rpc);
+    let missing = http_get(http, "/metadata?key=nobody");
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+    clean_exit(master);
+}
+
+#[test]
+fn v_1_writes_debug_lines_to_stderr() {
+    let (master, _) = master_on_free_ports(&["--v=1", "--logtostderr"]);
+    assert!(
+        master.stderr_shows("mooncake_master flags", Duration::from_secs(5)),
+        "{}",
+        master.stderr()
+    );
+    let stderr = clean_exit(master);
+    assert!(stderr.contains("DEBUG"), "{stderr}");
+}
+
+/// Opens two connections to a master allowing one; returns once the master has closed the
+/// second (it logs a warning when it does).
+fn exceed_the_connection_cap(rpc_port: u16) {
+    use std::io::Read;
+    let first = std::net::TcpStream::connect(("127.0.0.1", rpc_port)).unwrap();
+    let mut second = std::net::TcpStream::connect(("127.0.0.1", rpc_port)).unwrap();
+    second
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert!(matches!(second.read(&mut byte), Ok(0) | Err(_)));
+    drop(first);
+}
+
+#[test]
+fn minloglevel_2_suppresses_warnings() {
+    const WARNING: &str = "refusing an RPC connection: too many";
+    let (shown, rpc) = master_on_free_ports(&["--rpc_max_connections=1"]);
+    exceed_the_connection_cap(rpc);
+    assert!(
+        shown.stderr_shows(WARNING, Duration::from_secs(5)),
+        "{}",
+        shown.stderr()
+    );
+    clean_exit(shown);
+    let (hidden, rpc) = master_on_free_ports(&["--rpc_max_connections=1", "--minloglevel=2"]);
+    exceed_the_connection_cap(rpc);
+    let stderr = clean_exit(hidden);
+    assert!(!stderr.contains(WARNING), "{stderr}");
+}
+
+#[test]
+fn log_dir_also_writes_the_log_to_a_file_without_colour_codes() {
+    let dir = std::env::temp_dir().join(format!("mc-log-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log_dir = format!("--log_dir={}", dir.display());
+    let (master, _) = master_on_free_ports(&["--v=1", &log_dir]);
+    assert!(master.stderr_shows("mooncake_master flags", Duration::from_secs(5)));
+    clean_exit(master);
+    let file = std::fs::read_to_string(dir.join("mooncake_master.log")).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(file.contains("mooncake_master flags"), "{file}");
+    assert!(!file.contains('\u{1b}'), "{file}");
+}
+
+#[test]
+fn mooncake_client_with_logtostderr_serves_and_exits_0() {
+    let master = Master::start(&[]);
+    let mut args = peer_args(&master.addr(), "8 MB", "P2PHANDSHAKE");
+    args.push("--logtostderr".into());
+    let mut peer = Launched::spawn(env!("CARGO_BIN_EXE_mooncake_client"), &args);
+    let line = peer.first_line();
+    assert!(line.starts_with("READY 127.0.0.1"), "{line:?}");
+    clean_exit(peer);
+}
+
+#[test]
+fn the_library_entry_points_return_exit_codes() {
+    use mooncake_rs::cli::{run_client, run_master};
+    assert_eq!(run_master(["mooncake_master", "--no_such_flag=1"]), 2);
+    assert_eq!(run_master(["mooncake_master", "--version"]), 0);
+    assert_eq!(run_client(["mooncake_client", "--help"]), 0);
+    assert_eq!(run_client(["mooncake_client", "--logtostderr=maybe"]), 2);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let args = [
+        "mooncake_master".to_string(),
+        "--rpc_address=127.0.0.1".into(),
+        format!("--rpc_port={port}"),
+        "--enable_metric_reporting=false".into(),
+    ];
+    assert_eq!(run_master(args), 1);
+}
 
 #[test]
 fn unknown_flags_and_bad_values_exit_with_code_2() {
@@ -13,6 +200,9 @@ fn unknown_flags_and_bad_values_exit_with_code_2() {
         vec!["--no_such_flag=1"],
         vec!["--eviction_ratio=lots"],
         vec!["--deployment_mode=MESH"],
+        vec!["--enable_ha=true"],
+        vec!["--logtostderr=maybe"],
+        vec!["--v=lots"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_mooncake_master"))
             .args(&args)

@@ -7,9 +7,10 @@ pub mod standin;
 pub mod streams;
 
 use mooncake_rs::client::{Client, SetupConfig};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A port nobody listens on right now.
@@ -19,6 +20,23 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// `count` distinct ports nobody listens on right now (each listener is closed at once, so two
+/// plain free_port() calls can return the same port).
+pub fn free_ports(count: usize) -> Vec<u16> {
+    let mut ports: Vec<u16> = Vec::with_capacity(count);
+    for _ in 0..count * 100 {
+        if ports.len() == count {
+            break;
+        }
+        let port = free_port();
+        if !ports.contains(&port) {
+            ports.push(port);
+        }
+    }
+    assert_eq!(ports.len(), count, "not enough distinct free ports");
+    ports
 }
 
 /// Polls `check` every 20 ms until it is true or `limit` passes; returns whether it became true.
@@ -137,6 +155,109 @@ fn first_line(child: &mut Child) -> String {
         .expect("mooncake_client did not become ready")
 }
 
+/// The flags of a `mooncake_client` peer contributing a `segment` to `master`.
+pub fn peer_args(master: &str, segment: &str, metadata_server: &str) -> Vec<String> {
+    vec![
+        format!("--master_server_address={master}"),
+        "--host=127.0.0.1".into(),
+        format!("--global_segment_size={segment}"),
+        "--local_buffer_size=0".into(),
+        format!("--metadata_server={metadata_server}"),
+    ]
+}
+
+/// A `mooncake_master` or `mooncake_client` started with exactly the given flags (nothing
+/// added), its stdout piped and its stderr collected in the background; SIGKILLed on drop.
+pub struct Launched {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+    stderr_closed: std::sync::mpsc::Receiver<()>,
+}
+
+impl Launched {
+    /// Spawns `binary` (a `CARGO_BIN_EXE_*` path) with `args`.
+    pub fn spawn(binary: &str, args: &[String]) -> Launched {
+        let mut child = Command::new(binary)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {binary}: {e}"));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().expect("piped stderr");
+        let sink = Arc::clone(&stderr);
+        let (closed, stderr_closed) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = pipe.read(&mut chunk) {
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&chunk[..n]));
+            }
+            let _ = closed.send(());
+        });
+        Launched {
+            child,
+            stderr,
+            stderr_closed,
+        }
+    }
+
+    /// Waits up to 10 s until something accepts connections on 127.0.0.1:`port`, failing the
+    /// test (with the stderr so far) if the process exits first or the port stays closed.
+    pub fn wait_listening(&mut self, port: u16) {
+        let ready = wait_until(Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+                || matches!(self.child.try_wait(), Ok(Some(_)))
+        });
+        let exited = self.child.try_wait().ok().flatten();
+        assert!(
+            ready && exited.is_none(),
+            "not listening on {port} (exit {exited:?}); stderr:\n{}",
+            self.stderr()
+        );
+    }
+
+    /// The first line on stdout (e.g. `READY ...`), waiting at most 20 s.
+    pub fn first_line(&mut self) -> String {
+        first_line(&mut self.child)
+    }
+
+    /// Everything the process wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Whether stderr contains `needle` within `limit`.
+    pub fn stderr_shows(&self, needle: &str, limit: Duration) -> bool {
+        wait_until(limit, || self.stderr().contains(needle))
+    }
+
+    /// Sends SIGTERM and returns the exit code, waiting at most 10 s for the exit and 5 s more
+    /// for the rest of stderr (None: still running or killed by a signal). After an exit,
+    /// [`Launched::stderr`] holds everything the process wrote.
+    pub fn terminate(&mut self) -> Option<i32> {
+        // SAFETY: a plain kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let mut status = None;
+        wait_until(Duration::from_secs(10), || {
+            status = self.child.try_wait().ok().flatten();
+            status.is_some()
+        });
+        if status.is_some() {
+            let _ = self.stderr_closed.recv_timeout(Duration::from_secs(5));
+        }
+        status.and_then(|s| s.code())
+    }
+}
+
+impl Drop for Launched {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A running `mooncake_client` process contributing a segment.
 pub struct PeerClient {
     child: Child,
@@ -152,13 +273,7 @@ impl PeerClient {
     /// Starts a peer that publishes itself to `metadata_server`.
     pub fn start_with_metadata(master: &str, segment: &str, metadata_server: &str) -> PeerClient {
         let mut child = Command::new(env!("CARGO_BIN_EXE_mooncake_client"))
-            .args([
-                format!("--master_server_address={master}"),
-                "--host=127.0.0.1".into(),
-                format!("--global_segment_size={segment}"),
-                "--local_buffer_size=0".into(),
-                format!("--metadata_server={metadata_server}"),
-            ])
+            .args(peer_args(master, segment, metadata_server))
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn mooncake_client");

@@ -1,0 +1,146 @@
+//! `mooncake_client`: a standalone client process that contributes a segment to the pool and
+//! serves it until SIGINT/SIGTERM. Prints `READY <segment name>` on stdout once mounted.
+//!
+//! With `--deployment_mode P2P` it is a P2P owner instead: a TieredBackend from
+//! `--tiered_backend_config`, the client RPC service on `--client_rpc_port`, and
+//! `READY <segment name> <client RPC address>` once registered with the master.
+//! `MOONCAKE_DM_LOCK_SHARD_COUNT` (default 1024) sets the record-table shard count.
+
+use super::glog::GlogFlags;
+use super::Program;
+use crate::client::{parse_size, Client, SetupConfig};
+use crate::p2p::{P2pClient, P2pSetupConfig, TransferDirection};
+use clap::Parser;
+use std::io::Write;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mooncake_client",
+    version,
+    about = "Mooncake Store standalone client (mooncake-rs)"
+)]
+pub(super) struct Flags {
+    #[command(flatten)]
+    glog: GlogFlags,
+    /// Master address `host:port`.
+    #[arg(long = "master_server_address", default_value = "127.0.0.1:50051")]
+    master_server_address: String,
+    /// This client's host name; the segment name is `host:port`.
+    #[arg(long = "host", default_value = "127.0.0.1")]
+    host: String,
+    /// Data port; 0 picks one in [MC_STORE_CLIENT_MIN_PORT, MC_STORE_CLIENT_MAX_PORT].
+    #[arg(long = "port", default_value_t = 0)]
+    port: u16,
+    /// `P2PHANDSHAKE` or `http://host:port/metadata`.
+    #[arg(long = "metadata_server", default_value = "P2PHANDSHAKE")]
+    metadata_server: String,
+    /// Segment size contributed to the pool, e.g. `4 GB`.
+    #[arg(long = "global_segment_size", default_value = "4 GB")]
+    global_segment_size: String,
+    /// Local buffer size.
+    #[arg(long = "local_buffer_size", default_value = "16 MB")]
+    local_buffer_size: String,
+    /// Transport protocol.
+    #[arg(long = "protocol", default_value = "tcp")]
+    protocol: String,
+    /// RDMA device names (unused by TCP).
+    #[arg(long = "device_name", alias = "device_names", default_value = "")]
+    device_name: String,
+    /// CENTRALIZED (mount a segment) or P2P (own a TieredBackend, serve client RPCs).
+    #[arg(long = "deployment_mode", default_value = "CENTRALIZED", value_parser = ["CENTRALIZED", "P2P"])]
+    deployment_mode: String,
+    /// P2P: port of the client RPC service (0 picks one).
+    #[arg(long = "client_rpc_port", default_value_t = 0)]
+    client_rpc_port: u16,
+    /// P2P: threads of the client RPC service.
+    #[arg(long = "client_rpc_thread_num", default_value_t = 16)]
+    client_rpc_thread_num: usize,
+    /// P2P: TieredBackend JSON, e.g. {"tiers":[{"type":"DRAM","capacity":536870912,"priority":100,"allocator_type":"OFFSET"}]}.
+    #[arg(long = "tiered_backend_config", default_value = "")]
+    tiered_backend_config: String,
+    /// P2P: lease of PreWrite / PinKey records (ms).
+    #[arg(long = "p2p_key_lease_duration_ms", default_value_t = 5000)]
+    p2p_key_lease_duration_ms: u64,
+    /// P2P: period of the expired-record scan (ms; 0 = 1000).
+    #[arg(long = "p2p_key_lease_scan_interval_ms", default_value_t = 1000)]
+    p2p_key_lease_scan_interval_ms: u64,
+    /// P2P: default transfer direction, forward or reverse.
+    #[arg(long = "p2p_transfer_direction_mode", default_value = "reverse", value_parser = ["forward", "reverse"])]
+    p2p_transfer_direction_mode: String,
+}
+
+fn run_p2p(flags: Flags, local_hostname: String) -> Result<(), String> {
+    let size = parse_size(&flags.local_buffer_size)
+        .map_err(|e| format!("bad size '{}': {e}", flags.local_buffer_size))?;
+    let direction =
+        TransferDirection::parse(&flags.p2p_transfer_direction_mode).map_err(|e| format!("{e}"))?;
+    let client = P2pClient::setup_p2p(P2pSetupConfig {
+        local_hostname,
+        metadata_server: flags.metadata_server.clone(),
+        tiered_backend_config_json: flags.tiered_backend_config.clone(),
+        local_buffer_size: size,
+        protocol: flags.protocol.clone(),
+        rdma_devices: flags.device_name.clone(),
+        master_server_addr: flags.master_server_address.clone(),
+        client_rpc_port: flags.client_rpc_port,
+        client_rpc_thread_num: flags.client_rpc_thread_num,
+        p2p_key_lease_duration_ms: flags.p2p_key_lease_duration_ms,
+        p2p_key_lease_scan_interval_ms: flags.p2p_key_lease_scan_interval_ms,
+        p2p_transfer_direction_mode: direction,
+    })
+    .map_err(|e| {
+        format!(
+            "P2P setup failed: {e}: {}",
+            crate::error::last_error_message()
+        )
+    })?;
+    let rpc = client
+        .owner_info()
+        .map(|o| o.rpc_addr)
+        .unwrap_or_else(|| "-".into());
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "READY {} {rpc}", client.hostname());
+    let _ = out.flush();
+    crate::wait_for_termination();
+    client.teardown();
+    Ok(())
+}
+
+fn run(flags: Flags) -> Result<(), String> {
+    let size = |text: &str| parse_size(text).map_err(|e| format!("bad size '{text}': {e}"));
+    let local_hostname = match flags.port {
+        0 => flags.host.clone(),
+        port => format!("{}:{port}", flags.host),
+    };
+    if flags.deployment_mode == "P2P" {
+        return run_p2p(flags, local_hostname);
+    }
+    let client = Client::setup(SetupConfig {
+        local_hostname,
+        metadata_server: flags.metadata_server.clone(),
+        global_segment_size: size(&flags.global_segment_size)?,
+        local_buffer_size: size(&flags.local_buffer_size)?,
+        protocol: flags.protocol.clone(),
+        device_name: flags.device_name.clone(),
+        master_server_addr: flags.master_server_address.clone(),
+    })
+    .map_err(|e| format!("setup failed: {e}: {}", crate::error::last_error_message()))?;
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "READY {}", client.get_hostname());
+    let _ = out.flush();
+    crate::wait_for_termination();
+    client.teardown();
+    Ok(())
+}
+
+impl Program for Flags {
+    const NAME: &'static str = "mooncake_client";
+
+    fn glog(&self) -> &GlogFlags {
+        &self.glog
+    }
+
+    fn run(self) -> Result<(), String> {
+        run(self)
+    }
+}

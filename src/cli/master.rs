@@ -1,0 +1,278 @@
+//! `mooncake_master`: the metadata server (see [`super::run_master`]). Flags use Mooncake's names and defaults
+//! (`../shared/spec/mooncake-api.md` §4.11); an unknown flag is an error with exit code 2.
+
+use super::glog::GlogFlags;
+use super::Program;
+use crate::master::{MasterConfig, MasterInterface, MasterService};
+use crate::rpc::server::{ServerLimits, ServerOptions};
+use crate::rpc::{
+    metadata_handler, HttpRequest, HttpResponse, HttpServer, MetadataStore, RpcServer,
+};
+use crate::types::DeploymentMode;
+use clap::Parser;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mooncake_master",
+    version,
+    about = "Mooncake Store master (mooncake-rs)"
+)]
+pub(super) struct Flags {
+    #[command(flatten)]
+    glog: GlogFlags,
+    /// RPC port (deprecated spelling).
+    #[arg(long = "port", default_value_t = 50051)]
+    port: u16,
+    /// RPC port; 0 means use --port.
+    #[arg(long = "rpc_port", default_value_t = 0)]
+    rpc_port: u16,
+    /// Address the RPC server binds.
+    #[arg(long = "rpc_address", default_value = "0.0.0.0")]
+    rpc_address: String,
+    /// RPC I/O shard threads (0 = 16); a call blocks only its own shard's connections.
+    #[arg(long = "rpc_thread_num", alias = "max_threads", default_value_t = 0)]
+    rpc_thread_num: u32,
+    /// Seconds a connection may stay without a request before it is closed (at least 1).
+    #[arg(long = "rpc_conn_timeout_seconds", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    rpc_conn_timeout_seconds: u64,
+    /// Milliseconds a request frame may take to arrive after its first byte (mooncake-rs flag).
+    #[arg(long = "rpc_read_timeout_ms", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    rpc_read_timeout_ms: u64,
+    /// Connections served at once; more are closed on accept (mooncake-rs flag).
+    #[arg(long = "rpc_max_connections", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    rpc_max_connections: u64,
+    /// Longest request payload in bytes, at most 67108864 (mooncake-rs flag).
+    #[arg(long = "rpc_max_request_bytes", default_value_t = 67_108_864, value_parser = clap::value_parser!(u64).range(1..=67_108_864))]
+    rpc_max_request_bytes: u64,
+    /// Most sequence elements and struct fields in one request; more is INVALID_PARAMS
+    /// (mooncake-rs flag).
+    #[arg(long = "rpc_max_request_items", default_value_t = 1_048_576, value_parser = clap::value_parser!(u64).range(1..))]
+    rpc_max_request_items: u64,
+    /// Threads running table scans (remove_all, remove_by_regex) off the I/O shards
+    /// (mooncake-rs flag).
+    #[arg(long = "rpc_scan_threads", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    rpc_scan_threads: u64,
+    /// Scans waiting for a scan thread; more are answered TASK_PENDING_LIMIT_EXCEEDED
+    /// (mooncake-rs flag).
+    #[arg(long = "rpc_scan_queue", default_value_t = 16, value_parser = clap::value_parser!(u64).range(0..=65536))]
+    rpc_scan_queue: u64,
+    /// Read lease length: milliseconds, or a number with ms/s/m/h.
+    #[arg(long = "default_kv_lease_ttl", default_value = "10000")]
+    default_kv_lease_ttl: String,
+    /// Default soft pin length (ms, or with a unit).
+    #[arg(long = "default_kv_soft_pin_ttl", default_value = "1800000")]
+    default_kv_soft_pin_ttl: String,
+    /// Longest soft pin a request may ask for (ms, or with a unit).
+    #[arg(long = "max_kv_soft_pin_ttl", default_value = "86400000")]
+    max_kv_soft_pin_ttl: String,
+    /// Whether eviction may take soft-pinned objects in its second pass.
+    #[arg(long = "allow_evict_soft_pinned_objects", default_value = "true", num_args = 0..=1, default_missing_value = "true")]
+    allow_evict_soft_pinned_objects: bool,
+    /// Fraction of evictable objects freed per eviction round.
+    #[arg(long = "eviction_ratio", default_value_t = 0.05)]
+    eviction_ratio: f64,
+    /// Used-space fraction above which eviction starts.
+    #[arg(long = "eviction_high_watermark_ratio", default_value_t = 0.90)]
+    eviction_high_watermark_ratio: f64,
+    /// Seconds without a ping after which a client is declared dead.
+    #[arg(long = "client_ttl", default_value_t = 10)]
+    client_ttl: u64,
+    /// Seconds after which another writer may take over an unfinished put.
+    #[arg(long = "put_start_discard_timeout_sec", default_value_t = 30)]
+    put_start_discard_timeout_sec: u64,
+    /// Seconds after which the space of an unfinished put is reclaimed.
+    #[arg(long = "put_start_release_timeout_sec", default_value_t = 600)]
+    put_start_release_timeout_sec: u64,
+    /// Milliseconds space a write gave up (revoked, pre-empted, reclaimed, or on a segment that
+    /// was remounted) stays unused after its writer's last chance to send; at least the
+    /// clients' MC_TRANSFER_TIMEOUT_MS (mooncake-rs flag).
+    #[arg(long = "write_quarantine_ms", default_value_t = 120_000)]
+    write_quarantine_ms: u64,
+    /// Serve Mooncake's HTTP metadata service (`/metadata?key=`).
+    #[arg(long = "enable_http_metadata_server", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    enable_http_metadata_server: bool,
+    /// Port of the HTTP metadata service.
+    #[arg(long = "http_metadata_server_port", default_value_t = 8080)]
+    http_metadata_server_port: u16,
+    /// Address of the HTTP metadata service.
+    #[arg(long = "http_metadata_server_host", default_value = "0.0.0.0")]
+    http_metadata_server_host: String,
+    /// Serve `/health` and `/metrics` over HTTP.
+    #[arg(long = "enable_metric_reporting", default_value = "true", num_args = 0..=1, default_missing_value = "true")]
+    enable_metric_reporting: bool,
+    /// Port of `/health` and `/metrics`.
+    #[arg(long = "metrics_port", default_value_t = 9003)]
+    metrics_port: u16,
+    /// Address of `/health` and `/metrics`.
+    #[arg(long = "metrics_host", default_value = "0.0.0.0")]
+    metrics_host: String,
+    /// Cluster id (metadata key prefix).
+    #[arg(long = "cluster_id", default_value = "mooncake_cluster")]
+    cluster_id: String,
+    /// CENTRALIZED (the master places replicas) or P2P (routing only: key → owner client and
+    /// size; no segment space is ever allocated).
+    #[arg(long = "deployment_mode", default_value = "CENTRALIZED", value_parser = ["CENTRALIZED", "P2P"])]
+    deployment_mode: String,
+    /// Segment allocator; `offset` is built.
+    #[arg(long = "memory_allocator", default_value = "offset", value_parser = ["offset"])]
+    memory_allocator: String,
+    /// Replica placement; `random` is built.
+    #[arg(long = "allocation_strategy", default_value = "random", value_parser = ["random"])]
+    allocation_strategy: String,
+}
+
+/// Parses Mooncake's duration strings: plain milliseconds, or a number with ms/s/m/h.
+fn parse_ms(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("bad duration '{text}'"))?;
+    let factor = match unit {
+        "" | "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        other => return Err(format!("bad duration unit '{other}' in '{text}'")),
+    };
+    value
+        .checked_mul(factor)
+        .ok_or_else(|| format!("duration '{text}' too large"))
+}
+
+fn socket(host: &str, port: u16) -> Result<SocketAddr, String> {
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}:{port}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("no address for {host}:{port}"))
+}
+
+fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
+    let config = MasterConfig {
+        default_kv_lease_ttl_ms: parse_ms(&flags.default_kv_lease_ttl)?,
+        default_kv_soft_pin_ttl_ms: parse_ms(&flags.default_kv_soft_pin_ttl)?,
+        max_kv_soft_pin_ttl_ms: parse_ms(&flags.max_kv_soft_pin_ttl)?,
+        allow_evict_soft_pinned_objects: flags.allow_evict_soft_pinned_objects,
+        eviction_ratio: flags.eviction_ratio,
+        eviction_high_watermark_ratio: flags.eviction_high_watermark_ratio,
+        client_ttl_s: flags.client_ttl,
+        put_start_discard_timeout_s: flags.put_start_discard_timeout_sec,
+        put_start_release_timeout_s: flags.put_start_release_timeout_sec,
+        write_quarantine_ms: flags.write_quarantine_ms,
+        cluster_id: flags.cluster_id.clone(),
+        deployment_mode: match flags.deployment_mode.as_str() {
+            "P2P" => DeploymentMode::P2p,
+            _ => DeploymentMode::Centralized,
+        },
+        ..MasterConfig::default()
+    };
+    config
+        .validate()
+        .map_err(|e| format!("invalid master configuration: {e}"))?;
+    Ok(config)
+}
+
+/// The RPC server's limits from the flags (clap has checked their ranges).
+fn limits_from(flags: &Flags) -> ServerLimits {
+    let size = |value: u64| usize::try_from(value).unwrap_or(usize::MAX);
+    ServerLimits {
+        max_connections: size(flags.rpc_max_connections),
+        idle_timeout: Duration::from_secs(flags.rpc_conn_timeout_seconds),
+        read_timeout: Duration::from_millis(flags.rpc_read_timeout_ms),
+        max_request_bytes: size(flags.rpc_max_request_bytes),
+        max_request_items: size(flags.rpc_max_request_items),
+        scan_threads: size(flags.rpc_scan_threads),
+        scan_queue: size(flags.rpc_scan_queue),
+    }
+}
+
+fn run(flags: Flags) -> Result<(), String> {
+    let config = config_from(&flags)?;
+    let service = MasterService::new(config);
+    let port = if flags.rpc_port != 0 {
+        flags.rpc_port
+    } else {
+        flags.port
+    };
+    let threads = match flags.rpc_thread_num {
+        0 => crate::rpc::server::DEFAULT_WORKER_THREADS,
+        n => n as usize,
+    };
+    let options = ServerOptions {
+        limits: limits_from(&flags),
+        ..ServerOptions::master(threads)
+    };
+    let api: Arc<dyn crate::master::MasterApi> = service.clone();
+    let rpc =
+        RpcServer::serve_with::<MasterInterface>(socket(&flags.rpc_address, port)?, api, options)
+            .map_err(|e| {
+            format!(
+                "cannot start the RPC server on {}:{port}: {e}",
+                flags.rpc_address
+            )
+        })?;
+    let _metrics = if flags.enable_metric_reporting {
+        let service = Arc::clone(&service);
+        let stats = rpc.stats();
+        let handler = move |request: &HttpRequest| match request.path.as_str() {
+            "/health" => HttpResponse::text(200, "OK\n"),
+            "/metrics" => {
+                HttpResponse::text(200, service.prometheus_text() + &stats.prometheus_text())
+            }
+            _ => HttpResponse::text(404, "not found\n"),
+        };
+        Some(
+            HttpServer::start(
+                socket(&flags.metrics_host, flags.metrics_port)?,
+                Arc::new(handler),
+            )
+            .map_err(|e| format!("cannot serve metrics on port {}: {e}", flags.metrics_port))?,
+        )
+    } else {
+        None
+    };
+    let _metadata = if flags.enable_http_metadata_server {
+        let handler = metadata_handler(Arc::new(MetadataStore::default()));
+        Some(
+            HttpServer::start(
+                socket(
+                    &flags.http_metadata_server_host,
+                    flags.http_metadata_server_port,
+                )?,
+                handler,
+            )
+            .map_err(|e| {
+                format!(
+                    "cannot serve metadata on port {}: {e}",
+                    flags.http_metadata_server_port
+                )
+            })?,
+        )
+    } else {
+        None
+    };
+    tracing::info!(rpc = %rpc.local_addr(), "mooncake_master ready");
+    crate::wait_for_termination();
+    rpc.shutdown();
+    service.shutdown();
+    Ok(())
+}
+
+impl Program for Flags {
+    const NAME: &'static str = "mooncake_master";
+
+    fn glog(&self) -> &GlogFlags {
+        &self.glog
+    }
+
+    fn run(self) -> Result<(), String> {
+        run(self)
+    }
+}
