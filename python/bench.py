@@ -340,7 +340,7 @@ class Side:
         rates = self.ops_per_s()
         return {
             "rounds_ops_per_s": rates,
-            "rounds_gb_per_s": [r * bytes_per_op / 1e9 for r in rates],
+            "rounds_gb_per_s": [gb(r, bytes_per_op) for r in rates],
             "best_ops_per_s": max(rates),
             "median_ops_per_s": statistics.median(rates),
             "min_ops_per_s": min(rates),
@@ -380,14 +380,15 @@ def warm_up(op):
             raise BenchError("a warm-up call failed or returned a short count")
 
 
-def gb(ops_per_s, scenario):
-    return ops_per_s * scenario.bytes_per_op / 1e9
+def gb(ops_per_s, bytes_per_op):
+    """GB/s (10^9 bytes, as mc_bench) of ``ops_per_s`` calls moving ``bytes_per_op`` each."""
+    return ops_per_s * bytes_per_op / 1e9
 
 
 def print_round(scenario, index, label, ops, secs):
     rate = ops / secs
     print(f"  {scenario.name:<26} round {index:>2} {label:<6} {rate:>10.1f} ops/s "
-          f"{gb(rate, scenario):>8.3f} GB/s  ({ops} calls in {secs:.2f} s)", flush=True)
+          f"{gb(rate, scenario.bytes_per_op):>8.3f} GB/s  ({ops} calls in {secs:.2f} s)", flush=True)
 
 
 def run_scenario(scenario, owner, readers, rounds, duration_s):
@@ -444,8 +445,8 @@ def print_summary(results):
             s, per_op = r[key], r["bytes_per_op"]
             spread = f"{s['min_ops_per_s']:.1f}..{s['max_ops_per_s']:.1f}"
             print(f"{r['scenario']:<26} {label:<6} {s['best_ops_per_s']:>11.1f} "
-                  f"{s['best_ops_per_s'] * per_op / 1e9:>7.3f} {s['median_ops_per_s']:>13.1f} "
-                  f"{s['median_ops_per_s'] * per_op / 1e9:>7.3f} {spread:>25}")
+                  f"{gb(s['best_ops_per_s'], per_op):>7.3f} {s['median_ops_per_s']:>13.1f} "
+                  f"{gb(s['median_ops_per_s'], per_op):>7.3f} {spread:>25}")
     print()
     print(f"{'python/C':<26} {'best':>6} {'median':>7} {'paired median':>14} "
           f"{'paired spread':>14} {'target':>7}  verdict (paired median >= target)")
