@@ -11,6 +11,7 @@
 //! Engram helpers.
 
 mod buffer;
+mod cli;
 mod config;
 mod convert;
 mod enums;
@@ -40,6 +41,8 @@ fn mooncake_store(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<replicas::PyMemoryDescriptor>()?;
     m.add_class::<replicas::PyDescriptor>()?;
     enums::add_enums(m)?;
+    m.add_function(wrap_pyfunction!(cli::_run_master, m)?)?;
+    m.add_function(wrap_pyfunction!(cli::_run_client, m)?)?;
     let teardown = wrap_pyfunction!(store::_teardown_all, m)?;
     m.add_function(teardown.clone())?;
     m.py()
