@@ -8,7 +8,7 @@ same sizes and durations (house rule of mc_bench). Targets: python/C >= 0.95 for
 ``get_into`` and >= 0.8 for the batch.
 
 Set-up: a real ``mooncake_master`` on free 127.0.0.1 ports (killed at exit), an OWNER Python
-store holding every object in its segment, and two READER clients without a segment
+store in a process of its own holding every object in its segment, and two READER clients without a segment
 (``global_segment_size`` 0) -- one Python store, one C store -- so both readers fetch the same
 objects over the same path (TCP from the owner; a reader only copies locally from its own
 segment). Each reader reads into its own registered numpy buffer.
@@ -264,7 +264,7 @@ class CReader:
 
 class PyStore:
     """A ``MooncakeDistributedStore`` set up with the 7 positional arguments; a context
-    manager that closes it. ``segment`` 0 makes a reader, otherwise it owns objects."""
+    manager that closes it (the benchmark's readers have ``segment`` 0)."""
 
     def __init__(self, module, master_address, segment, local_buffer):
         self.store = module.MooncakeDistributedStore()
@@ -272,11 +272,6 @@ class PyStore:
                               "tcp", "", master_address)
         if rc != 0:
             raise BenchError(f"MooncakeDistributedStore.setup returned {rc}")
-
-    def put(self, key, array):
-        rc = self.store.put(key, array.tobytes())
-        if rc != 0:
-            raise BenchError(f"put({key!r}) returned {rc}")
 
     def register(self, array):
         rc = self.store.register_buffer(array.ctypes.data, array.nbytes)
@@ -303,6 +298,57 @@ class PyStore:
 
     def __exit__(self, *exc):
         self.store.close()
+
+
+# --- the owner, in a process of its own ----------------------------------------------
+
+OWNER_PROGRAM = r"""
+import sys
+import mooncake.store as m
+address, segment, local = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+store = m.MooncakeDistributedStore()
+rc = store.setup("127.0.0.1", "P2PHANDSHAKE", segment, local, "tcp", "", address)
+print(rc, flush=True)
+for line in sys.stdin.buffer:
+    key, size = line.decode().split()
+    value = sys.stdin.buffer.read(int(size))
+    print(store.put(key, value), flush=True)
+store.close()
+"""
+
+
+class OwnerProcess:
+    """The owner of the objects in a separate process (a Python store with a segment), so
+    neither reader shares a library copy, threads or the GIL with it; a context manager that
+    stops it."""
+
+    def __init__(self, master_address, segment, local_buffer):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", OWNER_PROGRAM, master_address, str(segment), str(local_buffer)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.expect("owner setup")
+
+    def expect(self, what):
+        line = self.proc.stdout.readline().decode().strip()
+        if line != "0":
+            raise BenchError(f"{what} returned {line or 'nothing (owner exited)'}")
+
+    def put(self, key, array):
+        data = array.tobytes()
+        self.proc.stdin.write(f"{key} {len(data)}\n".encode() + data)
+        self.proc.stdin.flush()
+        self.expect(f"owner put({key!r})")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=MASTER_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 # --- measuring ------------------------------------------------------------------------
@@ -501,7 +547,7 @@ def run(args, command):
     print(f"plan: {rounds} rounds per side, {duration_s} s each, alternating python, C; "
           f"master {args.master_bin}; C library {args.lib}", flush=True)
     with Master(args.master_bin) as master, \
-            PyStore(module, master.address, OWNER_SEGMENT_SIZE, OWNER_LOCAL_BUFFER_SIZE) as owner, \
+            OwnerProcess(master.address, OWNER_SEGMENT_SIZE, OWNER_LOCAL_BUFFER_SIZE) as owner, \
             PyStore(module, master.address, 0, READER_LOCAL_BUFFER_SIZE) as py_reader, \
             CReader(lib, master.address) as c_reader:
         results, registered = [], []  # registered arrays live until the readers close

@@ -60,13 +60,27 @@ pub struct Master {
 }
 
 impl Master {
-    /// Starts a master with test-friendly timing (client_ttl 2 s) plus `extra` flags.
+    /// Starts a master with test-friendly timing (client_ttl 2 s) plus `extra` flags. A port
+    /// taken between `free_port()` and the master's bind (another test's process) makes the
+    /// master exit: then it is started again on another port, up to 5 times.
     pub fn start(extra: &[&str]) -> Master {
+        for _ in 0..4 {
+            if let Some(master) = Master::try_start_on(free_port(), extra) {
+                return master;
+            }
+        }
         Master::start_on(free_port(), extra)
     }
 
     /// Starts a master on `port` (used to restart one in place).
     pub fn start_on(port: u16, extra: &[&str]) -> Master {
+        let master = Master::try_start_on(port, extra);
+        master.unwrap_or_else(|| panic!("master did not start listening on {port}"))
+    }
+
+    /// Starts a master on `port`; `None` when it exits (e.g. the port is taken) before it
+    /// listens or within a moment after (the listener seen may be another process's).
+    fn try_start_on(port: u16, extra: &[&str]) -> Option<Master> {
         // Two free_port() calls can return the same port (each listener is closed at once).
         let metrics_port = (0..100)
             .map(|_| free_port())
@@ -80,21 +94,27 @@ impl Master {
             "--client_ttl=2".into(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let child = Command::new(env!("CARGO_BIN_EXE_mooncake_master"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mooncake_master"))
             .args(&args)
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn mooncake_master");
-        let ready = wait_until(Duration::from_secs(10), || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        let listening = wait_until(Duration::from_secs(10), || {
+            matches!(child.try_wait(), Ok(Some(_)))
+                || TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
-        assert!(ready, "master did not start listening on {port}");
-        Master {
+        std::thread::sleep(Duration::from_millis(50));
+        if !listening || !matches!(child.try_wait(), Ok(None)) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        Some(Master {
             child,
             port,
             metrics_port,
             extra: extra.iter().map(|s| s.to_string()).collect(),
-        }
+        })
     }
 
     pub fn addr(&self) -> String {
