@@ -17,6 +17,12 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 VENV="target/python-venv"
 
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "python-tests.sh: the abi3 build needs CPython >= 3.11; $PYTHON is $("$PYTHON" -V 2>&1)" >&2
+  echo "(for 3.10: MATURIN_PEP517_ARGS=--no-default-features, see docs/python.md)" >&2
+  exit 1
+fi
+
 if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
   echo "== installing python3-venv"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 /// How to place an object's replicas. Plain data: no `__dict__`, no `__eq__`; list
 /// attributes return a new list on every read (assign a whole list to change one).
 /// Not shared between threads while being mutated (Python's own rules apply).
-#[pyclass(module = "mooncake.store", name = "ReplicateConfig")]
+#[pyclass(module = "mooncake.store", name = "ReplicateConfig", from_py_object)]
 #[derive(Clone, Debug)]
 pub struct PyReplicateConfig {
     replica_num: u64,

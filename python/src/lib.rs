@@ -1,14 +1,6 @@
 //! `mooncake.store`: Mooncake Store's Python module (upstream's pybind `store`), backed by
-//! the mooncake-rs client. The contract is `shared/spec/python-api.md`; frameworks (vLLM's
-//! MooncakeStoreConnector, SGLang's HiCache backend, LMCache's connector) use it unchanged.
-//!
-//! Built: `MooncakeDistributedStore` (setup in both forms, close, health, hostname, the
-//! copying, zero-copy, multi-buffer, ranged, session, exist/size/remove and upsert families,
-//! seed 000's on-stream calls, replica descriptors), `ReplicateConfig`, the enums, `BufferHandle`, `HostStream`,
-//! `HostEvent`, `Ticket`. Not built (absent, so probes with `getattr(..., None)` see that):
-//! tensor APIs, copy/move tasks and `batch_replica_clear`, segment mounting helpers,
-//! `BufferPool`, `MooncakeHostMemAllocator` and dummy mode (standalone store), NVMe-oF and
-//! Engram helpers.
+//! the mooncake-rs client. What it builds and what it does not: [`MODULE_DOC`] (also the
+//! module's `__doc__`); the contract is `shared/spec/python-api.md`; docs/python.md.
 
 mod buffer;
 mod cli;
@@ -29,8 +21,23 @@ mod stream;
 
 use pyo3::prelude::*;
 
+/// The module's `__doc__`.
+const MODULE_DOC: &str = "Mooncake Store's Python module on the mooncake-rs client (Rust).
+
+Frameworks (vLLM's MooncakeStoreConnector, SGLang's HiCache backend, LMCache's connector)
+use it unchanged. Built: MooncakeDistributedStore (setup in both forms, close, health,
+hostname, the copying, zero-copy, multi-buffer, ranged, session, exist/size/remove and
+upsert families, replica descriptors, and seed 000's on-stream calls), ReplicateConfig, the
+enums, BufferHandle, HostStream, HostEvent, Ticket.
+
+Not built (absent, so getattr(..., None) probes see that): the tensor APIs, copy/move
+tasks and batch_replica_clear, segment mounting helpers, BufferPool,
+MooncakeHostMemAllocator and dummy mode (standalone store; setup_dummy returns -1), NVMe-oF
+and Engram helpers, mooncake.engine. See docs/python.md of mooncake-rs.";
+
 #[pymodule(name = "store")]
 fn mooncake_store(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.setattr("__doc__", MODULE_DOC)?;
     m.add_class::<store::Store>()?;
     m.add_class::<config::PyReplicateConfig>()?;
     m.add_class::<buffer::PyBufferHandle>()?;

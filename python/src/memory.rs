@@ -1,5 +1,6 @@
-//! Checks of the bare addresses Python callers pass (`buffer_ptr` ints): a bad integer must
-//! give `INVALID_PARAMS`, never a crash of the interpreter. Memory registered with the client
+//! Checks of the bare addresses Python callers pass (`buffer_ptr` ints): NULL, unmapped,
+//! read-only or overflowing ranges give `INVALID_PARAMS` instead of a crash (an address inside
+//! mapped memory that is not the caller's buffer cannot be told apart). Memory registered with the client
 //! (`register_buffer`, the local buffer, the segment) and device memory are trusted; any
 //! other range must be mapped in this process with the needed access (read for sources,
 //! read-write for destinations), as `/proc/self/maps` shows it at the call. Callers still

@@ -123,9 +123,9 @@ impl Store {
         py: Python<'_>,
         key: String,
         value: &Bound<'_, PyAny>,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
     ) -> PyResult<i64> {
-        self.write_value(py, key, value, config.as_deref(), WriteMode::Put)
+        self.write_value(py, key, value, config.as_ref(), WriteMode::Put)
     }
 
     /// Copying upsert (insert or overwrite); codes as `put`.
@@ -135,9 +135,9 @@ impl Store {
         py: Python<'_>,
         key: String,
         value: &Bound<'_, PyAny>,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
     ) -> PyResult<i64> {
-        self.write_value(py, key, value, config.as_deref(), WriteMode::Upsert)
+        self.write_value(py, key, value, config.as_ref(), WriteMode::Upsert)
     }
 
     /// Stores the concatenation of `parts` (each 1-D bytes-like, else `RuntimeError`);
@@ -148,9 +148,9 @@ impl Store {
         py: Python<'_>,
         key: String,
         parts: &Bound<'_, PyTuple>,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
     ) -> PyResult<i64> {
-        self.write_parts(py, key, parts, config.as_deref(), WriteMode::Put)
+        self.write_parts(py, key, parts, config.as_ref(), WriteMode::Put)
     }
 
     /// `put_parts` that overwrites.
@@ -160,9 +160,9 @@ impl Store {
         py: Python<'_>,
         key: String,
         parts: &Bound<'_, PyTuple>,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
     ) -> PyResult<i64> {
-        self.write_parts(py, key, parts, config.as_deref(), WriteMode::Upsert)
+        self.write_parts(py, key, parts, config.as_ref(), WriteMode::Upsert)
     }
 
     /// Copying batch put: one int (0, or the first failing key's code).
@@ -172,9 +172,9 @@ impl Store {
         py: Python<'_>,
         keys: Vec<String>,
         values: Vec<Bound<'_, PyAny>>,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
     ) -> PyResult<i64> {
-        self.write_batch(py, keys, values, config.as_deref(), WriteMode::Put)
+        self.write_batch(py, keys, values, config.as_ref(), WriteMode::Put)
     }
 
     /// Copying batch upsert: one int.
@@ -184,9 +184,9 @@ impl Store {
         py: Python<'_>,
         keys: Vec<String>,
         values: Vec<Bound<'_, PyAny>>,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
     ) -> PyResult<i64> {
-        self.write_batch(py, keys, values, config.as_deref(), WriteMode::Upsert)
+        self.write_batch(py, keys, values, config.as_ref(), WriteMode::Upsert)
     }
 
     /// The object's bytes; `b""` for a miss or any error (grants a read lease).

@@ -120,7 +120,11 @@ impl Store {
                 })
                 .collect()
         };
-        let Some(client) = self.client() else {
+        let n = buffer_ptrs.len();
+        let top_ok = [all_keys.len(), dst.len(), src.len(), sizes.len()]
+            .iter()
+            .all(|&len| len == n);
+        let Some(client) = self.client().filter(|_| top_ok) else {
             return shape_only();
         };
         py.detach(|| {
@@ -193,10 +197,10 @@ impl Store {
         py: Python<'_>,
         keys: Vec<String>,
         sizes: Vec<U64>,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
     ) -> Vec<i64> {
         let n = keys.len();
-        let config = client_config(config.as_deref(), n);
+        let config = client_config(config.as_ref(), n);
         let sizes = u64s(&sizes);
         self.run(py, Vec::new(), |c| match config {
             Ok(config) => convert::statuses(c.batch_put_session_start(&keys, &sizes, &config)),

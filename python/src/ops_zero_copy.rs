@@ -155,10 +155,10 @@ impl Store {
         key: String,
         buffer_ptr: U64,
         size: U64,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
     ) -> i64 {
         let bufs = vec![Buf::new(buffer_ptr.usize(), size.0)];
-        self.write_one(py, key, bufs, config.as_deref(), WriteMode::Put)
+        self.write_one(py, key, bufs, config.as_ref(), WriteMode::Put)
     }
 
     /// Zero-copy upsert; size 0 writes nothing and returns 0.
@@ -169,10 +169,10 @@ impl Store {
         key: String,
         buffer_ptr: U64,
         size: U64,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
     ) -> i64 {
         let bufs = vec![Buf::new(buffer_ptr.usize(), size.0)];
-        self.write_one(py, key, bufs, config.as_deref(), WriteMode::Upsert)
+        self.write_one(py, key, bufs, config.as_ref(), WriteMode::Upsert)
     }
 
     /// Stores `metadata ++ data` from two caller buffers. Negative codes on failure
@@ -187,7 +187,7 @@ impl Store {
         metadata_buffer_ptr: U64,
         size: U64,
         metadata_size: U64,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
     ) -> i64 {
         if size.0 == 0 {
             return if self.client().is_some() { 0 } else { INVALID };
@@ -196,7 +196,7 @@ impl Store {
             Buf::new(metadata_buffer_ptr.usize(), metadata_size.0),
             Buf::new(buffer_ptr.usize(), size.0),
         ];
-        self.write_one(py, key, bufs, config.as_deref(), WriteMode::Put)
+        self.write_one(py, key, bufs, config.as_ref(), WriteMode::Put)
     }
 
     /// Zero-copy batch put: per key 0 or a negative code; all -600 on a length mismatch.
@@ -207,7 +207,7 @@ impl Store {
         keys: Vec<String>,
         buffer_ptrs: Vec<U64>,
         sizes: Vec<U64>,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
     ) -> Vec<i64> {
         let n = keys.len();
         let bufs = single(&buffer_ptrs, &sizes, n);
@@ -215,7 +215,7 @@ impl Store {
             py,
             keys,
             bufs,
-            config.as_deref(),
+            config.as_ref(),
             WriteMode::Put,
             invalid_all(n),
         )
@@ -229,7 +229,7 @@ impl Store {
         keys: Vec<String>,
         buffer_ptrs: Vec<U64>,
         sizes: Vec<U64>,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
     ) -> Vec<i64> {
         let n = keys.len();
         let bufs = single(&buffer_ptrs, &sizes, n);
@@ -237,7 +237,7 @@ impl Store {
             py,
             keys,
             bufs,
-            config.as_deref(),
+            config.as_ref(),
             WriteMode::Upsert,
             invalid_all(n),
         )
@@ -252,17 +252,10 @@ impl Store {
         keys: Vec<String>,
         all_buffer_ptrs: Vec<Vec<U64>>,
         all_sizes: Vec<Vec<U64>>,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
     ) -> Vec<i64> {
         let bufs = multi(&all_buffer_ptrs, &all_sizes, keys.len());
-        self.write_from(
-            py,
-            keys,
-            bufs,
-            config.as_deref(),
-            WriteMode::Put,
-            Vec::new(),
-        )
+        self.write_from(py, keys, bufs, config.as_ref(), WriteMode::Put, Vec::new())
     }
 
     /// Reads `key` into `[buffer_ptr, +size)`: the object size, or -600 (buffer smaller than

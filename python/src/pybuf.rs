@@ -21,7 +21,8 @@ unsafe impl Send for HeldBuffer {}
 impl HeldBuffer {
     /// Exports `obj`'s buffer as contiguous bytes. `bytes_1d` additionally requires a 1-D
     /// buffer of one-byte items (`put_parts`' rule), else `RuntimeError`. Objects without the
-    /// buffer protocol (e.g. `str`) raise `TypeError`; a non-contiguous one `BufferError`.
+    /// buffer protocol (e.g. `str`) raise `TypeError`; a non-contiguous one the exporter's error
+    /// (`BufferError`, numpy's `ValueError`).
     pub fn get(obj: &Bound<'_, PyAny>, bytes_1d: bool) -> PyResult<HeldBuffer> {
         if obj.is_instance_of::<pyo3::types::PyString>() {
             return Err(PyTypeError::new_err(

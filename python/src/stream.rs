@@ -31,28 +31,53 @@ fn limit(timeout: Option<f64>) -> Option<Duration> {
 }
 
 /// A host stream: Python callables and on-stream transfers run in enqueue order on one
-/// dedicated thread. Dropping it runs everything already enqueued first. Thread-safe.
+/// dedicated thread. Closing or collecting it runs everything already enqueued first (work
+/// still queued when the interpreter exits without collecting it does not run). Thread-safe.
 #[pyclass(frozen, module = "mooncake.store", name = "HostStream")]
 pub struct PyHostStream {
     stream: Mutex<Option<HostStream>>,
 }
 
+/// A host stream handle that is never dropped with the GIL held: dropping the last handle
+/// drains the stream and joins its thread, and queued Python callables need the GIL to
+/// finish. Any handle may turn out to be the last (another thread may close the Python
+/// object meanwhile), so every handle taken from a `HostStream` object is one of these.
+struct StreamHandle(std::mem::ManuallyDrop<HostStream>);
+
+impl StreamHandle {
+    fn new(stream: HostStream) -> StreamHandle {
+        StreamHandle(std::mem::ManuallyDrop::new(stream))
+    }
+}
+
+impl std::ops::Deref for StreamHandle {
+    type Target = HostStream;
+
+    fn deref(&self) -> &HostStream {
+        &self.0
+    }
+}
+
+impl Drop for StreamHandle {
+    fn drop(&mut self) {
+        // SAFETY: taken exactly once, here; the field is never used again.
+        let stream = unsafe { std::mem::ManuallyDrop::take(&mut self.0) };
+        Python::attach(|py| py.detach(move || drop(stream)));
+    }
+}
+
 impl PyHostStream {
-    fn get(&self) -> PyResult<HostStream> {
-        self.stream
-            .lock()
-            .clone()
+    fn get(&self) -> PyResult<StreamHandle> {
+        let stream = self.stream.lock().clone();
+        stream
+            .map(StreamHandle::new)
             .ok_or_else(|| PyRuntimeError::new_err("host stream is closed"))
     }
 }
 
 impl Drop for PyHostStream {
     fn drop(&mut self) {
-        // Enqueued Python callables need the GIL to finish: release it while the stream
-        // drains, so dropping a stream from Python never deadlocks.
-        if let Some(stream) = self.stream.get_mut().take() {
-            Python::attach(|py| py.detach(move || drop(stream)));
-        }
+        drop(self.stream.get_mut().take().map(StreamHandle::new));
     }
 }
 
@@ -70,6 +95,9 @@ impl PyHostStream {
     /// Enqueues `fn()`: it runs on the stream's thread (with the GIL) after everything
     /// enqueued before; an exception it raises is printed and the stream goes on.
     fn launch(&self, func: Py<PyAny>) -> PyResult<()> {
+        if !Python::attach(|py| func.bind(py).is_callable()) {
+            return Err(PyTypeError::new_err("launch() needs a callable"));
+        }
         self.get()?.launch(move || {
             Python::attach(|py| {
                 if let Err(e) = func.call0(py) {
@@ -96,9 +124,9 @@ impl PyHostStream {
 
     /// Runs what is enqueued, then stops the thread (GIL released). Idempotent; later
     /// calls on this stream raise `RuntimeError`.
-    fn close(&self, py: Python<'_>) {
+    fn close(&self) {
         let stream = self.stream.lock().take();
-        py.detach(move || drop(stream));
+        drop(stream.map(StreamHandle::new));
     }
 }
 
@@ -120,7 +148,7 @@ impl PyHostEvent {
 
     /// Records the event at the current end of `stream`.
     fn record(&self, stream: PyRef<'_, PyHostStream>) -> PyResult<()> {
-        self.event.record(&stream.get()?);
+        self.event.record(&*stream.get()?);
         Ok(())
     }
 
@@ -203,7 +231,7 @@ impl PyTicket {
 /// A `stream` argument, resolved; `Host` keeps the host stream alive for the call.
 enum Stream {
     Blocking,
-    Host(HostStream),
+    Host(StreamHandle),
     Cuda(usize),
     Ascend(usize),
 }
@@ -407,7 +435,7 @@ impl Store {
         buffer_ptrs: Vec<U64>,
         sizes: Vec<U64>,
         stream: &Bound<'_, PyAny>,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
         stream_kind: Option<String>,
     ) -> PyResult<Py<PyAny>> {
         let bufs = single(&buffer_ptrs, &sizes, keys.len());
@@ -416,7 +444,7 @@ impl Store {
             keys,
             bufs,
             stream,
-            config.as_deref(),
+            config.as_ref(),
             stream_kind.as_deref(),
         )
     }
@@ -431,7 +459,7 @@ impl Store {
         all_buffer_ptrs: Vec<Vec<U64>>,
         all_sizes: Vec<Vec<U64>>,
         stream: &Bound<'_, PyAny>,
-        config: Option<PyRef<'_, PyReplicateConfig>>,
+        config: Option<PyReplicateConfig>,
         stream_kind: Option<String>,
     ) -> PyResult<Py<PyAny>> {
         let bufs = multi(&all_buffer_ptrs, &all_sizes, keys.len());
@@ -440,7 +468,7 @@ impl Store {
             keys,
             bufs,
             stream,
-            config.as_deref(),
+            config.as_ref(),
             stream_kind.as_deref(),
         )
     }

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 
 import pytest
 
+# The suite is CPU-only (device paths are checked by scripts/gpu-check): never load a device
+# runtime, so the tests that pass made-up stream handles get NOT_SUPPORTED on any machine.
+os.environ["MC_DEVICE_RUNTIME"] = "none"
+
 LEASE_TTL_MS = 500
 MIB = 1024 * 1024
 SEGMENT_SIZE = 64 * MIB

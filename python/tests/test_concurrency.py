@@ -79,3 +79,37 @@ def test_two_stores_concurrent_cross_traffic(make_store):
             assert reader.get(key) == data
 
     run_threads(worker, 4)
+
+
+def test_one_config_shared_by_threads_while_puts_run(store, store_module):
+    """A ReplicateConfig is read at the call, never borrowed across it: another thread may
+    set its attributes meanwhile (found by review: 'RuntimeError: Already borrowed')."""
+    cfg = store_module.ReplicateConfig()
+    value = b"c" * (8 << 20)
+    errors, done = [], threading.Event()
+
+    def writer():
+        try:
+            for _ in range(20):
+                key = unique_key("shared-cfg")
+                assert store.put(key, value, cfg) == 0
+                assert store.remove(key) == 0
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+        finally:
+            done.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    flips = 0
+    while not done.is_set() and flips < 1_000_000:
+        try:
+            cfg.replica_num = 1
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+            break
+        flips += 1
+    t.join(60)
+    assert not t.is_alive()
+    assert errors == []
+

@@ -1,13 +1,19 @@
 """Spec §0.3: every method before setup, after close and after a failed setup returns the
 not-initialised value instead of crashing."""
 
+import numpy as np
 import pytest
 
 from conftest import INVALID_PARAMS, free_port, setup_store
 
 E = INVALID_PARAMS
 KEYS = ["a", "b"]
-PTRS = [4096, 8192]
+# Real, mapped addresses: only the not-initialised check may produce these values
+# (unmapped ones would get -600 from the address check even on a set-up store).
+_MEMORY = np.zeros(64, np.uint8)
+A = _MEMORY.ctypes.data
+B = A + 32
+PTRS = [A, B]
 SIZES = [16, 16]
 
 
@@ -26,22 +32,22 @@ def calls(store_module):
         ("put", ("a", b"xyz", cfg), {}, E),
         ("put_parts", ("a", b"x", b"y"), {}, E),
         ("put_batch", (KEYS, [b"x", b"y"]), {}, E),
-        ("put_from", ("a", 4096, 16), {}, E),
+        ("put_from", ("a", A, 16), {}, E),
         ("batch_put_from", (KEYS, PTRS, SIZES), {}, [E, E]),
-        ("get_into", ("a", 4096, 16), {}, E),
+        ("get_into", ("a", A, 16), {}, E),
         ("batch_get_into", (KEYS, PTRS, SIZES), {}, [E, E]),
-        ("register_buffer", (4096, 16), {}, E),
-        ("unregister_buffer", (4096,), {}, E),
-        ("batch_put_from_multi_buffers", (KEYS, [[4096], [8192]], [[16], [16]]), {}, []),
-        ("batch_get_into_multi_buffers", (KEYS, [[4096], [8192]], [[16], [16]]), {}, [E, E]),
-        ("get_into_ranges", ([4096], [["a", "b"]], [[[0, 4], [8]]], [[[0, 0], [0]]],
+        ("register_buffer", (A, 16), {}, E),
+        ("unregister_buffer", (A,), {}, E),
+        ("batch_put_from_multi_buffers", (KEYS, [[A], [B]], [[16], [16]]), {}, []),
+        ("batch_get_into_multi_buffers", (KEYS, [[A], [B]], [[16], [16]]), {}, [E, E]),
+        ("get_into_ranges", ([A], [["a", "b"]], [[[0, 4], [8]]], [[[0, 0], [0]]],
                              [[[4, 4], [4]]]), {}, [[[E, E], [E]]]),
         ("batch_get_session_start", (KEYS,), {}, []),
-        ("batch_get_into_multi_buffer_ranges", (KEYS, [[4096], [8192]], [[16], [16]],
+        ("batch_get_into_multi_buffer_ranges", (KEYS, [[A], [B]], [[16], [16]],
                                                 [[0], [0]]), {}, []),
         ("batch_get_session_end", (KEYS,), {}, -1),
         ("batch_put_session_start", (KEYS, SIZES), {}, []),
-        ("batch_put_from_multi_buffer_ranges", (KEYS, [[4096], [8192]], [[16], [16]],
+        ("batch_put_from_multi_buffer_ranges", (KEYS, [[A], [B]], [[16], [16]],
                                                 [[0], [0]]), {}, []),
         ("batch_put_session_end", (KEYS,), {}, []),
         ("batch_put_session_revoke", (KEYS,), {}, []),
@@ -56,7 +62,7 @@ def calls(store_module):
         ("upsert", ("a", b"xyz"), {}, E),
         ("upsert_parts", ("a", b"x", b"y"), {}, E),
         ("upsert_batch", (KEYS, [b"x", b"y"]), {}, E),
-        ("upsert_from", ("a", 4096, 16), {}, E),
+        ("upsert_from", ("a", A, 16), {}, E),
         ("batch_upsert_from", (KEYS, PTRS, SIZES), {}, [E, E]),
         ("get_offload_rpc_read_count", (), {}, 0),
     ]
@@ -103,7 +109,7 @@ def test_every_method_gives_its_not_initialised_value(uninitialised, store_modul
 
 def test_put_from_with_metadata_fails(uninitialised):
     _, s = uninitialised
-    assert s.put_from_with_metadata("a", 4096, 8192, 16, 8) < 0
+    assert s.put_from_with_metadata("a", A, B, 16, 8) < 0
 
 
 def test_empty_batches_not_initialised(uninitialised):

@@ -236,3 +236,15 @@ def test_get_into_ranges_unregistered_buffer(store, ranged):
     got = store.get_into_ranges([ptr(loose)], [[k1]], [[[0]]], [[[0]]], [[[4]]])
     assert got == [[[INVALID_PARAMS]]]
     assert (loose == 0).all()
+
+
+def test_get_into_ranges_top_level_mismatch_keeps_the_shape(store, ranged):
+    """Spec §4.5: len(buffer_ptrs) rows; entry (i, j) has len(all_dst_offsets[i][j]) slots
+    (1 where a list is missing), all -600 — the same set up or not."""
+    k1, k2, b0, b1 = ranged
+    args = ([ptr(b0), ptr(b1)], [[k1, k2]], [[[0, 4], [8]]], [[[0, 0], [0]]], [[[4, 4], [4]]])
+    want = [[[INVALID_PARAMS, INVALID_PARAMS], [INVALID_PARAMS]], [[INVALID_PARAMS]]]
+    assert store.get_into_ranges(*args) == want
+    more_keys = ([ptr(b0)], [[k1, k2], [k1]], [[[0, 4], [8]]], [[[0, 0], [0]]], [[[4, 4], [4]]])
+    assert store.get_into_ranges(*more_keys) == [[[INVALID_PARAMS, INVALID_PARAMS], [INVALID_PARAMS]]]
+    assert (b0 == 0).all() and (b1 == 0).all()
