@@ -67,32 +67,42 @@ fn install(filter: EnvFilter, file: Option<Arc<File>>) {
         .try_init();
 }
 
-/// Blocks the calling thread until SIGINT or SIGTERM arrives. For binaries only.
+/// SIGINT and SIGTERM, the signals that end a binary.
+fn termination_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        set
+    }
+}
+
+/// Blocks SIGINT and SIGTERM in the calling thread, and so in every thread it starts from
+/// now on: they stay pending until [`wait_for_termination`] takes them, so a signal that
+/// arrives while a binary is still setting up (or just after it said it is ready) is never
+/// fatal and never lost. For binaries only; call it before starting any thread.
+pub fn hold_termination_signals() {
+    let set = termination_signals();
+    // SAFETY: changes this thread's signal mask only.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// Blocks the calling thread until SIGINT or SIGTERM arrives (or was already pending, see
+/// [`hold_termination_signals`]). For binaries only.
 pub fn wait_for_termination() {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!(error = %e, "no runtime to wait for signals; waiting forever");
+    hold_termination_signals();
+    let set = termination_signals();
+    let mut signal = 0;
+    // SAFETY: both signals are blocked in this thread; sigwait takes one of them.
+    match unsafe { libc::sigwait(&set, &mut signal) } {
+        0 => tracing::debug!(signal, "termination signal"),
+        e => {
+            tracing::error!(error = e, "cannot wait for signals; waiting forever");
             loop {
                 std::thread::park();
             }
         }
-    };
-    runtime.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {},
-                    _ = term.recv() => {},
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    });
+    }
 }

@@ -309,3 +309,17 @@ fn the_binary_drops_a_stalled_half_frame_and_counts_it() {
         "{text}"
     );
 }
+
+#[test]
+fn sigterm_right_after_ready_is_a_clean_exit() {
+    // The signal may arrive before the process waits for it: it must still be a clean exit
+    // (a fresh-clone CI run saw `mooncake_client` die by the signal, exit status None).
+    let master = Master::start(&[]);
+    for _ in 0..10 {
+        let args = peer_args(&master.addr(), "8 MB", "P2PHANDSHAKE");
+        let mut peer = Launched::spawn(env!("CARGO_BIN_EXE_mooncake_client"), &args);
+        let line = peer.first_line();
+        assert!(line.starts_with("READY 127.0.0.1"), "{line:?}");
+        clean_exit(peer);
+    }
+}

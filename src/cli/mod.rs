@@ -63,6 +63,8 @@ where
             return e.exit_code();
         }
     };
+    // Before any thread starts, so every thread inherits the mask.
+    crate::process::hold_termination_signals();
     flags.glog().init_logging(P::NAME);
     tracing::debug!(?flags, "{} flags", P::NAME);
     match flags.run() {
