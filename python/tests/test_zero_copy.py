@@ -1,6 +1,8 @@
 """Registered numpy buffers as KV memory (spec §4.3-4.5): register/unregister, *_from, *_into,
 multi-buffer, put_from_with_metadata and get_into_ranges."""
 
+import mmap
+
 import numpy as np
 import pytest
 
@@ -248,3 +250,34 @@ def test_get_into_ranges_top_level_mismatch_keeps_the_shape(store, ranged):
     more_keys = ([ptr(b0)], [[k1, k2], [k1]], [[[0, 4], [8]]], [[[0, 0], [0]]], [[[4, 4], [4]]])
     assert store.get_into_ranges(*more_keys) == [[[INVALID_PARAMS, INVALID_PARAMS], [INVALID_PARAMS]]]
     assert (b0 == 0).all() and (b1 == 0).all()
+
+
+# ---- addresses the store cannot use ---------------------------------------------------------
+
+def test_bad_addresses_are_invalid_params_not_crashes(store):
+    key = unique_key("addr")
+    assert store.put(key, b"v" * 64) == 0
+    unmapped = 4096  # the first pages of a process are never mapped
+    overflowing = (1 << 64) - 16
+    for addr in (0, unmapped, overflowing):
+        assert store.get_into(key, addr, 64) == INVALID_PARAMS
+        assert store.put_from(unique_key("addr"), addr, 64) == INVALID_PARAMS
+        assert store.batch_get_into([key], [addr], [64]) == [INVALID_PARAMS]
+        assert store.batch_get_into_multi_buffers([key], [[addr]], [[64]]) == [INVALID_PARAMS]
+        assert store.batch_put_from_multi_buffers([unique_key("addr")], [[addr]], [[64]]) == [INVALID_PARAMS]
+    assert store.register_buffer(unmapped, 4096) == INVALID_PARAMS
+    assert store.is_exist(key) == 1
+
+
+def test_read_only_memory_is_a_source_but_never_a_destination(store):
+    region = mmap.mmap(-1, 4096, prot=mmap.PROT_READ)
+    view = np.frombuffer(region, dtype=np.uint8)
+    key = unique_key("ro")
+    assert store.put(key, b"w" * 64) == 0
+    assert store.get_into(key, view.ctypes.data, 64) == INVALID_PARAMS
+    assert (view == 0).all()
+    src = unique_key("ro-src")
+    assert store.put_from(src, view.ctypes.data, 64) == 0
+    assert store.get(src) == bytes(64)
+    del view
+    region.close()
