@@ -18,7 +18,7 @@ pub fn per_key_buffers(
     all_ptrs: &[Vec<U64>],
     all_sizes: &[Vec<U64>],
     n: usize,
-) -> Option<(Vec<Vec<Buf>>, Vec<bool>)> {
+) -> Option<KeyBuffers> {
     if all_ptrs.len() != n || all_sizes.len() != n {
         return None;
     }
@@ -41,6 +41,22 @@ pub fn per_key_buffers(
         })
         .collect();
     Some((bufs, ok))
+}
+
+/// Each key's buffers and whether its lists matched (see [`per_key_buffers`]).
+pub type KeyBuffers = (Vec<Vec<Buf>>, Vec<bool>);
+
+/// The buffers and offsets of a session ranged call: [`per_key_buffers`] (`None` also when
+/// `all_offsets` has another outer length) and the offsets as plain integers.
+pub fn session_shapes(
+    all_ptrs: &[Vec<U64>],
+    all_sizes: &[Vec<U64>],
+    all_offsets: &[Vec<U64>],
+    n: usize,
+) -> (Option<KeyBuffers>, Vec<Vec<u64>>) {
+    let offsets: Vec<Vec<u64>> = all_offsets.iter().map(|v| u64s(v)).collect();
+    let shapes = per_key_buffers(all_ptrs, all_sizes, n).filter(|_| offsets.len() == n);
+    (shapes, offsets)
 }
 
 /// `results` with -600 for the keys whose shapes were wrong.
@@ -66,7 +82,7 @@ impl Store {
         &self,
         py: Python<'_>,
         n: usize,
-        shapes: Option<(Vec<Vec<Buf>>, Vec<bool>)>,
+        shapes: Option<KeyBuffers>,
         access: Access,
         io: impl FnOnce(&Client, Vec<Vec<Buf>>) -> Vec<Result<u64>> + Send,
     ) -> Vec<i64> {
@@ -176,8 +192,7 @@ impl Store {
         all_src_offsets: Vec<Vec<U64>>,
     ) -> Vec<i64> {
         let n = keys.len();
-        let src: Vec<Vec<u64>> = all_src_offsets.iter().map(|v| u64s(v)).collect();
-        let shapes = per_key_buffers(&all_buffer_ptrs, &all_sizes, n).filter(|_| src.len() == n);
+        let (shapes, src) = session_shapes(&all_buffer_ptrs, &all_sizes, &all_src_offsets, n);
         // SAFETY: `session_io` checked the destinations are writable memory.
         self.session_io(py, n, shapes, Access::Write, |c, bufs| unsafe {
             c.batch_get_into_multi_buffer_ranges_raw(&keys, bufs, &src)
@@ -219,8 +234,7 @@ impl Store {
         all_dst_offsets: Vec<Vec<U64>>,
     ) -> Vec<i64> {
         let n = keys.len();
-        let dst: Vec<Vec<u64>> = all_dst_offsets.iter().map(|v| u64s(v)).collect();
-        let shapes = per_key_buffers(&all_buffer_ptrs, &all_sizes, n).filter(|_| dst.len() == n);
+        let (shapes, dst) = session_shapes(&all_buffer_ptrs, &all_sizes, &all_dst_offsets, n);
         // SAFETY: `session_io` checked the sources are readable memory.
         self.session_io(py, n, shapes, Access::Read, |c, bufs| unsafe {
             c.batch_put_from_multi_buffer_ranges_raw(&keys, bufs, &dst)

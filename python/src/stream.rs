@@ -8,9 +8,9 @@
 //! with an integer `cuda_stream` (e.g. `torch.cuda.Stream`) or `npu_stream` attribute.
 
 use crate::config::{client_config, PyReplicateConfig};
-use crate::convert::{self, u64s, INVALID, U64};
+use crate::convert::{self, INVALID, U64};
 use crate::memory::{self, Access};
-use crate::ops_ranges::per_key_buffers;
+use crate::ops_ranges::session_shapes;
 use crate::ops_zero_copy::{multi, single};
 use crate::store::Store;
 use mooncake_rs::client::{Buf, Client};
@@ -407,9 +407,9 @@ impl Store {
         stream_kind: Option<String>,
     ) -> PyResult<Py<PyAny>> {
         let n = keys.len();
-        let src: Vec<Vec<u64>> = all_src_offsets.iter().map(|v| u64s(v)).collect();
-        let bufs = per_key_buffers(&all_buffer_ptrs, &all_sizes, n)
-            .filter(|(_, ok)| src.len() == n && ok.iter().all(|&ok| ok))
+        let (shapes, src) = session_shapes(&all_buffer_ptrs, &all_sizes, &all_src_offsets, n);
+        let bufs = shapes
+            .filter(|(_, ok)| ok.iter().all(|&ok| ok))
             .map(|(bufs, _)| bufs);
         // SAFETY: as `batch_get_into_on_stream`.
         self.on_stream(
