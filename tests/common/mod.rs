@@ -127,10 +127,9 @@ impl Master {
         let _ = self.child.wait();
     }
 
-    /// Sends `signal` (e.g. `libc::SIGSTOP`) to the master.
+    /// Sends `signal` to the master; see [`signal_child`].
     pub fn signal(&self, signal: i32) {
-        // SAFETY: a plain kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, signal) };
+        signal_child(&self.child, signal);
     }
 
     /// GETs `path` from the metrics port.
@@ -184,6 +183,41 @@ pub fn peer_args(master: &str, segment: &str, metadata_server: &str) -> Vec<Stri
         "--local_buffer_size=0".into(),
         format!("--metadata_server={metadata_server}"),
     ]
+}
+
+/// Sends `signal` to `child`; for `SIGSTOP`, returns only once every thread of the child is
+/// stopped (bounded by 10 s). kill(2) returns as soon as the signal is queued, and the group
+/// stop begins only when the one thread the kernel woke for it gets a CPU: on a loaded 2-core
+/// machine the child's other threads went on serving requests for milliseconds after the
+/// kill (seen as a fetch from a "stopped" peer that succeeded).
+pub fn signal_child(child: &Child, signal: i32) {
+    let pid = child.id();
+    // SAFETY: a plain kill(2) on our own child's pid.
+    unsafe { libc::kill(pid as i32, signal) };
+    if signal == libc::SIGSTOP {
+        let stopped = wait_until(Duration::from_secs(10), || all_threads_stopped(pid));
+        assert!(
+            stopped,
+            "pid {pid}: not every thread stopped within 10 s of SIGSTOP"
+        );
+    }
+}
+
+/// Whether every thread of `pid` is in state `T` (stopped) per /proc.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|stat| {
+                // The state follows the parenthesised command name, which may hold spaces.
+                let (_, rest) = stat.rsplit_once(')')?;
+                rest.split_whitespace().next().map(|state| state == "T")
+            })
+            .unwrap_or(false)
+    })
 }
 
 /// A `mooncake_master` or `mooncake_client` started with exactly the given flags (nothing
@@ -312,10 +346,9 @@ impl PeerClient {
         let _ = self.child.wait();
     }
 
-    /// Sends `signal` (e.g. `libc::SIGSTOP`) to the peer.
+    /// Sends `signal` to the peer; see [`signal_child`].
     pub fn signal(&self, signal: i32) {
-        // SAFETY: a plain kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, signal) };
+        signal_child(&self.child, signal);
     }
 }
 
