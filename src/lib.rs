@@ -13,6 +13,7 @@ pub mod master;
 pub mod p2p;
 mod process;
 pub mod rpc;
+pub mod shm;
 pub mod stream;
 #[cfg(test)]
 mod test_util;

@@ -1,12 +1,17 @@
-//! Anonymous host memory mappings for segments, the local buffer and transfer bounce
-//! buffers: pre-faulted at creation so the first copy into them runs at memory speed, and
-//! optionally registered ("pinned") with the device runtime for full-bandwidth device DMA.
+//! Host memory mappings for segments, the local buffer and transfer bounce buffers:
+//! anonymous, or backed by a sealed memfd another process of the host can map
+//! ([`MappedRegion::shared`]); pre-faulted at creation so the first copy into them runs at
+//! memory speed, and optionally registered ("pinned") with the device runtime for
+//! full-bandwidth device DMA.
 
 use super::pin::HostRegistration;
 use crate::error::{fail, ErrorCode, Result};
+use crate::shm::SealedMemfd;
+use std::os::fd::AsRawFd;
 
-/// An owned, page-aligned, zero-filled anonymous mapping. Unregistered (if pinned), then
-/// unmapped, on drop.
+/// An owned, page-aligned, zero-filled mapping. Unregistered (if pinned), then unmapped, on
+/// drop; the memfd of a shared region is closed then too (a peer's mapping of it stays valid
+/// until the peer unmaps it).
 ///
 /// Thread-safety: the mapping itself is just an address range; concurrent access to its bytes
 /// is coordinated by whoever hands out disjoint ranges of it.
@@ -14,6 +19,7 @@ pub struct MappedRegion {
     base: *mut u8,
     len: usize,
     pin: Option<HostRegistration>,
+    file: Option<SealedMemfd>,
 }
 
 // SAFETY: the region is plain memory owned by this value; it has no thread affinity.
@@ -23,21 +29,34 @@ unsafe impl Send for MappedRegion {}
 unsafe impl Sync for MappedRegion {}
 
 impl MappedRegion {
-    /// Maps `len` bytes (> 0), asks for transparent huge pages and faults every page in.
+    /// Maps `len` bytes (> 0) of anonymous private memory, asks for transparent huge pages and
+    /// faults every page in. `INVALID_PARAMS` for a zero or oversized `len`,
     /// `INTERNAL_ERROR` when the kernel refuses the mapping.
     pub fn new(len: u64) -> Result<MappedRegion> {
-        let len = match usize::try_from(len) {
-            Ok(l) if l > 0 => l,
-            _ => return fail(ErrorCode::InvalidParams, format!("cannot map {len} bytes")),
-        };
-        // SAFETY: anonymous private mapping with no address hint; checked for MAP_FAILED.
+        let len = checked_len(len)?;
+        Self::map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, None)
+    }
+
+    /// Like [`MappedRegion::new`], but the pages are a sealed memfd (named `what` in
+    /// `/proc/<pid>/maps`) that [`MappedRegion::shared_file`] hands to other processes of the
+    /// host. Errors: as [`MappedRegion::new`], and [`SealedMemfd::create`]'s.
+    pub fn shared(len: u64, what: &str) -> Result<MappedRegion> {
+        let len = checked_len(len)?;
+        let file = SealedMemfd::create(what, len)?;
+        Self::map(len, libc::MAP_SHARED, Some(file))
+    }
+
+    fn map(len: usize, flags: libc::c_int, file: Option<SealedMemfd>) -> Result<MappedRegion> {
+        let fd = file.as_ref().map_or(-1, |f| f.fd().as_raw_fd());
+        // SAFETY: a new mapping with no address hint, of our own memfd (sized `len` and sealed)
+        // or anonymous; checked for MAP_FAILED.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
+                flags | libc::MAP_NORESERVE,
+                fd,
                 0,
             )
         };
@@ -54,6 +73,7 @@ impl MappedRegion {
             base: base.cast(),
             len,
             pin: None,
+            file,
         };
         region.prefault();
         Ok(region)
@@ -63,10 +83,24 @@ impl MappedRegion {
     /// [`HostRegistration::new`]: best effort, never fails the mapping). `what` names the
     /// memory in logs.
     pub fn pinned(len: u64, what: &str) -> Result<MappedRegion> {
-        let mut region = MappedRegion::new(len)?;
+        MappedRegion::new(len)?.pin(what)
+    }
+
+    /// [`MappedRegion::shared`], then registered like [`MappedRegion::pinned`].
+    pub fn shared_pinned(len: u64, what: &str) -> Result<MappedRegion> {
+        MappedRegion::shared(len, what)?.pin(what)
+    }
+
+    fn pin(mut self, what: &str) -> Result<MappedRegion> {
         // SAFETY: our own mapping; `pin` is dropped before the unmapping in `Drop`.
-        region.pin = unsafe { HostRegistration::new(region.addr(), region.len, what) };
-        Ok(region)
+        self.pin = unsafe { HostRegistration::new(self.addr(), self.len, what) };
+        Ok(self)
+    }
+
+    /// The memfd behind a [`MappedRegion::shared`] region (`None` for anonymous memory): send
+    /// its descriptor to a process that should map these pages.
+    pub fn shared_file(&self) -> Option<&SealedMemfd> {
+        self.file.as_ref()
     }
 
     /// Whether the region is registered with the device runtime.
@@ -108,6 +142,14 @@ impl MappedRegion {
     }
 }
 
+/// `len` as a mapping length: non-zero and addressable.
+fn checked_len(len: u64) -> Result<usize> {
+    match usize::try_from(len) {
+        Ok(l) if l > 0 => Ok(l),
+        _ => fail(ErrorCode::InvalidParams, format!("cannot map {len} bytes")),
+    }
+}
+
 impl Drop for MappedRegion {
     fn drop(&mut self) {
         // Unregister before the pages go away.
@@ -132,5 +174,20 @@ mod tests {
         bytes[region.len() - 1] = 7;
         assert_eq!(bytes[region.len() - 1], 7);
         assert!(MappedRegion::new(0).is_err());
+    }
+
+    #[test]
+    fn a_shared_region_is_seen_by_a_mapping_of_its_file() {
+        assert!(MappedRegion::new(1 << 16).unwrap().shared_file().is_none());
+        let region = MappedRegion::shared_pinned(1 << 16, "region-test").unwrap();
+        let file = region.shared_file().expect("a memfd");
+        assert_eq!(file.len(), 1 << 16);
+        let peer = crate::shm::PeerMapping::map(file.fd(), 0, 1 << 16).unwrap();
+        // SAFETY: both are live mappings of 64 KiB; the test is their only user.
+        unsafe {
+            (region.addr() as *mut u8).add(5000).write(42);
+            assert_eq!((peer.addr() as *const u8).add(5000).read(), 42);
+        }
+        assert!(MappedRegion::shared(0, "x").is_err());
     }
 }

@@ -1,0 +1,19 @@
+//! Shared memory between processes of one host: sealed memfd files ([`SealedMemfd`]), mappings
+//! of a peer's file ([`PeerMapping`]) and passing file descriptors over a Unix socket
+//! ([`send_with_fds`], [`recv_with_fds`]).
+//!
+//! The safety rule every user relies on: a mapping of another process's memory must never
+//! raise SIGBUS, so every file shared here is sealed against shrinking (`F_SEAL_SHRINK`) before
+//! it leaves its owner, and a receiver maps only a file that carries that seal and is at least
+//! as long as the mapping ([`PeerMapping::map`] checks both).
+
+mod fdpass;
+mod memfd;
+mod peer;
+
+pub use fdpass::{recv_with_fds, send_with_fds, MAX_FDS_PER_MESSAGE};
+pub use memfd::SealedMemfd;
+pub use peer::PeerMapping;
+
+#[cfg(test)]
+mod tests;

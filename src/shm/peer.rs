@@ -1,0 +1,130 @@
+//! [`PeerMapping`]: this process's mapping of a shared file another process sent it.
+
+use super::memfd::{os_fail, REQUIRED_SEALS};
+use crate::error::{fail, ErrorCode, Result};
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// A read-write `MAP_SHARED` mapping of `len` bytes at `offset` of a sealed shared file.
+///
+/// Ownership: owns the mapping (unmapped on drop); the descriptor it was made from may be
+/// closed right after [`PeerMapping::map`]. The bytes are shared with the file's owner and every
+/// other mapper: whoever hands out ranges of it coordinates access. Thread-safety: the value
+/// only exposes the address range; it is `Send` and `Sync`.
+#[derive(Debug)]
+pub struct PeerMapping {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; it has no thread affinity.
+unsafe impl Send for PeerMapping {}
+// SAFETY: shared access only exposes the address; byte access goes through raw pointers whose
+// coordination is the users' (see the type's doc).
+unsafe impl Sync for PeerMapping {}
+
+impl PeerMapping {
+    /// Maps `len` bytes of `fd` from `offset` (page-aligned). The file must carry the shrink
+    /// seal and reach `offset + len`, so no access to the mapping can ever fault.
+    ///
+    /// Errors: `INVALID_PARAMS` for `len == 0`, an unaligned offset, a file that is not sealed
+    /// against shrinking (or not a memfd at all) or is too short; `INTERNAL_ERROR` when the
+    /// kernel refuses the mapping.
+    pub fn map(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<PeerMapping> {
+        if len == 0 {
+            return fail(
+                ErrorCode::InvalidParams,
+                "cannot map 0 bytes of a peer's file",
+            );
+        }
+        if offset % page_size() != 0 {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!("offset {offset} of a peer's file is not page-aligned"),
+            );
+        }
+        // SAFETY: F_GET_SEALS on a descriptor we borrow; the result is checked.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!(
+                    "a peer's file is not sealed against shrinking (seals {seals:#x}, need \
+                     {REQUIRED_SEALS:#x}): mapping it could fault"
+                ),
+            );
+        }
+        let file_len = file_size(fd)?;
+        let Some(end) = offset.checked_add(len as u64) else {
+            return fail(ErrorCode::InvalidParams, "offset + len overflows");
+        };
+        if end > file_len {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!("a peer's file has {file_len} bytes, the mapping needs {end}"),
+            );
+        }
+        let Ok(off) = libc::off_t::try_from(offset) else {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!("offset {offset} too large"),
+            );
+        };
+        // SAFETY: a shared mapping of a sealed file long enough for it; checked for MAP_FAILED.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                off,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return os_fail("mmap of a peer's file");
+        }
+        Ok(PeerMapping {
+            base: base.cast(),
+            len,
+        })
+    }
+
+    /// Base address of the mapping in this process.
+    pub fn addr(&self) -> usize {
+        self.base as usize
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: mappings have at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for PeerMapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping we created.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(page).unwrap_or(4096).max(1)
+}
+
+/// The size of the file behind `fd`.
+fn file_size(fd: BorrowedFd<'_>) -> Result<u64> {
+    // SAFETY: `stat` is plain data; fstat fills it or fails (checked).
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a borrowed, open descriptor and a valid out pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
+        return os_fail("fstat of a peer's file");
+    }
+    Ok(u64::try_from(stat.st_size).unwrap_or(0))
+}

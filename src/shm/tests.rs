@@ -1,0 +1,106 @@
+use super::*;
+use crate::error::{last_error_message, ErrorCode};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+fn write_through(mapping: &PeerMapping, offset: usize, bytes: &[u8]) {
+    assert!(offset + bytes.len() <= mapping.len());
+    // SAFETY: inside the mapping; the test is the only user.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            (mapping.addr() + offset) as *mut u8,
+            bytes.len(),
+        )
+    };
+}
+
+fn read_through(mapping: &PeerMapping, offset: usize, len: usize) -> Vec<u8> {
+    // SAFETY: inside the mapping; the test is the only user.
+    unsafe { std::slice::from_raw_parts((mapping.addr() + offset) as *const u8, len).to_vec() }
+}
+
+#[test]
+fn a_passed_memfd_maps_the_same_pages_on_both_sides() {
+    let file = SealedMemfd::create("shm-test", 1 << 20).unwrap();
+    let owner = PeerMapping::map(file.fd(), 0, file.len()).unwrap();
+    write_through(&owner, 4096, b"written by the owner");
+    let (a, b) = UnixStream::pair().unwrap();
+    send_with_fds(&a, b"segment", &[file.fd()]).unwrap();
+    let mut buf = [0u8; 64];
+    let (n, fds) = recv_with_fds(&b, &mut buf).unwrap();
+    assert_eq!((&buf[..n], fds.len()), (&b"segment"[..], 1));
+    let peer = PeerMapping::map(fds[0].as_fd(), 0, 1 << 20).unwrap();
+    drop(fds);
+    assert_eq!(read_through(&peer, 4096, 20), b"written by the owner");
+    write_through(&peer, 8192, b"and by the peer");
+    assert_eq!(read_through(&owner, 8192, 15), b"and by the peer");
+    // A window at a page offset sees the same bytes.
+    let window = PeerMapping::map(file.fd(), 4096, 4096).unwrap();
+    assert_eq!(read_through(&window, 0, 20), b"written by the owner");
+}
+
+#[test]
+fn files_that_could_shrink_or_are_too_short_are_refused() {
+    // SAFETY: a fresh memfd without seals.
+    let raw = unsafe { libc::memfd_create(c"unsealed".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(raw >= 0);
+    // SAFETY: fresh descriptor.
+    let unsealed = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: our descriptor.
+    assert_eq!(unsafe { libc::ftruncate(unsealed.as_raw_fd(), 8192) }, 0);
+    let err = PeerMapping::map(unsealed.as_fd(), 0, 4096).unwrap_err();
+    assert_eq!(err, ErrorCode::InvalidParams);
+    assert!(
+        last_error_message().contains("not sealed"),
+        "{}",
+        last_error_message()
+    );
+
+    let file = SealedMemfd::create("short", 8192).unwrap();
+    let err = PeerMapping::map(file.fd(), 4096, 8192).unwrap_err();
+    assert_eq!(err, ErrorCode::InvalidParams);
+    assert!(
+        last_error_message().contains("8192 bytes"),
+        "{}",
+        last_error_message()
+    );
+    assert!(
+        PeerMapping::map(file.fd(), 100, 4096).is_err(),
+        "unaligned offset"
+    );
+    assert!(PeerMapping::map(file.fd(), 0, 0).is_err());
+    assert!(PeerMapping::map(file.fd(), u64::MAX - 4095, 4096).is_err());
+    // The seals hold: the owner itself cannot shrink it.
+    // SAFETY: our descriptor.
+    assert_ne!(unsafe { libc::ftruncate(file.fd().as_raw_fd(), 0) }, 0);
+    assert_eq!(
+        SealedMemfd::create("empty", 0).unwrap_err(),
+        ErrorCode::InvalidParams
+    );
+}
+
+#[test]
+fn descriptor_limits_and_orderly_close() {
+    let (a, b) = UnixStream::pair().unwrap();
+    let file = SealedMemfd::create("many", 4096).unwrap();
+    let too_many = vec![file.fd(); MAX_FDS_PER_MESSAGE + 1];
+    let err = send_with_fds(&a, b"x", &too_many).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert_eq!(
+        send_with_fds(&a, b"", &[file.fd()]).unwrap_err().kind(),
+        std::io::ErrorKind::InvalidInput
+    );
+    let most = vec![file.fd(); MAX_FDS_PER_MESSAGE];
+    send_with_fds(&a, b"y", &most).unwrap();
+    let mut buf = [0u8; 4];
+    let (n, fds) = recv_with_fds(&b, &mut buf).unwrap();
+    assert_eq!((n, fds.len()), (1, MAX_FDS_PER_MESSAGE));
+    drop(a);
+    let (n, fds) = recv_with_fds(&b, &mut buf).unwrap();
+    assert_eq!((n, fds.len()), (0, 0));
+    // Sending to a closed peer is an error, not a SIGPIPE.
+    let (c, d) = UnixStream::pair().unwrap();
+    drop(d);
+    assert!(send_with_fds(&c, b"z", &[]).is_err());
+}
