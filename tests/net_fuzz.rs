@@ -29,7 +29,7 @@ fn rss(pid: u32) -> u64 {
 fn request_frames() -> Vec<Vec<u8>> {
     let client = Uuid { hi: 1, lo: 2 };
     let keys = vec!["k/1".to_string(), "k/2".to_string()];
-    let requests = vec![
+    let requests = [
         MasterRequest::ping { client },
         MasterRequest::batch_put_start {
             client,

@@ -390,12 +390,9 @@ impl Worker {
     /// must be exactly those bytes of that version.
     fn record_ranged(
         &mut self,
-        op: &str,
-        begin: u64,
-        key: &str,
+        (op, begin, key): (&str, u64, &str),
         header: &[u8],
-        offset: u64,
-        range: &[u8],
+        (offset, range): (u64, &[u8]),
         result: Result<(), ErrorCode>,
     ) -> std::io::Result<()> {
         let end = now_ns();
@@ -459,7 +456,7 @@ impl Worker {
             None => Err(ErrorCode::InternalError),
         };
         let (header, range) = buf.split_at(value::HEADER_LEN);
-        self.record_ranged("get_ranges", begin, &key, header, offset, range, result)
+        self.record_ranged(("get_ranges", begin, &key), header, (offset, range), result)
     }
 
     fn session_get(&mut self) -> std::io::Result<()> {
@@ -488,7 +485,12 @@ impl Worker {
                 read.and(ended).map(|_| ())
             }
         };
-        self.record_ranged("session_get", begin, &key, &header, offset, &range, result)
+        self.record_ranged(
+            ("session_get", begin, &key),
+            &header,
+            (offset, &range),
+            result,
+        )
     }
 
     fn remove(&mut self, op: &str) -> std::io::Result<()> {
