@@ -130,16 +130,25 @@ pub fn parse_size(text: &str) -> Result<u64> {
             )
         }
     };
+    let out_of_range = || {
+        fail(
+            ErrorCode::InvalidParams,
+            format!("size '{text}' out of range"),
+        )
+    };
+    // A whole number is scaled exactly; only a fraction goes through a double (a u64 above
+    // 2^53 does not survive one).
+    if let Ok(whole) = number.parse::<u64>() {
+        return whole.checked_mul(multiplier).map_or_else(out_of_range, Ok);
+    }
     let value: f64 = match number.parse() {
         Ok(v) => v,
         Err(_) => return fail(ErrorCode::InvalidParams, format!("bad size '{text}'")),
     };
     let bytes = value * multiplier as f64;
-    if !(0.0..=u64::MAX as f64).contains(&bytes) {
-        return fail(
-            ErrorCode::InvalidParams,
-            format!("size '{text}' out of range"),
-        );
+    // u64::MAX as f64 is 2^64, itself out of range.
+    if !(0.0..u64::MAX as f64).contains(&bytes) {
+        return out_of_range();
     }
     Ok(bytes as u64)
 }

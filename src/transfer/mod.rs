@@ -20,7 +20,7 @@ mod server;
 mod settings;
 mod socket;
 mod staging;
-mod wire;
+pub mod wire;
 
 #[cfg(test)]
 mod tests;

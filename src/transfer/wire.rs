@@ -225,4 +225,64 @@ mod tests {
         .encode();
         assert_eq!(SessionHeader::decode(&zero).unwrap().epoch, Some(0));
     }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn opcode() -> impl Strategy<Value = Opcode> {
+            prop_oneof![Just(Opcode::Read), Just(Opcode::Write)]
+        }
+
+        proptest! {
+            #[test]
+            fn headers_round_trip(
+                size in any::<u64>(),
+                addr in any::<u64>(),
+                opcode in opcode(),
+                v2 in any::<bool>(),
+                epoch in prop::option::of(0..=EPOCH_MASK),
+            ) {
+                let header = SessionHeader { size, addr, opcode, v2, epoch };
+                prop_assert_eq!(SessionHeader::decode(&header.encode()), Ok(header));
+            }
+
+            /// Any 24 bytes decode without a panic; a decoded header encodes back to the same
+            /// bytes except for padding that carries no epoch.
+            #[test]
+            fn any_header_bytes_decode_consistently(bytes in any::<[u8; HEADER_LEN]>()) {
+                match SessionHeader::decode(&bytes) {
+                    Ok(header) => {
+                        let encoded = header.encode();
+                        let kept = if header.epoch.is_some() { HEADER_LEN } else { 17 };
+                        prop_assert_eq!(&encoded[..kept], &bytes[..kept]);
+                    }
+                    Err((BadOpcode(raw), v2)) => {
+                        prop_assert_eq!(raw, bytes[16]);
+                        prop_assert_eq!(v2, bytes[16] & V2_FLAG != 0);
+                        prop_assert!(raw & !(V2_FLAG | EPOCH_FLAG) > 1);
+                    }
+                }
+            }
+
+            #[test]
+            fn status_frames_round_trip(code in any::<u32>()) {
+                let status = match code {
+                    0 => Status::Ok,
+                    1 => Status::AddrRejected,
+                    2 => Status::StaleEpoch,
+                    other => Status::Other(other),
+                };
+                prop_assert_eq!(Status::decode(&status.encode()), Some(status));
+            }
+
+            #[test]
+            fn any_status_bytes_decode_consistently(bytes in any::<[u8; STATUS_LEN]>()) {
+                match Status::decode(&bytes) {
+                    Some(status) => prop_assert_eq!(status.encode(), bytes),
+                    None => prop_assert_ne!(u64::from_le_bytes(bytes) >> 32, STATUS_MAGIC),
+                }
+            }
+        }
+    }
 }

@@ -132,6 +132,11 @@ impl Master {
         signal_child(&self.child, signal);
     }
 
+    /// The master's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// GETs `path` from the metrics port.
     pub fn http_get(&self, path: &str) -> String {
         http_get(self.metrics_port, path)
@@ -338,6 +343,11 @@ impl PeerClient {
             .unwrap_or_else(|| panic!("unexpected line {line:?}"))
             .to_string();
         PeerClient { child, name }
+    }
+
+    /// The peer's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGKILLs the peer.

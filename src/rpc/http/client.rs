@@ -199,4 +199,43 @@ mod tests {
         server.shutdown();
         assert_eq!(http_get(&url).unwrap_err(), ErrorCode::RpcFail);
     }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Any bytes parse or are refused without a panic; a parsed body is never longer
+            /// than what followed the head.
+            #[test]
+            fn responses_never_panic(raw in prop::collection::vec(any::<u8>(), 0..512)) {
+                if let Ok(reply) = parse_response(&raw) {
+                    prop_assert!(reply.body.len() <= raw.len());
+                }
+            }
+
+            #[test]
+            fn content_length_bounds_the_body(
+                status in 100u16..600,
+                body in prop::collection::vec(any::<u8>(), 0..64),
+                extra in prop::collection::vec(any::<u8>(), 0..16),
+            ) {
+                let mut raw = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                )
+                .into_bytes();
+                raw.extend_from_slice(&body);
+                raw.extend_from_slice(&extra);
+                let reply = parse_response(&raw).unwrap();
+                prop_assert_eq!(reply.status, status);
+                prop_assert_eq!(reply.body, body);
+            }
+
+            #[test]
+            fn urls_never_panic(url in "(http://)?\\PC{0,30}") {
+                let _ = split_url(&url);
+            }
+        }
+    }
 }

@@ -1,0 +1,412 @@
+//! The run: starts the cluster, drives faults at seeded random times until the end, then
+//! runs the checker and the end-of-run accounting checks and prints the report.
+
+use crate::checker::{self, FaultWindow, Tagged};
+use crate::cluster::{free_port, http_get, metric, sibling, wait_until, Proc};
+use crate::journal::{self, now_ns};
+use crate::proxy::{Mode, Proxy};
+use crate::{report, Settings};
+use mooncake_rs::client::{Client, SetupConfig};
+use std::time::Duration;
+
+/// Every fault kind, in report order.
+pub const KINDS: &[&str] = &[
+    "kill_worker",
+    "stop_worker",
+    "kill_owner",
+    "stop_owner",
+    "kill_master",
+    "stop_master",
+    "proxy_delay",
+    "proxy_trickle",
+    "proxy_reset",
+];
+
+/// Client-side timeouts given to every worker and owner, so a call's limit is known.
+const CLIENT_ENV: &[(&str, &str)] = &[
+    ("MC_RPC_TIMEOUT_MS", "5000"),
+    ("MC_RPC_CONNECT_TIMEOUT_MS", "1000"),
+    ("MC_TRANSFER_TIMEOUT_MS", "5000"),
+    ("MC_LOG", "error"),
+];
+
+struct Cluster {
+    master: Proc,
+    owners: Vec<Proc>,
+    workers: Vec<Proc>,
+    incarnations: Vec<u64>,
+    proxy: Proxy,
+    master_port: u16,
+    metrics_port: u16,
+}
+
+fn env() -> Vec<(String, String)> {
+    CLIENT_ENV
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+impl Cluster {
+    fn worker_args(&self, settings: &Settings, index: usize, deadline_ns: u64) -> Vec<String> {
+        let port = if index % 2 == 1 {
+            self.proxy.port
+        } else {
+            self.master_port
+        };
+        let incarnation = self.incarnations[index];
+        let journal = settings
+            .dir
+            .join(format!("worker-{index}-{incarnation}.log"));
+        [
+            "worker".to_string(),
+            "--master".into(),
+            format!("127.0.0.1:{port}"),
+            "--worker".into(),
+            (index + 1).to_string(),
+            "--incarnation".into(),
+            incarnation.to_string(),
+            "--seed".into(),
+            settings.seed.to_string(),
+            "--journal".into(),
+            journal.display().to_string(),
+            "--keys".into(),
+            settings.keys.to_string(),
+            "--max-value".into(),
+            settings.max_value.to_string(),
+            "--deadline-ns".into(),
+            deadline_ns.to_string(),
+        ]
+        .into()
+    }
+
+    fn start(settings: &Settings, deadline_ns: u64) -> Result<Cluster, String> {
+        let master_port = free_port();
+        let metrics_port = (0..100)
+            .map(|_| free_port())
+            .find(|&p| p != master_port)
+            .unwrap_or(0);
+        let master_args = vec![
+            format!("--rpc_port={master_port}"),
+            "--rpc_address=127.0.0.1".into(),
+            format!("--metrics_port={metrics_port}"),
+            "--metrics_host=127.0.0.1".into(),
+            "--client_ttl=2".into(),
+            "--default_kv_lease_ttl=500".into(),
+            "--put_start_discard_timeout_sec=3".into(),
+            "--put_start_release_timeout_sec=10".into(),
+            "--write_quarantine_ms=10000".into(),
+        ];
+        let mut master = Proc::new("master", sibling("mooncake_master"), master_args, env())
+            .ready_on_port(master_port);
+        master.start()?;
+        let mut owners = Vec::new();
+        for index in 0..settings.owners {
+            let args = vec![
+                format!("--master_server_address=127.0.0.1:{master_port}"),
+                "--host=127.0.0.1".into(),
+                format!("--global_segment_size={}", settings.segment),
+                "--local_buffer_size=0".into(),
+                "--metadata_server=P2PHANDSHAKE".into(),
+            ];
+            let mut owner = Proc::new(
+                &format!("owner-{index}"),
+                sibling("mooncake_client"),
+                args,
+                env(),
+            )
+            .ready_on_line();
+            owner.start()?;
+            owners.push(owner);
+        }
+        let proxy = Proxy::start(master_port).map_err(|e| format!("proxy: {e}"))?;
+        let mut cluster = Cluster {
+            master,
+            owners,
+            workers: Vec::new(),
+            incarnations: vec![0; settings.workers as usize],
+            proxy,
+            master_port,
+            metrics_port,
+        };
+        let me = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+        for index in 0..settings.workers as usize {
+            let args = cluster.worker_args(settings, index, deadline_ns);
+            let mut worker = Proc::new(&format!("worker-{index}"), me.clone(), args, env());
+            worker.start()?;
+            cluster.workers.push(worker);
+        }
+        Ok(cluster)
+    }
+}
+
+/// Runs the soak; the process exit code.
+pub fn run(settings: &Settings) -> i32 {
+    if let Err(err) = std::fs::create_dir_all(&settings.dir) {
+        eprintln!("mc_chaos: {}: {err}", settings.dir.display());
+        return 2;
+    }
+    println!(
+        "mc_chaos: seed {} duration {} s, journals in {}",
+        settings.seed,
+        settings.duration.as_secs(),
+        settings.dir.display()
+    );
+    let started = now_ns();
+    let deadline_ns = started + settings.duration.as_nanos() as u64;
+    let mut cluster = match Cluster::start(settings, deadline_ns) {
+        Ok(cluster) => cluster,
+        Err(message) => {
+            eprintln!("mc_chaos: cluster: {message}");
+            return 2;
+        }
+    };
+    let mut rng = fastrand::Rng::with_seed(settings.seed);
+    let mut windows: Vec<FaultWindow> = Vec::new();
+    let mut problems: Vec<String> = Vec::new();
+    // Faults stop a little before the workers' deadline so every restart settles.
+    let faults_until = deadline_ns.saturating_sub(5_000_000_000);
+    std::thread::sleep(Duration::from_secs(2));
+    while now_ns() < faults_until {
+        std::thread::sleep(Duration::from_millis(rng.u64(300..2500)));
+        if now_ns() >= faults_until {
+            break;
+        }
+        let kind = KINDS[rng.usize(0..KINDS.len())];
+        match inject(&mut cluster, settings, kind, &mut rng, deadline_ns) {
+            Ok(window) => {
+                println!(
+                    "  t+{:.1} s {} {} for {} ms",
+                    (window.start - started) as f64 / 1e9,
+                    window.kind,
+                    window.target,
+                    (window.end - window.start) / 1_000_000
+                );
+                windows.push(window);
+            }
+            Err(message) => {
+                println!("  fault {kind}: {message}");
+                problems.push(message);
+            }
+        }
+    }
+    // Every worker exits at its deadline; one still running past the call limit hung.
+    let grace = settings.call_limit + Duration::from_secs(10);
+    let wait_from = std::time::Instant::now();
+    for worker in &mut cluster.workers {
+        let left = grace.saturating_sub(wait_from.elapsed())
+            + Duration::from_secs(deadline_ns.saturating_sub(now_ns()) / 1_000_000_000 + 1);
+        if !worker.wait_exit(left) {
+            problems.push(format!(
+                "{} still running {} s past its deadline (a call hung)",
+                worker.label,
+                grace.as_secs()
+            ));
+            worker.kill();
+        }
+    }
+    println!("mc_chaos: workers done; end-of-run checks");
+    let accounting = end_checks(&mut cluster, settings, &mut problems);
+    println!("mc_chaos: checking the journals");
+
+    let mut events: Vec<Tagged> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(&settings.dir) {
+        for entry in entries.flatten() {
+            let source = entry.file_name().to_string_lossy().into_owned();
+            match journal::read_all(&entry.path()) {
+                Ok(list) => events.extend(list.into_iter().map(|event| Tagged {
+                    source: source.clone(),
+                    event,
+                })),
+                Err(err) => problems.push(format!("journal {source}: {err}")),
+            }
+        }
+    }
+    let verdict = checker::check(&events, &windows, settings.call_limit.as_nanos() as u64);
+    let elapsed = Duration::from_nanos(now_ns() - started);
+    report::print(
+        settings,
+        &verdict,
+        &windows,
+        &problems,
+        &accounting,
+        elapsed,
+    );
+    if verdict.violations.is_empty() && problems.is_empty() {
+        0
+    } else {
+        println!(
+            "mc_chaos: FAILED; reproduce with --seed {} --duration {}",
+            settings.seed,
+            settings.duration.as_secs()
+        );
+        1
+    }
+}
+
+/// Injects one fault of `kind` and returns its window.
+fn inject(
+    cluster: &mut Cluster,
+    settings: &Settings,
+    kind: &'static str,
+    rng: &mut fastrand::Rng,
+    deadline_ns: u64,
+) -> Result<FaultWindow, String> {
+    let start = now_ns();
+    let pause = Duration::from_millis(rng.u64(200..3000));
+    let target = match kind {
+        "kill_worker" | "stop_worker" => {
+            let index = rng.usize(0..cluster.workers.len());
+            if kind == "kill_worker" {
+                cluster.workers[index].kill();
+                std::thread::sleep(Duration::from_millis(rng.u64(50..1000)));
+                cluster.incarnations[index] += 1;
+                let args = cluster.worker_args(settings, index, deadline_ns);
+                let worker = &mut cluster.workers[index];
+                worker.set_args(args);
+                worker.start()?;
+            } else {
+                cluster.workers[index].stop();
+                std::thread::sleep(pause);
+                cluster.workers[index].cont();
+            }
+            cluster.workers[index].label.clone()
+        }
+        "kill_owner" | "stop_owner" => {
+            let index = rng.usize(0..cluster.owners.len());
+            let owner = &mut cluster.owners[index];
+            if kind == "kill_owner" {
+                owner.kill();
+                std::thread::sleep(Duration::from_millis(rng.u64(50..1000)));
+                owner.start()?;
+            } else {
+                owner.stop();
+                std::thread::sleep(pause);
+                owner.cont();
+            }
+            owner.label.clone()
+        }
+        "kill_master" => {
+            cluster.master.kill();
+            std::thread::sleep(Duration::from_millis(rng.u64(50..1500)));
+            cluster.master.start()?;
+            "master".into()
+        }
+        "stop_master" => {
+            cluster.master.stop();
+            std::thread::sleep(pause);
+            cluster.master.cont();
+            "master".into()
+        }
+        _ => {
+            let mode = match kind {
+                "proxy_delay" => Mode::Delay,
+                "proxy_trickle" => Mode::Trickle,
+                _ => Mode::Reset,
+            };
+            cluster.proxy.set_mode(mode);
+            std::thread::sleep(pause);
+            cluster.proxy.set_mode(Mode::Pass);
+            "proxy".into()
+        }
+    };
+    Ok(FaultWindow {
+        kind,
+        target,
+        start,
+        end: now_ns(),
+    })
+}
+
+/// The end-of-run accounting: what was measured, for the report.
+#[derive(Default)]
+pub struct Accounting {
+    pub live_objects: u64,
+    pub live_bytes: u64,
+    pub master_objects: Option<u64>,
+    pub master_bytes_used: Option<u64>,
+    pub active_pins: Option<u64>,
+    pub deferred_frees: Option<u64>,
+    pub usage: Vec<(String, usize, u64)>,
+}
+
+/// After the TTLs: the master's accounting must equal the live objects (as a fresh client
+/// sees them), no pin or deferred free may be left, and every server's descriptors and RSS
+/// must be bounded.
+fn end_checks(
+    cluster: &mut Cluster,
+    settings: &Settings,
+    problems: &mut Vec<String>,
+) -> Accounting {
+    let mut accounting = Accounting::default();
+    let scrape = |port: u16| http_get(port, "/metrics").unwrap_or_default();
+    // Leases (500 ms), the client TTL (2 s) of the exited workers and the write quarantine
+    // (10 s) must all have run out.
+    let settled = wait_until(Duration::from_secs(40), || {
+        let text = scrape(cluster.metrics_port);
+        metric(&text, "mooncake_master_active_pins") == Some(0)
+            && metric(&text, "mooncake_master_deferred_frees_pending") == Some(0)
+            && metric(&text, "mooncake_master_clients_alive") == Some(settings.owners as u64)
+    });
+    if !settled {
+        problems.push("pins, deferred frees or dead clients still held 40 s after the end".into());
+    }
+    let checker = Client::setup(SetupConfig {
+        local_hostname: "127.0.0.1".into(),
+        global_segment_size: 0,
+        local_buffer_size: 0,
+        master_server_addr: format!("127.0.0.1:{}", cluster.master_port),
+        ..SetupConfig::default()
+    });
+    let checker = match checker {
+        Ok(client) => client,
+        Err(code) => {
+            problems.push(format!("end check: client setup {code:?}"));
+            return accounting;
+        }
+    };
+    for index in 0..settings.keys {
+        let key = format!("k/{index}");
+        if let Ok(size) = checker.get_size(&key) {
+            accounting.live_objects += 1;
+            // The master allocates in 64-byte units (src/master/allocator.rs, ALIGNMENT).
+            accounting.live_bytes += size.div_ceil(64) * 64;
+        }
+    }
+    let text = scrape(cluster.metrics_port);
+    accounting.master_objects = metric(&text, "mooncake_master_objects");
+    accounting.master_bytes_used = metric(&text, "mooncake_master_bytes_used");
+    accounting.active_pins = metric(&text, "mooncake_master_active_pins");
+    accounting.deferred_frees = metric(&text, "mooncake_master_deferred_frees_pending");
+    if accounting.master_objects != Some(accounting.live_objects) {
+        problems.push(format!(
+            "master counts {:?} objects, {} are live",
+            accounting.master_objects, accounting.live_objects
+        ));
+    }
+    if accounting.master_bytes_used != Some(accounting.live_bytes) {
+        problems.push(format!(
+            "master counts {:?} bytes used, live objects hold {}",
+            accounting.master_bytes_used, accounting.live_bytes
+        ));
+    }
+    checker.teardown();
+    let segment = mooncake_rs::client::parse_size(&settings.segment).unwrap_or(0);
+    let mut servers: Vec<&Proc> = vec![&cluster.master];
+    servers.extend(cluster.owners.iter());
+    for server in servers {
+        match server.usage() {
+            Some((fds, rss)) => {
+                accounting.usage.push((server.label.clone(), fds, rss));
+                if fds > 256 {
+                    problems.push(format!("{} holds {fds} descriptors", server.label));
+                }
+                if rss > segment + (256 << 20) {
+                    problems.push(format!("{} resident {} MiB", server.label, rss >> 20));
+                }
+            }
+            None => problems.push(format!("{} is not running at the end", server.label)),
+        }
+    }
+    accounting
+}

@@ -1,0 +1,134 @@
+//! `mc_chaos`: a chaos soak of a real pool on 127.0.0.1 with an independent checker.
+//!
+//! A `mooncake_master`, `--owners` `mooncake_client` processes contributing tiny segments
+//! (memory pressure, eviction), and `--workers` worker processes (this binary, `worker`
+//! subcommand) running a seeded random mix of puts, upserts, batch and zero-copy and
+//! multi-buffer writes, whole, batch, multi-buffer, ranged and session reads, removes and
+//! remove_all on a shared key space of self-describing values ([`value`]). Half the workers
+//! reach the master through a fault-injecting proxy ([`proxy`]). A fault driver ([`faults`])
+//! SIGKILLs (and restarts) and SIGSTOPs/SIGCONTs workers, owners and the master, and makes
+//! the proxy delay, trickle and reset. At the end the checker ([`checker`]) reads every
+//! journal; the master's accounting must equal the live objects once the TTLs have passed,
+//! and descriptor counts and RSS must be bounded.
+//!
+//! Usage: `mc_chaos [--seed N] [--duration SECS] [--workers N] [--owners N] [--keys N]
+//! [--max-value BYTES] [--segment SIZE] [--call-limit-ms MS] [--dir PATH] [--markdown]`.
+//! Exit code 0: no violation; 1: violations (printed with the seed, the key's history and
+//! the faults around it); 2: bad arguments or the cluster could not start.
+
+mod checker;
+mod cluster;
+mod faults;
+mod journal;
+mod proxy;
+mod report;
+mod value;
+mod worker;
+
+use std::time::Duration;
+
+/// The run's settings (command line).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub seed: u64,
+    pub duration: Duration,
+    pub workers: u64,
+    pub owners: usize,
+    pub keys: usize,
+    pub max_value: usize,
+    pub segment: String,
+    pub call_limit: Duration,
+    pub dir: std::path::PathBuf,
+    pub markdown: bool,
+}
+
+fn parse_settings(args: &[String]) -> Result<Settings, String> {
+    let mut settings = Settings {
+        seed: journal::now_ns() ^ u64::from(std::process::id()),
+        duration: Duration::from_secs(90),
+        workers: 3,
+        owners: 2,
+        keys: 48,
+        max_value: 1 << 20,
+        segment: "6 MB".into(),
+        call_limit: Duration::from_secs(40),
+        dir: std::path::PathBuf::new(),
+        markdown: false,
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        if flag == "--markdown" {
+            settings.markdown = true;
+            continue;
+        }
+        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|_| format!("{flag} {value}: not a number"))
+        };
+        match flag.as_str() {
+            "--seed" => settings.seed = number()?,
+            "--duration" => settings.duration = Duration::from_secs(number()?),
+            "--workers" => settings.workers = number()?.clamp(1, 64),
+            "--owners" => settings.owners = number()?.clamp(1, 16) as usize,
+            "--keys" => settings.keys = number()?.clamp(1, 1 << 20) as usize,
+            "--max-value" => settings.max_value = (number()? as usize).max(value::HEADER_LEN + 1),
+            "--segment" => settings.segment = value.clone(),
+            "--call-limit-ms" => settings.call_limit = Duration::from_millis(number()?),
+            "--dir" => settings.dir = value.into(),
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    if settings.dir.as_os_str().is_empty() {
+        settings.dir = std::env::temp_dir().join(format!("mc_chaos-{}", settings.seed));
+    }
+    Ok(settings)
+}
+
+fn worker_args(args: &[String]) -> Result<worker::WorkerArgs, String> {
+    let get = |name: &str| -> Result<String, String> {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+            .ok_or(format!("worker: missing {name}"))
+    };
+    let number = |name: &str| -> Result<u64, String> {
+        get(name)?
+            .parse()
+            .map_err(|_| format!("worker: {name} is not a number"))
+    };
+    Ok(worker::WorkerArgs {
+        master: get("--master")?,
+        worker: number("--worker")?,
+        incarnation: number("--incarnation")?,
+        seed: number("--seed")?,
+        journal: get("--journal")?,
+        keys: number("--keys")? as usize,
+        max_value: number("--max-value")? as usize,
+        deadline_ns: number("--deadline-ns")?,
+    })
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("worker") {
+        let code = match worker_args(&args[1..]) {
+            Ok(parsed) => worker::run(parsed),
+            Err(message) => {
+                eprintln!("mc_chaos {message}");
+                2
+            }
+        };
+        std::process::exit(code);
+    }
+    let settings = match parse_settings(&args) {
+        Ok(settings) => settings,
+        Err(message) => {
+            eprintln!("mc_chaos: {message}");
+            std::process::exit(2);
+        }
+    };
+    std::process::exit(faults::run(&settings));
+}

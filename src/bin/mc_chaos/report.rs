@@ -1,0 +1,105 @@
+//! The run's report: faults × operations with counts, as a Markdown table that can be
+//! pasted into docs/reliability.md, then the accounting and any violations.
+
+use crate::checker::{FaultWindow, Verdict};
+use crate::faults::{Accounting, KINDS};
+use crate::worker::OPS;
+use crate::Settings;
+use std::time::Duration;
+
+/// Prints the report to stdout.
+pub fn print(
+    settings: &Settings,
+    verdict: &Verdict,
+    windows: &[FaultWindow],
+    problems: &[String],
+    accounting: &Accounting,
+    elapsed: Duration,
+) {
+    println!();
+    println!(
+        "mc_chaos --seed {} --duration {} --workers {} --owners {} --keys {} --max-value {} --segment '{}' ({} s wall)",
+        settings.seed,
+        settings.duration.as_secs(),
+        settings.workers,
+        settings.owners,
+        settings.keys,
+        settings.max_value,
+        settings.segment,
+        elapsed.as_secs()
+    );
+    println!();
+    let mut header = String::from("| operation | calls | ok | failed |");
+    let mut rule = String::from("|---|---:|---:|---:|");
+    for kind in KINDS {
+        header.push_str(&format!(" during {kind} |"));
+        rule.push_str("---:|");
+    }
+    header.push_str(" violations |");
+    rule.push_str("---:|");
+    println!("{header}");
+    println!("{rule}");
+    let mut totals = [0u64; 4];
+    let mut during_totals = vec![0u64; KINDS.len()];
+    for (op, _) in OPS {
+        let counts = verdict.ops.get(*op).cloned().unwrap_or_default();
+        let mut row = format!(
+            "| {op} | {} | {} | {} |",
+            counts.calls, counts.ok, counts.failed
+        );
+        for (i, kind) in KINDS.iter().enumerate() {
+            let n = counts.during.get(kind).copied().unwrap_or(0);
+            during_totals[i] += n;
+            row.push_str(&format!(" {n} |"));
+        }
+        row.push_str(&format!(" {} |", counts.violations));
+        totals[0] += counts.calls;
+        totals[1] += counts.ok;
+        totals[2] += counts.failed;
+        totals[3] += counts.violations;
+        println!("{row}");
+    }
+    let mut row = format!(
+        "| **all** | {} | {} | {} |",
+        totals[0], totals[1], totals[2]
+    );
+    for n in &during_totals {
+        row.push_str(&format!(" {n} |"));
+    }
+    row.push_str(&format!(" {} |", verdict.violations.len()));
+    println!("{row}");
+    let mut row = String::from("| **faults injected** | | | |");
+    for kind in KINDS {
+        row.push_str(&format!(
+            " {} |",
+            windows.iter().filter(|w| w.kind == *kind).count()
+        ));
+    }
+    row.push_str(" |");
+    println!("{row}");
+    println!();
+    println!(
+        "end of run: {} live objects ({} bytes); master objects {:?}, bytes_used {:?}, active pins {:?}, deferred frees {:?}; longest call {} ms",
+        accounting.live_objects,
+        accounting.live_bytes,
+        accounting.master_objects,
+        accounting.master_bytes_used,
+        accounting.active_pins,
+        accounting.deferred_frees,
+        verdict.longest_call_ns / 1_000_000
+    );
+    for (label, fds, rss) in &accounting.usage {
+        println!("  {label}: {fds} fds, {} MiB resident", rss >> 20);
+    }
+    for problem in problems {
+        println!("PROBLEM: {problem}");
+    }
+    if !verdict.violations.is_empty() {
+        println!(
+            "{} violations (seed {}); the first ones:",
+            verdict.violations.len(),
+            settings.seed
+        );
+        print!("{}", verdict.details);
+    }
+}

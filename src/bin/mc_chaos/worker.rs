@@ -1,0 +1,524 @@
+//! A worker process: one client of the pool running a seeded random mix of operations on the
+//! shared key space until its deadline, checking every byte it reads against
+//! [`crate::value`] and journaling every call for the checker.
+//!
+//! Versions are `worker << 48 | incarnation << 32 | sequence`, unique across restarts.
+
+use crate::journal::{now_ns, Event, Journal};
+use crate::value;
+use mooncake_rs::client::{Client, RangeRequest, SetupConfig};
+use mooncake_rs::types::ReplicateConfig;
+use mooncake_rs::ErrorCode;
+use std::time::Duration;
+
+/// Everything a worker is started with (its command line).
+pub struct WorkerArgs {
+    pub master: String,
+    pub worker: u64,
+    pub incarnation: u64,
+    pub seed: u64,
+    pub journal: String,
+    pub keys: usize,
+    pub max_value: usize,
+    /// CLOCK_MONOTONIC nanoseconds at which to stop.
+    pub deadline_ns: u64,
+}
+
+/// The operations a worker draws from, with their weights.
+pub const OPS: &[(&str, u32)] = &[
+    ("put", 10),
+    ("put_from", 8),
+    ("put_batch", 5),
+    ("batch_put_from", 5),
+    ("put_multi", 5),
+    ("upsert", 10),
+    ("upsert_from", 6),
+    ("upsert_batch", 4),
+    ("get", 14),
+    ("batch_get", 6),
+    ("get_multi", 4),
+    ("get_ranges", 5),
+    ("session_get", 4),
+    ("remove", 4),
+    ("batch_remove", 2),
+    ("remove_all", 1),
+];
+
+fn rc<T>(result: &Result<T, ErrorCode>) -> i32 {
+    match result {
+        Ok(_) => 0,
+        Err(code) => code.code(),
+    }
+}
+
+struct Worker {
+    client: Client,
+    journal: Journal,
+    rng: fastrand::Rng,
+    args: WorkerArgs,
+    sequence: u64,
+    /// Registered memory for the zero-copy writes (`*_from`, multi-buffer).
+    registered: Vec<u8>,
+    /// Destination of reads (unregistered: the copying read path).
+    read_buf: Vec<u8>,
+    config: ReplicateConfig,
+}
+
+/// Runs a worker; the exit code (0 at the deadline, 3 when setup never succeeded, 4 when
+/// the journal cannot be written).
+pub fn run(args: WorkerArgs) -> i32 {
+    let journal = match Journal::open(&args.journal) {
+        Ok(journal) => journal,
+        Err(err) => {
+            eprintln!("worker {}: journal {}: {err}", args.worker, args.journal);
+            return 4;
+        }
+    };
+    let client = loop {
+        let config = SetupConfig {
+            local_hostname: "127.0.0.1".into(),
+            global_segment_size: 0,
+            local_buffer_size: 32 << 20,
+            master_server_addr: args.master.clone(),
+            ..SetupConfig::default()
+        };
+        match Client::setup(config) {
+            Ok(client) => break client,
+            Err(code) if now_ns() < args.deadline_ns => {
+                eprintln!("worker {}: setup: {code:?}; retrying", args.worker);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(code) => {
+                eprintln!("worker {}: setup: {code:?}", args.worker);
+                return 3;
+            }
+        }
+    };
+    let registered_len = 4 * args.max_value.max(value::HEADER_LEN) + 4096;
+    let mut worker = Worker {
+        registered: vec![0u8; registered_len],
+        read_buf: vec![0u8; args.max_value.max(value::HEADER_LEN)],
+        client,
+        rng: fastrand::Rng::with_seed(args.seed ^ (args.worker << 48) ^ (args.incarnation << 32)),
+        sequence: 0,
+        config: ReplicateConfig::default(),
+        args,
+        journal,
+    };
+    let addr = worker.registered.as_ptr() as usize;
+    if let Err(code) = worker.client.register_buffer(addr, registered_len) {
+        eprintln!("worker {}: register_buffer: {code:?}", worker.args.worker);
+        return 3;
+    }
+    let total: u32 = OPS.iter().map(|(_, w)| w).sum();
+    while now_ns() < worker.args.deadline_ns {
+        let mut pick = worker.rng.u32(0..total);
+        let op = OPS
+            .iter()
+            .find(|(_, weight)| {
+                if pick < *weight {
+                    return true;
+                }
+                pick -= weight;
+                false
+            })
+            .map_or("get", |(name, _)| name);
+        if let Err(err) = worker.step(op) {
+            eprintln!("worker {}: journal write: {err}", worker.args.worker);
+            return 4;
+        }
+    }
+    let _ = worker.client.unregister_buffer(addr);
+    worker.client.teardown();
+    0
+}
+
+impl Worker {
+    fn key(&mut self) -> String {
+        format!("k/{}", self.rng.usize(0..self.args.keys))
+    }
+
+    fn distinct_keys(&mut self, count: usize) -> Vec<String> {
+        let mut keys: Vec<String> = Vec::with_capacity(count);
+        while keys.len() < count.min(self.args.keys) {
+            let key = self.key();
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        keys
+    }
+
+    fn version(&mut self) -> u64 {
+        self.sequence += 1;
+        (self.args.worker << 48) | (self.args.incarnation << 32) | self.sequence
+    }
+
+    /// A value length: mostly small, some medium, a few near the maximum.
+    fn length(&mut self) -> usize {
+        let max = self.args.max_value.max(value::HEADER_LEN + 1);
+        let cap = match self.rng.u32(0..10) {
+            0..=5 => 4096,
+            6..=8 => 256 * 1024,
+            _ => max,
+        };
+        self.rng.usize(value::HEADER_LEN..=cap.min(max))
+    }
+
+    fn step(&mut self, op: &str) -> std::io::Result<()> {
+        match op {
+            "put" | "upsert" | "put_from" | "upsert_from" => self.write_one(op),
+            "put_batch" | "upsert_batch" | "batch_put_from" | "put_multi" => self.write_many(op),
+            "get" => self.get(),
+            "batch_get" => self.batch_get(),
+            "get_multi" => self.get_multi(),
+            "get_ranges" => self.get_ranges(),
+            "session_get" => self.session_get(),
+            "remove" | "batch_remove" | "remove_all" => self.remove(op),
+            _ => Ok(()),
+        }
+    }
+
+    fn begin(&mut self, op: &str, key: &str, version: u64) -> std::io::Result<()> {
+        self.journal.record(&Event::WriteBegin {
+            at: now_ns(),
+            op: op.into(),
+            key: key.into(),
+            version,
+        })
+    }
+
+    fn end(&mut self, key: &str, version: u64, rc: i32) -> std::io::Result<()> {
+        self.journal.record(&Event::WriteEnd {
+            at: now_ns(),
+            key: key.into(),
+            version,
+            rc,
+        })
+    }
+
+    fn write_one(&mut self, op: &str) -> std::io::Result<()> {
+        let key = self.key();
+        let version = self.version();
+        let len = self.length();
+        self.begin(op, &key, version)?;
+        let result = match op {
+            "put" | "upsert" => {
+                let bytes = value::build(&key, version, len);
+                if op == "put" {
+                    self.client.put(&key, &bytes, &self.config)
+                } else {
+                    self.client.upsert(&key, &bytes, &self.config)
+                }
+            }
+            _ => {
+                let offset = self.rng.usize(0..4096);
+                let region = &mut self.registered[offset..offset + len];
+                value::fill(region, &key, version);
+                if op == "put_from" {
+                    self.client.put_from(&key, region, &self.config)
+                } else {
+                    self.client.upsert_from(&key, region, &self.config)
+                }
+            }
+        };
+        self.end(&key, version, rc(&result))
+    }
+
+    fn write_many(&mut self, op: &str) -> std::io::Result<()> {
+        let count = self.rng.usize(1..=4);
+        let keys = self.distinct_keys(count);
+        let mut plans = Vec::with_capacity(keys.len());
+        for key in &keys {
+            let version = self.version();
+            let len = self.length().min(self.args.max_value);
+            plans.push((version, len));
+            self.begin(op, key, version)?;
+        }
+        let results: Vec<i32> = match op {
+            "put_batch" | "upsert_batch" => {
+                let values: Vec<Vec<u8>> = keys
+                    .iter()
+                    .zip(&plans)
+                    .map(|(key, (version, len))| value::build(key, *version, *len))
+                    .collect();
+                let slices: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+                let result = if op == "put_batch" {
+                    self.client.put_batch(&keys, &slices, &self.config)
+                } else {
+                    self.client.upsert_batch(&keys, &slices, &self.config)
+                };
+                vec![rc(&result); keys.len()]
+            }
+            _ => {
+                // Consecutive regions of the registered buffer; multi-buffer values are cut
+                // in up to three parts at random points.
+                let mut offset = 0;
+                let mut ranges = Vec::with_capacity(keys.len());
+                for (key, (version, len)) in keys.iter().zip(&plans) {
+                    value::fill(&mut self.registered[offset..offset + len], key, *version);
+                    ranges.push((offset, *len));
+                    offset += len;
+                }
+                let registered = &self.registered;
+                if op == "batch_put_from" {
+                    let bufs: Vec<&[u8]> =
+                        ranges.iter().map(|&(o, l)| &registered[o..o + l]).collect();
+                    self.client
+                        .batch_put_from(&keys, &bufs, &self.config)
+                        .iter()
+                        .map(rc)
+                        .collect()
+                } else {
+                    let mut cuts = Vec::with_capacity(ranges.len());
+                    for &(o, l) in &ranges {
+                        let a = self.rng.usize(0..=l);
+                        let b = self.rng.usize(a..=l);
+                        cuts.push(vec![
+                            &registered[o..o + a],
+                            &registered[o + a..o + b],
+                            &registered[o + b..o + l],
+                        ]);
+                    }
+                    self.client
+                        .batch_put_from_multi_buffers(&keys, &cuts, &self.config)
+                        .iter()
+                        .map(rc)
+                        .collect()
+                }
+            }
+        };
+        for ((key, (version, _)), code) in keys.iter().zip(&plans).zip(results) {
+            self.end(key, *version, code)?;
+        }
+        Ok(())
+    }
+
+    /// Journals a whole-value read of `key` (`size` bytes in `bytes`), checking every byte.
+    fn record_whole(
+        &mut self,
+        op: &str,
+        begin: u64,
+        key: &str,
+        result: Result<&[u8], ErrorCode>,
+    ) -> std::io::Result<()> {
+        let end = now_ns();
+        let event = match result {
+            Err(code) => Event::Read {
+                begin,
+                end,
+                op: op.into(),
+                key: key.into(),
+                version: 0,
+                rc: code.code(),
+            },
+            Ok(bytes) => match value::check_whole(bytes, key) {
+                Ok(version) => Event::Read {
+                    begin,
+                    end,
+                    op: op.into(),
+                    key: key.into(),
+                    version,
+                    rc: 0,
+                },
+                Err(detail) => Event::Corrupt {
+                    begin,
+                    end,
+                    op: op.into(),
+                    key: key.into(),
+                    detail,
+                },
+            },
+        };
+        self.journal.record(&event)
+    }
+
+    fn get(&mut self) -> std::io::Result<()> {
+        let key = self.key();
+        let begin = now_ns();
+        let mut buf = std::mem::take(&mut self.read_buf);
+        let result = self.client.get_into(&key, &mut buf);
+        let out = self.record_whole("get", begin, &key, result.map(|n| &buf[..n as usize]));
+        self.read_buf = buf;
+        out
+    }
+
+    fn batch_get(&mut self) -> std::io::Result<()> {
+        let count = self.rng.usize(1..=4);
+        let keys = self.distinct_keys(count);
+        let begin = now_ns();
+        let mut bufs: Vec<Vec<u8>> = keys
+            .iter()
+            .map(|_| vec![0u8; self.args.max_value.max(value::HEADER_LEN)])
+            .collect();
+        let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(Vec::as_mut_slice).collect();
+        let results = self.client.batch_get_into(&keys, &mut slices);
+        for ((key, result), buf) in keys.iter().zip(results).zip(&bufs) {
+            self.record_whole("batch_get", begin, key, result.map(|n| &buf[..n as usize]))?;
+        }
+        Ok(())
+    }
+
+    fn get_multi(&mut self) -> std::io::Result<()> {
+        let key = self.key();
+        let begin = now_ns();
+        let size = match self.client.get_size(&key) {
+            Ok(size) => size as usize,
+            Err(code) => {
+                return self.record_whole("get_multi", begin, &key, Err(code));
+            }
+        };
+        let a = self.rng.usize(0..=size);
+        let b = self.rng.usize(a..=size);
+        let mut parts = [vec![0u8; a], vec![0u8; b - a], vec![0u8; size - b]];
+        let mut lists = vec![parts.iter_mut().map(Vec::as_mut_slice).collect::<Vec<_>>()];
+        let result = self
+            .client
+            .batch_get_into_multi_buffers(&[key.as_str()], &mut lists)
+            .pop()
+            .unwrap_or(Err(ErrorCode::InternalError));
+        let whole: Vec<u8> = parts.concat();
+        self.record_whole(
+            "get_multi",
+            begin,
+            &key,
+            result.map(|n| &whole[..(n as usize).min(whole.len())]),
+        )
+    }
+
+    /// Records a ranged read: the header fragment names the version, the other fragment
+    /// must be exactly those bytes of that version.
+    fn record_ranged(
+        &mut self,
+        (op, begin, key): (&str, u64, &str),
+        header: &[u8],
+        (offset, range): (u64, &[u8]),
+        result: Result<(), ErrorCode>,
+    ) -> std::io::Result<()> {
+        let end = now_ns();
+        let checked = result.map(|()| {
+            value::read_header(header, key).and_then(|(version, len)| {
+                value::check_range(header, 0, key, version, len)?;
+                value::check_range(range, offset, key, version, len)?;
+                Ok(version)
+            })
+        });
+        let event = match checked {
+            Err(code) => Event::Read {
+                begin,
+                end,
+                op: op.into(),
+                key: key.into(),
+                version: 0,
+                rc: code.code(),
+            },
+            Ok(Ok(version)) => Event::Read {
+                begin,
+                end,
+                op: op.into(),
+                key: key.into(),
+                version,
+                rc: 0,
+            },
+            Ok(Err(detail)) => Event::Corrupt {
+                begin,
+                end,
+                op: op.into(),
+                key: key.into(),
+                detail,
+            },
+        };
+        self.journal.record(&event)
+    }
+
+    fn get_ranges(&mut self) -> std::io::Result<()> {
+        let key = self.key();
+        let offset = self.rng.u64(0..4096);
+        let len = self.rng.u64(1..=512);
+        let begin = now_ns();
+        let hl = value::HEADER_LEN as u64;
+        let mut buf = vec![0u8; value::HEADER_LEN + len as usize];
+        let keys = [vec![key.clone()]];
+        let request = RangeRequest {
+            keys: &keys,
+            dst_offsets: &[vec![vec![0, hl]]],
+            src_offsets: &[vec![vec![0, offset]]],
+            sizes: &[vec![vec![hl, len]]],
+        };
+        let results = self
+            .client
+            .get_into_ranges(&mut [buf.as_mut_slice()], &request);
+        let fragments: Vec<Result<u64, ErrorCode>> =
+            results.into_iter().flatten().flatten().collect();
+        let result = match fragments.iter().find_map(|r| r.err()) {
+            Some(code) => Err(code),
+            None if fragments.len() == 2 => Ok(()),
+            None => Err(ErrorCode::InternalError),
+        };
+        let (header, range) = buf.split_at(value::HEADER_LEN);
+        self.record_ranged(("get_ranges", begin, &key), header, (offset, range), result)
+    }
+
+    fn session_get(&mut self) -> std::io::Result<()> {
+        let key = self.key();
+        let offset = self.rng.u64(0..4096);
+        let len = self.rng.usize(1..=512);
+        let begin = now_ns();
+        let keys = [key.as_str()];
+        let started = self
+            .client
+            .batch_get_session_start(&keys)
+            .pop()
+            .unwrap_or(Err(ErrorCode::InternalError));
+        let mut header = vec![0u8; value::HEADER_LEN];
+        let mut range = vec![0u8; len];
+        let result = match started {
+            Err(code) => Err(code),
+            Ok(()) => {
+                let mut lists = vec![vec![header.as_mut_slice(), range.as_mut_slice()]];
+                let read = self
+                    .client
+                    .batch_get_into_multi_buffer_ranges(&keys, &mut lists, &[vec![0, offset]])
+                    .pop()
+                    .unwrap_or(Err(ErrorCode::InternalError));
+                let ended = self.client.batch_get_session_end(&keys);
+                read.and(ended).map(|_| ())
+            }
+        };
+        self.record_ranged(
+            ("session_get", begin, &key),
+            &header,
+            (offset, &range),
+            result,
+        )
+    }
+
+    fn remove(&mut self, op: &str) -> std::io::Result<()> {
+        let begin = now_ns();
+        let outcomes: Vec<(String, i32)> = match op {
+            "remove" => {
+                let key = self.key();
+                let result = self.client.remove(&key, false);
+                vec![(key, rc(&result))]
+            }
+            "batch_remove" => {
+                let count = self.rng.usize(1..=4);
+                let keys = self.distinct_keys(count);
+                let results = self.client.batch_remove(&keys, false);
+                keys.into_iter().zip(results.iter().map(rc)).collect()
+            }
+            _ => vec![("*".into(), rc(&self.client.remove_all(false)))],
+        };
+        let end = now_ns();
+        for (key, code) in outcomes {
+            self.journal.record(&Event::Remove {
+                begin,
+                end,
+                op: op.into(),
+                key,
+                rc: code,
+            })?;
+        }
+        Ok(())
+    }
+}

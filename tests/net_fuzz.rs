@@ -1,0 +1,154 @@
+//! Network fuzzing: mutated RPC frames at a live master's RPC port and mutated transfer
+//! headers at a peer's data port. Both must stay up and correct (a real client's put and get
+//! return exact bytes afterwards, the get served from the peer's segment) with bounded RSS.
+
+mod common;
+
+use common::{local_client, pattern, Master, PeerClient};
+use mooncake_rs::master::MasterRequest;
+use mooncake_rs::rpc::codec::encode_frame;
+use mooncake_rs::transfer::wire::{Opcode, SessionHeader};
+use mooncake_rs::types::{ReplicateConfig, Uuid};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// Resident bytes of `pid`.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// Valid request frames to mutate.
+fn request_frames() -> Vec<Vec<u8>> {
+    let client = Uuid { hi: 1, lo: 2 };
+    let keys = vec!["k/1".to_string(), "k/2".to_string()];
+    let requests = [
+        MasterRequest::ping { client },
+        MasterRequest::batch_put_start {
+            client,
+            keys: keys.clone(),
+            sizes: vec![4096, 1 << 20],
+            config: ReplicateConfig::default(),
+        },
+        MasterRequest::batch_get_replica_list { keys: keys.clone() },
+        MasterRequest::batch_remove { keys, force: false },
+        MasterRequest::remove_by_regex {
+            pattern: "k/.*".into(),
+            force: false,
+        },
+    ];
+    requests.iter().map(|r| encode_frame(r).unwrap()).collect()
+}
+
+/// One mutation of `input`: bit flips, a cut, random bytes spliced in, or a rewritten
+/// length header.
+fn mutate(rng: &mut fastrand::Rng, input: &[u8]) -> Vec<u8> {
+    let mut out = input.to_vec();
+    match rng.u8(0..5) {
+        0 => {
+            for _ in 0..rng.usize(1..8) {
+                let at = rng.usize(0..out.len());
+                out[at] ^= 1 << rng.u8(0..8);
+            }
+        }
+        1 => out.truncate(rng.usize(0..out.len())),
+        2 => {
+            let at = rng.usize(0..=out.len());
+            let noise: Vec<u8> = (0..rng.usize(1..64)).map(|_| rng.u8(..)).collect();
+            out.splice(at..at, noise);
+        }
+        3 if out.len() >= 4 => {
+            let claimed = match rng.u8(0..3) {
+                0 => u32::MAX,
+                1 => 64 << 20,
+                _ => rng.u32(..),
+            };
+            out[..4].copy_from_slice(&claimed.to_le_bytes());
+        }
+        _ => {
+            let at = rng.usize(4.min(out.len())..out.len().max(4));
+            for byte in out.iter_mut().skip(at).take(8) {
+                *byte = rng.u8(..);
+            }
+        }
+    }
+    out
+}
+
+/// Sends `bytes` on a fresh connection and reads what comes back for a moment.
+fn poke(port: u16, bytes: &[u8]) {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(50)));
+    let _ = stream.write_all(bytes);
+    let mut sink = [0u8; 4096];
+    let _ = stream.read(&mut sink);
+}
+
+#[test]
+fn a_master_and_a_peer_survive_mutated_frames_with_bounded_memory() {
+    let master = Master::start(&[]);
+    let peer = PeerClient::start(&master.addr(), "16 MB");
+    let client = local_client(&master.addr(), 0, 16 << 20);
+    let config = ReplicateConfig::default();
+    let before = pattern(300_000, 5);
+    client.put("kept", &before, &config).unwrap();
+    let data_port: u16 = peer.name.rsplit(':').next().unwrap().parse().unwrap();
+    let (master_rss, peer_rss) = (rss(master.pid()), rss(peer.pid()));
+
+    let seed = fastrand::u64(..);
+    println!("net_fuzz seed {seed}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let frames = request_frames();
+    let start = Instant::now();
+    let mut sent = 0;
+    while start.elapsed() < Duration::from_secs(8) && sent < 4000 {
+        let frame = &frames[rng.usize(0..frames.len())];
+        poke(master.port, &mutate(&mut rng, frame));
+        let header = SessionHeader {
+            size: match rng.u8(0..3) {
+                0 => rng.u64(..),
+                1 => rng.u64(0..1 << 20),
+                _ => 1 << 40,
+            },
+            addr: rng.u64(..),
+            opcode: if rng.bool() {
+                Opcode::Read
+            } else {
+                Opcode::Write
+            },
+            v2: rng.bool(),
+            epoch: rng.bool().then(|| rng.u64(0..1 << 56)),
+        };
+        let mut bytes = mutate(&mut rng, &header.encode());
+        bytes.extend((0..rng.usize(0..256)).map(|_| rng.u8(..)));
+        poke(data_port, &bytes);
+        sent += 1;
+    }
+    println!("sent {sent} mutated frames to each port");
+
+    // Both still serve: a fresh write and the old object read back exactly, from the peer.
+    let after = pattern(200_000, 9);
+    client.put("fresh", &after, &config).unwrap();
+    let mut buf = vec![0u8; 300_000];
+    assert_eq!(client.get_into("kept", &mut buf).unwrap(), 300_000);
+    assert_eq!(buf, before);
+    assert_eq!(client.get_into("fresh", &mut buf).unwrap(), 200_000);
+    assert_eq!(&buf[..200_000], &after[..]);
+    let grown = |now: u64, then: u64| now.saturating_sub(then) >> 20;
+    let (master_growth, peer_growth) = (
+        grown(rss(master.pid()), master_rss),
+        grown(rss(peer.pid()), peer_rss),
+    );
+    println!("RSS growth: master {master_growth} MiB, peer {peer_growth} MiB");
+    assert!(master_growth < 64, "master grew {master_growth} MiB");
+    assert!(peer_growth < 64, "peer grew {peer_growth} MiB");
+}
