@@ -183,7 +183,7 @@ pub fn run(report: &mut Report, rounds: Rounds) -> Result<(), String> {
             "us",
             "2 x raw tcp 64B rtt p50",
         ),
-        raw_rtt(&mut raw, duration, 2.0),
+        raw_rtt(&mut raw, 64, duration, 2.0),
         || {
             p50_for(duration, |_| {
                 let key = format!("bench-stage-{staged}");
@@ -199,7 +199,7 @@ pub fn run(report: &mut Report, rounds: Rounds) -> Result<(), String> {
     judge(
         report,
         &rounds.judged("p2p PinKey p50", "us", "raw tcp 64B rtt p50"),
-        raw_rtt(&mut raw, duration, 1.0),
+        raw_rtt(&mut raw, 64, duration, 1.0),
         || {
             p50_for(duration, |i| {
                 peer.pin_key(format!("bench-stage-{}", i % 64))
