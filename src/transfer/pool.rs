@@ -13,7 +13,11 @@
 //! (both sides blocked in `send` because neither reads), at most [`PIPELINE_WINDOW`] bytes of
 //! answers (status frames plus READ data) are outstanding at any time, far below what the
 //! two socket buffers on the answer path hold; the server therefore never blocks on sending
-//! for long and keeps consuming requests.
+//! for long and keeps consuming requests. A run whose requests all together are at most
+//! [`ONE_SEND_REQUESTS`] bytes (up to 32 READs: a batch of small gets) has no answer window:
+//! its requests go out in the first send call, into an idle connection's empty send buffer
+//! (far larger than that), so the initiator never blocks sending while answers wait; it only
+//! reads from then on, and the whole batch costs one round trip.
 //!
 //! Stale pooled connections: a peer closes connections that stay idle too long
 //! (`MC_TRANSFER_IDLE_TIMEOUT_MS` on its side). A pooled connection is checked without
@@ -49,6 +53,9 @@ const MAX_IDLE_PER_PEER: usize = 32;
 /// Most answer bytes outstanding on one connection (see the module docs). The receive
 /// buffer of a fresh loopback or LAN socket alone is twice this by default.
 const PIPELINE_WINDOW: usize = 64 << 10;
+/// Request bytes (headers plus WRITE payloads) of a pipelined run small enough to go out in
+/// its first send call whatever its answers weigh (see the module docs): 32 READ headers.
+const ONE_SEND_REQUESTS: usize = 32 * HEADER_LEN;
 
 /// One wire request as the initiator sees it: `len` bytes between `local` (this process)
 /// and `remote` (an address in the peer process).
@@ -348,8 +355,8 @@ fn fail_all(
 }
 
 /// Sends `slices` on `stream` and reads their answers, keeping at most [`PIPELINE_WINDOW`]
-/// answer bytes outstanding (at least one request is always in flight). Stops at the first
-/// slice that fails.
+/// answer bytes outstanding (at least one request is always in flight; no limit when all
+/// requests fit in [`ONE_SEND_REQUESTS`]). Stops at the first slice that fails.
 ///
 /// # Safety
 /// As [`ConnectionPool::execute`].
@@ -365,6 +372,15 @@ unsafe fn pipeline(stream: &mut TcpStream, slices: &[Slice]) -> Run {
     // Answer bytes of the requests in `completed..awaited`.
     let mut outstanding = 0;
     let mut send_error: Option<io::Error> = None;
+    let request_bytes: usize = slices
+        .iter()
+        .map(|s| HEADER_LEN + if s.op == Opcode::Write { s.len } else { 0 })
+        .sum();
+    let window = if request_bytes <= ONE_SEND_REQUESTS {
+        usize::MAX
+    } else {
+        PIPELINE_WINDOW
+    };
     let stop = |completed, answers: &Incoming<'_>, failure| Run {
         completed,
         answered: answers.received_any(),
@@ -372,10 +388,10 @@ unsafe fn pipeline(stream: &mut TcpStream, slices: &[Slice]) -> Run {
     };
     while completed < slices.len() {
         // Refill once half the window drained, so a long group costs few send calls.
-        if send_error.is_none() && (awaited == completed || outstanding <= PIPELINE_WINDOW / 2) {
+        if send_error.is_none() && (awaited == completed || outstanding <= window / 2) {
             let mut end = awaited;
             while let Some(slice) = slices.get(end) {
-                if end > completed && outstanding + slice.answer_len() > PIPELINE_WINDOW {
+                if end > completed && outstanding.saturating_add(slice.answer_len()) > window {
                     break;
                 }
                 outstanding += slice.answer_len();

@@ -381,24 +381,31 @@ fn admit(
         status: Status::AddrRejected,
         why: bad.to_string(),
     })?;
-    let what = format!(
-        "{:?} of {} bytes at {:#x}",
-        header.opcode, header.size, header.addr
-    );
+    // Only a refusal formats text: admitting is on every request's path.
+    let what = || {
+        format!(
+            "{:?} of {} bytes at {:#x}",
+            header.opcode, header.size, header.addr
+        )
+    };
     let region = registry
         .within(header.addr, header.size)
         .filter(|region| region.remote_accessible && header.size > 0)
         .ok_or_else(|| Refusal {
             v2: header.v2,
             status: Status::AddrRejected,
-            why: format!("{what} is not inside one remotely accessible registered buffer"),
+            why: format!(
+                "{} is not inside one remotely accessible registered buffer",
+                what()
+            ),
         })?;
     match header.epoch {
         Some(epoch) if epoch != region.epoch => Err(Refusal {
             v2: header.v2,
             status: Status::StaleEpoch,
             why: format!(
-                "{what} names segment epoch {epoch:#x}, the buffer's is {:#x}",
+                "{} names segment epoch {epoch:#x}, the buffer's is {:#x}",
+                what(),
                 region.epoch
             ),
         }),

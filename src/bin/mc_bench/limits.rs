@@ -1,5 +1,5 @@
 //! The hardware limits measured in the same run: single-thread memcpy bandwidth, raw
-//! loopback TCP single-stream throughput and the 64-byte round trip.
+//! loopback TCP single-stream throughput and round trips ([`RawTcp`]).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -37,8 +37,12 @@ pub fn memcpy_gbps(size: usize, duration: Duration) -> f64 {
     bytes as f64 / start.elapsed().as_secs_f64() / 1e9
 }
 
-/// A loopback server answering an 8-byte request `n` with `n` bytes (a "get" on raw TCP);
-/// `n == 0` is a 64-byte echo for round trips.
+/// Largest answer the raw server sends (its payload buffer).
+const RAW_PAYLOAD: usize = 64 << 20;
+
+/// A loopback server answering each 8-byte request `n` with `n` bytes (a "get" on raw TCP),
+/// taken round-robin from a 64 MiB payload so that, like the store's gets, it does not send
+/// the same cache-warm bytes every time.
 fn raw_server() -> std::io::Result<(u16, std::thread::JoinHandle<()>)> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
@@ -47,19 +51,17 @@ fn raw_server() -> std::io::Result<(u16, std::thread::JoinHandle<()>)> {
             return;
         };
         let _ = stream.set_nodelay(true);
-        let payload = vec![7u8; 64 << 20];
+        let payload = vec![7u8; RAW_PAYLOAD];
         let mut request = [0u8; 8];
-        let mut echo = [0u8; 64];
+        let mut turn = 0usize;
         while stream.read_exact(&mut request).is_ok() {
-            let n = u64::from_le_bytes(request) as usize;
-            let ok = if n == 0 {
-                stream
-                    .read_exact(&mut echo)
-                    .and_then(|_| stream.write_all(&echo))
-            } else {
-                stream.write_all(&payload[..n.min(payload.len())])
-            };
-            if ok.is_err() {
+            let n = (u64::from_le_bytes(request) as usize).clamp(1, RAW_PAYLOAD);
+            let slot = turn % (RAW_PAYLOAD / n);
+            turn += 1;
+            if stream
+                .write_all(&payload[slot * n..(slot + 1) * n])
+                .is_err()
+            {
                 return;
             }
         }
@@ -67,41 +69,83 @@ fn raw_server() -> std::io::Result<(u16, std::thread::JoinHandle<()>)> {
     Ok((port, handle))
 }
 
-/// Raw loopback TCP: single-stream GB/s for `size`-byte responses and the 64-byte round trip
-/// median in µs.
+/// Raw loopback TCP, the limit of the TCP scenarios: one persistent connection (with
+/// `TCP_NODELAY`) to a server thread of this process that answers an 8-byte request with `n`
+/// bytes. Measure it interleaved with the scenario it judges (see `interleave`). Not
+/// thread-safe (`&mut self`); dropping it closes the connection and joins the server thread.
 pub struct RawTcp {
-    pub get_gbps: f64,
-    pub rtt_us: f64,
+    stream: Option<TcpStream>,
+    server: Option<std::thread::JoinHandle<()>>,
+    /// Destination buffers, used round-robin like the scenarios' `Pool`s.
+    bufs: Pool,
 }
 
-pub fn raw_tcp(size: usize, duration: Duration, rtt_samples: usize) -> std::io::Result<RawTcp> {
-    let (port, server) = raw_server()?;
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_nodelay(true)?;
-    let mut buf = vec![0u8; size];
-    let mut bytes = 0u64;
-    let start = Instant::now();
-    while start.elapsed() < duration {
+impl RawTcp {
+    /// Starts the server thread and connects to it. Errors: the socket's.
+    pub fn connect() -> std::io::Result<RawTcp> {
+        let (port, server) = raw_server()?;
+        let stream = TcpStream::connect(("127.0.0.1", port))?;
+        stream.set_nodelay(true)?;
+        Ok(RawTcp {
+            stream: Some(stream),
+            server: Some(server),
+            bufs: Pool::new(4, 0, 0),
+        })
+    }
+
+    /// One raw get of `size` bytes into destination buffer `k % 4`.
+    fn get(&mut self, size: usize, k: usize) -> std::io::Result<()> {
+        let stream = self
+            .stream
+            .as_mut()
+            .ok_or(std::io::ErrorKind::NotConnected)?;
+        let buf = &mut self.bufs.bufs[k % 4];
+        if buf.len() != size {
+            *buf = vec![0u8; size];
+        }
         stream.write_all(&(size as u64).to_le_bytes())?;
-        stream.read_exact(&mut buf)?;
-        bytes += size as u64;
+        stream.read_exact(buf)
     }
-    let get_gbps = bytes as f64 / start.elapsed().as_secs_f64() / 1e9;
-    let mut samples = Vec::with_capacity(rtt_samples);
-    let mut echo = [1u8; 64];
-    for _ in 0..rtt_samples {
-        let t = Instant::now();
-        stream.write_all(&0u64.to_le_bytes())?;
-        stream.write_all(&echo)?;
-        stream.read_exact(&mut echo)?;
-        samples.push(t.elapsed().as_secs_f64() * 1e6);
+
+    /// GB/s of back-to-back `size`-byte gets (1..=64 MiB) for about `duration`.
+    pub fn get_gbps(&mut self, size: usize, duration: Duration) -> std::io::Result<f64> {
+        for k in 0..4 {
+            self.get(size, k)?; // sizes and faults the buffers, untimed
+        }
+        let (mut bytes, mut k) = (0u64, 0usize);
+        let start = Instant::now();
+        while start.elapsed() < duration {
+            self.get(size, k)?;
+            bytes += size as u64;
+            k += 1;
+        }
+        Ok(bytes as f64 / start.elapsed().as_secs_f64() / 1e9)
     }
-    drop(stream);
-    let _ = server.join();
-    Ok(RawTcp {
-        get_gbps,
-        rtt_us: median(&mut samples),
-    })
+
+    /// The median round trip in µs of an 8-byte request answered with `size` bytes, over
+    /// round trips made one after the other for about `duration`.
+    pub fn rtt_us(&mut self, size: usize, duration: Duration) -> std::io::Result<f64> {
+        for k in 0..4 {
+            self.get(size, k)?;
+        }
+        let mut samples = Vec::new();
+        let start = Instant::now();
+        while start.elapsed() < duration {
+            let t = Instant::now();
+            self.get(size, samples.len())?;
+            samples.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        Ok(median(&mut samples))
+    }
+}
+
+impl Drop for RawTcp {
+    fn drop(&mut self) {
+        drop(self.stream.take());
+        if let Some(server) = self.server.take() {
+            let _ = server.join();
+        }
+    }
 }
 
 /// The median of `samples` (0 for none).

@@ -2,15 +2,22 @@
 //! prints each scenario as a ratio to its limit (the on-stream scenarios, `stream.rs`, are
 //! compared with each other: call cost vs bytes, session vs pinning calls, pipeline vs ideal).
 //!
-//! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load]` (`--load`: only the
+//! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load | --tcp]
+//! [--only NAME | --profile NAME]` (`--tcp`: only the memcpy limit and the TCP scenarios
+//! between two processes; `--only NAME`: of the judged lines, only those whose name contains
+//! NAME; `--profile NAME`: the same without their limits, for a profiler; `--load`: only the
 //! master load test, `load.rs`, about 30 s; `--device`: only the memcpy
 //! limit, the embedded host scenarios and the device scenarios, which need a GPU and are
 //! skipped cleanly without one; `--stream`: only the memcpy limit and the on-stream
 //! scenarios). With `--json` every line is one JSON object
 //! `{name, value, unit, limit_name, limit_value, ratio}`. `ratio = value / limit_value`; for
-//! latencies (unit `us`) lower is better, for throughputs higher is better.
+//! latencies (unit `us`) lower is better, for throughputs higher is better. A scenario judged
+//! against an interleaved limit (`interleave`: the TCP and P2P ones) reports medians of its
+//! rounds as `value`/`limit_value` and adds `rounds, value_min, value_max, limit_min,
+//! limit_max, ratio_best`.
 
 mod device;
+mod interleave;
 mod limits;
 mod load;
 mod p2p;
@@ -34,22 +41,33 @@ fn main() {
     let mut json = false;
     let mut quick = false;
     let mut only = scenarios::Only::All;
-    for arg in &args {
+    let mut selection = interleave::Selection::default();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
         match arg.as_str() {
+            flag @ ("--only" | "--profile") => {
+                let Some(part) = args.next() else {
+                    eprintln!("mc_bench: {flag} needs a part of a scenario name");
+                    std::process::exit(2);
+                };
+                selection.name_contains = Some(part.clone());
+                selection.without_limits = flag == "--profile";
+            }
             "--json" => json = true,
             "--quick" => quick = true,
             "--device" => only = scenarios::Only::Device,
             "--stream" => only = scenarios::Only::Stream,
             "--load" => only = scenarios::Only::Load,
+            "--tcp" => only = scenarios::Only::Tcp,
             other => {
                 eprintln!(
-                    "mc_bench: unknown argument '{other}' (use --json, --quick, --device, --stream, --load)"
+                    "mc_bench: unknown argument '{other}' (use --json, --quick, --device, --stream, --load, --tcp, --only NAME, --profile NAME)"
                 );
                 std::process::exit(2);
             }
         }
     }
-    let mut report = Report::new(json);
+    let mut report = Report::new(json, selection);
     if let Err(message) = scenarios::run_all(&mut report, quick, only) {
         eprintln!("mc_bench: {message}");
         std::process::exit(1);

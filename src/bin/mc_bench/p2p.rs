@@ -2,9 +2,10 @@
 //! between two processes (against raw loopback TCP), PreWrite→WriteCommit and PinKey round
 //! trips (against the raw 64-byte round trip), and hot-key read scaling with 1–8 threads.
 
-use crate::limits::{self, median, Pool};
+use crate::interleave::judge;
+use crate::limits::{Pool, RawTcp};
 use crate::report::Report;
-use crate::scenarios::{gbps, spawn_child, MIB};
+use crate::scenarios::{gbps, p50_for, raw_gbps, raw_rtt, spawn_child, Rounds, MIB};
 use mooncake_rs::master::{MasterConfig, MasterService};
 use mooncake_rs::p2p::{
     P2pClient, P2pSetupConfig, PeerApi, PeerInterface, RemotePeer, RequestOptions,
@@ -115,28 +116,10 @@ fn get_rate(
     Ok(gbps(bytes, start.elapsed().as_secs_f64()))
 }
 
-fn p50(samples: usize, mut f: impl FnMut(usize) -> Result<(), String>) -> Result<f64, String> {
-    let mut lat = Vec::with_capacity(samples);
-    for i in 0..samples {
-        let t = Instant::now();
-        f(i)?;
-        lat.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    Ok(median(&mut lat))
-}
-
 /// Runs the P2P scenarios against an in-process P2P master and one owner child process.
-pub fn run(
-    report: &mut Report,
-    raw: &limits::RawTcp,
-    raw_1m: f64,
-    duration: Duration,
-    samples: usize,
-) -> Result<(), String> {
-    let raw_16m = limits::raw_tcp(16 * MIB, duration, 1)
-        .map_err(|e| format!("raw tcp: {e}"))?
-        .get_gbps;
-    report.limit("raw tcp 1 stream 16MiB", raw_16m, "GB/s");
+pub fn run(report: &mut Report, rounds: Rounds) -> Result<(), String> {
+    let duration = rounds.duration;
+    let mut raw = RawTcp::connect().map_err(|e| format!("raw tcp: {e}"))?;
     let service = MasterService::new(MasterConfig {
         deployment_mode: DeploymentMode::P2p,
         ..MasterConfig::default()
@@ -154,9 +137,9 @@ pub fn run(
     })
     .map_err(|e| format!("accessor setup: {e}"))?;
     let directions = [TransferDirection::Forward, TransferDirection::Reverse];
-    for (size, label, limit_name, limit) in [
-        (MIB, "1MiB", "raw tcp 1 stream 1MiB", raw_1m),
-        (16 * MIB, "16MiB", "raw tcp 1 stream 16MiB", raw_16m),
+    for (size, label, limit_name) in [
+        (MIB, "1MiB", "raw tcp 1 stream 1MiB"),
+        (16 * MIB, "16MiB", "raw tcp 1 stream 16MiB"),
     ] {
         let key = format!("bench-get-{label}");
         let value = vec![5u8; size];
@@ -172,45 +155,59 @@ pub fn run(
                 direction: Some(direction),
                 ..to_owner.clone()
             };
-            let put = put_rate(&client, &options, size, duration)?;
             let scenario = format!("p2p {} put {label}", name(direction));
-            report.line(&scenario, put, "GB/s", limit_name, limit);
-            let get = get_rate(&client, &key, size, direction, 1, duration)?;
+            judge(
+                report,
+                &rounds.judged(&scenario, "GB/s", limit_name),
+                raw_gbps(&mut raw, size, duration),
+                || put_rate(&client, &options, size, duration),
+            )?;
             let scenario = format!("p2p {} get {label}", name(direction));
-            report.line(&scenario, get, "GB/s", limit_name, limit);
+            judge(
+                report,
+                &rounds.judged(&scenario, "GB/s", limit_name),
+                raw_gbps(&mut raw, size, duration),
+                || get_rate(&client, &key, size, direction, 1, duration),
+            )?;
         }
     }
     let peer = RemotePeer(RpcClient::<PeerInterface>::new(
         owner_rpc,
         Timeouts::default(),
     ));
-    let prewrite = p50(samples, |i| {
-        let key = format!("bench-stage-{i}");
-        let grant = peer
-            .pre_write(key.clone(), 4096)
-            .map_err(|e| format!("PreWrite: {e}"))?;
-        peer.write_commit(key, grant.write_operation_id)
-            .map_err(|e| format!("WriteCommit: {e}"))
-    })?;
-    report.line(
-        "p2p PreWrite+WriteCommit p50",
-        prewrite,
-        "us",
-        "2 x raw tcp 64B rtt p50",
-        2.0 * raw.rtt_us,
-    );
-    let pin = p50(samples, |i| {
-        peer.pin_key(format!("bench-stage-{}", i % 64))
-            .map(|_| ())
-            .map_err(|e| format!("PinKey: {e}"))
-    })?;
-    report.line(
-        "p2p PinKey p50",
-        pin,
-        "us",
-        "raw tcp 64B rtt p50",
-        raw.rtt_us,
-    );
+    let mut staged = 0usize;
+    judge(
+        report,
+        &rounds.judged(
+            "p2p PreWrite+WriteCommit p50",
+            "us",
+            "2 x raw tcp 64B rtt p50",
+        ),
+        raw_rtt(&mut raw, 64, duration, 2.0),
+        || {
+            p50_for(duration, |_| {
+                let key = format!("bench-stage-{staged}");
+                staged += 1;
+                let grant = peer
+                    .pre_write(key.clone(), 4096)
+                    .map_err(|e| format!("PreWrite: {e}"))?;
+                peer.write_commit(key, grant.write_operation_id)
+                    .map_err(|e| format!("WriteCommit: {e}"))
+            })
+        },
+    )?;
+    judge(
+        report,
+        &rounds.judged("p2p PinKey p50", "us", "raw tcp 64B rtt p50"),
+        raw_rtt(&mut raw, 64, duration, 1.0),
+        || {
+            p50_for(duration, |i| {
+                peer.pin_key(format!("bench-stage-{}", i % 64))
+                    .map(|_| ())
+                    .map_err(|e| format!("PinKey: {e}"))
+            })
+        },
+    )?;
     for direction in directions {
         let mut single = 0.0;
         for threads in [1, 2, 4, 8] {

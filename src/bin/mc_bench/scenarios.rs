@@ -1,7 +1,8 @@
 //! The scenarios: embedded put/get, TCP get between two processes, small-object latency and
 //! batched small gets — each printed against the limit measured in the same run.
 
-use crate::limits::{self, median, Pool};
+use crate::interleave::{judge, Judged};
+use crate::limits::{self, median, Pool, RawTcp};
 use crate::redis;
 use crate::report::Report;
 use mooncake_rs::client::{parse_size, Client, SetupConfig};
@@ -244,14 +245,77 @@ fn put_objects(
         .collect()
 }
 
-fn over_tcp(
-    report: &mut Report,
-    raw: &limits::RawTcp,
-    raw_1m: f64,
-    redis_1m: Option<f64>,
+/// How each judged scenario and its limit are measured (see `interleave`): rounds of each,
+/// alternately, of about `duration` each.
+#[derive(Clone, Copy)]
+pub(crate) struct Rounds {
+    pub(crate) duration: Duration,
+    pub(crate) rounds: usize,
+}
+
+impl Rounds {
+    /// The line description for `name` against `limit_name`.
+    pub(crate) fn judged<'a>(
+        &self,
+        name: &'a str,
+        unit: &'static str,
+        limit_name: &'a str,
+    ) -> Judged<'a> {
+        Judged {
+            name,
+            unit,
+            limit_name,
+            rounds: self.rounds,
+        }
+    }
+}
+
+/// The median latency in µs of `f(i)` (i = 0, 1, …) called one after the other for about
+/// `duration`.
+pub(crate) fn p50_for(
     duration: Duration,
-    samples: usize,
-) -> Result<(), String> {
+    mut f: impl FnMut(usize) -> Result<(), String>,
+) -> Result<f64, String> {
+    let mut lat = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < duration {
+        let t = Instant::now();
+        f(lat.len())?;
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(median(&mut lat))
+}
+
+/// The raw limits as closures returning one round's value (for `interleave::judge`).
+pub(crate) fn raw_gbps<'a>(
+    raw: &'a mut RawTcp,
+    size: usize,
+    duration: Duration,
+) -> impl FnMut() -> Result<f64, String> + 'a {
+    move || {
+        raw.get_gbps(size, duration)
+            .map_err(|e| format!("raw tcp: {e}"))
+    }
+}
+
+/// One round of the raw round trip (µs) of an 8-byte request answered with `size` bytes,
+/// times `factor`.
+pub(crate) fn raw_rtt<'a>(
+    raw: &'a mut RawTcp,
+    size: usize,
+    duration: Duration,
+    factor: f64,
+) -> impl FnMut() -> Result<f64, String> + 'a {
+    move || {
+        raw.rtt_us(size, duration)
+            .map(|us| us * factor)
+            .map_err(|e| format!("raw tcp: {e}"))
+    }
+}
+
+fn over_tcp(report: &mut Report, rounds: Rounds, redis_1m: Option<f64>) -> Result<(), String> {
+    let duration = rounds.duration;
+    let mut raw = RawTcp::connect().map_err(|e| format!("raw tcp: {e}"))?;
     let service = MasterService::new(MasterConfig::default());
     let rpc = RpcServer::start("127.0.0.1:0".parse().map_err(|_| "addr")?, service.clone())
         .map_err(|e| format!("rpc server: {e}"))?;
@@ -267,140 +331,143 @@ fn over_tcp(
     .map_err(|e| format!("client setup: {e}"))?;
 
     let big = put_objects(&client, "g4m-", 16, 4 * MIB, &peer_name)?;
-    let value = timed_gets(&client, &big, 4 * MIB, duration)?;
-    report.line(
-        "tcp get 4MiB (2 processes)",
-        value,
-        "GB/s",
-        "raw tcp 1 stream 4MiB",
-        raw.get_gbps,
-    );
+    judge(
+        report,
+        &rounds.judged(
+            "tcp get 4MiB (2 processes)",
+            "GB/s",
+            "raw tcp 1 stream 4MiB",
+        ),
+        raw_gbps(&mut raw, 4 * MIB, duration),
+        || timed_gets(&client, &big, 4 * MIB, duration),
+    )?;
 
     let mid = put_objects(&client, "g1m-", 16, MIB, &peer_name)?;
-    let value = timed_gets(&client, &mid, MIB, duration)?;
-    match redis_1m {
-        Some(redis) => report.line(
+    if let Some(redis) = redis_1m {
+        report.limit("redis GET 1MiB", redis, "GB/s");
+    }
+    judge(
+        report,
+        &rounds.judged(
             "tcp get 1MiB (2 processes)",
-            value,
-            "GB/s",
-            "redis GET 1MiB",
-            redis,
-        ),
-        None => report.line(
-            "tcp get 1MiB (2 processes)",
-            value,
             "GB/s",
             "raw tcp 1 stream 1MiB",
-            raw_1m,
         ),
-    }
+        raw_gbps(&mut raw, MIB, duration),
+        || timed_gets(&client, &mid, MIB, duration),
+    )?;
 
     let small = put_objects(&client, "g4k-", 64, 4096, &peer_name)?;
     let mut buf = vec![0u8; 4096];
-    let mut lat = Vec::with_capacity(samples);
-    for i in 0..samples {
-        let t = Instant::now();
-        client
-            .get_into(&small[i % small.len()], &mut buf)
-            .map_err(|e| format!("get 4KiB: {e}"))?;
-        lat.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    report.line(
-        "tcp get 4KiB p50",
-        median(&mut lat),
-        "us",
-        "raw tcp 64B rtt p50",
-        raw.rtt_us,
-    );
-    let p50 = |f: &mut dyn FnMut(usize) -> Result<(), String>| -> Result<f64, String> {
-        let mut lat = Vec::with_capacity(samples);
-        for i in 0..samples {
-            let t = Instant::now();
-            f(i)?;
-            lat.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-        Ok(median(&mut lat))
-    };
-    let query = p50(&mut |i| {
-        client
-            .get_size(&small[i % small.len()])
-            .map(|_| ())
-            .map_err(|e| format!("get_size: {e}"))
-    })?;
-    report.line(
-        "  part: master query p50",
-        query,
-        "us",
-        "raw tcp 64B rtt p50",
-        raw.rtt_us,
-    );
+    judge(
+        report,
+        &rounds.judged("tcp get 4KiB p50", "us", "raw tcp 4KiB rtt p50"),
+        raw_rtt(&mut raw, 4096, duration, 1.0),
+        || {
+            p50_for(duration, |i| {
+                client
+                    .get_into(&small[i % small.len()], &mut buf)
+                    .map(|_| ())
+                    .map_err(|e| format!("get 4KiB: {e}"))
+            })
+        },
+    )?;
+    judge(
+        report,
+        &rounds.judged("  part: master query p50", "us", "raw tcp 64B rtt p50"),
+        raw_rtt(&mut raw, 64, duration, 1.0),
+        || {
+            p50_for(duration, |i| {
+                client
+                    .get_size(&small[i % small.len()])
+                    .map(|_| ())
+                    .map_err(|e| format!("get_size: {e}"))
+            })
+        },
+    )?;
     let pins: Vec<_> = client
         .pin(&small)
         .into_iter()
         .collect::<Result<_, _>>()
         .map_err(|e| format!("pin: {e}"))?;
-    let data = p50(&mut |i| {
-        client
-            .read_pinned(&pins[i % pins.len()], &mut buf)
-            .map(|_| ())
-            .map_err(|e| format!("read_pinned: {e}"))
-    })?;
-    report.line(
-        "  part: data read 4KiB p50",
-        data,
-        "us",
-        "raw tcp 64B rtt p50",
-        raw.rtt_us,
-    );
+    judge(
+        report,
+        &rounds.judged("  part: data read 4KiB p50", "us", "raw tcp 4KiB rtt p50"),
+        raw_rtt(&mut raw, 4096, duration, 1.0),
+        || {
+            p50_for(duration, |i| {
+                client
+                    .read_pinned(&pins[i % pins.len()], &mut buf)
+                    .map(|_| ())
+                    .map_err(|e| format!("read_pinned: {e}"))
+            })
+        },
+    )?;
     client
         .unpin(&pins.iter().map(|p| p.pin_id).collect::<Vec<_>>())
         .map_err(|e| format!("unpin: {e}"))?;
 
     let keys: Vec<&String> = small.iter().take(32).collect();
     let mut outs = vec![vec![0u8; 4096]; 32];
-    let (mut got, start) = (0u64, Instant::now());
-    while start.elapsed() < duration {
-        let mut views: Vec<&mut [u8]> = outs.iter_mut().map(|o| &mut o[..]).collect();
-        let results = client.batch_get_into(&keys, &mut views);
-        if let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
-            return Err(format!("batch get: {e}"));
+    let mut batch = || {
+        let (mut got, start) = (0u64, Instant::now());
+        while start.elapsed() < duration {
+            let mut views: Vec<&mut [u8]> = outs.iter_mut().map(|o| &mut o[..]).collect();
+            let results = client.batch_get_into(&keys, &mut views);
+            if let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
+                return Err(format!("batch get: {e}"));
+            }
+            got += 32;
         }
-        got += 32;
+        Ok(got as f64 / start.elapsed().as_secs_f64())
+    };
+    // The limit with the batch's bytes: one raw round trip answered with 32 x 4 KiB; and, as
+    // the issue first put it, with one 64-byte round trip (which no transport moving 128 KiB
+    // can reach).
+    for (size, limit_name) in [
+        (32 * 4096, "32 keys per raw 128KiB rtt"),
+        (64, "32 keys per raw 64B rtt"),
+    ] {
+        let mut rtt = raw_rtt(&mut raw, size, duration, 1.0);
+        judge(
+            report,
+            &rounds.judged("tcp batch 32x4KiB gets", "key/s", limit_name),
+            move || rtt().map(|us| 32.0 / (us / 1e6)),
+            &mut batch,
+        )?;
     }
-    let rate = got as f64 / start.elapsed().as_secs_f64();
-    report.line(
-        "tcp batch 32x4KiB gets",
-        rate,
-        "key/s",
-        "32 keys per raw rtt",
-        32.0 / (raw.rtt_us / 1e6),
-    );
 
     let src = Pool::new(4, 4 * MIB, 1);
     let cfg = ReplicateConfig {
         preferred_segments: vec![peer_name.clone()],
         ..ReplicateConfig::default()
     };
-    let (mut bytes, mut t_put, mut i) = (0u64, 0.0, 0usize);
-    let start = Instant::now();
-    while start.elapsed() < duration {
-        let key = format!("p4m-{}", i % 16);
-        let _ = client.remove(&key, true);
-        let t = Instant::now();
-        client
-            .put_from(&key, &src.bufs[i % 4], &cfg)
-            .map_err(|e| format!("put 4MiB: {e}"))?;
-        t_put += t.elapsed().as_secs_f64();
-        bytes += 4 * MIB as u64;
-        i += 1;
-    }
-    report.line(
-        "tcp put_from 4MiB (2 processes)",
-        gbps(bytes, t_put),
-        "GB/s",
-        "raw tcp 1 stream 4MiB",
-        raw.get_gbps,
-    );
+    let mut i = 0usize;
+    judge(
+        report,
+        &rounds.judged(
+            "tcp put_from 4MiB (2 processes)",
+            "GB/s",
+            "raw tcp 1 stream 4MiB",
+        ),
+        raw_gbps(&mut raw, 4 * MIB, duration),
+        || {
+            let (mut bytes, mut t_put) = (0u64, 0.0);
+            let start = Instant::now();
+            while start.elapsed() < duration {
+                let key = format!("p4m-{}", i % 16);
+                let _ = client.remove(&key, true);
+                let t = Instant::now();
+                client
+                    .put_from(&key, &src.bufs[i % 4], &cfg)
+                    .map_err(|e| format!("put 4MiB: {e}"))?;
+                t_put += t.elapsed().as_secs_f64();
+                bytes += 4 * MIB as u64;
+                i += 1;
+            }
+            Ok(gbps(bytes, t_put))
+        },
+    )?;
     client.teardown();
     drop(peer);
     rpc.shutdown();
@@ -445,12 +512,18 @@ pub enum Only {
     Stream,
     /// The master load test (`--load`).
     Load,
+    /// The memcpy limit and the TCP scenarios between two processes, each judged against
+    /// its interleaved raw-TCP limit (`--tcp`).
+    Tcp,
 }
 
 /// Runs the limits and scenarios `only` selects, printing as it goes.
 pub fn run_all(report: &mut Report, quick: bool, only: Only) -> Result<(), String> {
     let duration = Duration::from_millis(if quick { 300 } else { 1500 });
-    let samples = if quick { 300 } else { 3000 };
+    let rounds = Rounds {
+        duration,
+        rounds: if quick { 3 } else { 5 },
+    };
     let memcpy = limits::memcpy_gbps(4 * MIB, duration);
     report.limit("memcpy 1 thread 4MiB", memcpy, "GB/s");
     match only {
@@ -461,22 +534,13 @@ pub fn run_all(report: &mut Report, quick: bool, only: Only) -> Result<(), Strin
         }
         Only::Stream => return crate::stream::run(report, memcpy, quick),
         Only::Load => return crate::load::run(report),
+        Only::Tcp => return over_tcp(report, rounds, None),
     }
-    let raw = limits::raw_tcp(4 * MIB, duration, samples).map_err(|e| format!("raw tcp: {e}"))?;
-    report.limit("raw tcp 1 stream 4MiB", raw.get_gbps, "GB/s");
-    report.limit("raw tcp 64B rtt p50", raw.rtt_us, "us");
-    let raw_1m = limits::raw_tcp(MIB, duration, 1)
-        .map_err(|e| format!("raw tcp: {e}"))?
-        .get_gbps;
-    report.limit("raw tcp 1 stream 1MiB", raw_1m, "GB/s");
     let redis_1m = redis::get_gbps(MIB, duration);
-    if let Some(redis) = redis_1m {
-        report.limit("redis GET 1MiB", redis, "GB/s");
-    }
     allocator(report, duration);
     embedded(report, memcpy, duration)?;
     crate::stream::run(report, memcpy, quick)?;
     crate::device::run(report, duration)?;
-    over_tcp(report, &raw, raw_1m, redis_1m, duration, samples)?;
-    crate::p2p::run(report, &raw, raw_1m, duration, samples)
+    over_tcp(report, rounds, redis_1m)?;
+    crate::p2p::run(report, rounds)
 }
