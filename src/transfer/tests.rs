@@ -795,6 +795,58 @@ fn peer_dying_mid_pipeline_fails_the_rest_without_hanging() {
     assert_eq!(metrics.snapshot().connections_opened, 1);
 }
 
+/// A batch of 32 small READs whose answers (32 x 4 KiB) exceed the answer window goes out
+/// whole before any answer: one round trip. The peer takes every header (for at most 2 s)
+/// before answering any; with a window it would see only the first ~15 and the slices
+/// behind them would wait for their answers.
+#[test]
+fn small_read_batch_goes_out_before_any_answer() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = listener.local_addr().unwrap();
+    let fake = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut headers = Vec::new();
+        let mut raw = [0u8; HEADER_LEN];
+        while headers.len() < 32 && conn.read_exact(&mut raw).is_ok() {
+            headers.push(SessionHeader::decode(&raw).unwrap());
+        }
+        let before_any_answer = headers.len();
+        for (i, header) in headers.iter().enumerate() {
+            conn.write_all(&Status::Ok.encode()).unwrap();
+            conn.write_all(&vec![i as u8 + 1; header.size as usize])
+                .unwrap();
+        }
+        // Whatever comes after the first answers (the rest of a windowed batch).
+        while conn.read_exact(&mut raw).is_ok() {
+            let header = SessionHeader::decode(&raw).unwrap();
+            conn.write_all(&Status::Ok.encode()).unwrap();
+            conn.write_all(&vec![0xEE; header.size as usize]).unwrap();
+        }
+        before_any_answer
+    });
+    let (pool, metrics) = test_pool();
+    let mut backs = vec![vec![0u8; 4096]; 32];
+    let slices: Vec<Slice> = backs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, back)| read_slice(back, 0x1000 * (i as u64 + 1)))
+        .collect();
+    // SAFETY: the buffers outlive the call and are distinct.
+    let results = unsafe { pool.execute(peer, &slices) };
+    pool.close();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(
+        fake.join().unwrap(),
+        32,
+        "all 32 headers went out before any answer"
+    );
+    for (i, back) in backs.iter().enumerate() {
+        assert!(back.iter().all(|&x| x == i as u8 + 1), "slice {i}");
+    }
+    assert_eq!(metrics.snapshot().connections_opened, 1);
+}
+
 /// A serving peer shuts down while batches of small requests are in flight: the batch in
 /// progress fails (at least partly) and returns promptly; nothing hangs.
 #[test]
