@@ -2,7 +2,8 @@
 //! prints each scenario as a ratio to its limit (the on-stream scenarios, `stream.rs`, are
 //! compared with each other: call cost vs bytes, session vs pinning calls, pipeline vs ideal).
 //!
-//! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load]` (`--load`: only the
+//! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load | --rdma]` (`--rdma`:
+//! only the RDMA transport against perftest, inside the soft-RoCE VM, `rdma.rs`; `--load`: only the
 //! master load test, `load.rs`, about 30 s; `--device`: only the memcpy
 //! limit, the embedded host scenarios and the device scenarios, which need a GPU and are
 //! skipped cleanly without one; `--stream`: only the memcpy limit and the on-stream
@@ -14,6 +15,7 @@ mod device;
 mod limits;
 mod load;
 mod p2p;
+mod rdma;
 mod redis;
 mod report;
 mod scenarios;
@@ -30,6 +32,14 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("--serve-p2p-owner") {
         std::process::exit(p2p::serve_owner(&args[1..]));
+    }
+    if args.iter().any(|a| a == "--rdma") {
+        let mut report = Report::new(args.iter().any(|a| a == "--json"));
+        if let Err(message) = rdma::run(&mut report) {
+            eprintln!("mc_bench: {message}");
+            std::process::exit(1);
+        }
+        return;
     }
     let mut json = false;
     let mut quick = false;
