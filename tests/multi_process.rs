@@ -293,6 +293,7 @@ fn peer_refuses_access_outside_registered_ranges() {
         listener: None,
         resolver: Arc::new(DirectResolver),
         memcpy_enabled: true,
+        rdma: None,
     })
     .unwrap();
     let mut buf = vec![0u8; 4096];

@@ -23,9 +23,11 @@ pub struct SetupConfig {
     pub global_segment_size: u64,
     /// Bytes of the registered local buffer used by `put` and `get_buffer` (0, or 1024..=1 TiB).
     pub local_buffer_size: u64,
-    /// Transport protocol; `tcp` is built.
+    /// Transport protocol: `tcp` (or empty), or `rdma` (one-sided verbs; libibverbs is
+    /// loaded at setup, which fails naming the problem when it or the device is missing).
     pub protocol: String,
-    /// RDMA device names (unused by TCP; kept for API parity).
+    /// RDMA device names, comma-separated as Mooncake's (the first is used; empty: the first
+    /// device listed). Unused by TCP.
     pub device_name: String,
     /// `host:port` of the master, or `embedded` / empty for the in-process master.
     pub master_server_addr: String,
@@ -55,6 +57,11 @@ pub enum MetadataMode {
 }
 
 impl SetupConfig {
+    /// Whether `protocol` selects the RDMA transport.
+    pub fn uses_rdma(&self) -> bool {
+        self.protocol.trim() == "rdma"
+    }
+
     /// True when `master_server_addr` selects the in-process master.
     pub fn is_embedded(&self) -> bool {
         let addr = self.master_server_addr.trim();
@@ -87,10 +94,10 @@ impl SetupConfig {
             );
         }
         let protocol = self.protocol.trim();
-        if !(protocol.is_empty() || protocol == "tcp") {
+        if !(protocol.is_empty() || protocol == "tcp" || protocol == "rdma") {
             return fail(
                 ErrorCode::InvalidParams,
-                format!("protocol '{protocol}' is not built in; use 'tcp'"),
+                format!("protocol '{protocol}' is not built in; use 'tcp' or 'rdma'"),
             );
         }
         let metadata = self.metadata_server.trim();
@@ -209,9 +216,10 @@ mod tests {
             Err(ErrorCode::InvalidParams)
         );
         assert_eq!(
-            bad(&|c| c.protocol = "rdma".into()),
+            bad(&|c| c.protocol = "nvlink".into()),
             Err(ErrorCode::InvalidParams)
         );
+        assert!(bad(&|c| c.protocol = "rdma".into()).is_ok());
         assert_eq!(
             bad(&|c| c.metadata_server = "127.0.0.1:2379".into()),
             Err(ErrorCode::InvalidParams)

@@ -12,6 +12,7 @@ use crate::error::{fail, ErrorCode, Result};
 use crate::master::{MasterApi, MasterConfig, MasterService};
 use crate::rpc;
 use crate::stream::{StreamConfig, StreamEngine};
+use crate::transfer::rdma::RdmaDevice;
 use crate::transfer::{DirectResolver, EngineConfig, SegmentResolver, TransferEngine};
 use crate::types::{ClientId, Segment, Uuid};
 use parking_lot::Mutex;
@@ -280,7 +281,9 @@ impl Drop for ClientCore {
 /// name, the engine and the metadata client. Shared by [`Client::setup`] and the P2P client.
 ///
 /// Errors: `INTERNAL_ERROR` when no port could be bound; `INVALID_PARAMS` for an unresolvable
-/// host; `TRANSFER_FAIL` when the engine cannot start; HTTP metadata client errors.
+/// host; `TRANSFER_FAIL` when the engine cannot start, or for `protocol = "rdma"` when
+/// libibverbs, the device or its port is missing (the message names which); HTTP metadata
+/// client errors.
 pub(crate) fn start_engine(
     config: &SetupConfig,
     metadata_mode: &MetadataMode,
@@ -300,11 +303,16 @@ pub(crate) fn start_engine(
             Some(rpc::HttpMetadataClient::new(url)?),
         ),
     };
+    let rdma = match config.uses_rdma() {
+        true => Some(RdmaDevice::open(&config.device_name)?),
+        false => None,
+    };
     let engine = TransferEngine::new(EngineConfig {
         local_name: hostname.clone(),
         listener,
         resolver,
         memcpy_enabled: env_bool("MC_STORE_MEMCPY").unwrap_or(true),
+        rdma,
     })?;
     Ok((hostname, engine, metadata))
 }

@@ -581,6 +581,7 @@ mod tests {
             listener: None,
             resolver: Arc::new(DirectResolver),
             memcpy_enabled: true,
+            rdma: None,
         })
         .unwrap();
         let staging = Arc::new(LocalBuffer::with_access(1 << 20, &engine, true).unwrap());

@@ -67,9 +67,9 @@ pub struct P2pSetupConfig {
     /// Bytes of the registered, remotely accessible staging buffer the REVERSE path uses
     /// (0 disables REVERSE puts and gets of remote keys), 0 or 1024..=1 TiB.
     pub local_buffer_size: u64,
-    /// Transport protocol; `tcp` is built.
+    /// Transport protocol: `tcp` or `rdma` (as [`SetupConfig::protocol`]).
     pub protocol: String,
-    /// RDMA devices (unused by TCP).
+    /// RDMA devices, comma-separated (as [`SetupConfig::device_name`]; unused by TCP).
     pub rdma_devices: String,
     /// `host:port` of a master running `--deployment_mode P2P`.
     pub master_server_addr: String,

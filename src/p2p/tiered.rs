@@ -173,6 +173,7 @@ mod tests {
             listener: None,
             resolver: Arc::new(DirectResolver),
             memcpy_enabled: true,
+            rdma: None,
         })
         .unwrap()
     }

@@ -10,6 +10,7 @@
 use super::copy::copy_bytes;
 use super::metrics::{bump, Metrics};
 use super::pool::{ConnectionPool, Slice, SliceError};
+use super::rdma::RdmaTransport;
 use super::registry::{Registry, StaleEpoch};
 use super::settings::{MIN_SLICE, PIPELINE_GROUP_BYTES, PIPELINE_GROUP_SLICES, PIPELINE_MAX_SLICE};
 use super::staging::Staging;
@@ -30,6 +31,8 @@ pub(crate) enum Route {
     Local,
     /// `remote` is an address in the process serving at this socket address.
     Remote(SocketAddr),
+    /// As `Remote`, moved by one-sided RDMA (the socket address is the peer's control port).
+    Rdma(SocketAddr),
 }
 
 /// One unit of work: a slice of request number `request`.
@@ -61,6 +64,8 @@ pub(crate) struct Io {
     pub(crate) staging: Arc<Staging>,
     pub(crate) registry: Arc<Registry>,
     pub(crate) metrics: Arc<Metrics>,
+    /// The RDMA transport, when the engine runs it ([`Route::Rdma`] jobs).
+    pub(crate) rdma: Option<Arc<RdmaTransport>>,
 }
 
 /// The `(offset, len)` parts a request of `len` bytes is split into: parts of at least
@@ -210,6 +215,16 @@ unsafe fn execute(io: &Io, unit: &[Job]) -> Vec<Result<u64, SliceError>> {
             .collect(),
         // SAFETY: forwarded from the caller; `units` puts only jobs to `peer` together.
         Route::Remote(peer) => unsafe { execute_remote(io, peer, unit) },
+        Route::Rdma(peer) => unit
+            .iter()
+            .map(|job| match &io.rdma {
+                // SAFETY: forwarded from the caller.
+                Some(rdma) => unsafe { rdma.execute(peer, &job.slice, job.staged, &io.staging) },
+                None => Err(SliceError::from(
+                    "RDMA job without the RDMA transport".to_string(),
+                )),
+            })
+            .collect(),
     }
 }
 

@@ -5,6 +5,7 @@
 use super::batch::{split, Executor, Io, Job, Route};
 use super::metrics::{add, bump, CopyPaths, Metrics, Path, PathCounters, TransferMetrics};
 use super::pool::{ConnectionPool, Slice};
+use super::rdma::{RdmaDevice, RdmaTransport};
 use super::registry::{MemoryRegion, Registry, MAX_EPOCH};
 use super::resolver::SegmentResolver;
 use super::server::Server;
@@ -12,7 +13,7 @@ use super::settings::Settings;
 use super::staging::{Staging, STAGE_CHUNK};
 use super::wire::Opcode;
 use crate::device::{self, MemoryKind};
-use crate::error::{fail, ErrorCode, Result};
+use crate::error::{fail, last_error_message, ErrorCode, Result};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,6 +31,10 @@ pub struct EngineConfig {
     /// Requests to our own endpoint are local copies; when `false` they go through TCP to
     /// ourselves (Mooncake's `MC_STORE_MEMCPY`).
     pub memcpy_enabled: bool,
+    /// `Some`: remote requests go by one-sided RDMA on this device (`protocol = "rdma"`):
+    /// every registered range is also registered with the NIC, and the TCP server answers
+    /// RDMA handshakes. `None`: TCP.
+    pub rdma: Option<Arc<RdmaDevice>>,
 }
 
 /// Direction of a transfer, seen from this process.
@@ -82,6 +87,7 @@ pub struct TransferEngine {
     metrics: Arc<Metrics>,
     paths: PathCounters,
     pool: Arc<ConnectionPool>,
+    rdma: Option<Arc<RdmaTransport>>,
     executor: Executor,
     server: Option<Server>,
 }
@@ -97,7 +103,15 @@ impl TransferEngine {
         let metrics = Arc::new(Metrics::default());
         let pool = Arc::new(ConnectionPool::new(settings, Arc::clone(&metrics)));
         let workers = settings.lanes.saturating_sub(1).max(1);
+        let rdma = config.rdma.map(|device| {
+            Arc::new(RdmaTransport::new(
+                device,
+                settings.io_timeout,
+                Arc::clone(&metrics),
+            ))
+        });
         let io = Io {
+            rdma: rdma.clone(),
             pool: Arc::clone(&pool),
             staging: Arc::new(Staging::new(Arc::clone(&metrics))),
             registry: Arc::clone(&registry),
@@ -117,6 +131,7 @@ impl TransferEngine {
                 let started = Server::start(
                     listener,
                     Arc::clone(&registry),
+                    rdma.clone(),
                     Arc::clone(&metrics),
                     settings,
                 );
@@ -136,6 +151,7 @@ impl TransferEngine {
             metrics,
             paths: PathCounters::default(),
             pool,
+            rdma,
             executor,
             server,
         }))
@@ -158,14 +174,39 @@ impl TransferEngine {
     ///
     /// Errors: `INVALID_PARAMS` for `addr` 0, `len` 0, a range that wraps around, or overlap
     /// with a registered range.
+    /// With RDMA the range is also registered with the NIC (an error then undoes the
+    /// registration: `TRANSFER_FAIL` when the device refuses a remotely accessible range; a
+    /// local one the device refuses is kept without an MR and goes through bounce buffers).
     pub fn register(&self, addr: usize, len: usize, remote_accessible: bool) -> Result<()> {
-        self.registry.register(addr, len, remote_accessible)
+        self.registry.register(addr, len, remote_accessible)?;
+        let Some(rdma) = &self.rdma else {
+            return Ok(());
+        };
+        match rdma.register(addr, len, remote_accessible) {
+            Ok(()) => Ok(()),
+            Err(_) if !remote_accessible => {
+                tracing::debug!(
+                    "{}; it is used through bounce buffers",
+                    last_error_message()
+                );
+                Ok(())
+            }
+            Err(code) => {
+                let message = last_error_message();
+                let _ = self.registry.unregister(addr);
+                fail(code, message)
+            }
+        }
     }
 
     /// Unregisters the range starting at `addr`.
     ///
     /// Errors: `INVALID_PARAMS` when no registered range starts at `addr`.
+    /// With RDMA its MR is deregistered first, so the NIC refuses its rkey from then on.
     pub fn unregister(&self, addr: usize) -> Result<()> {
+        if let Some(rdma) = &self.rdma {
+            rdma.unregister(addr);
+        }
         self.registry.unregister(addr)
     }
 
@@ -177,8 +218,15 @@ impl TransferEngine {
     ///
     /// Errors: `INVALID_PARAMS` when no registered range starts at `base` or `epoch` is over
     /// [`MAX_EPOCH`].
+    ///
+    /// With RDMA the range is re-registered with the NIC under a new rkey (the old MR is
+    /// deregistered first), so peers that still hold the old rkey are refused by the NIC.
     pub fn set_region_epoch(&self, base: usize, epoch: u64) -> Result<()> {
-        self.registry.set_epoch(base, epoch)
+        self.registry.set_epoch(base, epoch)?;
+        match &self.rdma {
+            Some(rdma) => rdma.set_epoch(base, epoch),
+            None => Ok(()),
+        }
     }
 
     /// The registered range containing `addr`, if any.
@@ -267,6 +315,9 @@ impl TransferEngine {
             server.shutdown();
         }
         self.pool.close();
+        if let Some(rdma) = &self.rdma {
+            rdma.close();
+        }
         self.executor.stop();
     }
 
@@ -351,7 +402,10 @@ impl TransferEngine {
                 let at = offset + done;
                 jobs.push(Job {
                     request: index,
-                    route: Route::Remote(peer),
+                    route: match self.rdma {
+                        Some(_) => Route::Rdma(peer),
+                        None => Route::Remote(peer),
+                    },
                     slice: Slice {
                         op,
                         // In range: at < len and local + len did not overflow.
@@ -384,6 +438,8 @@ impl TransferEngine {
         let m = &self.metrics;
         let (count, bytes) = match (self.is_local(request.endpoint), request.op) {
             (true, _) => (&m.local_copies, &m.local_copy_bytes),
+            // Counted per slice by the RDMA transport (`rdma_*`).
+            (false, _) if self.rdma.is_some() => return,
             (false, TransferOp::Read) => (&m.tcp_reads, &m.tcp_read_bytes),
             (false, TransferOp::Write) => (&m.tcp_writes, &m.tcp_write_bytes),
         };

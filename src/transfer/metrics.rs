@@ -83,6 +83,23 @@ counters! {
     device_staging_copies,
     /// Bytes of those copies.
     device_staging_bytes,
+    /// Slices (parts of requests) completed by RDMA READ work requests.
+    rdma_read_slices,
+    /// Bytes of those slices.
+    rdma_read_bytes,
+    /// Slices completed by RDMA WRITE work requests.
+    rdma_write_slices,
+    /// Bytes of those slices.
+    rdma_write_bytes,
+    /// Copies between caller memory and a registered RDMA bounce buffer (caller memory not
+    /// registered with the NIC, or device memory).
+    rdma_bounce_copies,
+    /// Bytes of those copies.
+    rdma_bounce_bytes,
+    /// Queue pairs this engine connected to peers (handshakes it initiated).
+    rdma_connections,
+    /// Queue pairs this engine's server connected for peers (handshakes it answered).
+    rdma_served_connections,
 }
 
 /// Adds one event of `bytes` bytes to a count/bytes counter pair.

@@ -14,6 +14,7 @@ mod engine;
 mod gather;
 mod metrics;
 mod pool;
+pub mod rdma;
 mod registry;
 mod resolver;
 mod server;

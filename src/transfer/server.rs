@@ -43,10 +43,11 @@
 
 use super::gather::Cursor;
 use super::metrics::{add, bump, Metrics};
+use super::rdma::{RdmaTransport, ENDPOINT_LEN};
 use super::registry::Registry;
 use super::settings::Settings;
 use super::socket::{recv_into, send_parts, set_abortive_close, RawPart};
-use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
+use super::wire::{is_rdma_connect, Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
 use crate::error::{fail, ErrorCode, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -78,6 +79,8 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 /// What every connection task needs. Shared by `Arc`.
 struct ServeContext {
     registry: Arc<Registry>,
+    /// Answers RDMA handshakes when the engine runs the RDMA transport.
+    rdma: Option<Arc<RdmaTransport>>,
     metrics: Arc<Metrics>,
     /// How long a request may take to arrive once its first byte was read, and the most a
     /// READ answer may wait for send progress.
@@ -161,6 +164,7 @@ impl Server {
     pub(crate) fn start(
         listener: std::net::TcpListener,
         registry: Arc<Registry>,
+        rdma: Option<Arc<RdmaTransport>>,
         metrics: Arc<Metrics>,
         settings: Settings,
     ) -> Result<Server> {
@@ -178,6 +182,7 @@ impl Server {
             };
             let context = Arc::new(ServeContext {
                 registry,
+                rdma,
                 metrics,
                 io_timeout: settings.io_timeout,
                 idle_timeout: settings.idle_timeout,
@@ -309,6 +314,9 @@ async fn serve_requests(conn: &mut BufReader<TcpStream>, context: &ServeContext)
     loop {
         let served = async {
             let (raw, deadline) = next_header(conn, context).await?;
+            if is_rdma_connect(&raw) {
+                return Err(serve_rdma_handshake(conn, context, deadline).await);
+            }
             let header = match admit(&context.registry, &raw) {
                 Ok(header) => header,
                 Err(refusal) => {
@@ -327,6 +335,53 @@ async fn serve_requests(conn: &mut BufReader<TcpStream>, context: &ServeContext)
         };
         if let Err(stop) = served.await {
             return stop;
+        }
+    }
+}
+
+/// Answers an RDMA handshake (the header was read): reads the initiator's endpoint, connects
+/// a QP to it, replies with ours and the region table, then holds the QP until the
+/// initiator closes the connection (no idle timeout: the QP is in use without traffic here).
+/// Without the RDMA transport the request is refused like an unknown opcode.
+async fn serve_rdma_handshake(
+    conn: &mut BufReader<TcpStream>,
+    context: &ServeContext,
+    deadline: Instant,
+) -> Stop {
+    let Some(rdma) = &context.rdma else {
+        let refusal = Refusal {
+            v2: true,
+            status: Status::AddrRejected,
+            why: "RDMA handshake, but this process does not run the RDMA transport".into(),
+        };
+        reject(conn.get_mut(), context, refusal).await;
+        return Stop::Refused;
+    };
+    let mut theirs = [0u8; ENDPOINT_LEN];
+    if let Err(stop) = before(deadline, conn.read_exact(&mut theirs)).await {
+        return stop;
+    }
+    let (_qp, reply) = match rdma.accept(&theirs) {
+        Ok(accepted) => accepted,
+        Err(_) => {
+            let refusal = Refusal {
+                v2: true,
+                status: Status::AddrRejected,
+                why: crate::error::last_error_message(),
+            };
+            reject(conn.get_mut(), context, refusal).await;
+            return Stop::Refused;
+        }
+    };
+    if let Err(stop) = before(deadline, conn.get_mut().write_all(&reply)).await {
+        return stop;
+    }
+    let mut sink = [0u8; 64];
+    loop {
+        match conn.read(&mut sink).await {
+            Ok(0) => return Stop::Closed,
+            Ok(_) => continue,
+            Err(e) => return Stop::Failed(e),
         }
     }
 }

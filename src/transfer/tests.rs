@@ -28,6 +28,7 @@ fn serving_engine_on(listener: TcpListener) -> Arc<TransferEngine> {
         listener: Some(listener),
         resolver: Arc::new(DirectResolver),
         memcpy_enabled: true,
+        rdma: None,
     })
     .unwrap()
 }
@@ -38,6 +39,7 @@ fn embedded_engine() -> Arc<TransferEngine> {
         listener: None,
         resolver: Arc::new(DirectResolver),
         memcpy_enabled: true,
+        rdma: None,
     })
     .unwrap()
 }
@@ -436,6 +438,7 @@ fn memcpy_disabled_sends_own_requests_over_tcp() {
         listener: Some(listener),
         resolver: Arc::new(DirectResolver),
         memcpy_enabled: false,
+        rdma: None,
     })
     .unwrap();
     let mut segment = vec![0u8; 4096];
@@ -1081,7 +1084,8 @@ fn limited_server(memory: &mut [u8], settings: Settings) -> (super::server::Serv
     let metrics = Arc::new(Metrics::default());
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let server =
-        super::server::Server::start(listener, registry, Arc::clone(&metrics), settings).unwrap();
+        super::server::Server::start(listener, registry, None, Arc::clone(&metrics), settings)
+            .unwrap();
     (server, metrics)
 }
 
@@ -1481,6 +1485,7 @@ fn connection_failures_invalidate_the_segment_address_refusals_do_not() {
         listener: None,
         resolver: Arc::clone(&resolver) as Arc<dyn SegmentResolver>,
         memcpy_enabled: true,
+        rdma: None,
     })
     .unwrap();
     let mut back = vec![0u8; 4096];
@@ -1537,6 +1542,7 @@ fn republished_peer_is_reached_after_one_failed_attempt() {
         listener: None,
         resolver: Arc::new(HttpMetadataResolver::new(metadata())),
         memcpy_enabled: true,
+        rdma: None,
     })
     .unwrap();
     let mut back = vec![0u8; 4096];

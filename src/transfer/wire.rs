@@ -19,6 +19,10 @@ pub const V2_FLAG: u8 = 0x80;
 /// Opcode flag (our extension) that marks a header carrying a segment epoch in bytes
 /// 17..24.
 pub const EPOCH_FLAG: u8 = 0x40;
+/// Opcode (ours) of an RDMA handshake request: the initiator's queue-pair endpoint follows
+/// the header (`size` bytes); see `rdma::handshake`. [`SessionHeader::decode`] refuses it,
+/// so a server without RDMA answers it as an unknown opcode.
+pub const RDMA_CONNECT: u8 = 0x02;
 /// Largest epoch the header can carry (56 bits).
 const EPOCH_MASK: u64 = (1 << 56) - 1;
 /// High 32 bits of every status frame: "MCTV".
@@ -104,6 +108,11 @@ impl SessionHeader {
             epoch,
         })
     }
+}
+
+/// Whether raw header bytes open an RDMA handshake ([`RDMA_CONNECT`], any flags).
+pub fn is_rdma_connect(raw: &[u8; HEADER_LEN]) -> bool {
+    raw[16] & !(V2_FLAG | EPOCH_FLAG) == RDMA_CONNECT
 }
 
 /// The code carried by a status frame.

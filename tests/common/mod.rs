@@ -310,6 +310,14 @@ impl Launched {
     }
 }
 
+impl Launched {
+    /// SIGKILLs the process and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Launched {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -2,9 +2,10 @@
 //! prints each scenario as a ratio to its limit (the on-stream scenarios, `stream.rs`, are
 //! compared with each other: call cost vs bytes, session vs pinning calls, pipeline vs ideal).
 //!
-//! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load | --tcp]
+//! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load | --tcp | --rdma]
 //! [--only NAME | --profile NAME]` (`--tcp`: only the memcpy limit and the TCP scenarios
-//! between two processes; `--only NAME`: of the judged lines, only those whose name contains
+//! between two processes; `--rdma`: only the RDMA transport against perftest, inside the
+//! soft-RoCE VM, `rdma.rs`; `--only NAME`: of the judged lines, only those whose name contains
 //! NAME; `--profile NAME`: the same without their limits, for a profiler; `--load`: only the
 //! master load test, `load.rs`, about 30 s; `--device`: only the memcpy
 //! limit, the embedded host scenarios and the device scenarios, which need a GPU and are
@@ -21,6 +22,7 @@ mod interleave;
 mod limits;
 mod load;
 mod p2p;
+mod rdma;
 mod redis;
 mod report;
 mod scenarios;
@@ -37,6 +39,15 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("--serve-p2p-owner") {
         std::process::exit(p2p::serve_owner(&args[1..]));
+    }
+    if args.iter().any(|a| a == "--rdma") {
+        let json = args.iter().any(|a| a == "--json");
+        let mut report = Report::new(json, interleave::Selection::default());
+        if let Err(message) = rdma::run(&mut report) {
+            eprintln!("mc_bench: {message}");
+            std::process::exit(1);
+        }
+        return;
     }
     let mut json = false;
     let mut quick = false;

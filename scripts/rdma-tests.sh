@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The RDMA leg: builds the RDMA test binaries on the host (release, default target CPU, so
+# they run under the guest's Nehalem model), then runs them in ONE boot of the soft-RoCE VM
+# (../shared/tools/rdma-vm, which installs its own Debian packages on first use), bounded
+# by -t. Exit status: the tests' (124: the VM timed out, 125: the VM did not start).
+#
+#   scripts/rdma-tests.sh            # lib verbs tests + tests/rdma.rs
+#   RDMA_VM_TOOL=/path/run-in-rdma-vm.sh RDMA_VM_LIMIT_S=480 scripts/rdma-tests.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+tool="${RDMA_VM_TOOL:-../shared/tools/rdma-vm/run-in-rdma-vm.sh}"
+limit="${RDMA_VM_LIMIT_S:-480}"
+
+# The file name of the test executable cargo built for `selector`.
+executable() {
+  cargo test --release --locked "$@" --no-run >&2
+  cargo test --release --locked "$@" --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
+        print(m["executable"])' | tail -n 1
+}
+
+echo "== building the RDMA test binaries"
+cargo build --release --locked --bins
+lib="$(executable --lib)"
+itest="$(executable --test rdma)"
+[ -x "$lib" ] && [ -x "$itest" ] || { echo "test binaries not found" >&2; exit 1; }
+
+echo "== running them in the RDMA VM (limit ${limit}s)"
+"$tool" -t "$limit" -- bash -c "
+  set -e
+  echo '-- lib: transfer::rdma'
+  '$lib' transfer::rdma:: --test-threads=1
+  echo '-- tests/rdma.rs'
+  '$itest' --test-threads=1 --nocapture
+"

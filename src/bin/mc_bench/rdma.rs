@@ -1,0 +1,232 @@
+//! `mc_bench --rdma`: our RDMA transport against perftest on the same device, in one run
+//! (inside the soft-RoCE VM: `RDMA_VM_DEV`, `RDMA_VM_ADDR`, `RDMA_VM_GID_INDEX`; or set
+//! `MC_BENCH_RDMA_DEV`, `MC_BENCH_RDMA_ADDR`, `MC_BENCH_RDMA_GID_INDEX`).
+//!
+//! Two engines in this process (one device, "two nodes"): an owner with a registered 64 MiB
+//! segment and an initiator with a registered 64 MiB buffer (zero-copy). Per size, rounds
+//! interleave `ib_read_bw` / our get and `ib_write_bw` / our put for the same bytes; the best
+//! of the rounds is reported with the spread (max/min − 1). 4 KiB get p50 is compared with
+//! `ib_read_lat`'s typical latency.
+
+use super::report::Report;
+use mooncake_rs::transfer::rdma::RdmaDevice;
+use mooncake_rs::transfer::{
+    DirectResolver, EngineConfig, TransferEngine, TransferOp, TransferRequest,
+};
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BUFFER: usize = 64 << 20;
+const ROUNDS: usize = 3;
+const MIB: f64 = (1 << 20) as f64;
+
+struct Target {
+    device: String,
+    addr: String,
+    gid_index: String,
+}
+
+fn target() -> Option<Target> {
+    let var = |ours: &str, vm: &str| std::env::var(ours).or_else(|_| std::env::var(vm)).ok();
+    Some(Target {
+        device: var("MC_BENCH_RDMA_DEV", "RDMA_VM_DEV")?,
+        addr: var("MC_BENCH_RDMA_ADDR", "RDMA_VM_ADDR")?,
+        gid_index: var("MC_BENCH_RDMA_GID_INDEX", "RDMA_VM_GID_INDEX")
+            .unwrap_or_else(|| "0".into()),
+    })
+}
+
+/// Runs a perftest server/client pair and returns the whitespace-split fields of its result
+/// line (the first line of the client's output starting with the message size).
+fn perftest(
+    tool: &str,
+    target: &Target,
+    size: usize,
+    iters: usize,
+    port: u16,
+) -> Result<Vec<f64>, String> {
+    let common = |cmd: &mut Command| {
+        cmd.args(["-d", &target.device, "-x", &target.gid_index, "-F"])
+            .args(["-s", &size.to_string(), "-n", &iters.to_string()])
+            .args(["-p", &port.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+    };
+    let mut server = Command::new(tool);
+    common(&mut server);
+    let server = server.spawn().map_err(|e| format!("{tool}: {e}"))?;
+    // The server needs a moment to listen; the client retries its connect.
+    let mut output = None;
+    for _ in 0..50 {
+        let mut client = Command::new(tool);
+        common(&mut client);
+        let out = client
+            .arg(&target.addr)
+            .output()
+            .map_err(|e| format!("{tool}: {e}"))?;
+        if out.status.success() {
+            output = Some(out);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server
+        .wait_with_output()
+        .map_err(|e| format!("{tool}: {e}"))?;
+    let out = output.ok_or_else(|| format!("{tool} client never connected"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .map(str::split_whitespace)
+        .map(|fields| {
+            fields
+                .map(|f| f.parse::<f64>())
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .filter_map(Result::ok)
+        .find(|fields| fields.first() == Some(&(size as f64)) && fields.len() >= 4)
+        .ok_or_else(|| format!("no result line in {tool} output:\n{text}"))
+}
+
+fn engine(device: &Arc<RdmaDevice>, addr: &str) -> Result<Arc<TransferEngine>, String> {
+    let listener = TcpListener::bind((addr, 0)).map_err(|e| e.to_string())?;
+    let local_name = listener
+        .local_addr()
+        .map_err(|e| e.to_string())?
+        .to_string();
+    TransferEngine::new(EngineConfig {
+        local_name,
+        listener: Some(listener),
+        resolver: Arc::new(DirectResolver),
+        memcpy_enabled: true,
+        rdma: Some(Arc::clone(device)),
+    })
+    .map_err(|e| format!("engine: {e}"))
+}
+
+/// Moves `size`-byte requests `iters` times (all of `BUFFER` in turn); MiB/s.
+fn ours(pair: &Pair, op: TransferOp, size: usize, iters: usize) -> Result<f64, String> {
+    let started = Instant::now();
+    for i in 0..iters {
+        let at = (i * size) % BUFFER;
+        let request = TransferRequest {
+            op,
+            local_addr: pair.local.as_ptr() as usize + at,
+            len: size as u64,
+            endpoint: pair.owner.local_name(),
+            remote_addr: (pair.segment.as_ptr() as usize + at) as u64,
+            epoch: 0,
+            send_by: None,
+        };
+        // SAFETY: both buffers are ours, registered and alive for the call; reads write
+        // only `pair.local`, which nothing else touches.
+        unsafe { pair.initiator.transfer(&[request]) }
+            .pop()
+            .unwrap_or(Err(mooncake_rs::ErrorCode::InternalError))
+            .map_err(|e| format!("{op:?} of {size}: {e}"))?;
+    }
+    Ok((size * iters) as f64 / MIB / started.elapsed().as_secs_f64())
+}
+
+/// p50 of `samples` 4 KiB gets, in µs.
+fn get_p50(pair: &Pair, samples: usize) -> Result<f64, String> {
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let started = Instant::now();
+        ours(pair, TransferOp::Read, 4096, 1)?;
+        times.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(super::limits::median(&mut times))
+}
+
+struct Pair {
+    owner: Arc<TransferEngine>,
+    initiator: Arc<TransferEngine>,
+    segment: Vec<u8>,
+    local: Vec<u8>,
+}
+
+/// Best value and spread (max/min − 1) of `values` (higher is better).
+fn best(values: &[f64]) -> (f64, f64) {
+    let max = values.iter().copied().fold(f64::MIN, f64::max);
+    let min = values.iter().copied().fold(f64::MAX, f64::min);
+    (max, if min > 0.0 { max / min - 1.0 } else { 0.0 })
+}
+
+/// Runs the comparison; prints `skipped` without a device.
+pub fn run(report: &mut Report) -> Result<(), String> {
+    let Some(target) = target() else {
+        println!("rdma: skipped (no RDMA_VM_DEV / MC_BENCH_RDMA_DEV)");
+        return Ok(());
+    };
+    let device =
+        RdmaDevice::open(&target.device).map_err(|_| mooncake_rs::error::last_error_message())?;
+    let mut pair = Pair {
+        owner: engine(&device, &target.addr)?,
+        initiator: engine(&device, &target.addr)?,
+        segment: vec![7u8; BUFFER],
+        local: vec![1u8; BUFFER],
+    };
+    let segment = pair.segment.as_mut_ptr() as usize;
+    pair.owner
+        .register(segment, BUFFER, true)
+        .map_err(|e| format!("register: {e}"))?;
+    let local = pair.local.as_mut_ptr() as usize;
+    pair.initiator
+        .register(local, BUFFER, false)
+        .map_err(|e| format!("register: {e}"))?;
+    let mut port = 18515u16;
+    for (size, iters) in [(4usize << 20, 48usize), (64 << 10, 1500)] {
+        let label = if size >= 1 << 20 {
+            format!("{} MiB", size >> 20)
+        } else {
+            format!("{} KiB", size >> 10)
+        };
+        let (mut ib_r, mut our_r, mut ib_w, mut our_w) = (vec![], vec![], vec![], vec![]);
+        for _ in 0..ROUNDS {
+            port += 1;
+            ib_r.push(perftest("ib_read_bw", &target, size, iters, port)?[3]);
+            our_r.push(ours(&pair, TransferOp::Read, size, iters)?);
+            port += 1;
+            ib_w.push(perftest("ib_write_bw", &target, size, iters, port)?[3]);
+            our_w.push(ours(&pair, TransferOp::Write, size, iters)?);
+        }
+        for (what, limit, mine, ib) in [
+            ("get", "ib_read_bw", &our_r, &ib_r),
+            ("put", "ib_write_bw", &our_w, &ib_w),
+        ] {
+            let (value, spread) = best(mine);
+            let (limit_value, limit_spread) = best(ib);
+            report.line(
+                &format!("rdma {what} {label} (MiB/s)"),
+                value,
+                "MiB/s",
+                &format!("{limit} {label}"),
+                limit_value,
+            );
+            println!(
+                "  spread: ours {:.1}%, {limit} {:.1}% (best of {ROUNDS})",
+                spread * 100.0,
+                limit_spread * 100.0
+            );
+        }
+    }
+    let (mut ib_lat, mut our_lat) = (vec![], vec![]);
+    for _ in 0..ROUNDS {
+        port += 1;
+        // ib_read_lat fields: bytes, iterations, t_min, t_max, t_typical, ...
+        ib_lat.push(perftest("ib_read_lat", &target, 4096, 1000, port)?[4]);
+        our_lat.push(get_p50(&pair, 1000)?);
+    }
+    let low = |v: &[f64]| v.iter().copied().fold(f64::MAX, f64::min);
+    report.line(
+        "rdma get 4 KiB p50",
+        low(&our_lat),
+        "us",
+        "ib_read_lat 4 KiB typical",
+        low(&ib_lat),
+    );
+    println!("  rounds: ours {our_lat:.1?} us, ib_read_lat {ib_lat:.1?} us");
+    Ok(())
+}

@@ -1,0 +1,24 @@
+//! The RDMA transport (ibverbs, RC queue pairs, one-sided READ/WRITE).
+//!
+//! Modules, one job each: `verbs` (the C layouts and the run-time loaded entry points),
+//! `device` (opening a device, its PD, and memory registrations), `qp` (one queue pair:
+//! connecting it and running work requests with bounded outstanding work), `handshake`
+//! (QP endpoints and region tables over the TCP data port), `bounce` (registered bounce
+//! buffers) and `transport` ([`RdmaTransport`]: registrations, connections per peer, slices).
+//!
+//! libibverbs is opened with `dlopen` on first use, so nothing here makes the library a
+//! load-time dependency of `libmooncake_rs.so`.
+
+mod bounce;
+mod device;
+mod handshake;
+mod qp;
+mod transport;
+mod verbs;
+
+#[cfg(test)]
+mod tests;
+
+pub use device::RdmaDevice;
+pub(crate) use qp::ENDPOINT_LEN;
+pub(crate) use transport::RdmaTransport;

@@ -1,0 +1,233 @@
+//! Tests against the real library and a real device: they run inside the soft-RoCE VM
+//! (`RDMA_VM=1`, see `scripts/rdma-tests.sh`) and print that they skipped elsewhere.
+//! On the host only the "no device / no library" errors are checked.
+
+use super::device::RdmaDevice;
+use super::qp::{Endpoint, QpSettings, QueuePair, WorkRequest};
+use super::verbs::{self, Verbs};
+use crate::error::{last_error_message, ErrorCode};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The VM's device, or `None` (with a note) outside the VM.
+fn vm_device() -> Option<Arc<RdmaDevice>> {
+    if std::env::var_os("RDMA_VM").is_none() {
+        eprintln!("skipped: needs the soft-RoCE VM (RDMA_VM=1)");
+        return None;
+    }
+    let name = std::env::var("RDMA_VM_DEV").unwrap_or_default();
+    Some(RdmaDevice::open(&name).expect("the VM's device opens"))
+}
+
+fn settings() -> QpSettings {
+    QpSettings {
+        max_wr: 16,
+        ack_timeout: 10,
+        retry_cnt: 3,
+    }
+}
+
+/// Two QPs on one device connected to each other ("two nodes" on one rxe device).
+fn pair(device: &Arc<RdmaDevice>) -> (QueuePair, QueuePair) {
+    let mut a = QueuePair::new(device, settings()).unwrap();
+    let mut b = QueuePair::new(device, settings()).unwrap();
+    let (ea, eb) = (a.endpoint(), b.endpoint());
+    a.connect(&eb).unwrap();
+    b.connect(&ea).unwrap();
+    (a, b)
+}
+
+fn deadline() -> Instant {
+    Instant::now() + Duration::from_secs(10)
+}
+
+#[test]
+fn a_missing_library_is_named_in_the_error() {
+    let Err(problem) = Verbs::load(&["libibverbs-that-does-not-exist.so.9"]) else {
+        panic!("a missing library loaded");
+    };
+    assert!(
+        problem.contains("libibverbs-that-does-not-exist.so.9"),
+        "{problem}"
+    );
+    assert!(problem.contains("cannot be loaded"), "{problem}");
+}
+
+#[test]
+fn open_without_a_device_names_the_problem() {
+    if std::env::var_os("RDMA_VM").is_some() {
+        // A device exists here: an unknown name must still be refused by name.
+        assert_eq!(
+            RdmaDevice::open("no_such_dev0").map(|_| ()),
+            Err(ErrorCode::TransferFail)
+        );
+        let message = last_error_message();
+        assert!(
+            message.contains("no_such_dev0") && message.contains("rxe"),
+            "{message}"
+        );
+        return;
+    }
+    assert_eq!(
+        RdmaDevice::open("").map(|_| ()),
+        Err(ErrorCode::TransferFail)
+    );
+    let message = last_error_message();
+    assert!(
+        message.contains("protocol 'rdma'")
+            && (message.contains("no RDMA device") || message.contains("libibverbs")),
+        "{message}"
+    );
+}
+
+#[test]
+fn layouts_agree_with_the_library() {
+    let Some(device) = vm_device() else { return };
+    let mut buffer = vec![0u8; 8192];
+    let addr = buffer.as_mut_ptr() as usize;
+    let registration = device.register(addr, buffer.len()).unwrap();
+    // ibv_mr: addr/length at the offsets we read, keys set.
+    assert_eq!(registration.range(), (addr, buffer.len()));
+    assert_ne!(registration.lkey(), 0);
+    // ibv_context: the ops we call are filled in by the provider.
+    // SAFETY: a live context.
+    let ops = unsafe { &(*device.context).ops };
+    assert!(ops.poll_cq.is_some() && ops.post_send.is_some() && ops.req_notify_cq.is_some());
+    let mut qp = QueuePair::new(&device, settings()).unwrap();
+    assert_eq!(qp.state().unwrap(), verbs::QPS_RESET);
+    let own = qp.endpoint();
+    assert_ne!(own.qpn, 0);
+    assert_eq!(
+        &own.gid[10..12],
+        &[0xff, 0xff],
+        "RoCE v2 IPv4-mapped GID: {own:?}"
+    );
+    let mut peer = QueuePair::new(&device, settings()).unwrap();
+    qp.connect(&peer.endpoint()).unwrap();
+    peer.connect(&own).unwrap();
+    // ibv_qp_attr: the state the library reports back through our layout.
+    assert_eq!(qp.state().unwrap(), verbs::QPS_RTS);
+    assert_eq!(Endpoint::decode(&own.encode()), own);
+}
+
+#[test]
+fn write_then_read_moves_exactly_the_bytes() {
+    let Some(device) = vm_device() else { return };
+    let (mut a, _b) = pair(&device);
+    let len = 1 << 20;
+    let source: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+    let mut target = vec![0u8; len];
+    let mut back = vec![0u8; len];
+    let src = device.register(source.as_ptr() as usize, len).unwrap();
+    let dst = device.register(target.as_mut_ptr() as usize, len).unwrap();
+    let bck = device.register(back.as_mut_ptr() as usize, len).unwrap();
+    // 64 slices of 16 KiB with max_wr 16: the window refills while completions arrive.
+    let slice = 16 << 10;
+    let writes: Vec<WorkRequest> = (0..len / slice)
+        .map(|i| WorkRequest {
+            read: false,
+            local: (source.as_ptr() as usize + i * slice) as u64,
+            lkey: src.lkey(),
+            len: slice as u32,
+            remote: (target.as_ptr() as usize + i * slice) as u64,
+            rkey: dst.rkey(),
+        })
+        .collect();
+    // SAFETY: the buffers are registered and live until the end of the test.
+    let results = unsafe { a.run(&writes, deadline(), &|| true) };
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert!(target == source);
+    let read = WorkRequest {
+        read: true,
+        local: back.as_mut_ptr() as u64,
+        lkey: bck.lkey(),
+        len: len as u32,
+        remote: target.as_ptr() as u64,
+        rkey: dst.rkey(),
+    };
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { a.run(&[read], deadline(), &|| true) },
+        vec![Ok(())]
+    );
+    assert!(back == source);
+    assert!(!a.is_broken());
+}
+
+#[test]
+fn a_stale_rkey_is_refused_by_the_nic_and_no_byte_lands() {
+    let Some(device) = vm_device() else { return };
+    let (mut a, _b) = pair(&device);
+    let len = 64 << 10;
+    let source = vec![0xA5u8; len];
+    let mut target = vec![0x11u8; len];
+    let src = device.register(source.as_ptr() as usize, len).unwrap();
+    let dst = device.register(target.as_mut_ptr() as usize, len).unwrap();
+    let stale = dst.rkey();
+    drop(dst); // Unmount: the region is deregistered before its space is reused.
+    let fresh = device.register(target.as_mut_ptr() as usize, len).unwrap();
+    assert_ne!(fresh.rkey(), stale, "re-registration gives a new rkey");
+    let write = WorkRequest {
+        read: false,
+        local: source.as_ptr() as u64,
+        lkey: src.lkey(),
+        len: len as u32,
+        remote: target.as_ptr() as u64,
+        rkey: stale,
+    };
+    // SAFETY: the buffers are live; `src` is registered.
+    let results = unsafe { a.run(&[write, write], deadline(), &|| true) };
+    let first = results[0].as_ref().unwrap_err();
+    assert!(first.contains("remote access error"), "{first}");
+    assert!(results[1].is_err(), "{results:?}");
+    assert!(a.is_broken());
+    assert!(
+        target.iter().all(|b| *b == 0x11),
+        "a byte landed through a stale rkey"
+    );
+    // A broken QP refuses work; a new pair works with the fresh key.
+    // SAFETY: as above.
+    assert!(unsafe { a.run(&[write], deadline(), &|| true) }[0].is_err());
+    let (mut c, _d) = pair(&device);
+    let write = WorkRequest {
+        rkey: fresh.rkey(),
+        ..write
+    };
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { c.run(&[write], deadline(), &|| true) },
+        vec![Ok(())]
+    );
+    assert!(target.iter().all(|b| *b == 0xA5));
+}
+
+#[test]
+fn a_peer_qp_gone_fails_by_the_retry_limit_without_hanging() {
+    let Some(device) = vm_device() else { return };
+    let (mut a, b) = pair(&device);
+    drop(b); // The peer's QP is destroyed (its process died).
+    let len = 4096;
+    let mut local = vec![0u8; len];
+    let remote = vec![7u8; len];
+    let l = device.register(local.as_mut_ptr() as usize, len).unwrap();
+    let r = device.register(remote.as_ptr() as usize, len).unwrap();
+    let read = WorkRequest {
+        read: true,
+        local: local.as_mut_ptr() as u64,
+        lkey: l.lkey(),
+        len: len as u32,
+        remote: remote.as_ptr() as u64,
+        rkey: r.rkey(),
+    };
+    let started = Instant::now();
+    // SAFETY: the buffers are registered and live.
+    let results = unsafe { a.run(&[read], Instant::now() + Duration::from_secs(30), &|| true) };
+    eprintln!(
+        "failed by the retry limit after {:?}: {results:?}",
+        started.elapsed()
+    );
+    assert!(results[0].is_err(), "{results:?}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(a.is_broken());
+    assert!(local.iter().all(|b| *b == 0));
+}

@@ -1,0 +1,467 @@
+//! [`RdmaTransport`]: this process's memory registrations on the device, its pool of
+//! connected queue pairs per peer, and running one slice as one-sided READ/WRITE.
+//!
+//! Integrity rule (with one-sided verbs the owner is not involved per operation): every
+//! registered range has its own MR, and a (re)mount re-registers it ([`Self::set_epoch`])
+//! and unregistering deregisters it, so an rkey handed out before is refused by the NIC
+//! (remote access error) once the range was unmounted or remounted: no byte lands through a
+//! stale rkey. Epochs named by requests are checked against the region table the peer sent
+//! in the handshake; a mismatch fetches a fresh table (a new connection) once, and then fails
+//! with `STALE_SEGMENT_EPOCH`.
+
+use super::bounce::{Bounces, BOUNCE_LEN};
+use super::device::{RdmaDevice, Registration};
+use super::handshake::{self, RemoteRegion};
+use super::qp::{Endpoint, QpSettings, QueuePair, WorkRequest, ENDPOINT_LEN};
+use crate::error::{fail, last_error_message, ErrorCode, Result};
+use crate::transfer::copy::copy_bytes;
+use crate::transfer::metrics::{add, bump, Metrics};
+use crate::transfer::pool::{Slice, SliceError};
+use crate::transfer::staging::Staging;
+use crate::transfer::wire::Opcode;
+use parking_lot::{Mutex, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// `MC_SLICE_SIZE` (Mooncake's name and default): bytes per work request.
+const SLICE_SIZE_VAR: &str = "MC_SLICE_SIZE";
+const DEFAULT_SLICE_SIZE: usize = 64 << 10;
+/// Most idle connections kept per peer.
+const MAX_IDLE_PER_PEER: usize = 32;
+
+/// A registered range of this process.
+struct LocalRegion {
+    len: usize,
+    remote_accessible: bool,
+    epoch: u64,
+    registration: Arc<Registration>,
+}
+
+/// A connected QP to one peer, its TCP control connection (which keeps the peer's QP
+/// alive) and the peer's region table.
+struct Connection {
+    qp: QueuePair,
+    control: TcpStream,
+    regions: Vec<RemoteRegion>,
+}
+
+/// Whether the peer closed the control connection `control` (it shut down or died).
+fn peer_closed(control: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    if control.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let closed = match control.peek(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    };
+    closed || control.set_nonblocking(false).is_err()
+}
+
+impl Connection {
+    /// [`QueuePair::run`], giving up early when the peer closed the control connection.
+    ///
+    /// # Safety
+    /// As [`QueuePair::run`].
+    unsafe fn run(
+        &mut self,
+        requests: &[WorkRequest],
+        deadline: Instant,
+    ) -> Vec<std::result::Result<(), String>> {
+        let control = &self.control;
+        let alive = || !peer_closed(control);
+        // SAFETY: forwarded from the caller.
+        unsafe { self.qp.run(requests, deadline, &alive) }
+    }
+}
+
+/// What a region lookup in a peer's table found.
+enum Lookup {
+    Found(RemoteRegion),
+    Missing,
+    Stale(u64),
+}
+
+fn lookup(regions: &[RemoteRegion], addr: u64, len: u64, epoch: u64) -> Lookup {
+    match regions.iter().find(|r| r.contains(addr, len)) {
+        None => Lookup::Missing,
+        Some(r) if epoch != 0 && r.epoch != epoch => Lookup::Stale(r.epoch),
+        Some(r) => Lookup::Found(*r),
+    }
+}
+
+/// The RDMA side of a transfer engine. Thread-safe; shared by `Arc` between the engine's
+/// workers and its server.
+pub(crate) struct RdmaTransport {
+    device: Arc<RdmaDevice>,
+    qp_settings: QpSettings,
+    slice_size: usize,
+    timeout: Duration,
+    regions: RwLock<BTreeMap<usize, LocalRegion>>,
+    idle: Mutex<HashMap<SocketAddr, Vec<Connection>>>,
+    bounces: Bounces,
+    metrics: Arc<Metrics>,
+}
+
+impl RdmaTransport {
+    /// A transport on `device`; `timeout` bounds every handshake read and every batch of
+    /// work requests.
+    pub(crate) fn new(device: Arc<RdmaDevice>, timeout: Duration, metrics: Arc<Metrics>) -> Self {
+        let slice_size = std::env::var(SLICE_SIZE_VAR)
+            .ok()
+            .and_then(|text| text.trim().parse::<usize>().ok())
+            .filter(|size| (4096..=(1 << 30)).contains(size))
+            .unwrap_or(DEFAULT_SLICE_SIZE);
+        RdmaTransport {
+            bounces: Bounces::new(Arc::clone(&device)),
+            device,
+            qp_settings: QpSettings::from_env(),
+            slice_size,
+            timeout,
+            regions: RwLock::new(BTreeMap::new()),
+            idle: Mutex::new(HashMap::new()),
+            metrics,
+        }
+    }
+
+    /// Registers `[addr, addr+len)` with the NIC (epoch 0).
+    ///
+    /// Errors: `TRANSFER_FAIL` when the device refuses the registration.
+    pub(crate) fn register(&self, addr: usize, len: usize, remote_accessible: bool) -> Result<()> {
+        let registration = Arc::new(self.device.register(addr, len)?);
+        self.regions.write().insert(
+            addr,
+            LocalRegion {
+                len,
+                remote_accessible,
+                epoch: 0,
+                registration,
+            },
+        );
+        Ok(())
+    }
+
+    /// Deregisters the range starting at `addr` (nothing if it has no MR): its rkey is
+    /// refused by the NIC from now on. A transfer of ours still using it as local memory keeps
+    /// it registered until that transfer ends.
+    pub(crate) fn unregister(&self, addr: usize) {
+        self.regions.write().remove(&addr);
+    }
+
+    /// Re-registers the range starting at `base` under a new rkey and records `epoch`: the old
+    /// MR is deregistered first, so peers holding the old rkey are refused by the NIC.
+    ///
+    /// Errors: `TRANSFER_FAIL` when the range has no MR or the device refuses.
+    pub(crate) fn set_epoch(&self, base: usize, epoch: u64) -> Result<()> {
+        let mut regions = self.regions.write();
+        let Some(region) = regions.remove(&base) else {
+            return fail(
+                ErrorCode::TransferFail,
+                format_args!("no RDMA registration starts at {base:#x}"),
+            );
+        };
+        let (len, remote_accessible) = (region.len, region.remote_accessible);
+        drop(region);
+        let registration = Arc::new(self.device.register(base, len)?);
+        regions.insert(
+            base,
+            LocalRegion {
+                len,
+                remote_accessible,
+                epoch,
+                registration,
+            },
+        );
+        Ok(())
+    }
+
+    /// The table a handshake reply carries: every remotely accessible region.
+    fn remote_table(&self) -> Vec<RemoteRegion> {
+        self.regions
+            .read()
+            .iter()
+            .filter(|(_, r)| r.remote_accessible)
+            .map(|(base, r)| RemoteRegion {
+                base: *base as u64,
+                len: r.len as u64,
+                rkey: r.registration.rkey(),
+                epoch: r.epoch,
+            })
+            .collect()
+    }
+
+    /// The registration holding all of `[addr, addr+len)`, if any.
+    fn local_registration(&self, addr: usize, len: usize) -> Option<Arc<Registration>> {
+        let regions = self.regions.read();
+        let (base, region) = regions.range(..=addr).next_back()?;
+        let end = addr.checked_add(len)?;
+        (end <= base.saturating_add(region.len)).then(|| Arc::clone(&region.registration))
+    }
+
+    /// Server side of a handshake: a new QP connected to `theirs`, and the reply bytes. The
+    /// caller keeps the QP until the control connection closes.
+    ///
+    /// Errors: `TRANSFER_FAIL` when the QP cannot be created or connected.
+    pub(crate) fn accept(&self, theirs: &[u8; ENDPOINT_LEN]) -> Result<(QueuePair, Vec<u8>)> {
+        let mut qp = QueuePair::new(&self.device, self.qp_settings)?;
+        qp.connect(&Endpoint::decode(theirs))?;
+        bump(&self.metrics.rdma_served_connections);
+        let reply = handshake::encode_reply(&qp.endpoint(), &self.remote_table());
+        Ok((qp, reply))
+    }
+
+    /// A new connection to `peer`: TCP control connection, QP, handshake.
+    fn connect(&self, peer: SocketAddr) -> std::result::Result<Connection, SliceError> {
+        let unreachable = |message: String| SliceError {
+            code: ErrorCode::TransferFail,
+            message,
+            unreachable: true,
+        };
+        let mut control = TcpStream::connect_timeout(&peer, self.timeout)
+            .map_err(|e| unreachable(format!("RDMA control connection to {peer}: {e}")))?;
+        let _ = control.set_nodelay(true);
+        control
+            .set_read_timeout(Some(self.timeout))
+            .and_then(|()| control.set_write_timeout(Some(self.timeout)))
+            .map_err(|e| unreachable(format!("RDMA control connection to {peer}: {e}")))?;
+        let mut qp = QueuePair::new(&self.device, self.qp_settings)
+            .map_err(|_| SliceError::from(last_error_message()))?;
+        let (theirs, regions) =
+            handshake::exchange(&mut control, &qp.endpoint()).map_err(|e| SliceError {
+                code: ErrorCode::TransferFail,
+                message: format!("RDMA handshake with {peer}: {e}"),
+                unreachable: !e.contains("refused"),
+            })?;
+        qp.connect(&theirs)
+            .map_err(|_| SliceError::from(last_error_message()))?;
+        bump(&self.metrics.rdma_connections);
+        Ok(Connection {
+            qp,
+            control,
+            regions,
+        })
+    }
+
+    /// An idle healthy connection to `peer` (`true`: reused), or a new one.
+    fn take(&self, peer: SocketAddr) -> std::result::Result<(Connection, bool), SliceError> {
+        loop {
+            let reused = self.idle.lock().get_mut(&peer).and_then(Vec::pop);
+            match reused {
+                Some(conn) if peer_closed(&conn.control) => continue,
+                Some(conn) => return Ok((conn, true)),
+                None => return self.connect(peer).map(|conn| (conn, false)),
+            }
+        }
+    }
+
+    fn give_back(&self, peer: SocketAddr, conn: Connection) {
+        if conn.qp.is_broken() {
+            return;
+        }
+        let mut idle = self.idle.lock();
+        let list = idle.entry(peer).or_default();
+        if list.len() < MAX_IDLE_PER_PEER {
+            list.push(conn);
+        }
+    }
+
+    /// Drops every pooled connection (their peers' QPs go with the control connections).
+    pub(crate) fn close(&self) {
+        self.idle.lock().clear();
+    }
+
+    /// Runs one slice to `peer` as RDMA READ/WRITE work requests; the bytes copied locally
+    /// (through bounces) on success. `staged`: the local memory is device memory (always
+    /// bounced, copied with the device runtime through `staging`).
+    ///
+    /// Errors: `STALE_SEGMENT_EPOCH` when the slice names an epoch the peer's region does not
+    /// have (after one refresh); `TRANSFER_FAIL` when the range is not inside one remotely
+    /// accessible region of the peer, the peer cannot be reached, or a work request fails
+    /// (remote access error for a stale rkey, retries exceeded for a dead peer, timeout): the
+    /// QP is then dropped and the next call connects a new one.
+    ///
+    /// # Safety
+    /// `slice.local` is valid for `slice.len` bytes for the operation until this returns.
+    pub(crate) unsafe fn execute(
+        &self,
+        peer: SocketAddr,
+        slice: &Slice,
+        staged: bool,
+        staging: &Staging,
+    ) -> std::result::Result<u64, SliceError> {
+        let what = format!(
+            "RDMA {:?} of {} bytes at {:#x} on {peer}",
+            slice.op, slice.len, slice.remote
+        );
+        let (mut conn, reused) = self.take(peer)?;
+        let len = slice.len as u64;
+        let mut found = lookup(&conn.regions, slice.remote, len, slice.epoch);
+        if reused && !matches!(found, Lookup::Found(_)) {
+            // The table may predate a (re)mount: ask again on a new connection.
+            drop(conn);
+            conn = self.connect(peer)?;
+            found = lookup(&conn.regions, slice.remote, len, slice.epoch);
+        }
+        let region = match found {
+            Lookup::Found(region) => region,
+            Lookup::Missing => {
+                self.give_back(peer, conn);
+                return Err(SliceError::from(format!(
+                    "{what}: not inside one remotely accessible registered range of the peer"
+                )));
+            }
+            Lookup::Stale(current) => {
+                self.give_back(peer, conn);
+                bump(&self.metrics.stale_epoch_rejections);
+                return Err(SliceError {
+                    code: ErrorCode::StaleSegmentEpoch,
+                    message: format!(
+                        "{what}: segment epoch {:#x} is not the current one ({current:#x})",
+                        slice.epoch
+                    ),
+                    unreachable: false,
+                });
+            }
+        };
+        let registered = match staged {
+            true => None,
+            false => self.local_registration(slice.local as usize, slice.len),
+        };
+        let deadline = Instant::now() + self.timeout;
+        let result = match registered {
+            // SAFETY: forwarded from the caller; the registration is held across the run.
+            Some(registration) => unsafe {
+                self.run_direct(&mut conn, slice, &region, &registration, deadline)
+            },
+            // SAFETY: forwarded from the caller.
+            None => unsafe {
+                self.run_bounced(&mut conn, slice, &region, staged, staging, deadline)
+            },
+        };
+        self.give_back(peer, conn);
+        result.map_err(|problem| SliceError::from(format!("{what}: {problem}")))
+    }
+
+    /// Work requests of at most `slice_size` bytes covering `len` bytes from `local` (key
+    /// `lkey`) against `remote` in `region`.
+    fn requests(
+        &self,
+        read: bool,
+        local: u64,
+        lkey: u32,
+        len: usize,
+        remote: u64,
+        region: &RemoteRegion,
+    ) -> Vec<WorkRequest> {
+        (0..len)
+            .step_by(self.slice_size)
+            .map(|at| WorkRequest {
+                read,
+                local: local + at as u64,
+                lkey,
+                len: self.slice_size.min(len - at) as u32,
+                remote: remote + at as u64,
+                rkey: region.rkey,
+            })
+            .collect()
+    }
+
+    /// Zero-copy: the work requests name the caller's registered memory.
+    ///
+    /// # Safety
+    /// As [`Self::execute`]; `registration` covers the local range.
+    unsafe fn run_direct(
+        &self,
+        conn: &mut Connection,
+        slice: &Slice,
+        region: &RemoteRegion,
+        registration: &Registration,
+        deadline: Instant,
+    ) -> std::result::Result<u64, String> {
+        let read = slice.op == Opcode::Read;
+        let requests = self.requests(
+            read,
+            slice.local as u64,
+            registration.lkey(),
+            slice.len,
+            slice.remote,
+            region,
+        );
+        // SAFETY: forwarded; registered memory valid until this returns.
+        first_error(unsafe { conn.run(&requests, deadline) })?;
+        self.count(read, slice.len);
+        Ok(0)
+    }
+
+    /// Through registered bounces, [`BOUNCE_LEN`] bytes at a time; the bytes copied.
+    ///
+    /// # Safety
+    /// As [`Self::execute`].
+    unsafe fn run_bounced(
+        &self,
+        conn: &mut Connection,
+        slice: &Slice,
+        region: &RemoteRegion,
+        staged: bool,
+        staging: &Staging,
+        deadline: Instant,
+    ) -> std::result::Result<u64, String> {
+        let read = slice.op == Opcode::Read;
+        let bounce = self.bounces.take()?;
+        let copy = |dst: *mut u8, src: *const u8, len: usize| -> std::result::Result<(), String> {
+            // SAFETY: both ranges are valid (caller memory and our bounce), disjoint.
+            unsafe {
+                if staged {
+                    staging.copy(dst, src, len)
+                } else {
+                    copy_bytes(dst, src, len).map(|_| ())
+                }
+            }?;
+            add(
+                &self.metrics.rdma_bounce_copies,
+                &self.metrics.rdma_bounce_bytes,
+                len as u64,
+            );
+            Ok(())
+        };
+        let mut done = 0;
+        while done < slice.len {
+            let len = BOUNCE_LEN.min(slice.len - done);
+            let local = slice.local.wrapping_add(done);
+            if !read {
+                copy(bounce.ptr(), local, len)?;
+            }
+            let requests = self.requests(
+                read,
+                bounce.ptr() as u64,
+                bounce.lkey(),
+                len,
+                slice.remote + done as u64,
+                region,
+            );
+            // SAFETY: the bounce is registered and ours until it is dropped.
+            first_error(unsafe { conn.run(&requests, deadline) })?;
+            if read {
+                copy(local, bounce.ptr(), len)?;
+            }
+            done += len;
+        }
+        self.count(read, slice.len);
+        Ok(slice.len as u64)
+    }
+
+    fn count(&self, read: bool, len: usize) {
+        let m = &self.metrics;
+        match read {
+            true => add(&m.rdma_read_slices, &m.rdma_read_bytes, len as u64),
+            false => add(&m.rdma_write_slices, &m.rdma_write_bytes, len as u64),
+        }
+    }
+}
+
+fn first_error(results: Vec<std::result::Result<(), String>>) -> std::result::Result<(), String> {
+    results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
+}
