@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of the project on a fresh machine: installs the Debian packages the C/C++
-# tests need (when missing), then cargo fmt/clippy checks, cargo tests, the Python package's
-# pytest suite (built into a fresh virtual environment) and the ctest suites (plain and
-# AddressSanitizer builds).
+# tests need (when missing), then cargo fmt/clippy checks, cargo tests (with a bounded chaos
+# soak and the network fuzzer), the RDMA leg in the soft-RoCE VM (scripts/rdma-tests.sh, which
+# installs its own packages), a bounded run of every cargo-fuzz target
+# (scripts/fuzz-smoke.sh), the Python package's pytest suite (built into a fresh virtual
+# environment) and the ctest suites (plain and AddressSanitizer builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +25,10 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --locked --release
+echo "== RDMA (soft-RoCE VM)"
+scripts/rdma-tests.sh
+echo "== fuzz smoke"
+scripts/fuzz-smoke.sh 20
 echo "== python (mooncake.store)"
 scripts/python-tests.sh
 if [ -f CMakeLists.txt ]; then
