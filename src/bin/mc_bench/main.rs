@@ -2,7 +2,9 @@
 //! prints each scenario as a ratio to its limit (the on-stream scenarios, `stream.rs`, are
 //! compared with each other: call cost vs bytes, session vs pinning calls, pipeline vs ideal).
 //!
-//! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load]` (`--load`: only the
+//! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load]`, or
+//! `mc_bench --standalone [--json] [--quick]` (a dummy's get through its real client against
+//! memcpy, `standalone.rs`) (`--load`: only the
 //! master load test, `load.rs`, about 30 s; `--device`: only the memcpy
 //! limit, the embedded host scenarios and the device scenarios, which need a GPU and are
 //! skipped cleanly without one; `--stream`: only the memcpy limit and the on-stream
@@ -17,6 +19,7 @@ mod p2p;
 mod redis;
 mod report;
 mod scenarios;
+mod standalone;
 mod stream;
 mod stream_put;
 
@@ -27,6 +30,19 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--serve-segment") {
         std::process::exit(scenarios::serve_segment(&args[1..]));
+    }
+    if args.first().map(String::as_str) == Some("--serve-real-client") {
+        std::process::exit(standalone::serve_real_client(&args[1..]));
+    }
+    if args.first().map(String::as_str) == Some("--standalone") {
+        let mut report = Report::new(args.iter().any(|a| a == "--json"));
+        let quick = args.iter().any(|a| a == "--quick");
+        let duration = std::time::Duration::from_millis(if quick { 300 } else { 1500 });
+        if let Err(message) = standalone::run(&mut report, duration) {
+            eprintln!("mc_bench: {message}");
+            std::process::exit(1);
+        }
+        return;
     }
     if args.first().map(String::as_str) == Some("--serve-p2p-owner") {
         std::process::exit(p2p::serve_owner(&args[1..]));
