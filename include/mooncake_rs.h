@@ -695,6 +695,47 @@ int mc_p2p_store_is_exist(mc_p2p_store_t *store, const char *key);
 int mc_p2p_store_remove(mc_p2p_store_t *store, const char *key);
 
 /**
+ * Sets the store up as a *dummy* of the real client `server_address` (`"host:port"`, the
+ * segment name `mooncake_client` prints after `READY`; it must run on this host). The dummy
+ * owns no segment: its `local_buffer_size` local buffer is shared memory (memfd) the real
+ * client maps, and every later store call is carried out by the real client, straight into
+ * and out of this process's shared memory. Caller memory elsewhere is staged through a
+ * shared block (one copy); memory from `mc_shm_alloc` moves with no copy, and only such
+ * memory can be registered with `mc_store_register_buffer` (-600 otherwise).
+ * `mem_pool_size` is accepted and unused (as upstream). `server_address` is read during the
+ * call only.
+ *
+ * Health: `mc_store_health_check` answers 2 while the real client cannot be reached; the
+ * dummy reconnects by itself (pings every third of `MC_DUMMY_TTL_MS`, default 10 s) and
+ * calls work again once it is back; a call while it is down fails with -800 within the TTL.
+ *
+ * Returns 0; -600 for a NULL store or address, an address without a port, no real client
+ * there (or one running an in-process master), or a store already set up; -1 after a
+ * caught panic; master errors as `mc_store_setup`. Thread-safe.
+ */
+int mc_store_setup_dummy(mc_store_t *store,
+                         uint64_t mem_pool_size,
+                         uint64_t local_buffer_size,
+                         const char *server_address);
+
+/**
+ * Allocates `size` bytes (rounded up to pages, zero-filled) of shared memory that a dummy's
+ * real client can map: pass it to `mc_store_register_buffer` and the zero-copy calls of a
+ * dummy store. Process-wide (not tied to a store). Returns the address, or NULL when `size`
+ * is 0 or the OS refuses (message in `mc_last_error_message`).
+ *
+ * Ownership: the caller frees it with `mc_shm_free`; a real client that mapped it keeps its
+ * mapping until the dummy's next call. Thread-safe.
+ */
+MC_MUST_USE void *mc_shm_alloc(size_t size);
+
+/**
+ * Frees memory from `mc_shm_alloc` (unregister it first if it was registered). Returns 0;
+ * -600 for NULL or an address that is not the start of such memory. Thread-safe.
+ */
+int mc_shm_free(void *ptr);
+
+/**
  * Creates an unconfigured store handle (logging to stderr is initialised; filter with the
  * `MC_LOG` environment variable). Data calls fail with -600 until `mc_store_setup` or
  * `mc_store_init_all` succeeds.

@@ -408,6 +408,18 @@ public:
         return mc_store_init_all(store_, protocol.c_str(), device_name.c_str(), mount_segment_size);
     }
 
+    /**
+     * Attaches as a dummy of the real client `server_address` (`host:port`, a `mooncake_client`
+     * on this host; see docs/standalone.md): no segment, the local buffer in shared memory, every
+     * call carried out by the real client. `mem_pool_size` is unused (as upstream). Returns 0, or
+     * -600 (no real client there, bad address, already set up), or the master's error.
+     */
+    int setup_dummy(size_t mem_pool_size, size_t local_buffer_size,
+                    const std::string &server_address) {
+        return mc_store_setup_dummy(store_, mem_pool_size, local_buffer_size,
+                                    server_address.c_str());
+    }
+
     /** Unmounts and disconnects; idempotent; always 0. */
     int tearDownAll() { return mc_store_teardown(store_); }
 

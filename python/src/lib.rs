@@ -16,6 +16,7 @@ mod ops_zero_copy;
 mod pybuf;
 mod replicas;
 mod setup_args;
+mod shm_alloc;
 mod store;
 mod stream;
 
@@ -28,17 +29,18 @@ Frameworks (vLLM's MooncakeStoreConnector, SGLang's HiCache backend, LMCache's c
 use it unchanged. Built: MooncakeDistributedStore (setup in both forms, close, health,
 hostname, the copying, zero-copy, multi-buffer, ranged, session, exist/size/remove and
 upsert families, replica descriptors, and seed 000's on-stream calls), ReplicateConfig, the
-enums, BufferHandle, HostStream, HostEvent, Ticket.
+enums, BufferHandle, HostStream, HostEvent, Ticket, dummy mode (setup_dummy: a worker of a
+standalone mooncake_client on this host) and MooncakeHostMemAllocator.
 
 Not built (absent, so getattr(..., None) probes see that): the tensor APIs, copy/move
-tasks and batch_replica_clear, segment mounting helpers, BufferPool,
-MooncakeHostMemAllocator and dummy mode (standalone store; setup_dummy returns -1), NVMe-oF
+tasks and batch_replica_clear, segment mounting helpers, BufferPool, NVMe-oF
 and Engram helpers, mooncake.engine. See docs/python.md of mooncake-rs.";
 
 #[pymodule(name = "store")]
 fn mooncake_store(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.setattr("__doc__", MODULE_DOC)?;
     m.add_class::<store::Store>()?;
+    m.add_class::<shm_alloc::PyHostMemAllocator>()?;
     m.add_class::<config::PyReplicateConfig>()?;
     m.add_class::<buffer::PyBufferHandle>()?;
     m.add_class::<stream::PyHostStream>()?;

@@ -148,8 +148,10 @@ impl Store {
         })
     }
 
-    /// Standalone (dummy) mode: not built yet in mooncake-rs, so this returns -1 (upstream's
-    /// failure value) and logs why; the object keeps no client.
+    /// Standalone (dummy) mode: attaches to the `mooncake_client` real client at
+    /// `server_address` (`host:port`, on this host; see docs/standalone.md). Returns 0, or -1
+    /// (upstream's failure value) with the reason logged. Always replaces (tears down) the
+    /// client this object held. `mem_pool_size` is unused, as upstream.
     #[pyo3(signature = (mem_pool_size, local_buffer_size, server_address))]
     fn setup_dummy(
         &self,
@@ -158,13 +160,29 @@ impl Store {
         local_buffer_size: convert::U64,
         server_address: String,
     ) -> i64 {
-        let _ = (mem_pool_size, local_buffer_size);
         self.replace(py, None);
-        tracing::warn!(
-            server_address,
-            "setup_dummy: standalone mode (dummy clients of a mooncake_client) is not built in mooncake-rs yet"
-        );
-        -1
+        let (pool, local) = (mem_pool_size.0, local_buffer_size.0);
+        let made = py.detach(|| Client::setup_dummy(pool, local, &server_address));
+        match made {
+            Ok(client) => {
+                self.replace(
+                    py,
+                    Some(Live {
+                        client,
+                        _http: None,
+                    }),
+                );
+                0
+            }
+            Err(_) => {
+                tracing::warn!(
+                    server_address,
+                    "setup_dummy failed: {}",
+                    mooncake_rs::error::last_error_message()
+                );
+                -1
+            }
+        }
     }
 
     /// Legacy `init_all(protocol, device_name, mount_segment_size)`: -600 when a client is
@@ -226,10 +244,13 @@ impl Store {
         0
     }
 
-    /// Upstream returns an address in dummy mode and 0 for a real client; without dummy mode
-    /// this is always 0.
-    fn alloc_from_mem_pool(&self, size: convert::U64) -> u64 {
-        let _ = size;
-        0
+    /// Dummy mode: the address of a new shared-memory block of `size` bytes (0 on failure);
+    /// a real client (or none): 0, as upstream.
+    fn alloc_from_mem_pool(&self, py: Python<'_>, size: convert::U64) -> u64 {
+        let Some(client) = self.client() else {
+            return 0;
+        };
+        py.detach(|| client.alloc_from_mem_pool(size.0))
+            .map_or(0, |addr| addr as u64)
     }
 }

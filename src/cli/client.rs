@@ -4,6 +4,9 @@
 //! With `--deployment_mode P2P` it is a P2P owner instead: a TieredBackend from
 //! `--tiered_backend_config`, the client RPC service on `--client_rpc_port`, and
 //! `READY <segment name> <client RPC address>` once registered with the master.
+//! A CENTRALIZED client also serves dummy clients of this host (`setup_dummy` with its
+//! segment name as the server address) over `@mooncake_client_<port>.sock`; see
+//! `docs/standalone.md`.
 //! `MOONCAKE_DM_LOCK_SHARD_COUNT` (default 1024) sets the record-table shard count.
 
 use super::glog::GlogFlags;
@@ -43,6 +46,9 @@ pub(super) struct Flags {
     /// Transport protocol.
     #[arg(long = "protocol", default_value = "tcp")]
     protocol: String,
+    /// Worker threads (upstream's `--threads`; accepted: dummies are served one thread each).
+    #[arg(long = "threads", default_value_t = 1)]
+    threads: usize,
     /// RDMA device names (unused by TCP).
     #[arg(long = "device_name", alias = "device_names", default_value = "")]
     device_name: String,
@@ -112,6 +118,7 @@ fn run(flags: Flags) -> Result<(), String> {
         0 => flags.host.clone(),
         port => format!("{}:{port}", flags.host),
     };
+    let _ = flags.threads;
     if flags.deployment_mode == "P2P" {
         return run_p2p(flags, local_hostname);
     }
@@ -125,10 +132,20 @@ fn run(flags: Flags) -> Result<(), String> {
         master_server_addr: flags.master_server_address.clone(),
     })
     .map_err(|e| format!("setup failed: {e}: {}", crate::error::last_error_message()))?;
+    // Dummies of this host attach on @mooncake_client_<port>.sock (not with an in-process
+    // master, which they could not reach).
+    let dummies = match client.serve_dummies(flags.master_server_address.trim()) {
+        Ok(server) => Some(server),
+        Err(e) => {
+            tracing::warn!(error = %e, detail = %crate::error::last_error_message(), "not serving dummies");
+            None
+        }
+    };
     let mut out = std::io::stdout();
     let _ = writeln!(out, "READY {}", client.get_hostname());
     let _ = out.flush();
     crate::wait_for_termination();
+    drop(dummies);
     client.teardown();
     Ok(())
 }

@@ -11,6 +11,7 @@ use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{MasterApi, MasterConfig, MasterService};
 use crate::rpc;
+use crate::standalone::DummyLink;
 use crate::stream::{StreamConfig, StreamEngine};
 use crate::transfer::rdma::RdmaDevice;
 use crate::transfer::{DirectResolver, EngineConfig, SegmentResolver, TransferEngine};
@@ -54,6 +55,8 @@ pub(super) struct ClientCore {
     closed: AtomicBool,
     heartbeat: Mutex<Option<Heartbeat>>,
     metadata: Option<rpc::HttpMetadataClient>,
+    /// A dummy's link to its real client (see `dummy.rs`); `None` for a real client.
+    pub(super) dummy: Option<Arc<DummyLink>>,
 }
 
 impl Client {
@@ -76,6 +79,16 @@ impl Client {
     /// [`Client::setup`], with `embedded_config` configuring the in-process master when
     /// `config` selects one (ignored otherwise). Errors as [`Client::setup`].
     pub(super) fn setup_with(config: SetupConfig, embedded_config: MasterConfig) -> Result<Client> {
+        Client::assemble(config, embedded_config, None)
+    }
+
+    /// [`Client::setup_with`]; with `dummy` a dummy client: no listener, every transfer
+    /// through the link, the local buffer in shared memory, the segment name `""`.
+    pub(super) fn assemble(
+        config: SetupConfig,
+        embedded_config: MasterConfig,
+        dummy: Option<Arc<DummyLink>>,
+    ) -> Result<Client> {
         let metadata_mode = config.validate()?;
         let embedded = config.is_embedded();
         let (master, embedded_master): (Arc<dyn MasterApi>, _) = if embedded {
@@ -86,11 +99,15 @@ impl Client {
         };
         let counters = ClientCounters::default();
         let master = CountedMaster::wrap(master, counters.master_calls.clone());
-        let (hostname, engine, metadata) = start_engine(&config, &metadata_mode)?;
+        let (hostname, engine, metadata) = match &dummy {
+            Some(link) => start_dummy_engine(link)?,
+            None => start_engine(&config, &metadata_mode)?,
+        };
         let id = Uuid::random();
-        let local_buffer = match config.local_buffer_size {
-            0 => None,
-            size => Some(Arc::new(LocalBuffer::new(size, &engine)?)),
+        let local_buffer = match (config.local_buffer_size, &dummy) {
+            (0, _) => None,
+            (size, Some(_)) => Some(Arc::new(LocalBuffer::shared(size, &engine)?)),
+            (size, None) => Some(Arc::new(LocalBuffer::new(size, &engine)?)),
         };
         let segment = match config.global_segment_size {
             0 => None,
@@ -130,6 +147,7 @@ impl Client {
             closed: AtomicBool::new(false),
             heartbeat: Mutex::new(None),
             metadata,
+            dummy,
         });
         // The in-process master's own client cannot be dead while it runs: never expired
         // (a process stall would otherwise race its monitor against the heartbeat).
@@ -176,11 +194,13 @@ impl Client {
         self.core.shutdown();
     }
 
-    /// 0 healthy, 1 torn down, 2 the last master ping failed.
+    /// 0 healthy, 1 torn down, 2 the last master ping failed (a dummy: or the last call or
+    /// ping to its real client).
     pub fn health_check(&self) -> i32 {
+        let link_down = self.core.dummy.as_ref().is_some_and(|l| !l.is_healthy());
         if self.core.closed.load(Ordering::Acquire) {
             health::NOT_INITIALIZED
-        } else if self.core.master_reachable.load(Ordering::Acquire) {
+        } else if self.core.master_reachable.load(Ordering::Acquire) && !link_down {
             health::HEALTHY
         } else {
             health::MASTER_UNREACHABLE
@@ -206,6 +226,9 @@ impl Client {
                 ErrorCode::InvalidParams,
                 "register_buffer: NULL buffer or zero size",
             );
+        }
+        if let Some(link) = &self.core.dummy {
+            link.check_shared(addr, len as u64)?;
         }
         self.core.engine.register(addr, len, false)
     }
@@ -262,6 +285,9 @@ impl ClientCore {
             }
         }
         self.engine.shutdown();
+        if let Some(link) = &self.dummy {
+            link.close();
+        }
         if let Some(master) = &self.embedded_master {
             master.shutdown();
         }
@@ -315,6 +341,21 @@ pub(crate) fn start_engine(
         rdma,
     })?;
     Ok((hostname, engine, metadata))
+}
+
+/// A dummy's engine: no listener, segment name `""`, every transfer handed to `link`.
+fn start_dummy_engine(
+    link: &Arc<DummyLink>,
+) -> Result<(String, Arc<TransferEngine>, Option<rpc::HttpMetadataClient>)> {
+    let engine = TransferEngine::new(EngineConfig {
+        local_name: String::new(),
+        listener: None,
+        resolver: Arc::new(DirectResolver),
+        memcpy_enabled: false,
+        rdma: None,
+    })?;
+    engine.set_delegate(Arc::clone(link) as Arc<dyn crate::transfer::TransferDelegate>)?;
+    Ok((String::new(), engine, None))
 }
 
 /// What this client publishes to an HTTP metadata service: its host, data port and segment.

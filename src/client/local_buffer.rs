@@ -4,12 +4,35 @@
 use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{Allocation, OffsetAllocator};
+use crate::standalone::BlockGuard;
 use crate::transfer::TransferEngine;
 use std::sync::Arc;
 
+/// The memory behind a local buffer: private pages, or (a dummy's) a shared block its real
+/// client maps.
+enum Backing {
+    Private(MappedRegion),
+    Shared(BlockGuard),
+}
+
+impl Backing {
+    fn addr(&self) -> usize {
+        match self {
+            Backing::Private(region) => region.addr(),
+            Backing::Shared(guard) => guard.block().addr(),
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Backing::Private(region) => region.len(),
+            Backing::Shared(guard) => guard.block().len(),
+        }
+    }
+}
+
 /// A pre-faulted, engine-registered region with an offset allocator. Thread-safe.
 pub(crate) struct LocalBuffer {
-    region: MappedRegion,
+    region: Backing,
     allocator: Arc<OffsetAllocator>,
 }
 
@@ -27,8 +50,19 @@ impl LocalBuffer {
         engine: &TransferEngine,
         remote_accessible: bool,
     ) -> Result<LocalBuffer> {
-        let region = MappedRegion::pinned(size, "local buffer")?;
+        let region = Backing::Private(MappedRegion::pinned(size, "local buffer")?);
         engine.register(region.addr(), region.len(), remote_accessible)?;
+        Ok(LocalBuffer {
+            allocator: OffsetAllocator::new(region.len() as u64),
+            region,
+        })
+    }
+
+    /// A dummy's local buffer: a shared block of the process pool (see
+    /// [`crate::standalone::ShmPool`]), registered with `engine` (not remotely accessible).
+    pub(crate) fn shared(size: u64, engine: &TransferEngine) -> Result<LocalBuffer> {
+        let region = Backing::Shared(BlockGuard::new(size, "dummy local buffer")?);
+        engine.register(region.addr(), region.len(), false)?;
         Ok(LocalBuffer {
             allocator: OffsetAllocator::new(region.len() as u64),
             region,

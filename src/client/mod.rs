@@ -13,6 +13,7 @@
 mod buffer;
 mod config;
 mod core;
+mod dummy;
 mod heartbeat;
 mod local_buffer;
 mod metrics;

@@ -26,6 +26,7 @@ pub mod error;
 mod handle;
 pub mod p2p;
 mod panic;
+pub mod standalone;
 pub mod store;
 pub mod store_admin;
 pub mod store_c;

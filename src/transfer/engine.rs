@@ -15,8 +15,20 @@ use super::wire::Opcode;
 use crate::device::{self, MemoryKind};
 use crate::error::{fail, last_error_message, ErrorCode, Result};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
+
+/// Something that carries out transfers on this engine's behalf (a dummy client's link to its
+/// real client, see [`crate::standalone`]). Once set ([`TransferEngine::set_delegate`]), every
+/// [`TransferEngine::transfer`] call goes to it instead of the engine's own transports.
+pub trait TransferDelegate: Send + Sync {
+    /// Carries out `requests`; one result per request, in order. Errors as
+    /// [`TransferEngine::transfer`].
+    ///
+    /// # Safety
+    /// As [`TransferEngine::transfer`].
+    unsafe fn transfer(&self, requests: &[TransferRequest<'_>]) -> Vec<Result<()>>;
+}
 
 /// How to build a [`TransferEngine`].
 pub struct EngineConfig {
@@ -90,6 +102,7 @@ pub struct TransferEngine {
     rdma: Option<Arc<RdmaTransport>>,
     executor: Executor,
     server: Option<Server>,
+    delegate: OnceLock<Arc<dyn TransferDelegate>>,
 }
 
 impl TransferEngine {
@@ -154,7 +167,19 @@ impl TransferEngine {
             rdma,
             executor,
             server,
+            delegate: OnceLock::new(),
         }))
+    }
+
+    /// Hands every later [`transfer`](Self::transfer) to `delegate` (set once, before the
+    /// engine is used). Errors: `INVALID_PARAMS` when a delegate is already set.
+    pub fn set_delegate(&self, delegate: Arc<dyn TransferDelegate>) -> Result<()> {
+        self.delegate.set(delegate).or_else(|_| {
+            fail(
+                ErrorCode::InvalidParams,
+                "the engine already has a delegate",
+            )
+        })
     }
 
     /// This process's segment name.
@@ -266,6 +291,10 @@ impl TransferEngine {
     /// for the operation (readable for Write, writable for Read) until this returns;
     /// requests must not overlap each other's local ranges for Read.
     pub unsafe fn transfer(&self, requests: &[TransferRequest<'_>]) -> Vec<Result<()>> {
+        if let Some(delegate) = self.delegate.get() {
+            // SAFETY: forwarded from the caller.
+            return unsafe { delegate.transfer(requests) };
+        }
         let mut planned: Vec<std::result::Result<Option<Path>, String>> =
             Vec::with_capacity(requests.len());
         let mut jobs = Vec::with_capacity(requests.len());

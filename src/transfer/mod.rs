@@ -26,7 +26,7 @@ pub mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use engine::{EngineConfig, TransferEngine, TransferOp, TransferRequest};
+pub use engine::{EngineConfig, TransferDelegate, TransferEngine, TransferOp, TransferRequest};
 pub use metrics::{CopyPaths, PathStats, TransferMetrics};
 pub use registry::{MemoryRegion, MAX_EPOCH};
 pub use resolver::{DirectResolver, SegmentResolver};

@@ -3,10 +3,12 @@
 //! compared with each other: call cost vs bytes, session vs pinning calls, pipeline vs ideal).
 //!
 //! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load | --tcp | --rdma]
-//! [--only NAME | --profile NAME]` (`--tcp`: only the memcpy limit and the TCP scenarios
-//! between two processes; `--rdma`: only the RDMA transport against perftest, inside the
-//! soft-RoCE VM, `rdma.rs`; `--only NAME`: of the judged lines, only those whose name contains
-//! NAME; `--profile NAME`: the same without their limits, for a profiler; `--load`: only the
+//! [--only NAME | --profile NAME]`, or `mc_bench --standalone [--json] [--quick]` (a dummy's
+//! get through its real client against memcpy, `standalone.rs`) (`--tcp`: only the memcpy
+//! limit and the TCP scenarios between two processes; `--rdma`: only the RDMA transport
+//! against perftest, inside the soft-RoCE VM, `rdma.rs`; `--only NAME`: of the judged lines,
+//! only those whose name contains NAME; `--profile NAME`: the same without their limits, for a
+//! profiler; `--load`: only the
 //! master load test, `load.rs`, about 30 s; `--device`: only the memcpy
 //! limit, the embedded host scenarios and the device scenarios, which need a GPU and are
 //! skipped cleanly without one; `--stream`: only the memcpy limit and the on-stream
@@ -26,6 +28,7 @@ mod rdma;
 mod redis;
 mod report;
 mod scenarios;
+mod standalone;
 mod stream;
 mod stream_put;
 
@@ -37,11 +40,24 @@ fn main() {
     if args.first().map(String::as_str) == Some("--serve-segment") {
         std::process::exit(scenarios::serve_segment(&args[1..]));
     }
+    if args.first().map(String::as_str) == Some("--serve-real-client") {
+        std::process::exit(standalone::serve_real_client(&args[1..]));
+    }
+    let json = args.iter().any(|a| a == "--json");
+    if args.first().map(String::as_str) == Some("--standalone") {
+        let mut report = Report::new(json, interleave::Selection::default());
+        let quick = args.iter().any(|a| a == "--quick");
+        let duration = std::time::Duration::from_millis(if quick { 300 } else { 1500 });
+        if let Err(message) = standalone::run(&mut report, duration) {
+            eprintln!("mc_bench: {message}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if args.first().map(String::as_str) == Some("--serve-p2p-owner") {
         std::process::exit(p2p::serve_owner(&args[1..]));
     }
     if args.iter().any(|a| a == "--rdma") {
-        let json = args.iter().any(|a| a == "--json");
         let mut report = Report::new(json, interleave::Selection::default());
         if let Err(message) = rdma::run(&mut report) {
             eprintln!("mc_bench: {message}");
@@ -49,7 +65,6 @@ fn main() {
         }
         return;
     }
-    let mut json = false;
     let mut quick = false;
     let mut only = scenarios::Only::All;
     let mut selection = interleave::Selection::default();
@@ -64,7 +79,7 @@ fn main() {
                 selection.name_contains = Some(part.clone());
                 selection.without_limits = flag == "--profile";
             }
-            "--json" => json = true,
+            "--json" => {}
             "--quick" => quick = true,
             "--device" => only = scenarios::Only::Device,
             "--stream" => only = scenarios::Only::Stream,

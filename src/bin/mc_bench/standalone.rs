@@ -1,0 +1,149 @@
+//! `mc_bench --standalone`: a dummy's 4 MiB get through its real client (a child process
+//! serving dummies, objects in its segment) against one-thread memcpy, measured interleaved
+//! in the same run (round i: memcpy for `duration`, then the dummy for `duration`), best of
+//! the rounds with the spread. Two dummy lines: into shared memory (zero-copy: one memcpy in
+//! the real client) and into ordinary memory (staged: a second copy in the dummy).
+
+use crate::limits;
+use crate::report::Report;
+use crate::scenarios::{gbps, spawn_child, MIB};
+use mooncake_rs::client::{parse_size, Buf, Client, SetupConfig};
+use mooncake_rs::master::{MasterConfig, MasterService};
+use mooncake_rs::rpc::RpcServer;
+use mooncake_rs::standalone::ShmPool;
+use mooncake_rs::types::ReplicateConfig;
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+const SIZE: usize = 4 * MIB;
+const KEYS: usize = 32;
+const ROUNDS: usize = 5;
+
+/// Child mode: a real client with a segment on `args[0]`'s master that serves dummies;
+/// prints `READY <name>` and serves until stdin closes.
+pub fn serve_real_client(args: &[String]) -> i32 {
+    let (Some(master), Some(size)) = (args.first(), args.get(1)) else {
+        eprintln!("usage: mc_bench --serve-real-client <master addr> <segment size>");
+        return 2;
+    };
+    let Ok(size) = parse_size(size) else {
+        eprintln!("bad size {size}");
+        return 2;
+    };
+    let setup = Client::setup(SetupConfig {
+        local_hostname: "127.0.0.1".into(),
+        global_segment_size: size,
+        local_buffer_size: 0,
+        master_server_addr: master.clone(),
+        ..SetupConfig::default()
+    });
+    let client = match setup {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("real client setup failed: {e}");
+            return 1;
+        }
+    };
+    let server = match client.serve_dummies(master) {
+        Ok(server) => server,
+        Err(e) => {
+            eprintln!("cannot serve dummies: {e}");
+            return 1;
+        }
+    };
+    println!("READY {}", client.get_hostname());
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    drop(server);
+    client.teardown();
+    0
+}
+
+/// Best and worst of `samples`.
+fn spread(samples: &[f64]) -> (f64, f64) {
+    samples
+        .iter()
+        .fold((0.0f64, f64::MAX), |(hi, lo), s| (hi.max(*s), lo.min(*s)))
+}
+
+/// GB/s of 4 MiB gets for `duration`, each into `dst(i)`.
+fn gets(client: &Client, duration: Duration, dst: impl Fn(usize) -> usize) -> Result<f64, String> {
+    let (mut bytes, mut i) = (0u64, 0usize);
+    let start = Instant::now();
+    while start.elapsed() < duration {
+        let key = format!("sa{}", i % KEYS);
+        // SAFETY: `dst(i)` is SIZE writable bytes owned by the caller for the whole run.
+        let got = unsafe {
+            client.get_into_raw(&[key], vec![vec![Buf::new(dst(i), SIZE as u64)]], false)
+        };
+        match got.first() {
+            Some(Ok(_)) => {}
+            other => return Err(format!("dummy get: {other:?}")),
+        }
+        bytes += SIZE as u64;
+        i += 1;
+    }
+    Ok(gbps(bytes, start.elapsed().as_secs_f64()))
+}
+
+/// The scenario; see the module doc.
+pub fn run(report: &mut Report, duration: Duration) -> Result<(), String> {
+    let service = MasterService::new(MasterConfig::default());
+    let rpc = RpcServer::start("127.0.0.1:0".parse().map_err(|_| "addr")?, service.clone())
+        .map_err(|e| format!("rpc server: {e}"))?;
+    let master = rpc.local_addr().to_string();
+    let (_real, name) = spawn_child(&["--serve-real-client", &master, "512 MB"])?;
+    let client = Client::setup_dummy(0, 16 * MIB as u64, &name).map_err(|e| {
+        format!(
+            "setup_dummy: {e}: {}",
+            mooncake_rs::error::last_error_message()
+        )
+    })?;
+    let shared = ShmPool::global()
+        .alloc((16 * SIZE) as u64, "bench")
+        .map_err(|e| format!("shm: {e}"))?;
+    let value = vec![5u8; SIZE];
+    for k in 0..KEYS {
+        client
+            .put_from(&format!("sa{k}"), &value, &ReplicateConfig::default())
+            .map_err(|e| format!("put: {e}"))?;
+    }
+    let mut heap = limits::Pool::new(16, SIZE, 0);
+    let heap_addrs: Vec<usize> = heap
+        .bufs
+        .iter_mut()
+        .map(|b| b.as_mut_ptr() as usize)
+        .collect();
+    let (mut memcpy, mut zero_copy, mut staged) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        memcpy.push(limits::memcpy_gbps(SIZE, duration));
+        zero_copy.push(gets(&client, duration, |i| {
+            shared.addr() + (i % 16) * SIZE
+        })?);
+        staged.push(gets(&client, duration, |i| heap_addrs[i % 16])?);
+    }
+    let (limit, limit_low) = spread(&memcpy);
+    report.limit("memcpy 1 thread 4MiB (interleaved)", limit, "GB/s");
+    for (label, samples) in [("zero-copy", &zero_copy), ("staged", &staged)] {
+        let (best, worst) = spread(samples);
+        report.line(
+            &format!("dummy get 4MiB {label}"),
+            best,
+            "GB/s",
+            "memcpy 1 thread (interleaved)",
+            limit,
+        );
+        eprintln!(
+            "  dummy get 4MiB {label}: best of {ROUNDS} {best:.2} GB/s (worst {worst:.2}); \
+             memcpy best {limit:.2} (worst {limit_low:.2})"
+        );
+    }
+    let stats = client.dummy_stats().unwrap_or_default();
+    eprintln!(
+        "  link: {} bytes zero-copy, {} bytes staged",
+        stats.zero_copy_bytes, stats.staged_bytes
+    );
+    client.teardown();
+    drop(heap);
+    Ok(())
+}

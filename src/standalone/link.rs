@@ -1,0 +1,532 @@
+//! [`DummyLink`]: a dummy's connection to its real client. It carries the dummy engine's
+//! transfers ([`TransferDelegate`]), maps the dummy's shared blocks at the real client on
+//! first use, stages caller memory outside them through its own shared staging block, pings,
+//! and reconnects (re-sending its blocks) after the real client restarted.
+
+use super::pool::{BlockGuard, SharedBlock, ShmPool};
+use super::wire::{parse_header, Kind, Reader, WireRequest, Writer, VERSION};
+use crate::error::{fail, set_last_error_message, ErrorCode, Result};
+use crate::transfer::copy::copy_bytes;
+use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashSet;
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes of the staging block (`MC_DUMMY_STAGING_BYTES`, default 8 MiB, at least 4 KiB).
+fn staging_bytes() -> u64 {
+    std::env::var("MC_DUMMY_STAGING_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(8 << 20)
+        .max(4096)
+}
+
+/// Counters of one link (monotonic).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Bytes moved straight into / out of shared blocks.
+    pub zero_copy_bytes: u64,
+    /// Bytes copied through the staging block (caller memory outside shared blocks).
+    pub staged_bytes: u64,
+    /// Successful connects after the first.
+    pub reconnects: u64,
+    /// Blocks mapped at the real client (over all connections).
+    pub blocks_mapped: u64,
+}
+
+/// One connection and what the real client has mapped on it.
+struct Conn {
+    stream: UnixStream,
+    mapped: HashSet<u64>,
+}
+
+/// The dummy's side. Thread-safe: calls are serialised on the one connection (a mutex).
+/// Dropping it (or [`DummyLink::close`]) stops the pinger and closes the socket; the real
+/// client then drops everything it held for this dummy.
+pub struct DummyLink {
+    inner: Arc<Inner>,
+    pinger: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+struct Inner {
+    name: String,
+    ttl: Duration,
+    conn: Mutex<Option<Conn>>,
+    staging: BlockGuard,
+    master_address: String,
+    real_name: String,
+    healthy: AtomicBool,
+    freed_cursor: Mutex<usize>,
+    closed: Mutex<bool>,
+    wake: Condvar,
+    connects: AtomicU64,
+    zero_copy_bytes: AtomicU64,
+    staged_bytes: AtomicU64,
+    blocks_mapped: AtomicU64,
+}
+
+impl DummyLink {
+    /// Connects to the real client serving the abstract socket `name` (see
+    /// [`super::socket_name`]), says hello and starts the pinger (every third of
+    /// [`super::ttl`]).
+    ///
+    /// Errors: `INVALID_PARAMS` when nobody serves `name` or the real client refuses the
+    /// dummy; `INTERNAL_ERROR` when the staging block or the pinger thread cannot be made.
+    pub fn connect(name: &str) -> Result<DummyLink> {
+        let ttl = super::ttl();
+        let (stream, master_address, real_name) = open(name, ttl)?;
+        let inner = Arc::new(Inner {
+            name: name.to_string(),
+            ttl,
+            conn: Mutex::new(Some(Conn {
+                stream,
+                mapped: HashSet::new(),
+            })),
+            staging: BlockGuard::new(staging_bytes(), "dummy staging")?,
+            master_address,
+            real_name,
+            healthy: AtomicBool::new(true),
+            freed_cursor: Mutex::new(ShmPool::global().freed_since(0).1),
+            closed: Mutex::new(false),
+            wake: Condvar::new(),
+            connects: AtomicU64::new(1),
+            zero_copy_bytes: AtomicU64::new(0),
+            staged_bytes: AtomicU64::new(0),
+            blocks_mapped: AtomicU64::new(0),
+        });
+        let pinger_inner = Arc::clone(&inner);
+        let pinger = std::thread::Builder::new()
+            .name("mc-dummy-ping".into())
+            .spawn(move || pinger_inner.ping_loop());
+        let pinger = match pinger {
+            Ok(handle) => handle,
+            Err(e) => return fail(ErrorCode::InternalError, format!("no pinger thread: {e}")),
+        };
+        Ok(DummyLink {
+            inner,
+            pinger: Mutex::new(Some(pinger)),
+        })
+    }
+
+    /// The master address the real client uses (the dummy talks to the master directly).
+    pub fn master_address(&self) -> &str {
+        &self.inner.master_address
+    }
+
+    /// The real client's segment name.
+    pub fn real_client_name(&self) -> &str {
+        &self.inner.real_name
+    }
+
+    /// Whether the last call or ping reached the real client.
+    pub fn is_healthy(&self) -> bool {
+        self.inner.healthy.load(Ordering::Acquire)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> LinkStats {
+        let i = &self.inner;
+        LinkStats {
+            zero_copy_bytes: i.zero_copy_bytes.load(Ordering::Relaxed),
+            staged_bytes: i.staged_bytes.load(Ordering::Relaxed),
+            reconnects: i.connects.load(Ordering::Relaxed).saturating_sub(1),
+            blocks_mapped: i.blocks_mapped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The real client's counters ([`super::ServerStats`]).
+    /// Errors: `TRANSFER_FAIL` when the real client cannot be reached.
+    pub fn server_stats(&self) -> Result<super::ServerStats> {
+        let answer = self.inner.call(Kind::Stats, &Writer::default())?;
+        let mut r = Reader::new(&answer);
+        Ok(super::ServerStats {
+            dummies: r.u64()?,
+            mappings: r.u64()?,
+            mapped_bytes: r.u64()?,
+            dummies_dropped: r.u64()?,
+            requests_refused: r.u64()?,
+        })
+    }
+
+    /// `INVALID_PARAMS` unless `[addr, addr + len)` lies in one shared block of this process
+    /// (memory the real client can map), with a message saying so.
+    pub fn check_shared(&self, addr: usize, len: u64) -> Result<()> {
+        match ShmPool::global().find(addr, len) {
+            Some(_) => Ok(()),
+            None => fail(
+                ErrorCode::InvalidParams,
+                format!(
+                    "[{addr:#x}, +{len}) is not inside shared memory of this dummy (allocate it \
+                     with mc_shm_alloc / MooncakeHostMemAllocator / alloc_from_mem_pool)"
+                ),
+            ),
+        }
+    }
+
+    /// Stops the pinger and closes the connection. Idempotent.
+    pub fn close(&self) {
+        *self.inner.closed.lock() = true;
+        self.inner.wake.notify_all();
+        if let Some(handle) = self.pinger.lock().take() {
+            let _ = handle.join();
+        }
+        self.inner.conn.lock().take();
+        self.inner.healthy.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for DummyLink {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Connects and says hello; returns the stream and the real client's master address and
+/// segment name.
+fn open(name: &str, ttl: Duration) -> Result<(UnixStream, String, String)> {
+    let refused = |what: String| {
+        fail::<(UnixStream, String, String)>(
+            ErrorCode::InvalidParams,
+            format!("cannot attach to the real client at @{name}: {what}"),
+        )
+    };
+    let addr = match SocketAddr::from_abstract_name(name.as_bytes()) {
+        Ok(addr) => addr,
+        Err(e) => return refused(e.to_string()),
+    };
+    let mut stream = match UnixStream::connect_addr(&addr) {
+        Ok(stream) => stream,
+        Err(e) => return refused(e.to_string()),
+    };
+    if let Err(e) = stream
+        .set_read_timeout(Some(ttl))
+        .and_then(|_| stream.set_write_timeout(Some(ttl)))
+    {
+        return refused(e.to_string());
+    }
+    let mut hello = Writer::default();
+    hello.u32(VERSION).u32(std::process::id());
+    let answer = match exchange(&mut stream, Kind::Hello, &hello, None) {
+        Ok(answer) => answer,
+        Err(e) => return refused(format!("{e}: {}", crate::error::last_error_message())),
+    };
+    let mut r = Reader::new(&answer);
+    let master = r.str()?.to_string();
+    let real = r.str()?.to_string();
+    Ok((stream, master, real))
+}
+
+/// Sends one request (with `fd` attached) and reads its answer; the answer's payload after the
+/// code and message. Errors: `TRANSFER_FAIL` for an I/O failure (the connection is then
+/// unusable); the real client's code (message recorded) when it refused the request.
+fn exchange(
+    stream: &mut UnixStream,
+    kind: Kind,
+    body: &Writer,
+    fd: Option<std::os::fd::BorrowedFd<'_>>,
+) -> Result<Vec<u8>> {
+    let io_fail = |what: &str, e: std::io::Error| {
+        fail::<Vec<u8>>(
+            ErrorCode::TransferFail,
+            format!("real client connection: {what}: {e}"),
+        )
+    };
+    let frame = body.frame(kind as u8);
+    let fds: Vec<_> = fd.into_iter().collect();
+    if let Err(e) = crate::shm::send_with_fds(stream.as_fd(), &frame, &fds) {
+        return io_fail("send", e);
+    }
+    let mut header = [0u8; 5];
+    if let Err(e) = stream.read_exact(&mut header) {
+        return io_fail("receive", e);
+    }
+    let (_, len) = parse_header(header)?;
+    let mut answer = vec![0u8; len];
+    if let Err(e) = stream.read_exact(&mut answer) {
+        return io_fail("receive", e);
+    }
+    let mut r = Reader::new(&answer);
+    let code = r.i32()?;
+    let message = r.str()?.to_string();
+    let consumed = 8 + message.len();
+    if code != 0 {
+        let code = ErrorCode::from_i32(code).unwrap_or(ErrorCode::InternalError);
+        return fail(code, format!("real client: {message}"));
+    }
+    Ok(answer.split_off(consumed))
+}
+
+/// One piece of a request sent in one round: its wire form and, when staged, where its bytes
+/// sit in the staging block.
+struct Piece {
+    request: usize,
+    wire: WireRequest,
+    staged: Option<Staged>,
+}
+
+struct Staged {
+    local: *mut u8,
+    stage: *mut u8,
+    len: usize,
+    read: bool,
+}
+
+impl Inner {
+    /// One request/answer on the connection, reconnecting first when there is none. An I/O
+    /// failure drops the connection and marks the link unhealthy.
+    fn call(&self, kind: Kind, body: &Writer) -> Result<Vec<u8>> {
+        let mut conn = self.conn.lock();
+        let c = self.connected(&mut conn)?;
+        let result = exchange(&mut c.stream, kind, body, None);
+        self.after(&mut conn, &result);
+        result
+    }
+
+    /// The connection, (re)opened when there is none. A fresh connection has no block mapped.
+    fn connected<'a>(&self, conn: &'a mut Option<Conn>) -> Result<&'a mut Conn> {
+        if conn.is_none() {
+            match open(&self.name, self.ttl) {
+                Ok((stream, _, _)) => {
+                    self.connects.fetch_add(1, Ordering::Relaxed);
+                    *conn = Some(Conn {
+                        stream,
+                        mapped: HashSet::new(),
+                    });
+                }
+                Err(e) => {
+                    self.healthy.store(false, Ordering::Release);
+                    let message = crate::error::last_error_message();
+                    return fail(ErrorCode::TransferFail, format!("{e}: {message}"));
+                }
+            }
+        }
+        self.healthy.store(true, Ordering::Release);
+        match conn.as_mut() {
+            Some(c) => Ok(c),
+            None => fail(ErrorCode::TransferFail, "no connection to the real client"),
+        }
+    }
+
+    /// Drops the connection after an I/O failure (`TRANSFER_FAIL`).
+    fn after<T>(&self, conn: &mut Option<Conn>, result: &Result<T>) {
+        if matches!(result, Err(ErrorCode::TransferFail)) {
+            conn.take();
+            self.healthy.store(false, Ordering::Release);
+        }
+    }
+
+    fn ping_loop(&self) {
+        let period = self.ttl / 3;
+        loop {
+            {
+                let mut closed = self.closed.lock();
+                if *closed {
+                    return;
+                }
+                self.wake.wait_for(&mut closed, period);
+                if *closed {
+                    return;
+                }
+            }
+            let _ = self.call(Kind::Ping, &Writer::default());
+        }
+    }
+
+    /// Unmaps at the real client the blocks freed here since the last call.
+    fn unmap_freed(&self, c: &mut Conn) -> Result<()> {
+        let mut cursor = self.freed_cursor.lock();
+        let (freed, next) = ShmPool::global().freed_since(*cursor);
+        *cursor = next;
+        for id in freed {
+            if c.mapped.remove(&id) {
+                let mut w = Writer::default();
+                w.u64(id);
+                exchange(&mut c.stream, Kind::Unmap, &w, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Maps `block` at the real client unless it is mapped on this connection.
+    fn ensure_mapped(&self, c: &mut Conn, block: &SharedBlock) -> Result<()> {
+        if c.mapped.contains(&block.id()) {
+            return Ok(());
+        }
+        let Some(fd) = block.fd() else {
+            return fail(ErrorCode::InternalError, "a shared block without its memfd");
+        };
+        let mut w = Writer::default();
+        w.u64(block.id()).u64(block.len() as u64);
+        exchange(&mut c.stream, Kind::Map, &w, Some(fd))?;
+        c.mapped.insert(block.id());
+        self.blocks_mapped.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Sends one round of pieces, copies staged reads out, and records per-request errors.
+    ///
+    /// # Safety
+    /// Every staged piece's `local` range is valid for its operation.
+    unsafe fn round(
+        &self,
+        c: &mut Conn,
+        pieces: &mut Vec<Piece>,
+        results: &mut [Result<()>],
+    ) -> Result<()> {
+        if pieces.is_empty() {
+            return Ok(());
+        }
+        let mut w = Writer::default();
+        w.u32(pieces.len() as u32);
+        for piece in pieces.iter() {
+            piece.wire.encode(&mut w);
+        }
+        let answer = exchange(&mut c.stream, Kind::Transfer, &w, None)?;
+        let mut r = Reader::new(&answer);
+        let count = r.u32()? as usize;
+        if count != pieces.len() {
+            return fail(
+                ErrorCode::TransferFail,
+                format!("real client answered {count} of {} requests", pieces.len()),
+            );
+        }
+        let message = r.str()?.to_string();
+        for piece in pieces.drain(..) {
+            let code = r.i32()?;
+            if code != 0 {
+                set_last_error_message(format!("real client: {message}"));
+                if results[piece.request].is_ok() {
+                    results[piece.request] =
+                        Err(ErrorCode::from_i32(code).unwrap_or(ErrorCode::TransferFail));
+                }
+                continue;
+            }
+            match piece.staged {
+                Some(s) => {
+                    if s.read {
+                        // SAFETY: the caller guarantees `local`; `stage` is in our block.
+                        if let Err(e) = unsafe { copy_bytes(s.local, s.stage, s.len) } {
+                            set_last_error_message(format!("staging copy: {e}"));
+                            results[piece.request] = Err(ErrorCode::TransferFail);
+                            continue;
+                        }
+                    }
+                    self.staged_bytes.fetch_add(s.len as u64, Ordering::Relaxed);
+                }
+                None => {
+                    self.zero_copy_bytes
+                        .fetch_add(piece.wire.len, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`TransferDelegate::transfer`] on a live connection.
+    ///
+    /// # Safety
+    /// As [`TransferDelegate::transfer`].
+    unsafe fn run(
+        &self,
+        c: &mut Conn,
+        requests: &[TransferRequest<'_>],
+        results: &mut [Result<()>],
+    ) -> Result<()> {
+        self.unmap_freed(c)?;
+        let staging = self.staging.block();
+        let capacity = staging.len();
+        let now = Instant::now();
+        let mut pieces = Vec::new();
+        let mut used = 0usize;
+        for (index, request) in requests.iter().enumerate() {
+            if request.len == 0 {
+                continue;
+            }
+            let send_within_ms = request.send_by.map_or(u64::MAX, |by| {
+                by.saturating_duration_since(now).as_millis() as u64
+            });
+            let wire = |block: u64, offset: u64, len: u64, at: u64| WireRequest {
+                write: request.op == TransferOp::Write,
+                block,
+                offset,
+                len,
+                remote_addr: request.remote_addr.wrapping_add(at),
+                epoch: request.epoch,
+                send_within_ms,
+                endpoint: request.endpoint.to_string(),
+            };
+            if let Some((block, offset)) = ShmPool::global().find(request.local_addr, request.len) {
+                self.ensure_mapped(c, &block)?;
+                pieces.push(Piece {
+                    request: index,
+                    wire: wire(block.id(), offset, request.len, 0),
+                    staged: None,
+                });
+                continue;
+            }
+            self.ensure_mapped(c, staging)?;
+            let mut at = 0u64;
+            while at < request.len {
+                if used == capacity {
+                    // SAFETY: forwarded from the caller.
+                    unsafe { self.round(c, &mut pieces, results) }?;
+                    used = 0;
+                }
+                let len = (request.len - at).min((capacity - used) as u64) as usize;
+                let local = (request.local_addr as *mut u8).wrapping_add(at as usize);
+                let stage = (staging.addr() as *mut u8).wrapping_add(used);
+                let read = request.op == TransferOp::Read;
+                if !read {
+                    // SAFETY: the caller guarantees the source; `stage..+len` is in our block.
+                    if let Err(e) = unsafe { copy_bytes(stage, local, len) } {
+                        set_last_error_message(format!("staging copy: {e}"));
+                        results[index] = Err(ErrorCode::TransferFail);
+                        break;
+                    }
+                }
+                pieces.push(Piece {
+                    request: index,
+                    wire: wire(staging.id(), used as u64, len as u64, at),
+                    staged: Some(Staged {
+                        local,
+                        stage,
+                        len,
+                        read,
+                    }),
+                });
+                used += len;
+                at += len as u64;
+            }
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.round(c, &mut pieces, results) }
+    }
+}
+
+impl TransferDelegate for DummyLink {
+    unsafe fn transfer(&self, requests: &[TransferRequest<'_>]) -> Vec<Result<()>> {
+        let inner = &self.inner;
+        let mut results: Vec<Result<()>> = vec![Ok(()); requests.len()];
+        let mut conn = inner.conn.lock();
+        let outcome = match inner.connected(&mut conn) {
+            // SAFETY: forwarded from the caller.
+            Ok(c) => unsafe { inner.run(c, requests, &mut results) },
+            Err(e) => Err(e),
+        };
+        inner.after(&mut conn, &outcome);
+        if let Err(code) = outcome {
+            for (result, request) in results.iter_mut().zip(requests) {
+                if result.is_ok() && request.len > 0 {
+                    *result = Err(code);
+                }
+            }
+        }
+        results
+    }
+}

@@ -1,0 +1,135 @@
+//! [`ShmPool`]: the process-wide allocator of shared-memory blocks (upstream's `ShmHelper`):
+//! the memory `MooncakeHostMemAllocator.alloc`, `alloc_from_mem_pool` and
+//! `mc_shm_alloc` hand out, and the dummy's own local buffer and staging area. A dummy's link
+//! maps any of these blocks at its real client the first time a transfer names it.
+
+use crate::device::MappedRegion;
+use crate::error::{fail, ErrorCode, Result};
+use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// One block: a sealed memfd mapped here, with a process-unique id.
+///
+/// Ownership: the pool holds it until [`ShmPool::free`]; links and local buffers may hold
+/// clones longer (the pages stay mapped until the last clone goes). Thread-safety: immutable.
+pub struct SharedBlock {
+    id: u64,
+    region: MappedRegion,
+}
+
+impl SharedBlock {
+    /// Process-unique id (never reused).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+    /// Address of the first byte here.
+    pub fn addr(&self) -> usize {
+        self.region.addr()
+    }
+    /// Length in bytes (a whole number of pages).
+    pub fn len(&self) -> usize {
+        self.region.len()
+    }
+    /// Never true: blocks have at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.region.len() == 0
+    }
+    /// The memfd, to send to the real client.
+    pub(super) fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.region.shared_file().map(|f| f.fd())
+    }
+}
+
+/// The process-wide table of blocks, by address. Thread-safe.
+#[derive(Default)]
+pub struct ShmPool {
+    blocks: RwLock<BTreeMap<usize, Arc<SharedBlock>>>,
+    /// Ids of freed blocks, in order: links read it from their own cursor to unmap them at
+    /// the real client.
+    freed: Mutex<Vec<u64>>,
+    next_id: AtomicU64,
+}
+
+impl ShmPool {
+    /// The pool of this process.
+    pub fn global() -> &'static ShmPool {
+        static POOL: OnceLock<ShmPool> = OnceLock::new();
+        POOL.get_or_init(ShmPool::default)
+    }
+
+    /// A new zero-filled block of at least `len` bytes (rounded up to pages), in the table
+    /// until [`free`](Self::free) (or the drop of a [`BlockGuard`] around it). Errors: `INVALID_PARAMS` for `len == 0` or too large; `INTERNAL_ERROR`
+    /// when the kernel refuses the memfd or the mapping.
+    pub fn alloc(&self, len: u64, what: &str) -> Result<Arc<SharedBlock>> {
+        let region = MappedRegion::shared(len, what)?;
+        let block = Arc::new(SharedBlock {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed) + 1,
+            region,
+        });
+        self.blocks.write().insert(block.addr(), Arc::clone(&block));
+        Ok(block)
+    }
+
+    /// Forgets the block starting at `addr` (unmapped here once no transfer holds it; the real
+    /// client unmaps its mapping on the next call of each link). Errors: `INVALID_PARAMS` when
+    /// no block starts at `addr`.
+    pub fn free(&self, addr: usize) -> Result<()> {
+        match self.blocks.write().remove(&addr) {
+            Some(block) => {
+                self.freed.lock().push(block.id);
+                Ok(())
+            }
+            None => fail(
+                ErrorCode::InvalidParams,
+                format!("{addr:#x} is not the start of a shared-memory block"),
+            ),
+        }
+    }
+
+    /// The block holding all of `[addr, addr + len)` and the offset of `addr` in it.
+    pub fn find(&self, addr: usize, len: u64) -> Option<(Arc<SharedBlock>, u64)> {
+        let blocks = self.blocks.read();
+        let (_, block) = blocks.range(..=addr).next_back()?;
+        let offset = (addr - block.addr()) as u64;
+        let end = offset.checked_add(len)?;
+        (end <= block.len() as u64).then(|| (Arc::clone(block), offset))
+    }
+
+    /// Ids freed since position `cursor` of the log, and the new cursor.
+    pub(super) fn freed_since(&self, cursor: usize) -> (Vec<u64>, usize) {
+        let freed = self.freed.lock();
+        (
+            freed.get(cursor..).unwrap_or_default().to_vec(),
+            freed.len(),
+        )
+    }
+
+    /// Number of live blocks (callers' and links').
+    pub fn blocks(&self) -> usize {
+        self.blocks.read().len()
+    }
+}
+
+/// A block that is freed from the pool when this guard drops (a dummy's local buffer and
+/// staging area). Ownership: holds the block; clones of its `Arc` keep the pages mapped.
+pub struct BlockGuard(Arc<SharedBlock>);
+
+impl BlockGuard {
+    /// Allocates a block from the global pool; errors as [`ShmPool::alloc`].
+    pub fn new(len: u64, what: &str) -> Result<BlockGuard> {
+        ShmPool::global().alloc(len, what).map(BlockGuard)
+    }
+    /// The block.
+    pub fn block(&self) -> &Arc<SharedBlock> {
+        &self.0
+    }
+}
+
+impl Drop for BlockGuard {
+    fn drop(&mut self) {
+        // Only this guard frees its block: it is in the table.
+        let _ = ShmPool::global().free(self.0.addr());
+    }
+}

@@ -1,0 +1,480 @@
+//! [`DummyServer`]: the real client's side. One thread accepts dummies on the abstract socket;
+//! one thread per dummy maps the blocks it sends and runs its transfers with the real client's
+//! engine, straight into / out of those mappings. Every offset and length a dummy names is
+//! checked against its mappings, and a transfer aimed at the real client itself must land in
+//! remotely accessible memory (the mounted segment): a buggy or hostile dummy gets
+//! `INVALID_PARAMS`, never a crash or a touch of other memory. A dummy that sends nothing for
+//! [`super::ttl`] or closes its socket is dropped with everything held for it.
+
+use super::wire::{parse_header, Kind, Reader, WireRequest, Writer, VERSION};
+use crate::error::{fail, last_error_message, ErrorCode, Result};
+use crate::shm::{recv_with_fds, PeerMapping};
+use crate::transfer::{TransferEngine, TransferOp, TransferRequest};
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Most blocks one dummy may have mapped at once (`MC_DUMMY_MAX_MAPPINGS`, default 4096).
+fn max_mappings() -> usize {
+    std::env::var("MC_DUMMY_MAX_MAPPINGS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(4096)
+}
+
+/// The real client's counters for dummies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Dummies connected now.
+    pub dummies: u64,
+    /// Blocks mapped now, over all dummies.
+    pub mappings: u64,
+    /// Bytes of those mappings.
+    pub mapped_bytes: u64,
+    /// Dummies dropped so far (closed, silent past the TTL, or protocol errors).
+    pub dummies_dropped: u64,
+    /// Transfer requests refused by the bounds checks so far.
+    pub requests_refused: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    dummies: AtomicU64,
+    mappings: AtomicU64,
+    mapped_bytes: AtomicU64,
+    dummies_dropped: AtomicU64,
+    requests_refused: AtomicU64,
+}
+
+struct Shared {
+    engine: Arc<TransferEngine>,
+    own_name: String,
+    master_address: String,
+    ttl: Duration,
+    stop: AtomicBool,
+    counters: Counters,
+}
+
+/// Serves dummies until dropped (or [`DummyServer::shutdown`]). Thread-safe.
+pub struct DummyServer {
+    shared: Arc<Shared>,
+    acceptor: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DummyServer {
+    /// Listens on the abstract socket `name` and serves dummies with `engine` (whose segment
+    /// name is `own_name`); dummies are told to reach the master at `master_address`.
+    ///
+    /// Errors: `INVALID_PARAMS` when the name is taken (another real client on this port);
+    /// `INTERNAL_ERROR` when the thread cannot start.
+    pub fn start(
+        name: &str,
+        engine: Arc<TransferEngine>,
+        own_name: &str,
+        master_address: &str,
+    ) -> Result<DummyServer> {
+        let listener = SocketAddr::from_abstract_name(name.as_bytes())
+            .and_then(|addr| UnixListener::bind_addr(&addr));
+        let listener = match listener {
+            Ok(listener) => listener,
+            Err(e) => {
+                return fail(
+                    ErrorCode::InvalidParams,
+                    format!("cannot serve dummies on @{name}: {e}"),
+                )
+            }
+        };
+        let shared = Arc::new(Shared {
+            engine,
+            own_name: own_name.to_string(),
+            master_address: master_address.to_string(),
+            ttl: super::ttl(),
+            stop: AtomicBool::new(false),
+            counters: Counters::default(),
+        });
+        let accept_shared = Arc::clone(&shared);
+        let acceptor = std::thread::Builder::new()
+            .name("mc-dummy-accept".into())
+            .spawn(move || accept_loop(&accept_shared, &listener));
+        match acceptor {
+            Ok(handle) => Ok(DummyServer {
+                shared,
+                acceptor: Some(handle),
+            }),
+            Err(e) => fail(ErrorCode::InternalError, format!("no acceptor thread: {e}")),
+        }
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> ServerStats {
+        self.shared.stats()
+    }
+
+    /// Stops accepting; connected dummies are dropped within the TTL. Idempotent.
+    pub fn shutdown(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(handle) = self.acceptor.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for DummyServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl Shared {
+    fn stats(&self) -> ServerStats {
+        let c = &self.counters;
+        ServerStats {
+            dummies: c.dummies.load(Ordering::Relaxed),
+            mappings: c.mappings.load(Ordering::Relaxed),
+            mapped_bytes: c.mapped_bytes.load(Ordering::Relaxed),
+            dummies_dropped: c.dummies_dropped.load(Ordering::Relaxed),
+            requests_refused: c.requests_refused.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Accepts until stopped, polling the listener every 200 ms for the stop flag.
+fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
+    while !shared.stop.load(Ordering::Acquire) {
+        let mut poll = libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut poll, 1, 200) };
+        if ready <= 0 {
+            continue;
+        }
+        let Ok((stream, _)) = listener.accept() else {
+            continue;
+        };
+        let dummy_shared = Arc::clone(shared);
+        let spawned = std::thread::Builder::new()
+            .name("mc-dummy".into())
+            .spawn(move || serve(&dummy_shared, stream));
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "no thread for a dummy: refused");
+        }
+    }
+}
+
+/// What the real client holds for one dummy; released (unmapped, counted) on drop.
+struct DummyState<'a> {
+    shared: &'a Shared,
+    mappings: HashMap<u64, PeerMapping>,
+}
+
+impl Drop for DummyState<'_> {
+    fn drop(&mut self) {
+        let c = &self.shared.counters;
+        for (_, mapping) in self.mappings.drain() {
+            c.mappings.fetch_sub(1, Ordering::Relaxed);
+            c.mapped_bytes
+                .fetch_sub(mapping.len() as u64, Ordering::Relaxed);
+        }
+        c.dummies.fetch_sub(1, Ordering::Relaxed);
+        c.dummies_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Serves one dummy until it closes, falls silent past the TTL, or breaks the protocol.
+fn serve(shared: &Shared, mut stream: UnixStream) {
+    if stream.set_read_timeout(Some(shared.ttl)).is_err()
+        || stream.set_write_timeout(Some(shared.ttl)).is_err()
+    {
+        return;
+    }
+    shared.counters.dummies.fetch_add(1, Ordering::Relaxed);
+    let mut state = DummyState {
+        shared,
+        mappings: HashMap::new(),
+    };
+    let mut greeted = false;
+    while !shared.stop.load(Ordering::Acquire) {
+        let Ok((kind, body, fds)) = read_frame(&stream) else {
+            break;
+        };
+        let mut payload = Writer::default();
+        let outcome = match Kind::from_u8(kind) {
+            Some(Kind::Hello) => hello(shared, &body, &mut payload).map(|_| greeted = true),
+            Some(_) if !greeted => fail(ErrorCode::InvalidParams, "hello first"),
+            Some(Kind::Map) => state.map(&body, fds),
+            Some(Kind::Unmap) => state.unmap(&body),
+            Some(Kind::Transfer) => state.transfer(&body, &mut payload),
+            Some(Kind::Ping) => Ok(()),
+            Some(Kind::Stats) => {
+                let s = shared.stats();
+                payload
+                    .u64(s.dummies)
+                    .u64(s.mappings)
+                    .u64(s.mapped_bytes)
+                    .u64(s.dummies_dropped)
+                    .u64(s.requests_refused);
+                Ok(())
+            }
+            None => fail(ErrorCode::InvalidParams, format!("unknown request {kind}")),
+        };
+        let mut answer = Writer::default();
+        match outcome {
+            Ok(()) => answer.i32(0).str(""),
+            Err(code) => answer.i32(code.code()).str(&last_error_message()),
+        };
+        answer.0.extend_from_slice(&payload.0);
+        if stream.write_all(&answer.frame(0)).is_err() {
+            break;
+        }
+    }
+}
+
+/// Reads one frame and the descriptors that came with it. Errors end the dummy.
+fn read_frame(stream: &UnixStream) -> std::io::Result<(u8, Vec<u8>, Vec<OwnedFd>)> {
+    let mut fds = Vec::new();
+    let mut header = [0u8; 5];
+    read_full(stream, &mut header, &mut fds)?;
+    let (kind, len) = parse_header(header).map_err(|_| std::io::ErrorKind::InvalidData)?;
+    let mut body = vec![0u8; len];
+    read_full(stream, &mut body, &mut fds)?;
+    Ok((kind, body, fds))
+}
+
+fn read_full(stream: &UnixStream, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> std::io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let (n, more) = recv_with_fds(stream.as_fd(), &mut buf[got..])?;
+        fds.extend(more);
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        got += n;
+    }
+    Ok(())
+}
+
+fn hello(shared: &Shared, body: &[u8], payload: &mut Writer) -> Result<()> {
+    let mut r = Reader::new(body);
+    let version = r.u32()?;
+    let pid = r.u32()?;
+    if version != VERSION {
+        return fail(
+            ErrorCode::InvalidVersion,
+            format!("dummy protocol {version}, this real client speaks {VERSION}"),
+        );
+    }
+    if crate::client::EMBEDDED_MASTER == shared.master_address || shared.master_address.is_empty() {
+        return fail(
+            ErrorCode::InvalidParams,
+            "this real client runs an in-process master: dummies cannot reach it",
+        );
+    }
+    tracing::info!(pid, "dummy attached");
+    payload.str(&shared.master_address).str(&shared.own_name);
+    Ok(())
+}
+
+impl DummyState<'_> {
+    fn map(&mut self, body: &[u8], mut fds: Vec<OwnedFd>) -> Result<()> {
+        let mut r = Reader::new(body);
+        let (id, len) = (r.u64()?, r.u64()?);
+        if fds.len() != 1 {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!("a map request needs one descriptor, got {}", fds.len()),
+            );
+        }
+        if self.mappings.contains_key(&id) {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!("block {id} already mapped"),
+            );
+        }
+        if self.mappings.len() >= max_mappings() {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!(
+                    "this dummy already has {} blocks mapped",
+                    self.mappings.len()
+                ),
+            );
+        }
+        let Ok(len) = usize::try_from(len) else {
+            return fail(ErrorCode::InvalidParams, "block too large");
+        };
+        let fd = fds.remove(0);
+        let mapping = PeerMapping::map(fd.as_fd(), 0, len)?;
+        let c = &self.shared.counters;
+        c.mappings.fetch_add(1, Ordering::Relaxed);
+        c.mapped_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        self.mappings.insert(id, mapping);
+        Ok(())
+    }
+
+    fn unmap(&mut self, body: &[u8]) -> Result<()> {
+        let id = Reader::new(body).u64()?;
+        match self.mappings.remove(&id) {
+            Some(mapping) => {
+                let c = &self.shared.counters;
+                c.mappings.fetch_sub(1, Ordering::Relaxed);
+                c.mapped_bytes
+                    .fetch_sub(mapping.len() as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            None => fail(
+                ErrorCode::InvalidParams,
+                format!("block {id} is not mapped"),
+            ),
+        }
+    }
+
+    /// The address in this process of `[offset, offset + len)` of block `block`, after the
+    /// bounds check; and, for requests aimed at this real client, the check that the target
+    /// is remotely accessible memory.
+    fn resolve(&self, request: &WireRequest) -> Result<usize> {
+        let Some(mapping) = self.mappings.get(&request.block) else {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!("block {} is not mapped", request.block),
+            );
+        };
+        let inside = request
+            .offset
+            .checked_add(request.len)
+            .is_some_and(|end| end <= mapping.len() as u64);
+        if !inside {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!(
+                    "[{}, +{}) is outside block {} ({} bytes)",
+                    request.offset,
+                    request.len,
+                    request.block,
+                    mapping.len()
+                ),
+            );
+        }
+        if request.endpoint == self.shared.own_name {
+            let target = usize::try_from(request.remote_addr)
+                .ok()
+                .and_then(|addr| self.shared.engine.region_containing(addr));
+            if !target.is_some_and(|r| r.remote_accessible) {
+                return fail(
+                    ErrorCode::InvalidParams,
+                    format!(
+                        "{:#x} is not in this real client's segment",
+                        request.remote_addr
+                    ),
+                );
+            }
+        }
+        Ok(mapping.addr() + request.offset as usize)
+    }
+
+    fn transfer(&mut self, body: &[u8], payload: &mut Writer) -> Result<()> {
+        let mut r = Reader::new(body);
+        let count = r.u32()? as usize;
+        let mut wire = Vec::with_capacity(count.min(1 << 16));
+        for _ in 0..count {
+            wire.push(WireRequest::decode(&mut r)?);
+        }
+        let mut codes = vec![0i32; count];
+        let mut message = String::new();
+        let mut local = vec![0usize; count];
+        for (i, request) in wire.iter().enumerate() {
+            match self.resolve(request) {
+                Ok(addr) => local[i] = addr,
+                Err(code) => {
+                    codes[i] = code.code();
+                    message = last_error_message();
+                }
+            }
+        }
+        if refuse_overlapping_reads(&wire, &local, &mut codes) {
+            message = "a read overlaps another request's local range".into();
+        }
+        let refused = codes.iter().filter(|c| **c != 0).count() as u64;
+        self.shared
+            .counters
+            .requests_refused
+            .fetch_add(refused, Ordering::Relaxed);
+        let now = Instant::now();
+        let runnable: Vec<usize> = (0..count).filter(|i| codes[*i] == 0).collect();
+        let requests: Vec<TransferRequest<'_>> = runnable
+            .iter()
+            .map(|&i| {
+                let w = &wire[i];
+                TransferRequest {
+                    op: if w.write {
+                        TransferOp::Write
+                    } else {
+                        TransferOp::Read
+                    },
+                    local_addr: local[i],
+                    len: w.len,
+                    endpoint: &w.endpoint,
+                    remote_addr: w.remote_addr,
+                    epoch: w.epoch,
+                    send_by: (w.send_within_ms != u64::MAX)
+                        .then(|| now + Duration::from_millis(w.send_within_ms)),
+                }
+            })
+            .collect();
+        // SAFETY: every local range lies inside a live mapping of this dummy (checked above;
+        // the mappings outlive the call), and no read overlaps another request's range.
+        let results = unsafe { self.shared.engine.transfer(&requests) };
+        for (&i, result) in runnable.iter().zip(results) {
+            if let Err(code) = result {
+                codes[i] = code.code();
+                message = last_error_message();
+            }
+        }
+        payload.u32(count as u32).str(&message);
+        for code in codes {
+            payload.i32(code);
+        }
+        Ok(())
+    }
+}
+
+/// Marks `INVALID_PARAMS` on every resolved request whose local range overlaps another's
+/// when either is a read (the engine needs disjoint read destinations). True if any.
+fn refuse_overlapping_reads(wire: &[WireRequest], local: &[usize], codes: &mut [i32]) -> bool {
+    let mut ranges: Vec<(usize, usize, usize)> = (0..wire.len())
+        .filter(|&i| codes[i] == 0 && wire[i].len > 0)
+        .map(|i| (local[i], local[i] + wire[i].len as usize, i))
+        .collect();
+    ranges.sort_unstable();
+    let mut refused = false;
+    let mut group: Vec<usize> = Vec::new();
+    let mut group_end = 0usize;
+    let mut flush = |group: &mut Vec<usize>, codes: &mut [i32]| {
+        if group.len() > 1 && group.iter().any(|&i| !wire[i].write) {
+            for &i in group.iter() {
+                codes[i] = ErrorCode::InvalidParams.code();
+            }
+            refused = true;
+        }
+        group.clear();
+    };
+    for (start, end, i) in ranges {
+        if !group.is_empty() && start >= group_end {
+            flush(&mut group, codes);
+        }
+        if group.is_empty() {
+            group_end = end;
+        }
+        group_end = group_end.max(end);
+        group.push(i);
+    }
+    flush(&mut group, codes);
+    refused
+}

@@ -1,0 +1,204 @@
+//! The real client's side against a hand-written (buggy, hostile) dummy: every offset, length
+//! and target it names is checked; refusals are `INVALID_PARAMS` answers, never a crash.
+
+use super::server::DummyServer;
+use super::wire::{parse_header, Kind, Reader, WireRequest, Writer, VERSION};
+use crate::device::MappedRegion;
+use crate::shm::{send_with_fds, SealedMemfd};
+use crate::transfer::{DirectResolver, EngineConfig, TransferEngine};
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+const OWN: &str = "own-name:1";
+const INVALID: i32 = -600;
+
+fn connect(name: &str) -> UnixStream {
+    let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let stream = UnixStream::connect_addr(&addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+}
+
+/// Sends a frame (with an optional descriptor); returns the answer's code, message, payload.
+fn call(
+    stream: &mut UnixStream,
+    kind: u8,
+    body: &Writer,
+    fd: Option<std::os::fd::BorrowedFd<'_>>,
+) -> (i32, String, Vec<u8>) {
+    let fds: Vec<_> = fd.into_iter().collect();
+    send_with_fds(stream.as_fd(), &body.frame(kind), &fds).unwrap();
+    let mut header = [0u8; 5];
+    stream.read_exact(&mut header).unwrap();
+    let (_, len) = parse_header(header).unwrap();
+    let mut answer = vec![0u8; len];
+    stream.read_exact(&mut answer).unwrap();
+    let mut r = Reader::new(&answer);
+    let code = r.i32().unwrap();
+    let message = r.str().unwrap().to_string();
+    let rest = answer[8 + message.len()..].to_vec();
+    (code, message, rest)
+}
+
+fn transfer(stream: &mut UnixStream, requests: &[WireRequest]) -> (Vec<i32>, String) {
+    let mut w = Writer::default();
+    w.u32(requests.len() as u32);
+    for r in requests {
+        r.encode(&mut w);
+    }
+    let (code, message, payload) = call(stream, Kind::Transfer as u8, &w, None);
+    assert_eq!(code, 0, "{message}");
+    let mut r = Reader::new(&payload);
+    let n = r.u32().unwrap() as usize;
+    let message = r.str().unwrap().to_string();
+    ((0..n).map(|_| r.i32().unwrap()).collect(), message)
+}
+
+fn request(
+    write: bool,
+    block: u64,
+    offset: u64,
+    len: u64,
+    remote: u64,
+    endpoint: &str,
+) -> WireRequest {
+    WireRequest {
+        write,
+        block,
+        offset,
+        len,
+        remote_addr: remote,
+        epoch: 0,
+        send_within_ms: u64::MAX,
+        endpoint: endpoint.into(),
+    }
+}
+
+#[test]
+fn a_hostile_dummy_gets_invalid_params_and_the_real_client_keeps_serving() {
+    let engine = TransferEngine::new(EngineConfig {
+        local_name: OWN.into(),
+        listener: None,
+        resolver: Arc::new(DirectResolver),
+        memcpy_enabled: true,
+        rdma: None,
+    })
+    .unwrap();
+    let segment = MappedRegion::new(1 << 16).unwrap();
+    engine
+        .register(segment.addr(), segment.len(), true)
+        .unwrap();
+    let private = MappedRegion::new(1 << 16).unwrap();
+    engine
+        .register(private.addr(), private.len(), false)
+        .unwrap();
+    let name = format!("mc-rs-test-{}-hostile.sock", std::process::id());
+    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+
+    let mut s = connect(&name);
+    // Nothing before hello.
+    assert_eq!(
+        call(&mut s, Kind::Ping as u8, &Writer::default(), None).0,
+        INVALID
+    );
+    let mut hello = Writer::default();
+    hello.u32(VERSION).u32(1);
+    let (code, message, payload) = call(&mut s, Kind::Hello as u8, &hello, None);
+    assert_eq!(code, 0, "{message}");
+    let mut r = Reader::new(&payload);
+    assert_eq!(r.str().unwrap(), "127.0.0.1:1");
+    assert_eq!(r.str().unwrap(), OWN);
+
+    // Map: without a descriptor, longer than the file, and a good one.
+    let file = SealedMemfd::create("hostile", 8192).unwrap();
+    let mut map = |id: u64, len: u64, fd| {
+        let mut w = Writer::default();
+        w.u64(id).u64(len);
+        call(&mut s, Kind::Map as u8, &w, fd).0
+    };
+    assert_eq!(map(1, 8192, None), INVALID);
+    assert_eq!(map(1, 1 << 20, Some(file.fd())), INVALID);
+    assert_eq!(map(1, 8192, Some(file.fd())), 0);
+    assert_eq!(map(1, 8192, Some(file.fd())), INVALID, "mapped twice");
+
+    let seg = segment.addr() as u64;
+    let (codes, message) = transfer(
+        &mut s,
+        &[
+            request(true, 1, 8000, 500, seg, OWN), // past the block's end
+            request(true, 1, u64::MAX - 1, 4, seg, OWN), // offset + len overflows
+            request(true, 9, 0, 16, seg, OWN),     // unknown block
+            request(true, 1, 0, 16, private.addr() as u64, OWN), // not the segment
+            request(true, 1, 0, 16, 0x10, OWN),    // not registered at all
+            request(true, 1, 0, 16, seg + (1 << 16) - 8, OWN), // runs past the segment
+        ],
+    );
+    assert_eq!(codes[..5], [INVALID; 5], "{message}");
+    assert_ne!(codes[5], 0, "{message}");
+
+    // Overlapping read destinations are refused together; disjoint ones run.
+    let (codes, _) = transfer(
+        &mut s,
+        &[
+            request(false, 1, 0, 100, seg, OWN),
+            request(false, 1, 50, 100, seg + 1000, OWN),
+            request(false, 1, 4096, 10, seg + 2000, OWN),
+        ],
+    );
+    assert_eq!(codes, vec![INVALID, INVALID, 0]);
+
+    // A good write lands in the segment: the dummy's bytes, nothing else touched.
+    let dummy_view = crate::shm::PeerMapping::map(file.fd(), 0, 8192).unwrap();
+    // SAFETY: our own mapping of 8192 bytes.
+    unsafe { std::ptr::write_bytes(dummy_view.addr() as *mut u8, 0xab, 64) };
+    let (codes, message) = transfer(&mut s, &[request(true, 1, 0, 64, seg + 128, OWN)]);
+    assert_eq!(codes, vec![0], "{message}");
+    // SAFETY: our own registered region of 64 KiB.
+    let seg_bytes = unsafe { std::slice::from_raw_parts(segment.addr() as *const u8, 256) };
+    assert!(seg_bytes[128..192].iter().all(|b| *b == 0xab));
+    assert!(seg_bytes[..128]
+        .iter()
+        .chain(&seg_bytes[192..])
+        .all(|b| *b == 0));
+
+    // Unknown kinds and a malformed transfer are answered; unmap of an unknown block too.
+    assert_eq!(call(&mut s, 99, &Writer::default(), None).0, INVALID);
+    let mut truncated = Writer::default();
+    truncated.u32(3).u8(1);
+    assert_eq!(
+        call(&mut s, Kind::Transfer as u8, &truncated, None).0,
+        INVALID
+    );
+    let mut unmap = Writer::default();
+    unmap.u64(77);
+    assert_eq!(call(&mut s, Kind::Unmap as u8, &unmap, None).0, INVALID);
+    let stats = server.stats();
+    assert_eq!(
+        (stats.dummies, stats.mappings, stats.mapped_bytes),
+        (1, 1, 8192)
+    );
+    assert_eq!(stats.requests_refused, 7);
+
+    // A frame claiming a huge body ends that dummy only; its mapping is released.
+    let mut huge = Vec::from(u32::MAX.to_le_bytes());
+    huge.push(Kind::Ping as u8);
+    send_with_fds(s.as_fd(), &huge, &[]).unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(s.read(&mut byte).unwrap(), 0, "closed by the real client");
+    assert!(crate::test_util::wait_until(Duration::from_secs(5), || {
+        server.stats().dummies == 0
+    }));
+    let stats = server.stats();
+    assert_eq!(
+        (stats.mappings, stats.mapped_bytes, stats.dummies_dropped),
+        (0, 0, 1)
+    );
+    let mut again = connect(&name);
+    assert_eq!(call(&mut again, Kind::Hello as u8, &hello, None).0, 0);
+}
