@@ -11,6 +11,7 @@ use super::copy::copy_bytes;
 use super::metrics::{bump, Metrics};
 use super::pool::{ConnectionPool, Slice, SliceError};
 use super::registry::{Registry, StaleEpoch};
+use super::same_host::{copy_mapped, MappedTarget};
 use super::settings::{MIN_SLICE, PIPELINE_GROUP_BYTES, PIPELINE_GROUP_SLICES, PIPELINE_MAX_SLICE};
 use super::staging::Staging;
 use super::wire::Opcode;
@@ -30,6 +31,9 @@ pub(crate) enum Route {
     Local,
     /// `remote` is an address in the process serving at this socket address.
     Remote(SocketAddr),
+    /// `remote` is an address in a same-host peer whose segment this process mapped: one
+    /// copy through the mapping.
+    Mapped(MappedTarget),
 }
 
 /// One unit of work: a slice of request number `request`.
@@ -210,6 +214,11 @@ unsafe fn execute(io: &Io, unit: &[Job]) -> Vec<Result<u64, SliceError>> {
             .collect(),
         // SAFETY: forwarded from the caller; `units` puts only jobs to `peer` together.
         Route::Remote(peer) => unsafe { execute_remote(io, peer, unit) },
+        Route::Mapped(target) => unit
+            .iter()
+            // SAFETY: forwarded from the caller (a mapped job is alone in its unit).
+            .map(|job| unsafe { copy_mapped(&io.metrics, &target, &job.slice) })
+            .collect(),
     }
 }
 
