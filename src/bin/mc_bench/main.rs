@@ -2,7 +2,8 @@
 //! prints each scenario as a ratio to its limit (the on-stream scenarios, `stream.rs`, are
 //! compared with each other: call cost vs bytes, session vs pinning calls, pipeline vs ideal).
 //!
-//! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load]` (`--load`: only the
+//! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load | --same-host]`
+//! (`--same-host`: only the same-host scenarios, `same_host.rs`; `--load`: only the
 //! master load test, `load.rs`, about 30 s; `--device`: only the memcpy
 //! limit, the embedded host scenarios and the device scenarios, which need a GPU and are
 //! skipped cleanly without one; `--stream`: only the memcpy limit and the on-stream
@@ -16,6 +17,7 @@ mod load;
 mod p2p;
 mod redis;
 mod report;
+mod same_host;
 mod scenarios;
 mod stream;
 mod stream_put;
@@ -41,9 +43,10 @@ fn main() {
             "--device" => only = scenarios::Only::Device,
             "--stream" => only = scenarios::Only::Stream,
             "--load" => only = scenarios::Only::Load,
+            "--same-host" => only = scenarios::Only::SameHost,
             other => {
                 eprintln!(
-                    "mc_bench: unknown argument '{other}' (use --json, --quick, --device, --stream, --load)"
+                    "mc_bench: unknown argument '{other}' (use --json, --quick, --device, --stream, --load, --same-host)"
                 );
                 std::process::exit(2);
             }
