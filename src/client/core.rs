@@ -5,7 +5,7 @@ use super::config::{env_bool, env_u64, MetadataMode, SetupConfig};
 use super::heartbeat::{ping_timeout, Heartbeat};
 use super::local_buffer::LocalBuffer;
 use super::metrics::{ClientCounters, CountedMaster};
-use super::own_segment::OwnSegment;
+use super::own_segment::{OwnSegment, SEGMENT_FILE};
 use super::sessions::Sessions;
 use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
@@ -113,7 +113,7 @@ impl Client {
             0 => None,
             size => {
                 // Mooncake answers a segment it cannot allocate with INVALID_PARAMS.
-                let region = MappedRegion::pinned(size, "segment").or_else(|_| {
+                let region = MappedRegion::shared_pinned(size, SEGMENT_FILE).or_else(|_| {
                     fail(ErrorCode::InvalidParams, crate::error::last_error_message())
                 })?;
                 engine.register(region.addr(), region.len(), true)?;

@@ -6,6 +6,11 @@
 //! descriptors (`STALE_SEGMENT_EPOCH`) — also those of an earlier process that served the
 //! same `host:port`, whose epochs this process never had.
 //!
+//! The memory is a sealed memfd that same-host peers map (see the transfer engine's
+//! `same_host` channel); every remount withdraws the old mount from them, gives the segment a
+//! fresh file over the same addresses (so a peer's mapping of the old mount reaches only pages
+//! nothing reads any more) and offers the new one.
+//!
 //! Thread-safety: the description sits behind a small mutex; `next_mount` may race with
 //! readers, which then see the old or the new epoch, never a mix.
 
@@ -15,10 +20,13 @@ use crate::transfer::TransferEngine;
 use crate::types::{fresh_epoch, Segment, SegmentId};
 use parking_lot::Mutex;
 
+/// The name of the segment's memfd (in `/proc/<pid>/maps`).
+pub(super) const SEGMENT_FILE: &str = "mooncake segment";
+
 /// The mounted segment. Owns the mapping; it is unmapped when the client core is dropped.
 pub(super) struct OwnSegment {
     segment: Mutex<Segment>,
-    region: MappedRegion,
+    region: Mutex<MappedRegion>,
 }
 
 impl OwnSegment {
@@ -26,18 +34,42 @@ impl OwnSegment {
     pub(super) fn new(segment: Segment, region: MappedRegion) -> OwnSegment {
         OwnSegment {
             segment: Mutex::new(segment),
-            region,
+            region: Mutex::new(region),
         }
     }
 
-    /// Starts a new mount: a fresh epoch, which the engine enforces from now on. Returns the
-    /// description to (re)mount at the master. Errors: the engine's (`INVALID_PARAMS` when
-    /// the region is not registered).
+    /// Starts a new mount: a fresh epoch, which the engine enforces from now on. A remount
+    /// (not the first mount) first withdraws the old mount from same-host peers and then,
+    /// once the engine refuses the old epoch, replaces the segment's pages by a fresh memfd
+    /// (the remounted segment is empty). The new mount is then offered to same-host peers.
+    /// Returns the description to (re)mount at the master.
+    ///
+    /// Errors: the engine's (`INVALID_PARAMS` when the region is not registered); the fresh
+    /// file's (`INTERNAL_ERROR`): then nothing is mounted and the caller retries later.
     pub(super) fn next_mount(&self, engine: &TransferEngine) -> Result<Segment> {
         let mut segment = self.segment.lock();
+        let mut region = self.region.lock();
         let epoch = fresh_epoch();
+        let remount = segment.epoch != 0;
+        if remount {
+            engine.retire_segment_export();
+        }
         engine.set_region_epoch(segment.base as usize, epoch)?;
+        if remount {
+            region.renew_shared(SEGMENT_FILE)?;
+        }
         segment.epoch = epoch;
+        if let Some(file) = region.shared_file() {
+            if engine
+                .export_segment(region.addr(), region.len(), epoch, file.fd())
+                .is_err()
+            {
+                tracing::warn!(
+                    detail = %crate::error::last_error_message(),
+                    "segment not offered to same-host peers; they use TCP"
+                );
+            }
+        }
         Ok(segment.clone())
     }
 
@@ -53,6 +85,6 @@ impl OwnSegment {
 
     /// Whether the memory is registered with the device runtime.
     pub(super) fn is_pinned(&self) -> bool {
-        self.region.is_pinned()
+        self.region.lock().is_pinned()
     }
 }

@@ -91,6 +91,61 @@ impl MappedRegion {
         MappedRegion::shared(len, what)?.pin(what)
     }
 
+    /// Replaces the pages of a [`MappedRegion::shared`] region by a fresh, zero-filled memfd
+    /// mapped over the same addresses (`MAP_FIXED`), pre-faulted and pinned again if it was
+    /// pinned. Mappings other processes made of the previous file keep the previous pages,
+    /// which nothing in this process reads or writes any more; they are freed when the last
+    /// such mapping goes. `&mut self`: no access through this region may run meanwhile
+    /// (accesses by address from elsewhere see either the old or the new pages, never a
+    /// hole: the replacement is one `mmap`).
+    ///
+    /// Errors: `INVALID_PARAMS` for an anonymous region; [`SealedMemfd::create`]'s and
+    /// `INTERNAL_ERROR` when the kernel refuses the mapping: the region then keeps its
+    /// previous file and pages.
+    pub fn renew_shared(&mut self, what: &str) -> Result<()> {
+        if self.file.is_none() {
+            return fail(
+                ErrorCode::InvalidParams,
+                "only a shared region can get a fresh file",
+            );
+        }
+        let file = SealedMemfd::create(what, self.len)?;
+        let was_pinned = self.pin.is_some();
+        drop(self.pin.take());
+        // SAFETY: replaces exactly our own mapping [base, base+len) with a same-sized shared
+        // mapping of our sealed memfd; checked for MAP_FAILED (the old mapping then stays).
+        let base = unsafe {
+            libc::mmap(
+                self.base.cast(),
+                self.len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                file.fd().as_raw_fd(),
+                0,
+            )
+        };
+        let remapped = base != libc::MAP_FAILED;
+        let error = std::io::Error::last_os_error();
+        if remapped {
+            self.file = Some(file);
+            self.prefault();
+        }
+        if was_pinned {
+            // SAFETY: our own mapping; `pin` is dropped before the unmapping in `Drop`.
+            self.pin = unsafe { HostRegistration::new(self.addr(), self.len, what) };
+        }
+        if !remapped {
+            return fail(
+                ErrorCode::InternalError,
+                format!(
+                    "mmap of a fresh file over {} bytes failed: {error}",
+                    self.len
+                ),
+            );
+        }
+        Ok(())
+    }
+
     fn pin(mut self, what: &str) -> Result<MappedRegion> {
         // SAFETY: our own mapping; `pin` is dropped before the unmapping in `Drop`.
         self.pin = unsafe { HostRegistration::new(self.addr(), self.len, what) };
@@ -189,5 +244,37 @@ mod tests {
             assert_eq!((peer.addr() as *const u8).add(5000).read(), 42);
         }
         assert!(MappedRegion::shared(0, "x").is_err());
+    }
+
+    #[test]
+    fn a_renewed_region_keeps_its_address_and_leaves_old_mappings_on_old_pages() {
+        let mut region = MappedRegion::shared_pinned(1 << 16, "renew-test").unwrap();
+        let addr = region.addr();
+        let old = region
+            .shared_file()
+            .map(|f| crate::shm::PeerMapping::map(f.fd(), 0, 1 << 16).unwrap());
+        let old = old.expect("a memfd");
+        // SAFETY: live mappings of 64 KiB; the test is their only user.
+        unsafe { (addr as *mut u8).add(100).write(7) };
+        region.renew_shared("renew-test").unwrap();
+        assert_eq!(region.addr(), addr);
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!((addr as *const u8).add(100).read(), 0, "fresh pages");
+            (old.addr() as *mut u8).add(100).write(9);
+            assert_eq!(
+                (addr as *const u8).add(100).read(),
+                0,
+                "old mapping is elsewhere"
+            );
+            (addr as *mut u8).add(200).write(5);
+        }
+        let new = crate::shm::PeerMapping::map(region.shared_file().unwrap().fd(), 0, 1 << 16);
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { (new.unwrap().addr() as *const u8).add(200).read() },
+            5
+        );
+        assert!(MappedRegion::new(4096).unwrap().renew_shared("x").is_err());
     }
 }

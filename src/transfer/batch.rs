@@ -12,6 +12,7 @@ use super::metrics::{bump, Metrics};
 use super::pool::{ConnectionPool, Slice, SliceError};
 use super::rdma::RdmaTransport;
 use super::registry::{Registry, StaleEpoch};
+use super::same_host::{copy_mapped, MappedTarget};
 use super::settings::{MIN_SLICE, PIPELINE_GROUP_BYTES, PIPELINE_GROUP_SLICES, PIPELINE_MAX_SLICE};
 use super::staging::Staging;
 use super::wire::Opcode;
@@ -33,6 +34,9 @@ pub(crate) enum Route {
     Remote(SocketAddr),
     /// As `Remote`, moved by one-sided RDMA (the socket address is the peer's control port).
     Rdma(SocketAddr),
+    /// `remote` is an address in a same-host peer whose segment this process mapped: one
+    /// copy through the mapping.
+    Mapped(MappedTarget),
 }
 
 /// One unit of work: a slice of request number `request`.
@@ -224,6 +228,11 @@ unsafe fn execute(io: &Io, unit: &[Job]) -> Vec<Result<u64, SliceError>> {
                     "RDMA job without the RDMA transport".to_string(),
                 )),
             })
+            .collect(),
+        Route::Mapped(target) => unit
+            .iter()
+            // SAFETY: forwarded from the caller (a mapped job is alone in its unit).
+            .map(|job| unsafe { copy_mapped(&io.metrics, &target, &job.slice) })
             .collect(),
     }
 }

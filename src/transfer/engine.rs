@@ -8,6 +8,7 @@ use super::pool::{ConnectionPool, Slice};
 use super::rdma::{RdmaDevice, RdmaTransport};
 use super::registry::{MemoryRegion, Registry, MAX_EPOCH};
 use super::resolver::SegmentResolver;
+use super::same_host::{Exporter, MappedPeer, PeerMaps};
 use super::server::Server;
 use super::settings::Settings;
 use super::staging::{Staging, STAGE_CHUNK};
@@ -103,6 +104,10 @@ pub struct TransferEngine {
     executor: Executor,
     server: Option<Server>,
     delegate: OnceLock<Arc<dyn TransferDelegate>>,
+    /// Same-host peers' segments this engine maps (see `same_host`).
+    peers: PeerMaps,
+    /// Serves our segment to same-host peers (only with a listener and `MC_SAME_HOST=1`).
+    exporter: Option<Exporter>,
 }
 
 impl TransferEngine {
@@ -155,6 +160,23 @@ impl TransferEngine {
             }
             None => None,
         };
+        let exporter = match (&server, settings.same_host) {
+            (Some(_), true) => Exporter::start(&config.local_name, settings.io_timeout)
+                .map_err(|_| {
+                    tracing::warn!(
+                        detail = %crate::error::last_error_message(),
+                        "same-host peers will use TCP to reach this segment"
+                    )
+                })
+                .ok(),
+            _ => None,
+        };
+        let peers = PeerMaps::new(
+            settings.same_host,
+            settings.same_host_retry,
+            settings.io_timeout,
+            Arc::clone(&metrics),
+        );
         Ok(Arc::new(TransferEngine {
             local_name: config.local_name,
             memcpy_enabled: config.memcpy_enabled,
@@ -168,6 +190,8 @@ impl TransferEngine {
             executor,
             server,
             delegate: OnceLock::new(),
+            peers,
+            exporter,
         }))
     }
 
@@ -254,6 +278,38 @@ impl TransferEngine {
         }
     }
 
+    /// Offers mount `epoch` of our segment `[base, base+len)`, whose pages are the memfd
+    /// `file`, to same-host peers (a no-op without a listener or with `MC_SAME_HOST=0`).
+    /// Call after [`set_region_epoch`](Self::set_region_epoch) and before the master hands out
+    /// descriptors naming `epoch`. Every remount must give the segment a fresh file (see
+    /// [`crate::device::MappedRegion::renew_shared`]) between
+    /// [`retire_segment_export`](Self::retire_segment_export) and this call.
+    ///
+    /// Errors: `INTERNAL_ERROR` when the descriptor cannot be duplicated (nothing exported;
+    /// peers use TCP).
+    pub fn export_segment(
+        &self,
+        base: usize,
+        len: usize,
+        epoch: u64,
+        file: std::os::fd::BorrowedFd<'_>,
+    ) -> Result<()> {
+        match &self.exporter {
+            Some(exporter) => exporter.publish(base as u64, len as u64, epoch, file),
+            None => Ok(()),
+        }
+    }
+
+    /// Withdraws the exported mount before a remount: a same-host peer's copy that has not
+    /// finished by now fails `STALE_SEGMENT_EPOCH`, and peers hand-shake again (and until the
+    /// next [`export_segment`](Self::export_segment), use TCP). A no-op when nothing is
+    /// exported.
+    pub fn retire_segment_export(&self) {
+        if let Some(exporter) = &self.exporter {
+            exporter.retire();
+        }
+    }
+
     /// The registered range containing `addr`, if any.
     pub fn region_containing(&self, addr: usize) -> Option<MemoryRegion> {
         self.registry.containing(addr)
@@ -298,11 +354,15 @@ impl TransferEngine {
         let mut planned: Vec<std::result::Result<Option<Path>, String>> =
             Vec::with_capacity(requests.len());
         let mut jobs = Vec::with_capacity(requests.len());
+        // Keeps the mappings that mapped jobs point into alive until the batch ends.
+        let mut mapped = Vec::new();
         for (index, request) in requests.iter().enumerate() {
-            planned.push(self.plan(index, request, &mut jobs));
+            planned.push(self.plan(index, request, &mut jobs, &mut mapped));
         }
-        // SAFETY: forwarded from the caller; planned jobs stay inside the requests' ranges.
+        // SAFETY: forwarded from the caller; planned jobs stay inside the requests' ranges,
+        // and `mapped` outlives the run.
         let executed = unsafe { self.executor.run(jobs, requests.len()) };
+        drop(mapped);
         requests
             .iter()
             .zip(planned.into_iter().zip(executed))
@@ -348,6 +408,10 @@ impl TransferEngine {
             rdma.close();
         }
         self.executor.stop();
+        if let Some(exporter) = &self.exporter {
+            exporter.stop();
+        }
+        self.peers.clear();
     }
 
     /// Checks `request`, appends its jobs (none for zero length) and says which path it
@@ -357,6 +421,7 @@ impl TransferEngine {
         index: usize,
         request: &TransferRequest<'_>,
         jobs: &mut Vec<Job>,
+        mapped: &mut Vec<Arc<MappedPeer>>,
     ) -> std::result::Result<Option<Path>, String> {
         if request.len == 0 {
             return Ok(None);
@@ -418,6 +483,38 @@ impl TransferEngine {
                 (TransferOp::Read, true) => Path::LocalSegmentToDevice,
             }));
         }
+        let same_host = (request.endpoint != self.local_name)
+            .then(|| {
+                self.peers.lookup(
+                    request.endpoint,
+                    request.epoch,
+                    request.remote_addr,
+                    request.len,
+                )
+            })
+            .flatten();
+        if let Some(peer) = same_host {
+            jobs.push(Job {
+                request: index,
+                route: Route::Mapped(peer.target()),
+                slice: Slice {
+                    op,
+                    local,
+                    len,
+                    remote: request.remote_addr,
+                    epoch: request.epoch,
+                },
+                staged: false,
+                send_by: request.send_by,
+            });
+            mapped.push(peer);
+            return Ok(Some(match (request.op, on_device) {
+                (TransferOp::Write, false) => Path::HostToPeerSegment,
+                (TransferOp::Write, true) => Path::DeviceToPeerSegment,
+                (TransferOp::Read, false) => Path::PeerSegmentToHost,
+                (TransferOp::Read, true) => Path::PeerSegmentToDevice,
+            }));
+        }
         let peer = self
             .resolver
             .resolve(request.endpoint)
@@ -467,6 +564,12 @@ impl TransferEngine {
         let m = &self.metrics;
         let (count, bytes) = match (self.is_local(request.endpoint), request.op) {
             (true, _) => (&m.local_copies, &m.local_copy_bytes),
+            (false, TransferOp::Read) if path.is_same_host() => {
+                (&m.same_host_reads, &m.same_host_read_bytes)
+            }
+            (false, TransferOp::Write) if path.is_same_host() => {
+                (&m.same_host_writes, &m.same_host_write_bytes)
+            }
             // Counted per slice by the RDMA transport (`rdma_*`).
             (false, _) if self.rdma.is_some() => return,
             (false, TransferOp::Read) => (&m.tcp_reads, &m.tcp_read_bytes),

@@ -32,6 +32,27 @@ macro_rules! counters {
 counters! {
     /// Requests completed by a local copy.
     local_copies,
+    /// READ requests completed by one copy from a same-host peer's mapped segment.
+    same_host_reads,
+    /// Bytes of those reads.
+    same_host_read_bytes,
+    /// WRITE requests completed by one copy into a same-host peer's mapped segment.
+    same_host_writes,
+    /// Bytes of those writes.
+    same_host_write_bytes,
+    /// Same-host peers whose segment this engine mapped after a handshake that named the
+    /// replica's epoch.
+    same_host_handshakes,
+    /// Same-host handshakes that failed or were refused (no owner socket — another network
+    /// namespace, an old peer, `MC_SAME_HOST=0` there —, another epoch, nothing exported):
+    /// those requests went over TCP.
+    same_host_refusals,
+    /// Cached same-host mappings dropped because their mount was retired, their owner closed
+    /// the connection, or a request named another epoch.
+    same_host_mappings_dropped,
+    /// Same-host copies failed `STALE_SEGMENT_EPOCH` because the owner retired the mount
+    /// before or during them (also counted in `stale_epoch_rejections`).
+    same_host_stale,
     /// Bytes moved by local copies.
     local_copy_bytes,
     /// READ requests completed over TCP.
@@ -126,6 +147,23 @@ pub(crate) enum Path {
     LocalSegmentToDevice,
     RemoteToHost,
     RemoteToDevice,
+    HostToPeerSegment,
+    DeviceToPeerSegment,
+    PeerSegmentToHost,
+    PeerSegmentToDevice,
+}
+
+impl Path {
+    /// Whether the path is a copy through a same-host peer's mapped segment.
+    pub(crate) fn is_same_host(self) -> bool {
+        matches!(
+            self,
+            Path::HostToPeerSegment
+                | Path::DeviceToPeerSegment
+                | Path::PeerSegmentToHost
+                | Path::PeerSegmentToDevice
+        )
+    }
 }
 
 /// One path's totals: completed requests, their payload bytes, and the bytes this process
@@ -192,6 +230,14 @@ paths! {
     remote_to_host = RemoteToHost,
     /// Remote segment → device memory: one driver copy from the bounce buffer.
     remote_to_device = RemoteToDevice,
+    /// Host memory → a same-host peer's mapped segment: one CPU copy, no socket.
+    host_to_peer_segment = HostToPeerSegment,
+    /// Device memory → a same-host peer's mapped segment: one driver copy.
+    device_to_peer_segment = DeviceToPeerSegment,
+    /// A same-host peer's mapped segment → host memory: one CPU copy, no socket.
+    peer_segment_to_host = PeerSegmentToHost,
+    /// A same-host peer's mapped segment → device memory: one driver copy.
+    peer_segment_to_device = PeerSegmentToDevice,
 }
 
 impl PathCounters {

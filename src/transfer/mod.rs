@@ -5,7 +5,7 @@
 //! that copies caller memory — route every such copy in the crate through it), `wire`
 //! (Mooncake's TCP v2 framing), `server` (serving peers), `pool` (outgoing connections, one
 //! slice at a time), `staging` (pinned bounce buffers for device memory over TCP), `batch` (slicing and the worker pool), `resolver` (segment name →
-//! socket address), `metrics` (counters), `settings` (environment tunables) and `engine`
+//! socket address), `same_host` (mapping a same-host peer's segment instead of TCP), `metrics` (counters), `settings` (environment tunables) and `engine`
 //! ([`TransferEngine`]).
 
 mod batch;
@@ -17,6 +17,7 @@ mod pool;
 pub mod rdma;
 mod registry;
 mod resolver;
+mod same_host;
 mod server;
 mod settings;
 mod socket;

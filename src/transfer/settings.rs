@@ -67,6 +67,22 @@ const IDLE_TIMEOUT_MS: Knob = Knob {
     max: MAX_TIMEOUT_MS,
 };
 
+/// `MC_SAME_HOST`: 1 maps same-host peers' segments (and serves ours to them), 0 uses TCP.
+const SAME_HOST: Knob = Knob {
+    name: "MC_SAME_HOST",
+    default: 1,
+    min: 0,
+    max: 1,
+};
+/// `MC_SAME_HOST_RETRY_MS`: how long a refused same-host handshake is remembered before the
+/// peer is asked again.
+const SAME_HOST_RETRY_MS: Knob = Knob {
+    name: "MC_SAME_HOST_RETRY_MS",
+    default: 5_000,
+    min: 0,
+    max: MAX_TIMEOUT_MS,
+};
+
 impl Knob {
     /// The value `text` gives this knob (see [`Knob`]); a bad value is logged.
     fn read(&self, text: Option<&str>) -> u64 {
@@ -110,6 +126,10 @@ pub(crate) struct Settings {
     /// How long the data server keeps a connection with no request in flight
     /// (`MC_TRANSFER_IDLE_TIMEOUT_MS`).
     pub(crate) idle_timeout: Duration,
+    /// Whether the same-host channel is on (`MC_SAME_HOST`, default 1).
+    pub(crate) same_host: bool,
+    /// How long a refused same-host handshake is remembered (`MC_SAME_HOST_RETRY_MS`).
+    pub(crate) same_host_retry: Duration,
 }
 
 impl Default for Settings {
@@ -123,7 +143,8 @@ impl Settings {
     /// Reads `MC_TRANSFER_TIMEOUT_MS` (default 60000, at least 1), `MC_TCP_LANES_PER_PEER`
     /// (default 4, 1..=16), `MC_TRANSFER_MAX_CONNECTIONS` (default 1024),
     /// `MC_TRANSFER_MAX_CONNECTIONS_PER_PEER` (default 256; both at least 1) and
-    /// `MC_TRANSFER_IDLE_TIMEOUT_MS` (default 300000, at least 1). Unparsable values fall
+    /// `MC_TRANSFER_IDLE_TIMEOUT_MS` (default 300000, at least 1), `MC_SAME_HOST` (default 1)
+    /// and `MC_SAME_HOST_RETRY_MS` (default 5000). Unparsable values fall
     /// back to the defaults, out-of-range ones are clamped; both are logged.
     pub(crate) fn from_env() -> Settings {
         Settings::from_lookup(|name| std::env::var(name).ok())
@@ -139,6 +160,8 @@ impl Settings {
             max_connections: count(&MAX_CONNS),
             max_connections_per_peer: count(&MAX_CONNS_PER_PEER),
             idle_timeout: Duration::from_millis(read(&IDLE_TIMEOUT_MS)),
+            same_host: read(&SAME_HOST) == 1,
+            same_host_retry: Duration::from_millis(read(&SAME_HOST_RETRY_MS)),
         }
     }
 }
@@ -163,6 +186,11 @@ mod tests {
         assert_eq!(d.lanes, 4);
         assert_eq!((d.max_connections, d.max_connections_per_peer), (1024, 256));
         assert_eq!(d.idle_timeout, Duration::from_secs(300));
+        assert!(d.same_host);
+        assert_eq!(d.same_host_retry, Duration::from_secs(5));
+        let off = with(&[("MC_SAME_HOST", "0"), ("MC_SAME_HOST_RETRY_MS", "20")]);
+        assert!(!off.same_host);
+        assert_eq!(off.same_host_retry, Duration::from_millis(20));
         let s = with(&[
             ("MC_TRANSFER_TIMEOUT_MS", " 250 "),
             ("MC_TCP_LANES_PER_PEER", "99"),

@@ -337,10 +337,43 @@ impl PeerClient {
         PeerClient::start_with_metadata(master, segment, "P2PHANDSHAKE")
     }
 
-    /// Starts a peer that publishes itself to `metadata_server`.
+    /// Starts a peer that publishes itself to `metadata_server`. Like every peer started
+    /// here but [`PeerClient::start_same_host`]'s, it runs with `MC_SAME_HOST=0`: clients of
+    /// the test process reach it over TCP, as a peer on another host would be reached (the
+    /// tests that stop or time out peers are about that path).
     pub fn start_with_metadata(master: &str, segment: &str, metadata_server: &str) -> PeerClient {
+        PeerClient::spawn(
+            master,
+            segment,
+            metadata_server,
+            &[],
+            &[("MC_SAME_HOST", "0")],
+        )
+    }
+
+    /// Starts a peer that offers its segment to same-host clients (`MC_SAME_HOST=1`), with
+    /// the extra flags `args` (e.g. `--port=N`).
+    pub fn start_same_host(master: &str, segment: &str, args: &[String]) -> PeerClient {
+        PeerClient::spawn(
+            master,
+            segment,
+            "P2PHANDSHAKE",
+            args,
+            &[("MC_SAME_HOST", "1")],
+        )
+    }
+
+    fn spawn(
+        master: &str,
+        segment: &str,
+        metadata_server: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+    ) -> PeerClient {
         let mut child = Command::new(env!("CARGO_BIN_EXE_mooncake_client"))
             .args(peer_args(master, segment, metadata_server))
+            .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn mooncake_client");

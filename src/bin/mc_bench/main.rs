@@ -2,10 +2,11 @@
 //! prints each scenario as a ratio to its limit (the on-stream scenarios, `stream.rs`, are
 //! compared with each other: call cost vs bytes, session vs pinning calls, pipeline vs ideal).
 //!
-//! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load | --tcp | --rdma]
+//! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load | --tcp | --same-host | --rdma]
 //! [--only NAME | --profile NAME]`, or `mc_bench --standalone [--json] [--quick]` (a dummy's
 //! get through its real client against memcpy, `standalone.rs`) (`--tcp`: only the memcpy
-//! limit and the TCP scenarios between two processes; `--rdma`: only the RDMA transport
+//! limit and the TCP scenarios between two processes; `--same-host`: only the same-host
+//! scenarios, `same_host.rs`; `--rdma`: only the RDMA transport
 //! against perftest, inside the soft-RoCE VM, `rdma.rs`; `--only NAME`: of the judged lines,
 //! only those whose name contains NAME; `--profile NAME`: the same without their limits, for a
 //! profiler; `--load`: only the
@@ -27,6 +28,7 @@ mod p2p;
 mod rdma;
 mod redis;
 mod report;
+mod same_host;
 mod scenarios;
 mod standalone;
 mod stream;
@@ -85,9 +87,10 @@ fn main() {
             "--stream" => only = scenarios::Only::Stream,
             "--load" => only = scenarios::Only::Load,
             "--tcp" => only = scenarios::Only::Tcp,
+            "--same-host" => only = scenarios::Only::SameHost,
             other => {
                 eprintln!(
-                    "mc_bench: unknown argument '{other}' (use --json, --quick, --device, --stream, --load, --tcp, --only NAME, --profile NAME)"
+                    "mc_bench: unknown argument '{other}' (use --json, --quick, --device, --stream, --load, --tcp, --same-host, --only NAME, --profile NAME)"
                 );
                 std::process::exit(2);
             }

@@ -55,16 +55,27 @@ impl Drop for Peer {
     }
 }
 
+/// A segment peer reached over TCP (`MC_SAME_HOST=0`: these scenarios measure that path;
+/// `same_host.rs` measures the mapped one).
 fn spawn_peer(master: &str, size: &str) -> Result<(Peer, String), String> {
-    spawn_child(&["--serve-segment", master, size])
+    spawn_child_env(&["--serve-segment", master, size], &[("MC_SAME_HOST", "0")])
 }
 
 /// Starts this binary in a child mode (`args`) and returns it with the rest of its
 /// `READY ...` line. The child ends when its stdin closes (on drop).
 pub(crate) fn spawn_child(args: &[&str]) -> Result<(Peer, String), String> {
+    spawn_child_env(args, &[])
+}
+
+/// [`spawn_child`] with extra environment variables for the child.
+pub(crate) fn spawn_child_env(
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<(Peer, String), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -515,6 +526,8 @@ pub enum Only {
     /// The memcpy limit and the TCP scenarios between two processes, each judged against
     /// its interleaved raw-TCP limit (`--tcp`).
     Tcp,
+    /// The same-host scenarios against interleaved memcpy (`--same-host`).
+    SameHost,
 }
 
 /// Runs the limits and scenarios `only` selects, printing as it goes.
@@ -535,6 +548,9 @@ pub fn run_all(report: &mut Report, quick: bool, only: Only) -> Result<(), Strin
         Only::Stream => return crate::stream::run(report, memcpy, quick),
         Only::Load => return crate::load::run(report),
         Only::Tcp => return over_tcp(report, rounds, None),
+        Only::SameHost => {
+            return crate::same_host::run(report, if quick { 3 } else { 7 }, duration / 5)
+        }
     }
     let redis_1m = redis::get_gbps(MIB, duration);
     allocator(report, duration);
@@ -542,5 +558,6 @@ pub fn run_all(report: &mut Report, quick: bool, only: Only) -> Result<(), Strin
     crate::stream::run(report, memcpy, quick)?;
     crate::device::run(report, duration)?;
     over_tcp(report, rounds, redis_1m)?;
+    crate::same_host::run(report, if quick { 3 } else { 7 }, duration / 5)?;
     crate::p2p::run(report, rounds)
 }

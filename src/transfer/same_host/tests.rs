@@ -1,0 +1,120 @@
+use super::*;
+use crate::error::ErrorCode;
+use crate::shm::{PeerMapping, SealedMemfd};
+use crate::transfer::metrics::Metrics;
+use crate::transfer::pool::Slice;
+use crate::transfer::wire::Opcode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An owner exporting mount `epoch` of a fresh 64 KiB file under a unique endpoint name,
+/// and its own mapping of the file.
+fn owner(epoch: u64) -> (String, Exporter, SealedMemfd, PeerMapping) {
+    let endpoint = format!("unit-{}-{}", std::process::id(), fastrand::u64(..));
+    let exporter = Exporter::start(&endpoint, Duration::from_secs(5)).unwrap();
+    let file = SealedMemfd::create("same-host-unit", 1 << 16).unwrap();
+    let mine = PeerMapping::map(file.fd(), 0, 1 << 16).unwrap();
+    exporter
+        .publish(0x10_0000, 1 << 16, epoch, file.fd())
+        .unwrap();
+    (endpoint, exporter, file, mine)
+}
+
+fn maps(metrics: &Arc<Metrics>) -> PeerMaps {
+    PeerMaps::new(
+        true,
+        Duration::from_secs(60),
+        Duration::from_secs(5),
+        Arc::clone(metrics),
+    )
+}
+
+fn read(
+    metrics: &Metrics,
+    peer: &MappedPeer,
+    remote: u64,
+    out: &mut [u8],
+    epoch: u64,
+) -> Result<u64, ErrorCode> {
+    let slice = Slice {
+        op: Opcode::Read,
+        local: out.as_mut_ptr(),
+        len: out.len(),
+        remote,
+        epoch,
+    };
+    // SAFETY: `peer` is alive and covers the range; `out` is ours.
+    unsafe { copy_mapped(metrics, &peer.target(), &slice) }.map_err(|e| e.code)
+}
+
+#[test]
+fn only_the_owner_of_the_named_epoch_is_mapped_and_a_retired_mount_is_unusable() {
+    let (endpoint, exporter, _file, mine) = owner(77);
+    // SAFETY: the owner's own mapping of 64 KiB; the test is its only writer.
+    unsafe { std::ptr::write_bytes((mine.addr() + 4096) as *mut u8, 0xab, 16) };
+    let metrics = Arc::new(Metrics::default());
+    let peers = maps(&metrics);
+    assert!(
+        peers.lookup(&endpoint, 0, 0x10_0000, 16).is_none(),
+        "epoch 0 never maps"
+    );
+    assert!(
+        peers.lookup(&endpoint, 78, 0x10_0000, 16).is_none(),
+        "another epoch"
+    );
+    assert_eq!(metrics.snapshot().same_host_refusals, 1);
+    assert!(peers.lookup(&endpoint, 78, 0x10_0000, 16).is_none());
+    assert_eq!(metrics.snapshot().same_host_refusals, 1, "remembered");
+    let peer = peers
+        .lookup(&endpoint, 77, 0x10_0000, 16)
+        .expect("the named epoch maps");
+    assert!(
+        peers
+            .lookup(&endpoint, 77, 0x10_0000 + (1 << 16) - 8, 16)
+            .is_none(),
+        "outside"
+    );
+    let mut out = [0u8; 16];
+    assert_eq!(
+        read(&metrics, &peer, 0x10_0000 + 4096, &mut out, 77),
+        Ok(16)
+    );
+    assert_eq!(out, [0xab; 16]);
+    // Retire: a copy through the mapping already handed out fails, copying nothing.
+    exporter.retire();
+    let mut out = [0u8; 16];
+    assert_eq!(
+        read(&metrics, &peer, 0x10_0000 + 4096, &mut out, 77),
+        Err(ErrorCode::StaleSegmentEpoch)
+    );
+    assert_eq!(out, [0; 16]);
+    assert_eq!(metrics.snapshot().same_host_stale, 1);
+    assert!(
+        peers.lookup(&endpoint, 77, 0x10_0000, 16).is_none(),
+        "dropped, not re-granted"
+    );
+    assert_eq!(metrics.snapshot().same_host_mappings_dropped, 1);
+    let snapshot = metrics.snapshot();
+    assert_eq!(
+        (snapshot.same_host_handshakes, snapshot.same_host_refusals),
+        (1, 2)
+    );
+}
+
+#[test]
+fn an_owner_that_goes_away_fails_the_copy_and_nobody_listening_is_refused() {
+    let (endpoint, exporter, _file, _mine) = owner(5);
+    let metrics = Arc::new(Metrics::default());
+    let peers = maps(&metrics);
+    let peer = peers.lookup(&endpoint, 5, 0x10_0000, 16).unwrap();
+    exporter.stop();
+    let mut out = [0u8; 16];
+    // The control word went to 0 with the stop: stale, never the old bytes as valid.
+    assert_eq!(
+        read(&metrics, &peer, 0x10_0000, &mut out, 5),
+        Err(ErrorCode::StaleSegmentEpoch)
+    );
+    let nobody = maps(&metrics);
+    assert!(nobody.lookup("unit-nobody-listens-here", 5, 0, 1).is_none());
+    assert_eq!(metrics.snapshot().same_host_refusals, 1);
+}
