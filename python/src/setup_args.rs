@@ -199,7 +199,8 @@ fn finish(config: SetupConfig, extras: Extras) -> Result<SetupRequest> {
     if !extras.ipc_socket_path.is_empty() {
         return fail(
             ErrorCode::NotSupported,
-            "ipc_socket_path: serving dummy clients (standalone mode) is not built yet",
+            "ipc_socket_path: a Python store does not serve dummy clients; run `mooncake_client` \
+             (it serves the dummies of its host on @mooncake_client_<port>.sock)",
         );
     }
     let http_port = match u16::try_from(extras.http_port) {
