@@ -22,6 +22,7 @@ mod faults;
 mod journal;
 mod proxy;
 mod report;
+mod stream_ops;
 mod value;
 mod worker;
 
