@@ -15,6 +15,8 @@ use std::time::Duration;
 /// Everything a worker is started with (its command line).
 pub struct WorkerArgs {
     pub master: String,
+    /// The metadata server URL (`http://…/metadata`).
+    pub metadata: String,
     pub worker: u64,
     pub incarnation: u64,
     pub seed: u64,
@@ -85,6 +87,7 @@ pub fn run(args: WorkerArgs) -> i32 {
             global_segment_size: 0,
             local_buffer_size: 32 << 20,
             master_server_addr: args.master.clone(),
+            metadata_server: args.metadata.clone(),
             ..SetupConfig::default()
         };
         match Client::setup(config) {
