@@ -4,6 +4,7 @@
 use crate::checker::{self, FaultWindow, Tagged};
 use crate::cluster::{free_port, http_get, metric, sibling, wait_until, Proc};
 use crate::journal::{self, now_ns};
+use crate::peer_front::{Directory, PROXIED_OWNER};
 use crate::proxy::{Mode, Proxy};
 use crate::{report, Settings};
 use mooncake_rs::client::{Client, SetupConfig};
@@ -20,6 +21,9 @@ pub const KINDS: &[&str] = &[
     "proxy_delay",
     "proxy_trickle",
     "proxy_reset",
+    "peer_delay",
+    "peer_trickle",
+    "peer_reset",
 ];
 
 /// Client-side timeouts given to every worker and owner, so a call's limit is known.
@@ -36,6 +40,9 @@ struct Cluster {
     workers: Vec<Proc>,
     incarnations: Vec<u64>,
     proxy: Proxy,
+    /// In front of owner [`PROXIED_OWNER`]'s data port.
+    peer_proxy: Proxy,
+    directory: Directory,
     master_port: u16,
     metrics_port: u16,
 }
@@ -72,6 +79,8 @@ impl Cluster {
             journal.display().to_string(),
             "--keys".into(),
             settings.keys.to_string(),
+            "--metadata".into(),
+            self.directory.url(),
             "--max-value".into(),
             settings.max_value.to_string(),
             "--deadline-ns".into(),
@@ -81,16 +90,23 @@ impl Cluster {
     }
 
     fn start(settings: &Settings, deadline_ns: u64) -> Result<Cluster, String> {
-        let master_port = free_port();
-        let metrics_port = (0..100)
-            .map(|_| free_port())
-            .find(|&p| p != master_port)
-            .unwrap_or(0);
+        let mut ports: Vec<u16> = Vec::new();
+        while ports.len() < 3 + settings.owners {
+            let port = free_port();
+            if port != 0 && !ports.contains(&port) {
+                ports.push(port);
+            }
+        }
+        let (master_port, metrics_port, metadata_port) = (ports[0], ports[1], ports[2]);
+        let owner_ports = &ports[3..];
         let master_args = vec![
             format!("--rpc_port={master_port}"),
             "--rpc_address=127.0.0.1".into(),
             format!("--metrics_port={metrics_port}"),
             "--metrics_host=127.0.0.1".into(),
+            "--enable_http_metadata_server=true".into(),
+            format!("--http_metadata_server_port={metadata_port}"),
+            "--http_metadata_server_host=127.0.0.1".into(),
             "--client_ttl=2".into(),
             "--default_kv_lease_ttl=500".into(),
             "--put_start_discard_timeout_sec=3".into(),
@@ -100,14 +116,22 @@ impl Cluster {
         let mut master = Proc::new("master", sibling("mooncake_master"), master_args, env())
             .ready_on_port(master_port);
         master.start()?;
+        let peer_proxy =
+            Proxy::start(owner_ports[PROXIED_OWNER]).map_err(|e| format!("peer proxy: {e}"))?;
+        let names = owner_ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let mut directory = Directory::new(metadata_port, names, peer_proxy.port);
         let mut owners = Vec::new();
-        for index in 0..settings.owners {
+        for (index, port) in owner_ports.iter().enumerate() {
             let args = vec![
                 format!("--master_server_address=127.0.0.1:{master_port}"),
                 "--host=127.0.0.1".into(),
+                format!("--port={port}"),
                 format!("--global_segment_size={}", settings.segment),
                 "--local_buffer_size=0".into(),
-                "--metadata_server=P2PHANDSHAKE".into(),
+                format!("--metadata_server={}", directory.url()),
             ];
             let mut owner = Proc::new(
                 &format!("owner-{index}"),
@@ -117,6 +141,7 @@ impl Cluster {
             )
             .ready_on_line();
             owner.start()?;
+            directory.refresh(index)?;
             owners.push(owner);
         }
         let proxy = Proxy::start(master_port).map_err(|e| format!("proxy: {e}"))?;
@@ -126,6 +151,8 @@ impl Cluster {
             workers: Vec::new(),
             incarnations: vec![0; settings.workers as usize],
             proxy,
+            peer_proxy,
+            directory,
             master_port,
             metrics_port,
         };
@@ -206,6 +233,13 @@ pub fn run(settings: &Settings) -> i32 {
         }
     }
     println!("mc_chaos: workers done; end-of-run checks");
+    let through_peer_proxy = cluster.peer_proxy.forwarded();
+    println!("mc_chaos: owner-{PROXIED_OWNER}'s data proxy forwarded {through_peer_proxy} bytes");
+    if through_peer_proxy == 0 {
+        problems.push(format!(
+            "no byte reached owner-{PROXIED_OWNER} through its data proxy"
+        ));
+    }
     let accounting = end_checks(&mut cluster, settings, &mut problems);
     println!("mc_chaos: checking the journals");
 
@@ -279,6 +313,7 @@ fn inject(
                 owner.kill();
                 std::thread::sleep(Duration::from_millis(rng.u64(50..1000)));
                 owner.start()?;
+                cluster.directory.refresh(index)?;
             } else {
                 owner.stop();
                 std::thread::sleep(pause);
@@ -290,6 +325,7 @@ fn inject(
             cluster.master.kill();
             std::thread::sleep(Duration::from_millis(rng.u64(50..1500)));
             cluster.master.start()?;
+            cluster.directory.republish()?;
             "master".into()
         }
         "stop_master" => {
@@ -300,14 +336,22 @@ fn inject(
         }
         _ => {
             let mode = match kind {
-                "proxy_delay" => Mode::Delay,
-                "proxy_trickle" => Mode::Trickle,
+                "proxy_delay" | "peer_delay" => Mode::Delay,
+                "proxy_trickle" | "peer_trickle" => Mode::Trickle,
                 _ => Mode::Reset,
             };
-            cluster.proxy.set_mode(mode);
+            let (proxy, target) = if kind.starts_with("peer_") {
+                (
+                    &cluster.peer_proxy,
+                    format!("owner-{PROXIED_OWNER} data proxy"),
+                )
+            } else {
+                (&cluster.proxy, "proxy".to_string())
+            };
+            proxy.set_mode(mode);
             std::thread::sleep(pause);
-            cluster.proxy.set_mode(Mode::Pass);
-            "proxy".into()
+            proxy.set_mode(Mode::Pass);
+            target
         }
     };
     Ok(FaultWindow {

@@ -20,8 +20,10 @@ mod checker;
 mod cluster;
 mod faults;
 mod journal;
+mod peer_front;
 mod proxy;
 mod report;
+mod stream_ops;
 mod value;
 mod worker;
 
@@ -101,6 +103,7 @@ fn worker_args(args: &[String]) -> Result<worker::WorkerArgs, String> {
     };
     Ok(worker::WorkerArgs {
         master: get("--master")?,
+        metadata: get("--metadata")?,
         worker: number("--worker")?,
         incarnation: number("--incarnation")?,
         seed: number("--seed")?,

@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +25,8 @@ struct Shared {
     mode: AtomicU8,
     stop: AtomicBool,
     open: Mutex<Vec<TcpStream>>,
+    /// Bytes written to either side so far.
+    forwarded: AtomicU64,
 }
 
 /// A running proxy; dropped: it stops accepting (open connections end with their peers).
@@ -61,10 +63,16 @@ impl Proxy {
             mode: AtomicU8::new(Mode::Pass as u8),
             stop: AtomicBool::new(false),
             open: Mutex::new(Vec::new()),
+            forwarded: AtomicU64::new(0),
         });
         let accept_shared = Arc::clone(&shared);
         std::thread::spawn(move || accept_loop(listener, target, accept_shared));
         Ok(Proxy { port, shared })
+    }
+
+    /// Bytes forwarded so far, both directions together.
+    pub fn forwarded(&self) -> u64 {
+        self.shared.forwarded.load(Ordering::Relaxed)
     }
 
     /// Switches the mode; `Reset` resets every open connection at once.
@@ -170,6 +178,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
         if !ok {
             break;
         }
+        shared.forwarded.fetch_add(n as u64, Ordering::Relaxed);
     }
     if mode(shared) == Mode::Reset {
         abort_on_close(&to);

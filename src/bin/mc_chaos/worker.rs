@@ -7,6 +7,7 @@
 use crate::journal::{now_ns, Event, Journal};
 use crate::value;
 use mooncake_rs::client::{Client, RangeRequest, SetupConfig};
+use mooncake_rs::stream::HostStream;
 use mooncake_rs::types::ReplicateConfig;
 use mooncake_rs::ErrorCode;
 use std::time::Duration;
@@ -14,6 +15,8 @@ use std::time::Duration;
 /// Everything a worker is started with (its command line).
 pub struct WorkerArgs {
     pub master: String,
+    /// The metadata server URL (`http://…/metadata`).
+    pub metadata: String,
     pub worker: u64,
     pub incarnation: u64,
     pub seed: u64,
@@ -42,6 +45,8 @@ pub const OPS: &[(&str, u32)] = &[
     ("remove", 4),
     ("batch_remove", 2),
     ("remove_all", 1),
+    ("stream_put", 5),
+    ("stream_get", 6),
 ];
 
 fn rc<T>(result: &Result<T, ErrorCode>) -> i32 {
@@ -51,17 +56,19 @@ fn rc<T>(result: &Result<T, ErrorCode>) -> i32 {
     }
 }
 
-struct Worker {
-    client: Client,
-    journal: Journal,
-    rng: fastrand::Rng,
-    args: WorkerArgs,
+pub(crate) struct Worker {
+    pub(crate) client: Client,
+    pub(crate) journal: Journal,
+    pub(crate) rng: fastrand::Rng,
+    pub(crate) args: WorkerArgs,
     sequence: u64,
     /// Registered memory for the zero-copy writes (`*_from`, multi-buffer).
     registered: Vec<u8>,
     /// Destination of reads (unregistered: the copying read path).
     read_buf: Vec<u8>,
-    config: ReplicateConfig,
+    pub(crate) config: ReplicateConfig,
+    /// The stream of the on-stream operations ([`crate::stream_ops`]); drained after each.
+    pub(crate) stream: HostStream,
 }
 
 /// Runs a worker; the exit code (0 at the deadline, 3 when setup never succeeded, 4 when
@@ -80,6 +87,7 @@ pub fn run(args: WorkerArgs) -> i32 {
             global_segment_size: 0,
             local_buffer_size: 32 << 20,
             master_server_addr: args.master.clone(),
+            metadata_server: args.metadata.clone(),
             ..SetupConfig::default()
         };
         match Client::setup(config) {
@@ -94,6 +102,13 @@ pub fn run(args: WorkerArgs) -> i32 {
             }
         }
     };
+    let stream = match HostStream::new() {
+        Ok(stream) => stream,
+        Err(err) => {
+            eprintln!("worker {}: host stream: {err}", args.worker);
+            return 3;
+        }
+    };
     let registered_len = 4 * args.max_value.max(value::HEADER_LEN) + 4096;
     let mut worker = Worker {
         registered: vec![0u8; registered_len],
@@ -102,6 +117,7 @@ pub fn run(args: WorkerArgs) -> i32 {
         rng: fastrand::Rng::with_seed(args.seed ^ (args.worker << 48) ^ (args.incarnation << 32)),
         sequence: 0,
         config: ReplicateConfig::default(),
+        stream,
         args,
         journal,
     };
@@ -138,7 +154,7 @@ impl Worker {
         format!("k/{}", self.rng.usize(0..self.args.keys))
     }
 
-    fn distinct_keys(&mut self, count: usize) -> Vec<String> {
+    pub(crate) fn distinct_keys(&mut self, count: usize) -> Vec<String> {
         let mut keys: Vec<String> = Vec::with_capacity(count);
         while keys.len() < count.min(self.args.keys) {
             let key = self.key();
@@ -149,13 +165,13 @@ impl Worker {
         keys
     }
 
-    fn version(&mut self) -> u64 {
+    pub(crate) fn version(&mut self) -> u64 {
         self.sequence += 1;
         (self.args.worker << 48) | (self.args.incarnation << 32) | self.sequence
     }
 
     /// A value length: mostly small, some medium, a few near the maximum.
-    fn length(&mut self) -> usize {
+    pub(crate) fn length(&mut self) -> usize {
         let max = self.args.max_value.max(value::HEADER_LEN + 1);
         let cap = match self.rng.u32(0..10) {
             0..=5 => 4096,
@@ -175,11 +191,13 @@ impl Worker {
             "get_ranges" => self.get_ranges(),
             "session_get" => self.session_get(),
             "remove" | "batch_remove" | "remove_all" => self.remove(op),
+            "stream_get" => self.stream_get(),
+            "stream_put" => self.stream_put(),
             _ => Ok(()),
         }
     }
 
-    fn begin(&mut self, op: &str, key: &str, version: u64) -> std::io::Result<()> {
+    pub(crate) fn begin(&mut self, op: &str, key: &str, version: u64) -> std::io::Result<()> {
         self.journal.record(&Event::WriteBegin {
             at: now_ns(),
             op: op.into(),
@@ -188,7 +206,7 @@ impl Worker {
         })
     }
 
-    fn end(&mut self, key: &str, version: u64, rc: i32) -> std::io::Result<()> {
+    pub(crate) fn end(&mut self, key: &str, version: u64, rc: i32) -> std::io::Result<()> {
         self.journal.record(&Event::WriteEnd {
             at: now_ns(),
             key: key.into(),
@@ -295,7 +313,7 @@ impl Worker {
     }
 
     /// Journals a whole-value read of `key` (`size` bytes in `bytes`), checking every byte.
-    fn record_whole(
+    pub(crate) fn record_whole(
         &mut self,
         op: &str,
         begin: u64,
