@@ -608,3 +608,21 @@ fn p2p_forward_and_reverse_go_by_rdma() {
         "{counters:?}"
     );
 }
+
+/// The master's replica descriptors name the transport of the segment that holds the bytes.
+#[test]
+fn replica_descriptors_name_the_rdma_protocol() {
+    let Some((device, host)) = vm() else { return };
+    let master = Master::start(&[]);
+    let owner = Owner::start(&master.addr(), "16 MB", &device, &host);
+    let client = rdma_client(&master.addr(), &device, &host, 0);
+    client
+        .put_from("desc", &pattern(4096, 3), &on(&owner.name))
+        .unwrap();
+    let answers = client.batch_get_replica_desc(&["desc"]);
+    let query = answers[0].as_ref().expect("desc is stored");
+    assert_eq!(query.replicas.len(), 1);
+    let buffer = &query.replicas[0].buffer;
+    assert_eq!(buffer.transport_endpoint, owner.name);
+    assert_eq!(buffer.protocol, "rdma");
+}
