@@ -135,19 +135,33 @@ static inline pid_t start_master(const char *master_bin, int *rpc_port) {
 /* Starts `client_bin` (mooncake_client) against `master_addr` with a `segment` such as "64 MB" and
  * no local buffer; waits up to 20 s for "READY <name>". Returns the pid, the segment name and the
  * child's stdout (keep it open while the child runs; close it after stopping the child), or -1. */
-static inline pid_t start_peer(const char *client_bin, const char *master_addr, const char *segment,
-                               char *name, size_t cap, int *stdout_fd) {
-    char master_flag[128], segment_flag[64];
-    char host_flag[] = "--host=127.0.0.1", buffer_flag[] = "--local_buffer_size=0";
+/* start_peer on data address `host` over transport `protocol` on RDMA device `device`
+ * ("" for TCP). */
+static inline pid_t start_peer_on(const char *client_bin, const char *master_addr,
+                                  const char *segment, const char *host, const char *protocol,
+                                  const char *device, char *name, size_t cap, int *stdout_fd) {
+    char master_flag[128], segment_flag[64], host_flag[128], protocol_flag[64], device_flag[128];
+    char buffer_flag[] = "--local_buffer_size=0";
     snprintf(master_flag, sizeof master_flag, "--master_server_address=%s", master_addr);
     snprintf(segment_flag, sizeof segment_flag, "--global_segment_size=%s", segment);
-    char *argv[] = {(char *)client_bin, master_flag, host_flag, segment_flag, buffer_flag, NULL};
+    snprintf(host_flag, sizeof host_flag, "--host=%s", host);
+    snprintf(protocol_flag, sizeof protocol_flag, "--protocol=%s", protocol);
+    snprintf(device_flag, sizeof device_flag, "--device_name=%s", device);
+    char *argv[] = {(char *)client_bin, master_flag, host_flag, segment_flag, buffer_flag,
+                    protocol_flag, device_flag, NULL};
     pid_t pid = spawn(argv, stdout_fd);
     if (pid > 0 && read_ready_line(*stdout_fd, name, cap, 20.0) == 0) return pid;
     stop_child(pid, SIGKILL, 5.0);
     if (*stdout_fd >= 0) close(*stdout_fd);
     *stdout_fd = -1;
     return -1;
+}
+
+/* A TCP peer on 127.0.0.1. */
+static inline pid_t start_peer(const char *client_bin, const char *master_addr, const char *segment,
+                               char *name, size_t cap, int *stdout_fd) {
+    return start_peer_on(client_bin, master_addr, segment, "127.0.0.1", "tcp", "", name, cap,
+                         stdout_fd);
 }
 
 #endif

@@ -1,7 +1,11 @@
-/* two_process.c: two clients over TCP against a real mooncake_master.
+/* two_process.c: two clients over TCP (or RDMA) against a real mooncake_master.
  *
- *   two_process <path/to/mooncake_master> <path/to/mooncake_client>
+ *   two_process <path/to/mooncake_master> <path/to/mooncake_client> [rdma <device> <data address>]
  *   (or MOONCAKE_MASTER_BIN / MOONCAKE_CLIENT_BIN in the environment)
+ *
+ * With `rdma <device> <address>` both clients use protocol "rdma" on that device and address
+ * (scripts/rdma-ctest.sh runs it so inside the soft-RoCE VM), and the store's metrics must show
+ * the bytes moved by RDMA and none over TCP.
  *
  * Starts the master on a free 127.0.0.1 port, starts a `mooncake_client` peer process that
  * contributes a segment (it prints "READY <segment name>"), then opens an in-process store with its
@@ -28,8 +32,19 @@ static void fill(unsigned char *buf, size_t len, unsigned seed) {
     for (size_t i = 0; i < len; i++) buf[i] = (unsigned char)((i * 131u) ^ seed);
 }
 
+/* Over RDMA: the metrics count RDMA bytes and no TCP data bytes. */
+static void expect_rdma_route(mc_store_t *store) {
+    static char json[1 << 16];
+    size_t needed = 0;
+    EXPECT_EQ(mc_store_metrics_json(store, json, sizeof json, &needed), 0);
+    EXPECT_EQ(strstr(json, "\"tcp_read_bytes\":0,") != NULL, 1);
+    EXPECT_EQ(strstr(json, "\"tcp_write_bytes\":0,") != NULL, 1);
+    EXPECT_EQ(strstr(json, "\"rdma_read_bytes\":0,") == NULL, 1);
+    EXPECT_EQ(strstr(json, "\"rdma_write_bytes\":0,") == NULL, 1);
+}
+
 /* The in-process half: puts on the peer and on itself, reads back, stops the peer, checks. */
-static void scenario(mc_store_t *store, const char *peer_name, pid_t *peer) {
+static void scenario(mc_store_t *store, const char *peer_name, pid_t *peer, int rdma) {
     static unsigned char remote_value[OBJECT_SIZE], local_value[OBJECT_SIZE], out[OBJECT_SIZE];
     fill(remote_value, sizeof remote_value, 0x5a);
     fill(local_value, sizeof local_value, 0xa5);
@@ -52,6 +67,7 @@ static void scenario(mc_store_t *store, const char *peer_name, pid_t *peer) {
     EXPECT_EQ(memcmp(out, remote_value, OBJECT_SIZE), 0);
     EXPECT_EQ(mc_store_get_into(store, "two/local", out, sizeof out), OBJECT_SIZE);
     EXPECT_EQ(memcmp(out, local_value, OBJECT_SIZE), 0);
+    if (rdma) expect_rdma_route(store);
 
     /* SIGTERM: the peer tears down and unmounts its segment; its object goes with it. */
     int status = stop_child(*peer, SIGTERM, 10.0);
@@ -70,6 +86,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s <mooncake_master> <mooncake_client>\n", argv[0]);
         return 2;
     }
+    int rdma = argc > 5 && strcmp(argv[3], "rdma") == 0;
+    const char *protocol = rdma ? "rdma" : "tcp";
+    const char *device = rdma ? argv[4] : "";
+    const char *host = rdma ? argv[5] : "127.0.0.1";
     int rpc_port = 0;
     pid_t master = start_master(master_bin, &rpc_port);
     EXPECT_EQ(master > 0, 1);
@@ -77,8 +97,8 @@ int main(int argc, char **argv) {
     snprintf(master_addr, sizeof master_addr, "127.0.0.1:%d", rpc_port);
     char peer_name[256] = "";
     int peer_out = -1;
-    pid_t peer = master > 0 ? start_peer(client_bin, master_addr, "64 MB", peer_name,
-                                         sizeof peer_name, &peer_out)
+    pid_t peer = master > 0 ? start_peer_on(client_bin, master_addr, "64 MB", host, protocol,
+                                            device, peer_name, sizeof peer_name, &peer_out)
                             : -1;
     EXPECT_EQ(peer > 0, 1);
 
@@ -86,14 +106,16 @@ int main(int argc, char **argv) {
     if (peer > 0 && store != NULL) {
         mc_setup_config_t config;
         mc_setup_config_init(&config);
-        config.local_hostname = "127.0.0.1";
+        config.local_hostname = host;
+        config.protocol = protocol;
+        config.device_name = device;
         config.metadata_server = "P2PHANDSHAKE";
         config.global_segment_size = 16u << 20;
         config.local_buffer_size = 16u << 20;
         config.master_server_addr = master_addr;
         int rc = mc_store_setup(store, &config);
         EXPECT_EQ(rc, 0);
-        if (rc == 0) scenario(store, peer_name, &peer);
+        if (rc == 0) scenario(store, peer_name, &peer, rdma);
     }
     mc_store_free(store);
     stop_child(peer, SIGKILL, 5.0);

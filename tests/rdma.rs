@@ -356,3 +356,273 @@ fn a_stale_rkey_after_remount_is_refused_and_the_next_call_reconnects() {
     assert!(m.rdma_connections >= 2, "{m:?}");
     assert_eq!(m.tcp_write_bytes, 0);
 }
+
+/// A ranged read of object bytes into caller buffers: `get_into_ranges` over RDMA reads
+/// exactly the fragments asked for, nothing over TCP.
+#[test]
+fn ranged_gets_read_exact_fragments_by_rdma() {
+    let Some((device, host)) = vm() else { return };
+    let master = Master::start(&[]);
+    let owner = Owner::start(&master.addr(), "64 MB", &device, &host);
+    let client = rdma_client(&master.addr(), &device, &host, 0);
+    let value = pattern(3 * MIB + 17, 21);
+    client.put_from("ranged", &value, &on(&owner.name)).unwrap();
+    let before = client.metrics().transfer;
+    let mut out = vec![0u8; 2 * MIB];
+    let keys = vec![vec!["ranged".to_string(), "ranged".to_string()]];
+    let dst = vec![vec![vec![0u64], vec![MIB as u64, (MIB + 4096) as u64]]];
+    let src = vec![vec![vec![5u64], vec![(2 * MIB) as u64, 100]]];
+    let sizes = vec![vec![vec![MIB as u64], vec![4096, (MIB - 4096) as u64]]];
+    let request = mooncake_rs::client::RangeRequest {
+        keys: &keys,
+        dst_offsets: &dst,
+        src_offsets: &src,
+        sizes: &sizes,
+    };
+    let got = client.get_into_ranges(&mut [out.as_mut_slice()], &request);
+    assert_eq!(
+        got,
+        vec![vec![
+            vec![Ok(MIB as u64)],
+            vec![Ok(4096), Ok((MIB - 4096) as u64)]
+        ]]
+    );
+    assert_eq!(&out[..MIB], &value[5..5 + MIB]);
+    assert_eq!(&out[MIB..MIB + 4096], &value[2 * MIB..2 * MIB + 4096]);
+    assert_eq!(&out[MIB + 4096..], &value[100..100 + MIB - 4096]);
+    let after = client.metrics().transfer;
+    assert_eq!(
+        after.rdma_read_bytes - before.rdma_read_bytes,
+        2 * MIB as u64
+    );
+    no_tcp(&before, &after);
+}
+
+/// Put sessions (ranged writes, then commit) and get sessions (ranged reads under a pin)
+/// over RDMA, and an upsert replacing the bytes: exact bytes, RDMA counters, no TCP.
+#[test]
+fn sessions_and_upsert_go_by_rdma() {
+    let Some((device, host)) = vm() else { return };
+    let master = Master::start(&[]);
+    let owner = Owner::start(&master.addr(), "64 MB", &device, &host);
+    let client = rdma_client(&master.addr(), &device, &host, 0);
+    const LAYER: usize = 256 * 1024;
+    let value = pattern(4 * LAYER, 31);
+    let before = client.metrics().transfer;
+    let started =
+        client.batch_put_session_start(&["sess"], &[value.len() as u64], &on(&owner.name));
+    assert_eq!(started, vec![Ok(())]);
+    // Layers written out of order, two per call.
+    for pair in [[2usize, 0], [3, 1]] {
+        let bufs = vec![pair
+            .iter()
+            .map(|&l| &value[l * LAYER..(l + 1) * LAYER])
+            .collect()];
+        let offsets = vec![pair.iter().map(|&l| (l * LAYER) as u64).collect()];
+        let wrote = client.batch_put_from_multi_buffer_ranges(&["sess"], &bufs, &offsets);
+        assert_eq!(wrote, vec![Ok(2 * LAYER as u64)]);
+    }
+    assert_eq!(client.batch_put_session_end(&["sess"]), vec![Ok(())]);
+    let mid = client.metrics().transfer;
+    assert_eq!(
+        mid.rdma_write_bytes - before.rdma_write_bytes,
+        value.len() as u64
+    );
+    assert!(client
+        .batch_get_session_start(&["sess"])
+        .iter()
+        .all(Result::is_ok));
+    let mut out = vec![0u8; value.len()];
+    for layer in (0..4).rev() {
+        let mut bufs = vec![vec![&mut out[layer * LAYER..(layer + 1) * LAYER]]];
+        let read = client.batch_get_into_multi_buffer_ranges(
+            &["sess"],
+            &mut bufs,
+            &[vec![(layer * LAYER) as u64]],
+        );
+        assert_eq!(read, vec![Ok(LAYER as u64)]);
+    }
+    client.batch_get_session_end(&["sess"]).unwrap();
+    assert!(out == value, "session bytes");
+    let read = client.metrics().transfer;
+    assert_eq!(
+        read.rdma_read_bytes - mid.rdma_read_bytes,
+        value.len() as u64
+    );
+    // Upsert: the key's bytes are replaced (new size too), read back exactly.
+    let newer = pattern(LAYER + 3, 32);
+    client
+        .upsert_from("sess", &newer, &on(&owner.name))
+        .unwrap();
+    let mut back = vec![0u8; newer.len()];
+    assert_eq!(client.get_into("sess", &mut back), Ok(newer.len() as u64));
+    assert!(back == newer, "upserted bytes");
+    let after = client.metrics().transfer;
+    assert_eq!(
+        after.rdma_write_bytes - read.rdma_write_bytes,
+        newer.len() as u64
+    );
+    assert_eq!(
+        after.rdma_read_bytes - read.rdma_read_bytes,
+        newer.len() as u64
+    );
+    no_tcp(&before, &after);
+}
+
+/// On-stream puts and gets on a host stream go through the RDMA transport.
+#[test]
+fn on_stream_puts_and_gets_on_host_streams_go_by_rdma() {
+    use mooncake_rs::client::Buf;
+    use mooncake_rs::stream::{HostStream, StreamRef};
+    let Some((device, host)) = vm() else { return };
+    let master = Master::start(&[]);
+    let owner = Owner::start(&master.addr(), "64 MB", &device, &host);
+    let client = rdma_client(&master.addr(), &device, &host, 0);
+    let limit = Some(Duration::from_secs(60));
+    let stream = HostStream::new().unwrap();
+    let values: Vec<Vec<u8>> = (0..3)
+        .map(|i| pattern(MIB + i * 999, 40 + i as u8))
+        .collect();
+    let keys = ["s0", "s1", "s2"];
+    let total: u64 = values.iter().map(|v| v.len() as u64).sum();
+    let before = client.metrics().transfer;
+    let srcs = values
+        .iter()
+        .map(|v| vec![Buf::new(v.as_ptr() as usize, v.len() as u64)])
+        .collect();
+    // SAFETY: `values` outlives the wait and is not changed meanwhile.
+    let put = unsafe {
+        client.batch_put_from_on_stream_raw(&keys, srcs, &on(&owner.name), StreamRef::Host(&stream))
+    }
+    .unwrap();
+    assert_eq!(put.wait(limit), 0);
+    let mid = client.metrics().transfer;
+    assert_eq!(mid.rdma_write_bytes - before.rdma_write_bytes, total);
+    let mut outs: Vec<Vec<u8>> = values.iter().map(|v| vec![0u8; v.len()]).collect();
+    let dsts = outs
+        .iter_mut()
+        .map(|o| vec![Buf::new(o.as_mut_ptr() as usize, o.len() as u64)])
+        .collect();
+    // SAFETY: `outs` outlives the wait and nobody else touches it.
+    let get = unsafe {
+        client.batch_get_into_on_stream_raw(&keys, dsts, false, StreamRef::Host(&stream))
+    }
+    .unwrap();
+    assert_eq!(get.wait(limit), 0);
+    assert!(stream.synchronize(limit));
+    let sizes: Vec<_> = values.iter().map(|v| Ok(v.len() as u64)).collect();
+    assert_eq!(get.results(), sizes);
+    assert!(outs == values, "on-stream bytes");
+    let after = client.metrics().transfer;
+    assert_eq!(after.rdma_read_bytes - mid.rdma_read_bytes, total);
+    no_tcp(&before, &after);
+}
+
+/// A P2P owner process on RDMA; `(process, segment name)`.
+fn p2p_owner(master: &str, device: &str, host: &str) -> (Launched, String) {
+    let args = vec![
+        format!("--master_server_address={master}"),
+        format!("--host={host}"),
+        "--deployment_mode=P2P".into(),
+        format!("--tiered_backend_config={}", common::dram_tiers(64 << 20)),
+        "--local_buffer_size=16 MB".into(),
+        "--protocol=rdma".into(),
+        format!("--device_name={device}"),
+    ];
+    let mut process = Launched::spawn(env!("CARGO_BIN_EXE_mooncake_client"), &args);
+    let line = process.first_line();
+    let name = match line.split_whitespace().collect::<Vec<_>>()[..] {
+        ["READY", name, _rpc] => name.to_string(),
+        _ => panic!("unexpected line {line:?}: {}", process.stderr()),
+    };
+    (process, name)
+}
+
+/// P2P FORWARD (the accessor's engine reads/writes the owner's tier) and REVERSE (the owner's
+/// engine moves the bytes to/from the accessor's staging) over RDMA: exact bytes, the RDMA
+/// counters of the side that moves the data, and no TCP data in either direction.
+#[test]
+fn p2p_forward_and_reverse_go_by_rdma() {
+    use mooncake_rs::p2p::{P2pClient, P2pSetupConfig, RequestOptions, TransferDirection};
+    let Some((device, host)) = vm() else { return };
+    let master = Master::start(&["--deployment_mode=P2P"]);
+    let (_owner, name) = p2p_owner(&master.addr(), &device, &host);
+    let client = P2pClient::setup_p2p(P2pSetupConfig {
+        local_hostname: host.clone(),
+        tiered_backend_config_json: r#"{"tiers":[]}"#.into(),
+        local_buffer_size: 64 << 20,
+        master_server_addr: master.addr(),
+        protocol: "rdma".into(),
+        rdma_devices: device.clone(),
+        p2p_transfer_direction_mode: TransferDirection::Reverse,
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("P2P rdma accessor: {e}: {}", last_error_message()));
+    for (i, direction) in [TransferDirection::Forward, TransferDirection::Reverse]
+        .into_iter()
+        .enumerate()
+    {
+        let options = RequestOptions {
+            direction: Some(direction),
+            preferred_owner: Some(name.clone()),
+        };
+        for (j, size) in [4096usize, 3 * MIB + 5].into_iter().enumerate() {
+            let key = format!("p2p-{i}-{j}");
+            let value = pattern(size, (10 * i + j) as u8);
+            let before = client.transfer_metrics();
+            client.put(&key, &value, &options).unwrap();
+            let mut out = vec![0u8; size];
+            assert_eq!(client.get_into(&key, &mut out, &options), Ok(size as u64));
+            assert!(out == value, "{key} {direction:?}");
+            let after = client.transfer_metrics();
+            no_tcp(&before, &after);
+            assert_eq!(
+                after.served_read_bytes, before.served_read_bytes,
+                "{direction:?}"
+            );
+            assert_eq!(
+                after.served_write_bytes, before.served_write_bytes,
+                "{direction:?}"
+            );
+            if direction == TransferDirection::Forward {
+                assert_eq!(
+                    after.rdma_write_bytes - before.rdma_write_bytes,
+                    size as u64
+                );
+                assert_eq!(after.rdma_read_bytes - before.rdma_read_bytes, size as u64);
+            } else {
+                assert_eq!(after.rdma_write_bytes, before.rdma_write_bytes);
+                assert_eq!(after.rdma_read_bytes, before.rdma_read_bytes);
+            }
+        }
+    }
+    let m = client.transfer_metrics();
+    assert!(m.rdma_connections >= 1, "FORWARD connected by RDMA: {m:?}");
+    assert!(
+        m.rdma_served_connections >= 1,
+        "REVERSE: the owner connected by RDMA: {m:?}"
+    );
+    let counters = client.counters();
+    assert!(
+        counters.forward_puts >= 2 && counters.reverse_puts >= 2,
+        "{counters:?}"
+    );
+}
+
+/// The master's replica descriptors name the transport of the segment that holds the bytes.
+#[test]
+fn replica_descriptors_name_the_rdma_protocol() {
+    let Some((device, host)) = vm() else { return };
+    let master = Master::start(&[]);
+    let owner = Owner::start(&master.addr(), "16 MB", &device, &host);
+    let client = rdma_client(&master.addr(), &device, &host, 0);
+    client
+        .put_from("desc", &pattern(4096, 3), &on(&owner.name))
+        .unwrap();
+    let answers = client.batch_get_replica_desc(&["desc"]);
+    let query = answers[0].as_ref().expect("desc is stored");
+    assert_eq!(query.replicas.len(), 1);
+    let buffer = &query.replicas[0].buffer;
+    assert_eq!(buffer.transport_endpoint, owner.name);
+    assert_eq!(buffer.protocol, "rdma");
+}

@@ -122,7 +122,7 @@ impl Client {
                     name: hostname.clone(),
                     base: region.addr() as u64,
                     size,
-                    protocol: "tcp".into(),
+                    protocol: if config.uses_rdma() { "rdma" } else { "tcp" }.into(),
                     epoch: 0,
                 };
                 Some(OwnSegment::new(segment, region))

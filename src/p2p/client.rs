@@ -19,7 +19,7 @@ use crate::client::{descriptor, start_engine, LocalBuffer};
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{MasterApi, Workers};
 use crate::rpc::{self, RpcServer};
-use crate::transfer::TransferEngine;
+use crate::transfer::{TransferEngine, TransferMetrics};
 use crate::types::{ClientStatus, P2pOwner, Uuid};
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -206,6 +206,12 @@ impl P2pClient {
             owner.fill_gauges(&mut snapshot);
         }
         snapshot
+    }
+
+    /// A snapshot of this client's transfer-engine counters (which route moved the bytes:
+    /// `tcp_*`, `served_*`, `rdma_*`). Thread-safe; never fails.
+    pub fn transfer_metrics(&self) -> TransferMetrics {
+        self.inner.engine.metrics()
     }
 
     /// The counters of the owner whose segment name or RPC address is `owner`.
