@@ -23,4 +23,4 @@ fi
 # The VM's current directory is writable; the example writes nothing but needs one that exists.
 cd "$here" || exit 2
 exec "$tool" -t "${RDMA_VM_LIMIT_S:-240}" -- bash -c \
-  'exec "$0" "$1" "$2" rdma "$RDMA_VM_DEV" "$RDMA_VM_ADDR"' "$1" "$2" "$3"
+  'export MC_SAME_HOST=0; exec "$0" "$1" "$2" rdma "$RDMA_VM_DEV" "$RDMA_VM_ADDR"' "$1" "$2" "$3"
