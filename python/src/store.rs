@@ -66,6 +66,18 @@ impl Store {
         }
     }
 
+    /// Makes `client` (set up without an HTTP server) this store's client; returns 0.
+    fn adopt(&self, py: Python<'_>, client: Client) -> i64 {
+        self.replace(
+            py,
+            Some(Live {
+                client,
+                _http: None,
+            }),
+        );
+        0
+    }
+
     /// Swaps in `next` and tears the previous client down (with the GIL released).
     fn replace(&self, py: Python<'_>, next: Option<Live>) {
         if let Some(live) = &next {
@@ -164,16 +176,7 @@ impl Store {
         let (pool, local) = (mem_pool_size.0, local_buffer_size.0);
         let made = py.detach(|| Client::setup_dummy(pool, local, &server_address));
         match made {
-            Ok(client) => {
-                self.replace(
-                    py,
-                    Some(Live {
-                        client,
-                        _http: None,
-                    }),
-                );
-                0
-            }
+            Ok(client) => self.adopt(py, client),
             Err(_) => {
                 tracing::warn!(
                     server_address,
@@ -199,16 +202,7 @@ impl Store {
             return INVALID;
         }
         match py.detach(|| Client::init_all(&protocol, &device_name, mount_segment_size.0)) {
-            Ok(client) => {
-                self.replace(
-                    py,
-                    Some(Live {
-                        client,
-                        _http: None,
-                    }),
-                );
-                0
-            }
+            Ok(client) => self.adopt(py, client),
             Err(e) => convert::code(e),
         }
     }

@@ -447,6 +447,20 @@ impl TransferEngine {
             return Err(refuse("segment epoch wider than 56 bits"));
         }
         let local = request.local_addr as *mut u8;
+        // The request as one job, for the routes that copy it in one go.
+        let whole = |route| Job {
+            request: index,
+            route,
+            slice: Slice {
+                op,
+                local,
+                len,
+                remote: request.remote_addr,
+                epoch: request.epoch,
+            },
+            staged: false,
+            send_by: request.send_by,
+        };
         let on_device = matches!(
             device::runtime().classify(request.local_addr),
             MemoryKind::Device(_)
@@ -463,19 +477,7 @@ impl TransferEngine {
             if a < b + request.len && b < a + request.len {
                 return Err(refuse("overlaps the local buffer"));
             }
-            jobs.push(Job {
-                request: index,
-                route: Route::Local,
-                slice: Slice {
-                    op,
-                    local,
-                    len,
-                    remote: request.remote_addr,
-                    epoch: request.epoch,
-                },
-                staged: false,
-                send_by: request.send_by,
-            });
+            jobs.push(whole(Route::Local));
             return Ok(Some(match (request.op, on_device) {
                 (TransferOp::Write, false) => Path::HostToLocalSegment,
                 (TransferOp::Write, true) => Path::DeviceToLocalSegment,
@@ -494,19 +496,7 @@ impl TransferEngine {
             })
             .flatten();
         if let Some(peer) = same_host {
-            jobs.push(Job {
-                request: index,
-                route: Route::Mapped(peer.target()),
-                slice: Slice {
-                    op,
-                    local,
-                    len,
-                    remote: request.remote_addr,
-                    epoch: request.epoch,
-                },
-                staged: false,
-                send_by: request.send_by,
-            });
+            jobs.push(whole(Route::Mapped(peer.target())));
             mapped.push(peer);
             return Ok(Some(match (request.op, on_device) {
                 (TransferOp::Write, false) => Path::HostToPeerSegment,
