@@ -354,3 +354,61 @@ fn a_dummy_survives_a_real_client_restart() {
     assert!(out == value);
     assert!(client.dummy_stats().unwrap().reconnects >= 1);
 }
+
+/// Issue 14: a get whose call was abandoned (the real client stopped past the TTL) must not
+/// land its bytes later in memory the caller has reused. The real client is stopped before it
+/// reads the request, the dummy's get into its shared block times out, the caller writes new
+/// bytes there, and only then does the real client resume and run the stale request.
+#[test]
+fn an_abandoned_get_never_lands_in_reused_memory() {
+    let master = Master::start(&[]);
+    let (real, name) = real_client(&master.addr(), free_ports(1)[0]);
+    let client = dummy(&name);
+    let stale = pattern(2 * MIB, 1);
+    client.put_from("stale", &stale, &cfg()).unwrap();
+    let block = client.alloc_from_mem_pool(2 * MIB as u64).unwrap();
+    client.register_buffer(block, 2 * MIB).unwrap();
+    // A first get maps the block at the real client.
+    // SAFETY: `block` is 2 MiB of our own shared memory.
+    let got = unsafe {
+        client.get_into_raw(
+            &["stale"],
+            vec![vec![Buf::new(block, 2 * MIB as u64)]],
+            false,
+        )
+    };
+    assert_eq!(got, vec![Ok(2 * MIB as u64)]);
+
+    signal_child(real.child(), libc::SIGSTOP);
+    let started = Instant::now();
+    // SAFETY: as above.
+    let got = unsafe {
+        client.get_into_raw(
+            &["stale"],
+            vec![vec![Buf::new(block, 2 * MIB as u64)]],
+            false,
+        )
+    };
+    assert!(got[0].is_err(), "{got:?}");
+    assert!(started.elapsed() < Duration::from_millis(TTL_MS * 3));
+
+    // The caller reuses its buffer, then the real client resumes and runs what it had queued.
+    let reused = pattern(2 * MIB, 2);
+    // SAFETY: as above; no call names the block now.
+    unsafe { std::ptr::copy_nonoverlapping(reused.as_ptr(), block as *mut u8, reused.len()) };
+    let before = client.real_client_stats();
+    signal_child(real.child(), libc::SIGCONT);
+    // The stale connection is served (its request run) and then dropped: its socket is closed.
+    let dropped = wait_until(Duration::from_millis(TTL_MS * 5), || {
+        client
+            .real_client_stats()
+            .is_ok_and(|s| s.dummies == 1 && s.dummies_dropped >= 1)
+    });
+    assert!(dropped, "{before:?} {:?}", client.real_client_stats());
+    // SAFETY: as above.
+    let now = unsafe { std::slice::from_raw_parts(block as *const u8, reused.len()) };
+    assert!(
+        now == reused.as_slice(),
+        "the abandoned get landed in reused memory"
+    );
+}

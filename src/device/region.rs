@@ -8,6 +8,7 @@ use super::pin::HostRegistration;
 use crate::error::{fail, ErrorCode, Result};
 use crate::shm::SealedMemfd;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// An owned, page-aligned, zero-filled mapping. Unregistered (if pinned), then unmapped, on
 /// drop; the memfd of a shared region is closed then too (a peer's mapping of it stays valid
@@ -20,6 +21,9 @@ pub struct MappedRegion {
     len: usize,
     pin: Option<HostRegistration>,
     file: Option<SealedMemfd>,
+    /// False once [`MappedRegion::rehome`] mapped a successor over the range: the successor
+    /// unmaps it then.
+    owns_range: AtomicBool,
 }
 
 // SAFETY: the region is plain memory owned by this value; it has no thread affinity.
@@ -74,6 +78,7 @@ impl MappedRegion {
             len,
             pin: None,
             file,
+            owns_range: AtomicBool::new(true),
         };
         region.prefault();
         Ok(region)
@@ -158,6 +163,81 @@ impl MappedRegion {
         self.file.as_ref()
     }
 
+    /// Moves a shared region to a fresh sealed memfd (named `what`) at the same addresses:
+    /// copies the bytes here into the new file, then maps it over this range (`MAP_FIXED`, one
+    /// atomic replacement of the mapping), so pointers into the range stay valid and keep
+    /// their contents while other processes' mappings of the old file no longer reach this
+    /// process. Returns the successor, which owns the range from now on; `self` keeps only
+    /// the old file (dropping it unmaps nothing here).
+    ///
+    /// Bytes written into the range by this process between the copy and the remap are lost:
+    /// call it while nobody here writes the range. Errors: `INVALID_PARAMS` for an anonymous
+    /// or pinned region, or one already re-homed; `INTERNAL_ERROR` when the kernel refuses
+    /// the file, the copy or the mapping (the range is then unchanged).
+    pub fn rehome(&self, what: &str) -> Result<MappedRegion> {
+        if self.file.is_none() || self.pin.is_some() || !self.owns_range.load(Ordering::Acquire) {
+            return fail(
+                ErrorCode::InvalidParams,
+                "only an unpinned shared region that owns its range can be re-homed",
+            );
+        }
+        let file = SealedMemfd::create(what, self.len)?;
+        let fd = file.fd().as_raw_fd();
+        let mut done = 0usize;
+        while done < self.len {
+            // SAFETY: reads `[base + done, base + len)`, our own mapping, into our own file.
+            let wrote = unsafe {
+                libc::pwrite(
+                    fd,
+                    self.base.add(done).cast(),
+                    self.len - done,
+                    done as libc::off_t,
+                )
+            };
+            if wrote <= 0 {
+                return fail(
+                    ErrorCode::InternalError,
+                    format!(
+                        "copying {} bytes into a fresh memfd failed: {}",
+                        self.len,
+                        std::io::Error::last_os_error()
+                    ),
+                );
+            }
+            done += wrote as usize;
+        }
+        // SAFETY: replaces exactly our own mapping `[base, base + len)` with the new file of
+        // the same length; checked below.
+        let base = unsafe {
+            libc::mmap(
+                self.base.cast(),
+                self.len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                fd,
+                0,
+            )
+        };
+        if base != self.base.cast() {
+            return fail(
+                ErrorCode::InternalError,
+                format!(
+                    "mapping a fresh memfd over {:#x} failed: {}",
+                    self.addr(),
+                    std::io::Error::last_os_error()
+                ),
+            );
+        }
+        self.owns_range.store(false, Ordering::Release);
+        Ok(MappedRegion {
+            base: self.base,
+            len: self.len,
+            pin: None,
+            file: Some(file),
+            owns_range: AtomicBool::new(true),
+        })
+    }
+
     /// Whether the region is registered with the device runtime.
     pub fn is_pinned(&self) -> bool {
         self.pin.is_some()
@@ -209,8 +289,10 @@ impl Drop for MappedRegion {
     fn drop(&mut self) {
         // Unregister before the pages go away.
         drop(self.pin.take());
-        // SAFETY: unmapping exactly the mapping we created.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
+        if self.owns_range.load(Ordering::Acquire) {
+            // SAFETY: unmapping exactly the mapping we created (or took over in `rehome`).
+            unsafe { libc::munmap(self.base.cast(), self.len) };
+        }
     }
 }
 
@@ -276,5 +358,33 @@ mod tests {
             5
         );
         assert!(MappedRegion::new(4096).unwrap().renew_shared("x").is_err());
+    }
+
+    #[test]
+    fn a_rehomed_region_keeps_its_bytes_and_leaves_the_old_file_behind() {
+        let region = MappedRegion::shared(1 << 16, "rehome-test").unwrap();
+        let old = region.shared_file().expect("a memfd");
+        let peer = crate::shm::PeerMapping::map(old.fd(), 0, 1 << 16).unwrap();
+        // SAFETY: both are live mappings of 64 KiB; the test is their only user.
+        unsafe { (region.addr() as *mut u8).add(100).write(7) };
+        let successor = region.rehome("rehome-test").unwrap();
+        assert_eq!(successor.addr(), region.addr());
+        assert_eq!(successor.len(), region.len());
+        // SAFETY: as above; `successor` owns the range now.
+        unsafe {
+            assert_eq!((successor.addr() as *const u8).add(100).read(), 7);
+            // A late write through the old file does not reach the range any more.
+            (peer.addr() as *mut u8).add(100).write(9);
+            assert_eq!((successor.addr() as *const u8).add(100).read(), 7);
+        }
+        assert!(
+            region.rehome("twice").is_err(),
+            "the old region owns nothing"
+        );
+        assert!(MappedRegion::new(4096).unwrap().rehome("anon").is_err());
+        // Dropping the old region leaves the successor's mapping in place.
+        drop(region);
+        // SAFETY: as above.
+        unsafe { (successor.addr() as *mut u8).add(200).write(1) };
     }
 }

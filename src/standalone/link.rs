@@ -58,7 +58,9 @@ struct Inner {
     name: String,
     ttl: Duration,
     conn: Mutex<Option<Conn>>,
-    staging: BlockGuard,
+    /// The staging block; `None` after a call that used it was abandoned (a fresh one is made
+    /// on the next use).
+    staging: Mutex<Option<BlockGuard>>,
     master_address: String,
     real_name: String,
     healthy: AtomicBool,
@@ -88,7 +90,7 @@ impl DummyLink {
                 stream,
                 mapped: HashSet::new(),
             })),
-            staging: BlockGuard::new(staging_bytes(), "dummy staging")?,
+            staging: Mutex::new(Some(BlockGuard::new(staging_bytes(), "dummy staging")?)),
             master_address,
             real_name,
             healthy: AtomicBool::new(true),
@@ -428,7 +430,26 @@ impl Inner {
         Ok(())
     }
 
-    /// [`TransferDelegate::transfer`] on a live connection.
+    /// After a call whose answer never came (timeout, broken connection): the real client
+    /// may still run its requests later, so no memory they name may be reused. Every pool
+    /// block in `named` is re-homed ([`ShmPool::rehome`]: same addresses and bytes here, a
+    /// new file and id) and the staging block is dropped for a fresh one. A block that cannot
+    /// be re-homed is reported in the last error message (it stays reachable by the stalled
+    /// request).
+    fn abandon(&self, named: &HashSet<u64>) {
+        self.staging.lock().take();
+        for &id in named {
+            if let Err(e) = ShmPool::global().rehome(id) {
+                let message = crate::error::last_error_message();
+                set_last_error_message(format!(
+                    "an abandoned transfer may still reach shared block {id}: {e}: {message}"
+                ));
+            }
+        }
+    }
+
+    /// [`TransferDelegate::transfer`] on a live connection; the ids of the pool blocks it
+    /// names (other than staging) go into `named`.
     ///
     /// # Safety
     /// As [`TransferDelegate::transfer`].
@@ -437,9 +458,16 @@ impl Inner {
         c: &mut Conn,
         requests: &[TransferRequest<'_>],
         results: &mut [Result<()>],
+        named: &mut HashSet<u64>,
     ) -> Result<()> {
         self.unmap_freed(c)?;
-        let staging = self.staging.block();
+        let mut staging_slot = self.staging.lock();
+        if staging_slot.is_none() {
+            *staging_slot = Some(BlockGuard::new(staging_bytes(), "dummy staging")?);
+        }
+        let Some(staging) = staging_slot.as_ref().map(BlockGuard::block) else {
+            return fail(ErrorCode::InternalError, "no staging block");
+        };
         let capacity = staging.len();
         let now = Instant::now();
         let mut pieces = Vec::new();
@@ -463,6 +491,7 @@ impl Inner {
             };
             if let Some((block, offset)) = ShmPool::global().find(request.local_addr, request.len) {
                 self.ensure_mapped(c, &block)?;
+                named.insert(block.id());
                 pieces.push(Piece {
                     request: index,
                     wire: wire(block.id(), offset, request.len, 0),
@@ -514,11 +543,15 @@ impl TransferDelegate for DummyLink {
         let inner = &self.inner;
         let mut results: Vec<Result<()>> = vec![Ok(()); requests.len()];
         let mut conn = inner.conn.lock();
+        let mut named = HashSet::new();
         let outcome = match inner.connected(&mut conn) {
             // SAFETY: forwarded from the caller.
-            Ok(c) => unsafe { inner.run(c, requests, &mut results) },
+            Ok(c) => unsafe { inner.run(c, requests, &mut results, &mut named) },
             Err(e) => Err(e),
         };
+        if matches!(outcome, Err(ErrorCode::TransferFail)) {
+            inner.abandon(&named);
+        }
         inner.after(&mut conn, &outcome);
         if let Err(code) = outcome {
             for (result, request) in results.iter_mut().zip(requests) {

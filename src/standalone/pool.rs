@@ -97,6 +97,29 @@ impl ShmPool {
         (end <= block.len() as u64).then(|| (Arc::clone(block), offset))
     }
 
+    /// Re-homes the live block with id `id` ([`MappedRegion::rehome`]): same addresses and
+    /// contents, a fresh memfd and a new id; the old id is logged as freed, so every link
+    /// unmaps it at its real client, and a real client that still holds the old file (a
+    /// stalled, abandoned transfer) reads and writes only pages nobody here maps any more.
+    /// A block freed meanwhile needs nothing (`Ok`). Blocks the table while it copies.
+    ///
+    /// Errors: as [`MappedRegion::rehome`] (the block is then unchanged).
+    pub(super) fn rehome(&self, id: u64) -> Result<()> {
+        let mut blocks = self.blocks.write();
+        let Some(old) = blocks.values().find(|b| b.id == id).cloned() else {
+            return Ok(());
+        };
+        let region = old.region.rehome("mc shared block (re-homed)")?;
+        let block = Arc::new(SharedBlock {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed) + 1,
+            region,
+        });
+        blocks.insert(block.addr(), block);
+        drop(blocks);
+        self.freed.lock().push(old.id);
+        Ok(())
+    }
+
     /// Ids freed since position `cursor` of the log, and the new cursor.
     pub(super) fn freed_since(&self, cursor: usize) -> (Vec<u64>, usize) {
         let freed = self.freed.lock();

@@ -278,6 +278,11 @@ impl Launched {
     }
 
     /// The first line on stdout (e.g. `READY ...`), waiting at most 20 s.
+    /// The process, to signal it ([`signal_child`]).
+    pub fn child(&self) -> &Child {
+        &self.child
+    }
+
     pub fn first_line(&mut self) -> String {
         first_line(&mut self.child)
     }
