@@ -4,7 +4,7 @@
 //! and reconnects (re-sending its blocks) after the real client restarted.
 
 use super::pool::{BlockGuard, SharedBlock, ShmPool};
-use super::wire::{parse_header, Kind, Reader, WireRequest, Writer, VERSION};
+use super::wire::{deadline_to_wire, parse_header, Kind, Reader, WireRequest, Writer, VERSION};
 use crate::error::{fail, set_last_error_message, ErrorCode, Result};
 use crate::transfer::copy::copy_bytes;
 use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
@@ -16,7 +16,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Bytes of the staging block (`MC_DUMMY_STAGING_BYTES`, default 8 MiB, at least 4 KiB).
 fn staging_bytes() -> u64 {
@@ -469,16 +469,13 @@ impl Inner {
             return fail(ErrorCode::InternalError, "no staging block");
         };
         let capacity = staging.len();
-        let now = Instant::now();
         let mut pieces = Vec::new();
         let mut used = 0usize;
         for (index, request) in requests.iter().enumerate() {
             if request.len == 0 {
                 continue;
             }
-            let send_within_ms = request.send_by.map_or(u64::MAX, |by| {
-                by.saturating_duration_since(now).as_millis() as u64
-            });
+            let send_by_monotonic_ns = deadline_to_wire(request.send_by);
             let wire = |block: u64, offset: u64, len: u64, at: u64| WireRequest {
                 write: request.op == TransferOp::Write,
                 block,
@@ -486,7 +483,7 @@ impl Inner {
                 len,
                 remote_addr: request.remote_addr.wrapping_add(at),
                 epoch: request.epoch,
-                send_within_ms,
+                send_by_monotonic_ns,
                 endpoint: request.endpoint.to_string(),
             };
             if let Some((block, offset)) = ShmPool::global().find(request.local_addr, request.len) {

@@ -6,7 +6,7 @@
 //! `INVALID_PARAMS`, never a crash or a touch of other memory. A dummy that sends nothing for
 //! [`super::ttl`] or closes its socket is dropped with everything held for it.
 
-use super::wire::{parse_header, Kind, Reader, WireRequest, Writer, VERSION};
+use super::wire::{deadline_from_wire, parse_header, Kind, Reader, WireRequest, Writer, VERSION};
 use crate::error::{fail, last_error_message, ErrorCode, Result};
 use crate::shm::{recv_with_fds, PeerMapping};
 use crate::transfer::{TransferEngine, TransferOp, TransferRequest};
@@ -17,7 +17,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Most blocks one dummy may have mapped at once (`MC_DUMMY_MAX_MAPPINGS`, default 4096).
 fn max_mappings() -> usize {
@@ -406,7 +406,6 @@ impl DummyState<'_> {
             .counters
             .requests_refused
             .fetch_add(refused, Ordering::Relaxed);
-        let now = Instant::now();
         let runnable: Vec<usize> = (0..count).filter(|i| codes[*i] == 0).collect();
         let requests: Vec<TransferRequest<'_>> = runnable
             .iter()
@@ -423,8 +422,7 @@ impl DummyState<'_> {
                     endpoint: &w.endpoint,
                     remote_addr: w.remote_addr,
                     epoch: w.epoch,
-                    send_by: (w.send_within_ms != u64::MAX)
-                        .then(|| now + Duration::from_millis(w.send_within_ms)),
+                    send_by: deadline_from_wire(w.send_by_monotonic_ns),
                 }
             })
             .collect();

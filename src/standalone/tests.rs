@@ -75,7 +75,7 @@ fn request(
         len,
         remote_addr: remote,
         epoch: 0,
-        send_within_ms: u64::MAX,
+        send_by_monotonic_ns: u64::MAX,
         endpoint: endpoint.into(),
     }
 }
@@ -201,4 +201,58 @@ fn a_hostile_dummy_gets_invalid_params_and_the_real_client_keeps_serving() {
     );
     let mut again = connect(&name);
     assert_eq!(call(&mut again, Kind::Hello as u8, &hello, None).0, 0);
+}
+
+/// A transfer the real client reads only after its writer's deadline (it sat in the socket
+/// while the real client was stopped) is refused and moves no byte: the deadline on the wire is
+/// an instant, not "so long from whenever it is read".
+#[test]
+fn a_transfer_read_after_its_deadline_is_refused_and_lands_nothing() {
+    let engine = TransferEngine::new(EngineConfig {
+        local_name: OWN.into(),
+        listener: None,
+        resolver: Arc::new(DirectResolver),
+        memcpy_enabled: true,
+        rdma: None,
+    })
+    .unwrap();
+    let segment = MappedRegion::new(1 << 16).unwrap();
+    engine
+        .register(segment.addr(), segment.len(), true)
+        .unwrap();
+    let name = format!("mc-rs-test-{}-deadline.sock", std::process::id());
+    let _server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let mut s = connect(&name);
+    let mut hello = Writer::default();
+    hello.u32(VERSION).u32(1);
+    assert_eq!(call(&mut s, Kind::Hello as u8, &hello, None).0, 0);
+    let file = SealedMemfd::create("deadline", 8192).unwrap();
+    let mut map = Writer::default();
+    map.u64(1).u64(8192);
+    assert_eq!(call(&mut s, Kind::Map as u8, &map, Some(file.fd())).0, 0);
+    let dummy_view = crate::shm::PeerMapping::map(file.fd(), 0, 8192).unwrap();
+    // SAFETY: our own mapping of 8192 bytes.
+    unsafe { std::ptr::write_bytes(dummy_view.addr() as *mut u8, 0xcd, 64) };
+
+    // The writer's grant ends 50 ms from now; the frame reaches the real client 150 ms later.
+    let mut late = request(true, 1, 0, 64, segment.addr() as u64, OWN);
+    late.send_by_monotonic_ns =
+        super::wire::deadline_to_wire(Some(std::time::Instant::now() + Duration::from_millis(50)));
+    let mut w = Writer::default();
+    w.u32(1);
+    late.encode(&mut w);
+    std::thread::sleep(Duration::from_millis(150));
+    let (code, message, payload) = call(&mut s, Kind::Transfer as u8, &w, None);
+    assert_eq!(code, 0, "{message}");
+    let mut r = Reader::new(&payload);
+    assert_eq!(r.u32().unwrap(), 1);
+    let message = r.str().unwrap().to_string();
+    assert_eq!(
+        r.i32().unwrap(),
+        crate::ErrorCode::StaleWriteToken.code(),
+        "a write past its deadline was run: {message}"
+    );
+    // SAFETY: our own registered region of 64 KiB.
+    let seg_bytes = unsafe { std::slice::from_raw_parts(segment.addr() as *const u8, 64) };
+    assert!(seg_bytes.iter().all(|b| *b == 0), "no byte landed");
 }

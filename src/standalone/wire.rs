@@ -4,9 +4,10 @@
 //! `i32 code`, `u32 message length`, message (UTF-8), then the request kind's payload.
 
 use crate::error::{fail, ErrorCode, Result};
+use std::time::{Duration, Instant};
 
 /// Protocol version in [`Kind::Hello`]; the real client refuses any other.
-pub(super) const VERSION: u32 = 1;
+pub(super) const VERSION: u32 = 2;
 /// Largest frame body either side accepts (a batch of many requests fits easily).
 pub(super) const MAX_BODY: usize = 64 << 20;
 
@@ -154,8 +155,46 @@ pub(super) struct WireRequest {
     pub(super) len: u64,
     pub(super) remote_addr: u64,
     pub(super) epoch: u64,
-    pub(super) send_within_ms: u64,
+    /// The writer's send-by instant as host-wide `CLOCK_MONOTONIC` nanoseconds
+    /// ([`deadline_to_wire`]); `u64::MAX`: none. An instant, not a duration: a frame that sat
+    /// in the socket while the real client was stopped must not get a fresh deadline when it
+    /// is finally read.
+    pub(super) send_by_monotonic_ns: u64,
     pub(super) endpoint: String,
+}
+
+/// Nanoseconds of `CLOCK_MONOTONIC`: one clock for every process of the host.
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    (now.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(now.tv_nsec as u64)
+}
+
+/// `by` (an instant of this process) as a host-wide instant for [`WireRequest`]; `u64::MAX`
+/// for `None`.
+pub(super) fn deadline_to_wire(by: Option<Instant>) -> u64 {
+    match by {
+        None => u64::MAX,
+        Some(by) => {
+            let left = by.saturating_duration_since(Instant::now()).as_nanos();
+            monotonic_ns()
+                .saturating_add(u64::try_from(left).unwrap_or(u64::MAX))
+                .min(u64::MAX - 1)
+        }
+    }
+}
+
+/// A [`WireRequest`] deadline as an instant of this process: `None` for `u64::MAX`; a deadline
+/// already passed is "now" (nothing of the request may start).
+pub(super) fn deadline_from_wire(ns: u64) -> Option<Instant> {
+    (ns != u64::MAX)
+        .then(|| Instant::now() + Duration::from_nanos(ns.saturating_sub(monotonic_ns())))
 }
 
 impl WireRequest {
@@ -166,7 +205,7 @@ impl WireRequest {
             .u64(self.len)
             .u64(self.remote_addr)
             .u64(self.epoch)
-            .u64(self.send_within_ms)
+            .u64(self.send_by_monotonic_ns)
             .str(&self.endpoint);
     }
 
@@ -182,7 +221,7 @@ impl WireRequest {
             len: r.u64()?,
             remote_addr: r.u64()?,
             epoch: r.u64()?,
-            send_within_ms: r.u64()?,
+            send_by_monotonic_ns: r.u64()?,
             endpoint: r.str()?.to_string(),
         })
     }
@@ -201,7 +240,7 @@ mod tests {
             len: 100,
             remote_addr: 0xdead_0000,
             epoch: 3,
-            send_within_ms: u64::MAX,
+            send_by_monotonic_ns: u64::MAX,
             endpoint: "127.0.0.1:1234".into(),
         };
         let mut w = Writer::default();
