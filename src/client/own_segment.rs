@@ -54,10 +54,13 @@ impl OwnSegment {
         if remount {
             engine.retire_segment_export();
         }
-        engine.set_region_epoch(segment.base as usize, epoch)?;
-        if remount {
-            region.renew_shared(SEGMENT_FILE)?;
-        }
+        // Fresh pages between the engine's switch to the new epoch (in-flight old-epoch copies
+        // are fenced off first) and the NIC's registration of the range (which must pin the
+        // new pages, not the old).
+        engine.set_region_epoch_with(segment.base as usize, epoch, || match remount {
+            true => region.renew_shared(SEGMENT_FILE),
+            false => Ok(()),
+        })?;
         segment.epoch = epoch;
         if let Some(file) = region.shared_file() {
             if engine

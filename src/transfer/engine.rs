@@ -271,7 +271,22 @@ impl TransferEngine {
     /// With RDMA the range is re-registered with the NIC under a new rkey (the old MR is
     /// deregistered first), so peers that still hold the old rkey are refused by the NIC.
     pub fn set_region_epoch(&self, base: usize, epoch: u64) -> Result<()> {
+        self.set_region_epoch_with(base, epoch, || Ok(()))
+    }
+
+    /// [`set_region_epoch`](Self::set_region_epoch) with `replace_pages` run after the engine
+    /// refuses the old epoch and before the range is re-registered with the NIC: a remount that
+    /// gives the segment fresh pages (see [`crate::device::MappedRegion::renew_shared`]) must
+    /// register the *new* pages, or RDMA peers would read and write the old ones. Errors: as
+    /// `set_region_epoch`, and `replace_pages`' (then the range is not re-registered).
+    pub fn set_region_epoch_with(
+        &self,
+        base: usize,
+        epoch: u64,
+        replace_pages: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         self.registry.set_epoch(base, epoch)?;
+        replace_pages()?;
         match &self.rdma {
             Some(rdma) => rdma.set_epoch(base, epoch),
             None => Ok(()),
