@@ -53,6 +53,24 @@ impl PeerMapping {
                 ),
             );
         }
+        // Only ordinary shared memory: pages of a hugetlb file (also sealable) can be missing at
+        // access time, which is a SIGBUS, not an allocation.
+        // SAFETY: `statfs` is plain data; fstatfs fills it or fails (checked).
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a borrowed, open descriptor and a valid out pointer.
+        if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut fs) } != 0 {
+            return os_fail("fstatfs of a peer's file");
+        }
+        if fs.f_type != libc::TMPFS_MAGIC {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!(
+                    "a peer's file is not ordinary shared memory (file system {:#x}): mapping it \
+                     could fault",
+                    fs.f_type
+                ),
+            );
+        }
         let file_len = file_size(fd)?;
         let Some(end) = offset.checked_add(len as u64) else {
             return fail(ErrorCode::InvalidParams, "offset + len overflows");

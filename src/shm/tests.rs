@@ -104,3 +104,36 @@ fn descriptor_limits_and_orderly_close() {
     drop(d);
     assert!(send_with_fds(&c, b"z", &[]).is_err());
 }
+
+#[test]
+fn a_sealed_hugetlb_file_is_refused() {
+    // SAFETY: a fresh memfd; the flags are constants.
+    let raw = unsafe {
+        libc::memfd_create(
+            c"huge".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING | libc::MFD_HUGETLB,
+        )
+    };
+    if raw < 0 {
+        eprintln!(
+            "skipped: no hugetlb memfd here ({})",
+            std::io::Error::last_os_error()
+        );
+        return;
+    }
+    // SAFETY: fresh descriptor.
+    let file = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: our descriptor; a size of one huge page, then the seals.
+    unsafe {
+        assert_eq!(libc::ftruncate(file.as_raw_fd(), 2 << 20), 0);
+        assert_eq!(
+            libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK),
+            0
+        );
+    }
+    assert_eq!(
+        PeerMapping::map(file.as_fd(), 0, 2 << 20).unwrap_err(),
+        ErrorCode::InvalidParams
+    );
+    assert!(last_error_message().contains("not ordinary shared memory"));
+}
