@@ -146,3 +146,43 @@ fn take_fds(msg: &libc::msghdr) -> Vec<OwnedFd> {
     }
     fds
 }
+
+/// Checks that the process at the other end of the Unix socket `socket` runs as our effective
+/// user (`SO_PEERCRED`). Abstract socket names carry no permissions: without this, a process of
+/// another user could bind a name we connect to (or connect to a name we serve) and trade
+/// memory with us.
+///
+/// Errors: `PermissionDenied` naming both user ids; the `getsockopt` error otherwise.
+pub fn check_peer_user(socket: impl AsFd) -> io::Result<()> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid out buffer of `len` bytes for SO_PEERCRED on a borrowed socket.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: geteuid has no preconditions.
+    let ours = unsafe { libc::geteuid() };
+    if cred.uid != ours {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the process at the other end (pid {}) runs as uid {}, we run as uid {ours}",
+                cred.pid, cred.uid
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,6 +1,7 @@
 //! Shared memory between processes of one host: sealed memfd files ([`SealedMemfd`]), mappings
 //! of a peer's file ([`PeerMapping`]) and passing file descriptors over a Unix socket
-//! ([`send_with_fds`], [`recv_with_fds`]).
+//! ([`send_with_fds`], [`recv_with_fds`]) only between processes of one user
+//! ([`check_peer_user`]).
 //!
 //! The safety rule every user relies on: a mapping of another process's memory must never
 //! raise SIGBUS, so every file shared here is sealed against shrinking (`F_SEAL_SHRINK`) before
@@ -11,7 +12,7 @@ mod fdpass;
 mod memfd;
 mod peer;
 
-pub use fdpass::{recv_with_fds, send_with_fds, MAX_FDS_PER_MESSAGE};
+pub use fdpass::{check_peer_user, recv_with_fds, send_with_fds, MAX_FDS_PER_MESSAGE};
 pub use memfd::SealedMemfd;
 pub use peer::PeerMapping;
 

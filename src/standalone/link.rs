@@ -206,6 +206,9 @@ fn open(name: &str, ttl: Duration) -> Result<(UnixStream, String, String)> {
         Ok(stream) => stream,
         Err(e) => return refused(e.to_string()),
     };
+    if let Err(e) = crate::shm::check_peer_user(&stream) {
+        return refused(e.to_string());
+    }
     if let Err(e) = stream
         .set_read_timeout(Some(ttl))
         .and_then(|_| stream.set_write_timeout(Some(ttl)))

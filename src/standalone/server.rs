@@ -159,6 +159,10 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
         let Ok((stream, _)) = listener.accept() else {
             continue;
         };
+        if let Err(e) = crate::shm::check_peer_user(&stream) {
+            tracing::warn!(error = %e, "a dummy of another user: refused");
+            continue;
+        }
         let dummy_shared = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name("mc-dummy".into())

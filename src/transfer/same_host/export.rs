@@ -184,6 +184,7 @@ fn accept_loop(shared: &Shared, listener: &UnixListener) {
 
 /// Reads one hello from `stream` and answers it; a granted stream is kept in `held`.
 fn answer(shared: &Shared, mut stream: UnixStream) -> std::io::Result<()> {
+    crate::shm::check_peer_user(&stream)?;
     stream.set_read_timeout(Some(shared.timeout))?;
     stream.set_write_timeout(Some(shared.timeout))?;
     let mut bytes = [0u8; HELLO_LEN];

@@ -263,6 +263,7 @@ fn connect(endpoint: &str, timeout: Duration) -> Result<UnixStream> {
     let connected = handshake::socket_addr(endpoint)
         .and_then(|addr| UnixStream::connect_addr(&addr))
         .and_then(|stream| {
+            crate::shm::check_peer_user(&stream)?;
             stream.set_read_timeout(Some(timeout))?;
             stream.set_write_timeout(Some(timeout))?;
             Ok(stream)
