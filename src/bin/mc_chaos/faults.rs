@@ -133,11 +133,18 @@ impl Cluster {
                 "--local_buffer_size=0".into(),
                 format!("--metadata_server={}", directory.url()),
             ];
+            // The proxied owner serves only over TCP (through its data proxy): same-host
+            // readers would otherwise map its segment and bypass the proxy. The other owners
+            // keep the same-host path, so the soak exercises both.
+            let mut owner_env = env();
+            if index == PROXIED_OWNER {
+                owner_env.push(("MC_SAME_HOST".into(), "0".into()));
+            }
             let mut owner = Proc::new(
                 &format!("owner-{index}"),
                 sibling("mooncake_client"),
                 args,
-                env(),
+                owner_env,
             )
             .ready_on_line();
             owner.start()?;
