@@ -80,8 +80,8 @@ fn request(
     }
 }
 
-#[test]
-fn a_hostile_dummy_gets_invalid_params_and_the_real_client_keeps_serving() {
+/// A real client's engine named [`OWN`] with a remotely accessible 64 KiB segment.
+fn engine_with_segment() -> (Arc<TransferEngine>, MappedRegion) {
     let engine = TransferEngine::new(EngineConfig {
         local_name: OWN.into(),
         listener: None,
@@ -94,6 +94,12 @@ fn a_hostile_dummy_gets_invalid_params_and_the_real_client_keeps_serving() {
     engine
         .register(segment.addr(), segment.len(), true)
         .unwrap();
+    (engine, segment)
+}
+
+#[test]
+fn a_hostile_dummy_gets_invalid_params_and_the_real_client_keeps_serving() {
+    let (engine, segment) = engine_with_segment();
     let private = MappedRegion::new(1 << 16).unwrap();
     engine
         .register(private.addr(), private.len(), false)
@@ -208,18 +214,7 @@ fn a_hostile_dummy_gets_invalid_params_and_the_real_client_keeps_serving() {
 /// an instant, not "so long from whenever it is read".
 #[test]
 fn a_transfer_read_after_its_deadline_is_refused_and_lands_nothing() {
-    let engine = TransferEngine::new(EngineConfig {
-        local_name: OWN.into(),
-        listener: None,
-        resolver: Arc::new(DirectResolver),
-        memcpy_enabled: true,
-        rdma: None,
-    })
-    .unwrap();
-    let segment = MappedRegion::new(1 << 16).unwrap();
-    engine
-        .register(segment.addr(), segment.len(), true)
-        .unwrap();
+    let (engine, segment) = engine_with_segment();
     let name = format!("mc-rs-test-{}-deadline.sock", std::process::id());
     let _server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
     let mut s = connect(&name);
