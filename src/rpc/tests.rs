@@ -599,10 +599,12 @@ fn a_full_scan_queue_answers_task_pending_limit_exceeded() {
         scan_queue: 1,
         ..Default::default()
     });
-    // Eight scans released at once on connections opened beforehand: one runs and one waits
-    // (each takes SLOW_CALL), so the others find the queue full and are refused at once —
+    // Eight scans released at once on connections opened beforehand: at most one runs and one
+    // waits (each takes SLOW_CALL), so the others find the queue full and are refused at once —
     // whatever the machine's load, unlike a third scan sent after two others (a fresh-clone CI
-    // run saw it admitted because the second had not reached the queue yet).
+    // run saw it admitted because the second had not reached the queue yet). Under load the
+    // first may still sit in the queue when the rest arrive (a later fresh-clone run: one
+    // served, seven refused), so only one is certain to be served.
     let start = std::sync::Arc::new(std::sync::Barrier::new(8));
     let scans: Vec<_> = (0..8)
         .map(|_| {
@@ -621,7 +623,7 @@ fn a_full_scan_queue_answers_task_pending_limit_exceeded() {
         .filter(|r| **r == Err(ErrorCode::TaskPendingLimitExceeded))
         .count();
     assert_eq!(served + refused, 8, "{results:?}");
-    assert!(served >= 2 && refused >= 1, "{results:?}");
+    assert!((1..=2).contains(&served) && refused >= 6, "{results:?}");
     assert_eq!(fixture.count("remove_all"), served);
 }
 
