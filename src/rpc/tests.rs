@@ -466,8 +466,13 @@ fn pings_are_answered_while_another_connection_removes_a_million_keys() {
         "scan too fast to measure: {took:?}"
     );
     assert!(pings > 1, "{pings} pings during a {took:?} scan");
+    // A ping queued behind the scan waits for most of it (worst ≈ took); one
+    // served between the scan's slices waits for one slice plus the machine's
+    // scheduling noise. A fraction of the scan's own length separates the two
+    // on a loaded 2-core CI box, where a fixed bound (250 ms) did not: the CI
+    // saw a 560 ms ping during a 5.6 s scan.
     assert!(
-        worst < Duration::from_millis(250),
+        worst < took / 3,
         "worst ping {worst:?} during a {took:?} remove_all"
     );
 }
