@@ -404,8 +404,15 @@ fn garbage_frames_close_the_connection_but_not_the_server() {
 }
 
 /// A real master holding `count` complete 64-byte objects written by `client`.
+///
+/// `client` sends no pings while the table is built (seconds on a loaded machine), so its
+/// lease outlives the test: with the default 10 s `client_ttl` a fresh-clone CI run expired it
+/// half-way and the next `batch_put_start` found no segment (`NoAvailableHandle`).
 fn master_with_objects(count: usize, client: ClientId) -> Arc<crate::master::MasterService> {
-    let master = crate::master::MasterService::new(crate::master::MasterConfig::default());
+    let master = crate::master::MasterService::new(crate::master::MasterConfig {
+        client_ttl_ms: Some(3_600_000),
+        ..crate::master::MasterConfig::default()
+    });
     let segment = Segment {
         id: Uuid::random(),
         name: "seg".into(),
