@@ -2,7 +2,8 @@
 # The RDMA leg: builds the RDMA test binaries on the host (release, default target CPU, so
 # they run under the guest's Nehalem model), then runs them in ONE boot of the soft-RoCE VM
 # (../shared/tools/rdma-vm, which installs its own Debian packages on first use), bounded
-# by -t. Exit status: the tests' (124: the VM timed out, 125: the VM did not start).
+# by -t, each in both completion modes (MC_RDMA_COMPLETION=poll, then event). Exit status:
+# the tests' (124: the VM timed out, 125: the VM did not start).
 #
 #   scripts/rdma-tests.sh            # lib verbs tests + tests/rdma.rs
 #   RDMA_VM_TOOL=/path/run-in-rdma-vm.sh RDMA_VM_LIMIT_S=480 scripts/rdma-tests.sh
@@ -35,8 +36,11 @@ echo "== running them in the RDMA VM (limit ${limit}s)"
 "$tool" -t "$limit" -- bash -c "
   set -e
   export MC_SAME_HOST=0
-  echo '-- lib: transfer::rdma'
-  '$lib' transfer::rdma:: --test-threads=1
-  echo '-- tests/rdma.rs'
-  '$itest' --test-threads=1 --nocapture
+  for mode in poll event; do
+    export MC_RDMA_COMPLETION=\$mode
+    echo \"-- MC_RDMA_COMPLETION=\$mode: lib transfer::rdma\"
+    '$lib' transfer::rdma:: --test-threads=1
+    echo \"-- MC_RDMA_COMPLETION=\$mode: tests/rdma.rs\"
+    '$itest' --test-threads=1 --nocapture
+  done
 "

@@ -631,3 +631,151 @@ fn replica_descriptors_name_the_rdma_protocol() {
     assert_eq!(buffer.transport_endpoint, owner.name);
     assert_eq!(buffer.protocol, "rdma");
 }
+
+/// An engine on `device` built while `vars` are set in this process's environment (they are
+/// read when the engine is built and removed again after; the VM runs these tests one at a
+/// time).
+fn engine_with(device: &Arc<RdmaDevice>, host: &str, vars: &[(&str, &str)]) -> Arc<TransferEngine> {
+    for (name, value) in vars {
+        std::env::set_var(name, value);
+    }
+    let built = engine(device, host);
+    for (name, _) in vars {
+        std::env::remove_var(name);
+    }
+    built
+}
+
+/// One request of `op` between `local` and the peer's `remote`.
+fn transfer_one(
+    engine: &TransferEngine,
+    to: &TransferEngine,
+    op: TransferOp,
+    local: usize,
+    len: usize,
+    remote: usize,
+) -> mooncake_rs::Result<()> {
+    let request = TransferRequest {
+        op,
+        local_addr: local,
+        len: len as u64,
+        endpoint: to.local_name(),
+        remote_addr: remote as u64,
+        epoch: 0,
+        send_by: None,
+    };
+    // SAFETY: the callers' buffers are valid for the operation for the call.
+    unsafe { engine.transfer(&[request]) }.pop().unwrap()
+}
+
+/// A CQ smaller than the outstanding window (`MC_CQ_DEPTH=1`, `MC_MAX_WR=64`, 4 KiB work
+/// requests, one QP per request): the NIC produces more completions than the CQ holds
+/// (soft-RoCE drops them and raises `IBV_EVENT_CQ_ERR`). Each such call fails the key with
+/// `TRANSFER_FAIL` naming the overrun, long before the transfer timeout; no byte lands
+/// outside the request, nor after the call returned; the QP and CQ are rebuilt (a new
+/// connection) and the next call, which fits the CQ, moves exactly its bytes. Both ways:
+/// WRITE into the owner's segment, READ into the initiator's buffer.
+#[test]
+fn a_cq_overrun_fails_the_key_and_the_next_call_works() {
+    let Some((device, host)) = vm() else { return };
+    let device = RdmaDevice::open(&device).unwrap();
+    let owner = engine(&device, &host);
+    let tiny = engine_with(
+        &device,
+        &host,
+        &[
+            ("MC_CQ_DEPTH", "1"),
+            ("MC_MAX_WR", "64"),
+            ("MC_SLICE_SIZE", "4096"),
+            ("MC_TCP_LANES_PER_PEER", "1"),
+            ("MC_TRANSFER_TIMEOUT_MS", "30000"),
+        ],
+    );
+    let (guard, len) = (64 << 10, MIB);
+    let total = guard + len + guard;
+    let mut segment = vec![0x11u8; total];
+    let remote = segment.as_mut_ptr() as usize;
+    owner.register(remote, total, true).unwrap();
+    let mut local = pattern(total, 3);
+    let local_addr = local.as_mut_ptr() as usize;
+    tiny.register(local_addr, total, false).unwrap();
+    let overrun = |op: TransferOp| {
+        let before = tiny.metrics().rdma_connections;
+        let started = Instant::now();
+        let result = transfer_one(&tiny, &owner, op, local_addr + guard, len, remote + guard);
+        let message = last_error_message();
+        eprintln!(
+            "{op:?} of 256 work requests on a 1-entry CQ: {result:?} after {:?}: {message}",
+            started.elapsed()
+        );
+        assert_eq!(result, Err(ErrorCode::TransferFail), "{message}");
+        assert!(message.contains("completion queue overrun"), "{message}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "failed by the overrun, not the 30 s timeout"
+        );
+        before
+    };
+
+    // WRITE: bytes outside the request untouched; nothing lands after the call.
+    let connections = overrun(TransferOp::Write);
+    assert!(
+        segment[..guard].iter().all(|b| *b == 0x11),
+        "a byte landed before the request"
+    );
+    assert!(
+        segment[guard + len..].iter().all(|b| *b == 0x11),
+        "a byte landed after the request"
+    );
+    let snapshot = segment.clone();
+    let small = 4096;
+    assert_eq!(
+        transfer_one(&tiny, &owner, TransferOp::Write, local_addr, small, remote),
+        Ok(())
+    );
+    assert!(
+        tiny.metrics().rdma_connections > connections,
+        "the QP was rebuilt"
+    );
+    assert!(segment[..small] == local[..small]);
+    assert!(
+        segment[small..] == snapshot[small..],
+        "a late write of the broken QP landed"
+    );
+
+    // READ: the initiator's bytes outside the request untouched; the next read is exact.
+    let mine = local.clone();
+    let connections = overrun(TransferOp::Read);
+    assert!(
+        local[..guard] == mine[..guard],
+        "a byte landed before the request"
+    );
+    assert!(
+        local[guard + len..] == mine[guard + len..],
+        "a byte landed after the request"
+    );
+    let snapshot = local.clone();
+    let far = total - small;
+    assert_eq!(
+        transfer_one(
+            &tiny,
+            &owner,
+            TransferOp::Read,
+            local_addr + far,
+            small,
+            remote + far
+        ),
+        Ok(())
+    );
+    assert!(
+        tiny.metrics().rdma_connections > connections,
+        "the QP was rebuilt"
+    );
+    assert!(local[far..] == segment[far..]);
+    assert!(
+        local[..far] == snapshot[..far],
+        "a late read of the broken QP landed"
+    );
+    assert_eq!(tiny.metrics().tcp_write_bytes, 0);
+    assert_eq!(tiny.metrics().tcp_read_bytes, 0);
+}

@@ -2,10 +2,12 @@
 //! (inside the soft-RoCE VM: `RDMA_VM_DEV`, `RDMA_VM_ADDR`, `RDMA_VM_GID_INDEX`; or set
 //! `MC_BENCH_RDMA_DEV`, `MC_BENCH_RDMA_ADDR`, `MC_BENCH_RDMA_GID_INDEX`).
 //!
-//! Two engines in this process (one device, "two nodes"): an owner with a registered 64 MiB
-//! segment and an initiator with a registered 64 MiB buffer (zero-copy). Per size, rounds
-//! interleave `ib_read_bw` / our get and `ib_write_bw` / our put for the same bytes; the best
-//! of the rounds is reported with the spread (max/min − 1). 4 KiB get p50 is compared with
+//! Engines in this process (one device, "two nodes"): an owner with a registered 64 MiB
+//! segment and two initiators sharing one registered 64 MiB buffer (zero-copy), one per
+//! completion mode (`MC_RDMA_COMPLETION=poll` and `event`). Per size, rounds interleave
+//! `ib_read_bw` / our get in both modes and `ib_write_bw` / our put in both modes for the same
+//! bytes (the modes' order alternates between rounds); the best of the rounds is reported
+//! with the spread (max/min − 1). 4 KiB get p50 in both modes is compared with
 //! `ib_read_lat`'s typical latency.
 
 use super::report::Report;
@@ -89,24 +91,53 @@ fn perftest(
         .ok_or_else(|| format!("no result line in {tool} output:\n{text}"))
 }
 
-fn engine(device: &Arc<RdmaDevice>, addr: &str) -> Result<Arc<TransferEngine>, String> {
+/// The completion modes compared, by their `MC_RDMA_COMPLETION` value.
+const MODES: [&str; 2] = ["poll", "event"];
+
+/// An engine on `device` listening on `addr`, its RDMA transport in completion `mode`
+/// (`MC_RDMA_COMPLETION` is read when the engine is built).
+fn engine(device: &Arc<RdmaDevice>, addr: &str, mode: &str) -> Result<Arc<TransferEngine>, String> {
+    std::env::set_var("MC_RDMA_COMPLETION", mode);
     let listener = TcpListener::bind((addr, 0)).map_err(|e| e.to_string())?;
     let local_name = listener
         .local_addr()
         .map_err(|e| e.to_string())?
         .to_string();
-    TransferEngine::new(EngineConfig {
+    let built = TransferEngine::new(EngineConfig {
         local_name,
         listener: Some(listener),
         resolver: Arc::new(DirectResolver),
         memcpy_enabled: true,
         rdma: Some(Arc::clone(device)),
     })
-    .map_err(|e| format!("engine: {e}"))
+    .map_err(|e| format!("engine: {e}"));
+    std::env::remove_var("MC_RDMA_COMPLETION");
+    built
 }
 
-/// Moves `size`-byte requests `iters` times (all of `BUFFER` in turn); MiB/s.
-fn ours(pair: &Pair, op: TransferOp, size: usize, iters: usize) -> Result<f64, String> {
+/// `values[mode]` for each mode, measured by `measure(mode)` in the order that alternates
+/// with `round`.
+fn both_modes(
+    round: usize,
+    values: &mut [Vec<f64>; 2],
+    mut measure: impl FnMut(usize) -> Result<f64, String>,
+) -> Result<(), String> {
+    for step in 0..MODES.len() {
+        let mode = (step + round) % MODES.len();
+        values[mode].push(measure(mode)?);
+    }
+    Ok(())
+}
+
+/// Moves `size`-byte requests `iters` times (all of `BUFFER` in turn) from the initiator of
+/// completion mode `mode`; MiB/s.
+fn ours(
+    pair: &Pair,
+    mode: usize,
+    op: TransferOp,
+    size: usize,
+    iters: usize,
+) -> Result<f64, String> {
     let started = Instant::now();
     for i in 0..iters {
         let at = (i * size) % BUFFER;
@@ -121,7 +152,7 @@ fn ours(pair: &Pair, op: TransferOp, size: usize, iters: usize) -> Result<f64, S
         };
         // SAFETY: both buffers are ours, registered and alive for the call; reads write
         // only `pair.local`, which nothing else touches.
-        unsafe { pair.initiator.transfer(&[request]) }
+        unsafe { pair.initiators[mode].transfer(&[request]) }
             .pop()
             .unwrap_or(Err(mooncake_rs::ErrorCode::InternalError))
             .map_err(|e| format!("{op:?} of {size}: {e}"))?;
@@ -129,12 +160,12 @@ fn ours(pair: &Pair, op: TransferOp, size: usize, iters: usize) -> Result<f64, S
     Ok((size * iters) as f64 / MIB / started.elapsed().as_secs_f64())
 }
 
-/// p50 of `samples` 4 KiB gets, in µs.
-fn get_p50(pair: &Pair, samples: usize) -> Result<f64, String> {
+/// p50 of `samples` 4 KiB gets by the initiator of mode `mode`, in µs.
+fn get_p50(pair: &Pair, mode: usize, samples: usize) -> Result<f64, String> {
     let mut times = Vec::with_capacity(samples);
     for _ in 0..samples {
         let started = Instant::now();
-        ours(pair, TransferOp::Read, 4096, 1)?;
+        ours(pair, mode, TransferOp::Read, 4096, 1)?;
         times.push(started.elapsed().as_secs_f64() * 1e6);
     }
     Ok(super::limits::median(&mut times))
@@ -142,7 +173,8 @@ fn get_p50(pair: &Pair, samples: usize) -> Result<f64, String> {
 
 struct Pair {
     owner: Arc<TransferEngine>,
-    initiator: Arc<TransferEngine>,
+    /// One per [`MODES`] entry.
+    initiators: [Arc<TransferEngine>; 2],
     segment: Vec<u8>,
     local: Vec<u8>,
 }
@@ -163,8 +195,11 @@ pub fn run(report: &mut Report) -> Result<(), String> {
     let device =
         RdmaDevice::open(&target.device).map_err(|_| mooncake_rs::error::last_error_message())?;
     let mut pair = Pair {
-        owner: engine(&device, &target.addr)?,
-        initiator: engine(&device, &target.addr)?,
+        owner: engine(&device, &target.addr, MODES[0])?,
+        initiators: [
+            engine(&device, &target.addr, MODES[0])?,
+            engine(&device, &target.addr, MODES[1])?,
+        ],
         segment: vec![7u8; BUFFER],
         local: vec![1u8; BUFFER],
     };
@@ -173,9 +208,11 @@ pub fn run(report: &mut Report) -> Result<(), String> {
         .register(segment, BUFFER, true)
         .map_err(|e| format!("register: {e}"))?;
     let local = pair.local.as_mut_ptr() as usize;
-    pair.initiator
-        .register(local, BUFFER, false)
-        .map_err(|e| format!("register: {e}"))?;
+    for initiator in &pair.initiators {
+        initiator
+            .register(local, BUFFER, false)
+            .map_err(|e| format!("register: {e}"))?;
+    }
     let mut port = 18515u16;
     for (size, iters) in [(4usize << 20, 48usize), (64 << 10, 1500)] {
         let label = if size >= 1 << 20 {
@@ -183,50 +220,62 @@ pub fn run(report: &mut Report) -> Result<(), String> {
         } else {
             format!("{} KiB", size >> 10)
         };
-        let (mut ib_r, mut our_r, mut ib_w, mut our_w) = (vec![], vec![], vec![], vec![]);
-        for _ in 0..ROUNDS {
+        let (mut ib_r, mut ib_w) = (vec![], vec![]);
+        let (mut our_r, mut our_w) = ([vec![], vec![]], [vec![], vec![]]);
+        for round in 0..ROUNDS {
             port += 1;
             ib_r.push(perftest("ib_read_bw", &target, size, iters, port)?[3]);
-            our_r.push(ours(&pair, TransferOp::Read, size, iters)?);
+            both_modes(round, &mut our_r, |mode| {
+                ours(&pair, mode, TransferOp::Read, size, iters)
+            })?;
             port += 1;
             ib_w.push(perftest("ib_write_bw", &target, size, iters, port)?[3]);
-            our_w.push(ours(&pair, TransferOp::Write, size, iters)?);
+            both_modes(round, &mut our_w, |mode| {
+                ours(&pair, mode, TransferOp::Write, size, iters)
+            })?;
         }
         for (what, limit, mine, ib) in [
             ("get", "ib_read_bw", &our_r, &ib_r),
             ("put", "ib_write_bw", &our_w, &ib_w),
         ] {
-            let (value, spread) = best(mine);
             let (limit_value, limit_spread) = best(ib);
-            report.line(
-                &format!("rdma {what} {label} (MiB/s)"),
-                value,
-                "MiB/s",
-                &format!("{limit} {label}"),
-                limit_value,
-            );
-            println!(
-                "  spread: ours {:.1}%, {limit} {:.1}% (best of {ROUNDS})",
-                spread * 100.0,
-                limit_spread * 100.0
-            );
+            for (mode, name) in MODES.iter().enumerate() {
+                let (value, spread) = best(&mine[mode]);
+                report.line(
+                    &format!("rdma {what} {label} {name} (MiB/s)"),
+                    value,
+                    "MiB/s",
+                    &format!("{limit} {label}"),
+                    limit_value,
+                );
+                println!(
+                    "  spread: ours ({name}) {:.1}%, {limit} {:.1}% (best of {ROUNDS})",
+                    spread * 100.0,
+                    limit_spread * 100.0
+                );
+            }
         }
     }
-    let (mut ib_lat, mut our_lat) = (vec![], vec![]);
-    for _ in 0..ROUNDS {
+    let (mut ib_lat, mut our_lat) = (vec![], [vec![], vec![]]);
+    for round in 0..ROUNDS {
         port += 1;
         // ib_read_lat fields: bytes, iterations, t_min, t_max, t_typical, ...
         ib_lat.push(perftest("ib_read_lat", &target, 4096, 1000, port)?[4]);
-        our_lat.push(get_p50(&pair, 1000)?);
+        both_modes(round, &mut our_lat, |mode| get_p50(&pair, mode, 1000))?;
     }
     let low = |v: &[f64]| v.iter().copied().fold(f64::MAX, f64::min);
-    report.line(
-        "rdma get 4 KiB p50",
-        low(&our_lat),
-        "us",
-        "ib_read_lat 4 KiB typical",
-        low(&ib_lat),
-    );
-    println!("  rounds: ours {our_lat:.1?} us, ib_read_lat {ib_lat:.1?} us");
+    for (mode, name) in MODES.iter().enumerate() {
+        report.line(
+            &format!("rdma get 4 KiB p50 {name}"),
+            low(&our_lat[mode]),
+            "us",
+            "ib_read_lat 4 KiB typical",
+            low(&ib_lat),
+        );
+        println!(
+            "  rounds: ours ({name}) {:.1?} us, ib_read_lat {ib_lat:.1?} us",
+            our_lat[mode]
+        );
+    }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! An opened RDMA device: its context, protection domain, port 1 and GID, and memory
 //! registrations on it.
 
+use super::events::DeviceEvents;
 use super::verbs::{self, Context, Gid, Mr, PortAttr, Verbs};
 use crate::error::{fail, ErrorCode, Result};
 use std::ffi::{c_void, CStr};
@@ -24,6 +25,8 @@ pub struct RdmaDevice {
     pub(crate) gid_index: u8,
     pub(crate) lid: u16,
     pub(crate) active_mtu: u32,
+    /// Started by the first queue pair (see [`RdmaDevice::events`]).
+    events: once_cell::sync::OnceCell<DeviceEvents>,
 }
 
 // SAFETY: the context and PD are handles libibverbs lets any thread use; they are only freed
@@ -158,6 +161,7 @@ impl RdmaDevice {
             gid_index,
             lid: port.lid,
             active_mtu: port.active_mtu,
+            events: once_cell::sync::OnceCell::new(),
         }))
     }
 
@@ -189,6 +193,16 @@ impl RdmaDevice {
             }
         }
         Ok(0)
+    }
+
+    /// The device's completion channel and event thread, started on first use.
+    ///
+    /// Errors: `TRANSFER_FAIL` when they cannot be created (the next call tries again).
+    pub(crate) fn events(&self) -> Result<&DeviceEvents> {
+        self.events.get_or_try_init(|| {
+            // SAFETY: the context is open until `Drop`, which stops the events first.
+            unsafe { DeviceEvents::start(self.verbs, self.context) }
+        })
     }
 
     /// The device name (e.g. `rxe0`).
@@ -227,6 +241,8 @@ fn c_int_from(index: u8) -> std::ffi::c_int {
 
 impl Drop for RdmaDevice {
     fn drop(&mut self) {
+        // The event thread reads the context: stopped before it is closed.
+        drop(self.events.take());
         // SAFETY: every registration and QP holds an Arc, so none is left; owned handles.
         unsafe {
             (self.verbs.dealloc_pd)(self.pd);

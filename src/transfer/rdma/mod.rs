@@ -1,7 +1,8 @@
 //! The RDMA transport (ibverbs, RC queue pairs, one-sided READ/WRITE).
 //!
 //! Modules, one job each: `verbs` (the C layouts and the run-time loaded entry points),
-//! `device` (opening a device, its PD, and memory registrations), `qp` (one queue pair:
+//! `device` (opening a device, its PD, and memory registrations), `events` (the device's
+//! completion channel and asynchronous events, one thread), `qp` (one queue pair:
 //! connecting it and running work requests with bounded outstanding work), `handshake`
 //! (QP endpoints and region tables over the TCP data port), `bounce` (registered bounce
 //! buffers) and `transport` ([`RdmaTransport`]: registrations, connections per peer, slices).
@@ -11,6 +12,7 @@
 
 mod bounce;
 mod device;
+mod events;
 mod handshake;
 mod qp;
 mod transport;

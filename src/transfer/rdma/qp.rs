@@ -1,13 +1,17 @@
 //! One reliable-connected queue pair with its own completion queue: connecting it to a peer's
 //! endpoint, and running RDMA READ/WRITE work requests with bounded outstanding work.
 //!
-//! Completions are polled by the thread that runs the work (the one holding the QP), so a
-//! batch's completions never wait behind another batch's. A QP that saw an error completion
+//! Completions are taken by the thread that runs the work (the one holding the QP), so a
+//! batch's completions never wait behind another batch's; between empty polls it yields
+//! (`MC_RDMA_COMPLETION=poll`) or sleeps until the device's event thread reports a
+//! completion event for its CQ (`event`, see `super::events`). An asynchronous CQ or QP
+//! error (a CQ overrun) fails the run at once. A QP that saw an error completion
 //! or a timeout is moved to the error state, drained (every posted request has completed,
 //! flushed, before [`QueuePair::run`] returns, so the NIC touches no caller memory after
 //! it) and reported broken; the owner drops it and connects a new one.
 
 use super::device::{RdmaDevice, PORT};
+use super::events::{CompletionMode, CqSignal};
 use super::verbs::{self, Cq, Gid, Qp, QpAttr, QpCap, QpInitAttr, SendWr, Sge, WorkCompletion};
 use crate::error::{fail, ErrorCode, Result};
 use std::ffi::c_int;
@@ -56,18 +60,23 @@ impl Endpoint {
 /// Queue-pair tunables (Mooncake's names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct QpSettings {
-    /// `MC_MAX_WR`: work requests outstanding on one QP (and CQ depth).
+    /// `MC_MAX_WR`: work requests outstanding on one QP.
     pub(crate) max_wr: u32,
+    /// `MC_CQ_DEPTH`: entries asked for the QP's completion queue (default `max_wr`; the
+    /// provider may round it up). Smaller than `max_wr` lets the CQ overrun.
+    pub(crate) cq_depth: u32,
     /// `MC_IB_TIMEOUT`: local ACK timeout exponent (4.096 µs × 2^n).
     pub(crate) ack_timeout: u8,
     /// `MC_IB_RETRY_CNT`: transport retries before a work request fails.
     pub(crate) retry_cnt: u8,
+    /// `MC_RDMA_COMPLETION`: how the runner waits for completions.
+    pub(crate) completion: CompletionMode,
 }
 
 impl QpSettings {
     /// From the environment; a value that does not parse or is out of range falls back to
-    /// the default (max_wr 1..=4096, default 256; timeout 1..=31, default 14; retries
-    /// 0..=7, default 7).
+    /// the default (max_wr 1..=4096, default 256; CQ depth 1..=65536, default max_wr;
+    /// timeout 1..=31, default 14; retries 0..=7, default 7).
     pub(crate) fn from_env() -> QpSettings {
         fn read(name: &str, default: u32, range: std::ops::RangeInclusive<u32>) -> u32 {
             std::env::var(name)
@@ -76,10 +85,13 @@ impl QpSettings {
                 .filter(|value| range.contains(value))
                 .unwrap_or(default)
         }
+        let max_wr = read("MC_MAX_WR", 256, 1..=4096);
         QpSettings {
-            max_wr: read("MC_MAX_WR", 256, 1..=4096),
+            max_wr,
+            cq_depth: read("MC_CQ_DEPTH", max_wr, 1..=65536),
             ack_timeout: read("MC_IB_TIMEOUT", 14, 1..=31) as u8,
             retry_cnt: read("MC_IB_RETRY_CNT", 7, 0..=7) as u8,
+            completion: CompletionMode::from_env(),
         }
     }
 }
@@ -108,28 +120,34 @@ pub(crate) struct QueuePair {
     settings: QpSettings,
     psn: u32,
     broken: bool,
+    /// The CQ's and QP's context: completion events and asynchronous errors. Freed after
+    /// both are destroyed (field order: after `Drop::drop` ran).
+    signal: Box<CqSignal>,
+    /// Event mode: the CQ is armed for its next completion event.
+    armed: bool,
 }
 
 // SAFETY: the QP and CQ are handles usable from any thread; `&mut self` serialises use.
 unsafe impl Send for QueuePair {}
 
 impl QueuePair {
-    /// Creates a QP (in RESET) with a CQ of `settings.max_wr` entries.
+    /// Creates a QP (in RESET) with a CQ of `settings.cq_depth` entries (attached to the
+    /// device's completion channel in event mode).
     ///
-    /// Errors: `TRANSFER_FAIL` when the device refuses the CQ or QP.
+    /// Errors: `TRANSFER_FAIL` when the device's event thread cannot start or the device
+    /// refuses the CQ or QP.
     pub(crate) fn new(device: &Arc<RdmaDevice>, settings: QpSettings) -> Result<QueuePair> {
         let verbs = device.verbs;
-        let depth = settings.max_wr as c_int;
-        // SAFETY: a live context; no channel, vector 0.
-        let cq = unsafe {
-            (verbs.create_cq)(
-                device.context,
-                depth,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-            )
+        let depth = settings.cq_depth as c_int;
+        let events = device.events()?;
+        let channel = match settings.completion {
+            CompletionMode::Poll => std::ptr::null_mut(),
+            CompletionMode::Event => events.channel(),
         };
+        let signal = Box::<CqSignal>::default();
+        let context = &*signal as *const CqSignal as *mut std::ffi::c_void;
+        // SAFETY: a live context and channel; `context` outlives the CQ; vector 0.
+        let cq = unsafe { (verbs.create_cq)(device.context, depth, context, channel.cast(), 0) };
         if cq.is_null() {
             return fail(
                 ErrorCode::TransferFail,
@@ -140,7 +158,7 @@ impl QueuePair {
             );
         }
         let mut init = QpInitAttr {
-            qp_context: std::ptr::null_mut(),
+            qp_context: context,
             send_cq: cq,
             recv_cq: cq,
             srq: std::ptr::null_mut(),
@@ -172,6 +190,8 @@ impl QueuePair {
             settings,
             psn: fresh_psn(),
             broken: false,
+            signal,
+            armed: false,
         })
     }
 
@@ -298,10 +318,12 @@ impl QueuePair {
 
     /// Runs `requests`, at most `max_wr` outstanding, and waits for every completion; one
     /// result per request, in order. After an error completion nothing more is posted (the
-    /// QP is in error; the rest fail as not run); at `deadline`, or when `peer_alive` (asked
-    /// every [`LIVENESS_PERIOD`] without a completion) says the peer is gone, the QP is
-    /// moved to the error state and drained. Either way the QP is marked broken, and every posted request has
-    /// completed (or flushed) before this returns, so no caller memory is touched after.
+    /// QP is in error; the rest fail as not run); at `deadline`, when `peer_alive` (asked
+    /// every [`LIVENESS_PERIOD`] without a completion) says the peer is gone, or when the
+    /// device reported an asynchronous error for the CQ or QP (a CQ overrun), the QP is
+    /// moved to the error state and drained. Either way the QP is marked broken, and every
+    /// posted request has completed (or flushed, or the QP is destroyed) before this
+    /// returns, so no caller memory is touched after.
     ///
     /// # Safety
     /// Every request's local range is registered with its `lkey` and valid for the
@@ -358,6 +380,10 @@ impl QueuePair {
             let now = Instant::now();
             if polled > 0 {
                 progress = now;
+            } else if let Some(fault) = self.signal.fault() {
+                failure.get_or_insert(fault);
+                self.drain(&mut results, &mut outstanding);
+                break;
             } else if now >= deadline {
                 failure.get_or_insert_with(|| "timed out waiting for completions".into());
                 self.drain(&mut results, &mut outstanding);
@@ -373,7 +399,7 @@ impl QueuePair {
                 progress = now;
             }
             if polled == 0 {
-                std::thread::yield_now();
+                self.idle(deadline.min(progress + LIVENESS_PERIOD));
             }
         }
         if failure.is_some() {
@@ -424,6 +450,31 @@ impl QueuePair {
         Ok(())
     }
 
+    /// Waits (at most until `until`) after an empty poll: poll mode yields; event mode arms
+    /// the CQ first (and returns, so the caller polls once more before sleeping: a
+    /// completion that came before the arm raises no event), then sleeps on the signal.
+    fn idle(&mut self, until: Instant) {
+        match self.settings.completion {
+            CompletionMode::Poll => std::thread::yield_now(),
+            CompletionMode::Event if !self.armed => {
+                // SAFETY: a live CQ whose context holds the ops table.
+                let rc = unsafe {
+                    let context = (*self.cq).context;
+                    (*context).ops.req_notify_cq.map(|arm| arm(self.cq, 0))
+                };
+                self.armed = rc == Some(0);
+                if !self.armed {
+                    std::thread::yield_now();
+                }
+            }
+            CompletionMode::Event => {
+                if self.signal.wait(until) {
+                    self.armed = false;
+                }
+            }
+        }
+    }
+
     /// Polls up to `out.len()` completions; the count, or a negative provider error.
     fn poll(&self, out: &mut [WorkCompletion]) -> c_int {
         // SAFETY: a live CQ whose context holds the ops table; `out` has room for the count.
@@ -437,8 +488,9 @@ impl QueuePair {
     }
 
     /// Moves the QP to the error state and waits (bounded) until every outstanding request
-    /// has flushed, filling their results. If the flush does not finish in time the QP is
-    /// destroyed on drop, which also stops the NIC touching the memory.
+    /// has flushed, filling their results. If the flush does not finish in time, or cannot
+    /// (an asynchronous CQ error: completions were lost), the QP is destroyed now, which
+    /// also stops the NIC touching the memory.
     fn drain(&mut self, results: &mut [Option<Completion>], outstanding: &mut u32) {
         self.broken = true;
         let mut attr = QpAttr {
@@ -448,7 +500,7 @@ impl QueuePair {
         let _ = self.modify(&mut attr, verbs::QP_STATE, "ERR");
         let until = Instant::now() + DRAIN_WAIT;
         let mut completions = vec![WorkCompletion::default(); 32];
-        while *outstanding > 0 && Instant::now() < until {
+        while *outstanding > 0 && Instant::now() < until && self.signal.fault().is_none() {
             let polled = self.poll(&mut completions);
             if polled < 0 {
                 break;

@@ -3,6 +3,7 @@
 //! On the host only the "no device / no library" errors are checked.
 
 use super::device::RdmaDevice;
+use super::events::CompletionMode;
 use super::qp::{Endpoint, QpSettings, QueuePair, WorkRequest};
 use super::verbs::{self, Verbs};
 use crate::error::{last_error_message, ErrorCode};
@@ -22,8 +23,10 @@ fn vm_device() -> Option<Arc<RdmaDevice>> {
 fn settings() -> QpSettings {
     QpSettings {
         max_wr: 16,
+        cq_depth: 16,
         ack_timeout: 10,
         retry_cnt: 3,
+        completion: CompletionMode::from_env(),
     }
 }
 

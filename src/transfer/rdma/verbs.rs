@@ -44,11 +44,29 @@ pub(crate) struct ContextOps {
     _after: [usize; 5],
 }
 
-/// `struct ibv_context` up to its `ops` (read only; allocated by the library).
+/// `struct ibv_context` up to its `async_fd` (read only; allocated by the library).
 #[repr(C)]
 pub(crate) struct Context {
     pub(crate) device: *mut c_void,
     pub(crate) ops: ContextOps,
+    pub(crate) cmd_fd: c_int,
+    pub(crate) async_fd: c_int,
+}
+
+/// `struct ibv_comp_channel` (read only; allocated by `ibv_create_comp_channel`).
+#[repr(C)]
+pub(crate) struct CompChannel {
+    pub(crate) context: *mut Context,
+    pub(crate) fd: c_int,
+    pub(crate) refcnt: c_int,
+}
+
+/// `struct ibv_async_event`: the `element` union (a CQ or QP pointer for the events used
+/// here) and the event type.
+#[repr(C)]
+pub(crate) struct AsyncEvent {
+    pub(crate) element: *mut c_void,
+    pub(crate) event_type: c_uint,
 }
 
 /// `struct ibv_cq` up to `cqe` (read only).
@@ -271,7 +289,9 @@ pub(crate) struct PortAttr {
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(offset_of!(Context, ops) == 8);
-    assert!(size_of::<Context>() == 264); // offsetof(ibv_context, cmd_fd)
+    assert!(offset_of!(Context, cmd_fd) == 264 && offset_of!(Context, async_fd) == 268);
+    assert!(size_of::<CompChannel>() == 16 && offset_of!(CompChannel, fd) == 8);
+    assert!(size_of::<AsyncEvent>() == 16 && offset_of!(AsyncEvent, event_type) == 8);
     assert!(offset_of!(Context, ops) + offset_of!(ContextOps, poll_cq) == 96);
     assert!(offset_of!(Context, ops) + offset_of!(ContextOps, req_notify_cq) == 104);
     assert!(offset_of!(Context, ops) + offset_of!(ContextOps, post_send) == 208);
@@ -325,6 +345,11 @@ pub(crate) const SEND_SIGNALED: c_uint = 2;
 /// `enum ibv_wc_status`.
 pub(crate) const WC_SUCCESS: c_uint = 0;
 pub(crate) const WC_REM_ACCESS_ERR: c_uint = 10;
+/// `enum ibv_event_type`: the asynchronous events that break a CQ or a QP.
+pub(crate) const EVENT_CQ_ERR: c_uint = 0;
+pub(crate) const EVENT_QP_FATAL: c_uint = 1;
+pub(crate) const EVENT_QP_REQ_ERR: c_uint = 2;
+pub(crate) const EVENT_QP_ACCESS_ERR: c_uint = 3;
 /// `enum ibv_access_flags`.
 pub(crate) const ACCESS_LOCAL_WRITE: c_int = 1;
 pub(crate) const ACCESS_REMOTE_WRITE: c_int = 2;
@@ -375,6 +400,13 @@ pub(crate) struct Verbs {
     pub(crate) query_qp:
         unsafe extern "C" fn(*mut Qp, *mut QpAttr, c_int, *mut QpInitAttr) -> c_int,
     pub(crate) destroy_qp: unsafe extern "C" fn(*mut Qp) -> c_int,
+    pub(crate) create_comp_channel: unsafe extern "C" fn(*mut Context) -> *mut CompChannel,
+    pub(crate) destroy_comp_channel: unsafe extern "C" fn(*mut CompChannel) -> c_int,
+    pub(crate) get_cq_event:
+        unsafe extern "C" fn(*mut CompChannel, *mut *mut Cq, *mut *mut c_void) -> c_int,
+    pub(crate) ack_cq_events: unsafe extern "C" fn(*mut Cq, c_uint),
+    pub(crate) get_async_event: unsafe extern "C" fn(*mut Context, *mut AsyncEvent) -> c_int,
+    pub(crate) ack_async_event: unsafe extern "C" fn(*mut AsyncEvent),
 }
 
 /// Resolves `name` in `library` as a function pointer of type `F`.
@@ -432,6 +464,12 @@ impl Verbs {
                 #[cfg(test)]
                 query_qp: symbol(&library, "ibv_query_qp")?,
                 destroy_qp: symbol(&library, "ibv_destroy_qp")?,
+                create_comp_channel: symbol(&library, "ibv_create_comp_channel")?,
+                destroy_comp_channel: symbol(&library, "ibv_destroy_comp_channel")?,
+                get_cq_event: symbol(&library, "ibv_get_cq_event")?,
+                ack_cq_events: symbol(&library, "ibv_ack_cq_events")?,
+                get_async_event: symbol(&library, "ibv_get_async_event")?,
+                ack_async_event: symbol(&library, "ibv_ack_async_event")?,
                 _library: library,
             })
         }
