@@ -25,7 +25,9 @@ for line in sys.stdin:
 }
 
 echo "== building the RDMA test binaries"
-cargo build --release --locked --bins
+# No separate `cargo build --bins`: the tests reach the binaries through CARGO_BIN_EXE_*, which
+# `cargo test` builds with the test build's feature set; a plain build of the bins would compile
+# the library a second time with other features (minutes on CI's 2 cores).
 lib="$(executable --lib)"
 itest="$(executable --test rdma)"
 [ -x "$lib" ] && [ -x "$itest" ] || { echo "test binaries not found" >&2; exit 1; }
