@@ -362,3 +362,222 @@ fn a_peer_that_refuses_is_reached_over_tcp() {
         "refused, then remembered for MC_SAME_HOST_RETRY_MS: {m:?}"
     );
 }
+
+/// Binds the same-host socket name of `endpoint` in the test process (the peer behind it
+/// runs with `MC_SAME_HOST=0`, so the name is free), accepts connections and never answers.
+/// Returns the number of connections accepted so far and a stop switch.
+fn silent_owner(endpoint: &str) -> (Arc<std::sync::atomic::AtomicUsize>, Arc<AtomicBool>) {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+    let name = format!("mooncake-rs/same-host/{endpoint}");
+    let listener =
+        UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name).unwrap()).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (count, stopping) = (Arc::clone(&accepted), Arc::clone(&stop));
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        // Bounded: the test stops it, and at most 10 minutes either way.
+        let end = std::time::Instant::now() + Duration::from_secs(600);
+        while !stopping.load(Ordering::SeqCst) && std::time::Instant::now() < end {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    held.push(stream);
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    });
+    (accepted, stop)
+}
+
+#[test]
+fn a_peer_that_accepts_and_never_answers_costs_one_bounded_wait_and_delays_no_other_peer() {
+    let master = Master::start(&[]);
+    let silent = PeerClient::start(&master.addr(), "32 MB");
+    let mapped = PeerClient::start_same_host(&master.addr(), "32 MB", &[]);
+    let (accepted, stop) = silent_owner(&silent.name);
+    let client = Arc::new(local_client(&master.addr(), 0, 0));
+    let value = pattern(MIB, 5);
+    client
+        .put_from("mapped", &value, &on(&mapped.name))
+        .unwrap();
+    // A put to the silent peer hangs in its handshake...
+    let done = Arc::new(AtomicBool::new(false));
+    let slow = {
+        let (client, done, value, name) = (
+            Arc::clone(&client),
+            Arc::clone(&done),
+            value.clone(),
+            silent.name.clone(),
+        );
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            let stored = client.put_from("silent", &value, &on(&name));
+            done.store(true, Ordering::SeqCst);
+            (stored, start.elapsed())
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || accepted.load(Ordering::SeqCst)
+            >= 1),
+        "the client never connected to the silent owner"
+    );
+    // ...while a get from the other peer goes through its mapping at once.
+    let mut out = vec![0u8; MIB];
+    assert_eq!(client.get_into("mapped", &mut out), Ok(MIB as u64));
+    assert!(out == value);
+    assert!(
+        !done.load(Ordering::SeqCst),
+        "the get from the mapped peer waited for the other peer's handshake"
+    );
+    let (stored, took) = slow.join().unwrap();
+    assert_eq!(stored, Ok(()));
+    assert!(
+        took < Duration::from_secs(12),
+        "the silent handshake held the put for {took:?}"
+    );
+    // The refusal is remembered: the get goes over TCP without another connection.
+    assert_eq!(client.get_into("silent", &mut out), Ok(MIB as u64));
+    assert!(out == value);
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "one handshake per peer");
+    let m = client.metrics().transfer;
+    assert_eq!(m.tcp_write_bytes, MIB as u64, "{m:?}");
+    assert_eq!(m.tcp_read_bytes, MIB as u64, "{m:?}");
+    assert!(m.same_host_refusals >= 1, "{m:?}");
+    stop.store(true, Ordering::SeqCst);
+}
+
+/// How many descriptors process `pid` holds open.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+#[test]
+fn many_handshakes_leave_the_owner_no_more_descriptors() {
+    let master = Master::start(&[]);
+    let peer = PeerClient::start_same_host(&master.addr(), "32 MB", &[]);
+    let client = local_client(&master.addr(), 0, 0);
+    let value = pattern(4096, 8);
+    client.put_from("fds", &value, &on(&peer.name)).unwrap();
+    let (addr, epoch) = replica(&client, "fds");
+    // Each engine maps the peer once (one handshake, one granted connection) and goes away.
+    let handshake = || {
+        let engine = probe_engine();
+        let mut out = vec![0u8; 4096];
+        let read = transfer(&engine, TransferOp::Read, &mut out, &peer.name, addr, epoch);
+        assert_eq!(read, Ok(()));
+        assert!(out == value);
+        assert_eq!(engine.metrics().same_host_handshakes, 1);
+    };
+    handshake();
+    let before = open_fds(peer.pid());
+    for _ in 0..100 {
+        handshake();
+    }
+    let after = open_fds(peer.pid());
+    assert!(
+        after <= before + 4,
+        "the owner held {before} descriptors before 100 handshakes of gone peers, {after} after"
+    );
+}
+
+/// The inodes of the shared-memory files process `pid` maps (`/memfd:` lines of its maps).
+fn memfd_inodes(pid: &str) -> std::collections::HashSet<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap()
+        .lines()
+        .filter(|line| line.contains("/memfd:"))
+        .filter_map(|line| line.split_whitespace().nth(4).map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn a_killed_owner_is_unmapped_by_an_idle_reader() {
+    let master = Master::start(&[]);
+    let mut peer = PeerClient::start_same_host(&master.addr(), "32 MB", &[]);
+    let client = local_client(&master.addr(), 0, 0);
+    let value = pattern(MIB, 6);
+    client.put_from("kill", &value, &on(&peer.name)).unwrap();
+    let mut out = vec![0u8; MIB];
+    assert_eq!(client.get_into("kill", &mut out), Ok(MIB as u64));
+    assert!(out == value);
+    // The owner's files (segment, control page) that this process maps now.
+    let owners = memfd_inodes(&peer.pid().to_string());
+    let mapped = |inodes: &std::collections::HashSet<String>| {
+        memfd_inodes("self")
+            .intersection(inodes)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(mapped(&owners).len(), 2, "segment and control page mapped");
+    peer.kill();
+    // No further request names the owner: the reader notices on its own.
+    assert!(
+        wait_until(Duration::from_secs(10), || mapped(&owners).is_empty()),
+        "the dead owner's files are still mapped: {:?}",
+        mapped(&owners)
+    );
+    assert!(client.metrics().transfer.same_host_mappings_dropped >= 1);
+}
+
+#[test]
+fn a_mapped_write_whose_grant_ends_mid_copy_stops_at_a_chunk_and_fails() {
+    const LEN: usize = 128 * MIB;
+    let master = Master::start(&[]);
+    let peer = PeerClient::start_same_host(&master.addr(), "160 MB", &[]);
+    let client = local_client(&master.addr(), 0, 0);
+    client
+        .put_from("big", &vec![0x11u8; LEN], &on(&peer.name))
+        .unwrap();
+    let (addr, epoch) = replica(&client, "big");
+    let engine = probe_engine();
+    let mut new = vec![0x22u8; LEN];
+    let mut back = vec![0u8; LEN];
+    // The grant ends a few ms after the write starts (128 MiB take longer to copy); a write
+    // refused before its first byte (a slow start) is retried with a longer grant.
+    let mut margin = Duration::from_millis(2);
+    for _ in 0..8 {
+        let request = TransferRequest {
+            op: TransferOp::Write,
+            local_addr: new.as_mut_ptr() as usize,
+            len: LEN as u64,
+            endpoint: &peer.name,
+            remote_addr: addr,
+            epoch,
+            send_by: Some(std::time::Instant::now() + margin),
+        };
+        // SAFETY: `new` is valid and ours for the call.
+        let result = unsafe { engine.transfer(&[request]) }.pop().unwrap();
+        let read = transfer(
+            &engine,
+            TransferOp::Read,
+            &mut back,
+            &peer.name,
+            addr,
+            epoch,
+        );
+        assert_eq!(read, Ok(()));
+        let written = back.iter().position(|&b| b != 0x22).unwrap_or(LEN);
+        if written == 0 {
+            assert_eq!(result, Err(ErrorCode::StaleWriteToken));
+            margin *= 2;
+            continue;
+        }
+        assert_eq!(
+            result,
+            Err(ErrorCode::StaleWriteToken),
+            "a write that ran past its grant ended as {result:?} after {written} bytes"
+        );
+        assert!(written < LEN, "{written}");
+        assert_eq!(written % (2 * MIB), 0, "stopped between chunks: {written}");
+        assert!(back[written..].iter().all(|&b| b == 0x11));
+        assert!(engine.metrics().late_sends_refused >= 1);
+        return;
+    }
+    panic!("no write started within its grant");
+}

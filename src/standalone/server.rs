@@ -10,8 +10,10 @@ use super::wire::{deadline_from_wire, parse_header, Kind, Reader, WireRequest, W
 use crate::error::{fail, last_error_message, ErrorCode, Result};
 use crate::shm::{recv_with_fds, PeerMapping};
 use crate::transfer::{TransferEngine, TransferOp, TransferRequest};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io::Write;
+use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
@@ -58,6 +60,14 @@ struct Shared {
     ttl: Duration,
     stop: AtomicBool,
     counters: Counters,
+    /// The dummies being served: a handle on each one's socket and its thread.
+    served: Mutex<Vec<Served>>,
+}
+
+/// One connected dummy: a duplicate of its socket (to end it at shutdown) and its thread.
+struct Served {
+    socket: UnixStream,
+    thread: std::thread::JoinHandle<()>,
 }
 
 /// Serves dummies until dropped (or [`DummyServer::shutdown`]). Thread-safe.
@@ -96,6 +106,7 @@ impl DummyServer {
             ttl: super::ttl(),
             stop: AtomicBool::new(false),
             counters: Counters::default(),
+            served: Mutex::new(Vec::new()),
         });
         let accept_shared = Arc::clone(&shared);
         let acceptor = std::thread::Builder::new()
@@ -115,11 +126,22 @@ impl DummyServer {
         self.shared.stats()
     }
 
-    /// Stops accepting; connected dummies are dropped within the TTL. Idempotent.
+    /// Stops accepting and ends every connected dummy: shuts its socket down (the dummy sees
+    /// its connection end at once: `TRANSFER_FAIL`, health 2), waits for its thread (which
+    /// first finishes a transfer it is running, bounded by the engine's timeouts) and
+    /// releases its mappings. Returns with no thread or socket of the server left.
+    /// Idempotent.
     pub fn shutdown(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(handle) = self.acceptor.take() {
             let _ = handle.join();
+        }
+        let served = std::mem::take(&mut *self.shared.served.lock());
+        for dummy in &served {
+            let _ = dummy.socket.shutdown(Shutdown::Both);
+        }
+        for dummy in served {
+            let _ = dummy.thread.join();
         }
     }
 }
@@ -143,9 +165,11 @@ impl Shared {
     }
 }
 
-/// Accepts until stopped, polling the listener every 200 ms for the stop flag.
+/// Accepts until stopped, polling the listener every 200 ms for the stop flag (and to reap
+/// the threads of dummies that are gone).
 fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
     while !shared.stop.load(Ordering::Acquire) {
+        reap_ended(shared);
         let mut poll = libc::pollfd {
             fd: listener.as_raw_fd(),
             events: libc::POLLIN,
@@ -163,13 +187,36 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
             tracing::warn!(error = %e, "a dummy of another user: refused");
             continue;
         }
+        let socket = match stream.try_clone() {
+            Ok(socket) => socket,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot duplicate a dummy's socket: refused");
+                continue;
+            }
+        };
         let dummy_shared = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name("mc-dummy".into())
             .spawn(move || serve(&dummy_shared, stream));
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "no thread for a dummy: refused");
+        match spawned {
+            Ok(thread) => shared.served.lock().push(Served { socket, thread }),
+            Err(e) => tracing::warn!(error = %e, "no thread for a dummy: refused"),
         }
+    }
+}
+
+/// Joins the threads of dummies that are gone and closes their socket duplicates.
+fn reap_ended(shared: &Shared) {
+    let ended: Vec<Served> = {
+        let mut served = shared.served.lock();
+        let (ended, live) = std::mem::take(&mut *served)
+            .into_iter()
+            .partition(|dummy| dummy.thread.is_finished());
+        *served = live;
+        ended
+    };
+    for dummy in ended {
+        let _ = dummy.thread.join();
     }
 }
 

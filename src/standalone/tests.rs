@@ -251,3 +251,59 @@ fn a_transfer_read_after_its_deadline_is_refused_and_lands_nothing() {
     let seg_bytes = unsafe { std::slice::from_raw_parts(segment.addr() as *const u8, 64) };
     assert!(seg_bytes.iter().all(|b| *b == 0), "no byte landed");
 }
+
+/// How many descriptors of this process are Unix sockets bound to (or accepted on) the
+/// abstract name `name` (`/proc/net/unix` names accepted sockets by their listener's name).
+fn sockets_named(name: &str) -> usize {
+    let wanted = format!("@{name}");
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let inodes: std::collections::HashSet<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.len() >= 8 && fields[7] == wanted).then(|| fields[6].to_string())
+        })
+        .collect();
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|link| {
+            let link = link.to_string_lossy();
+            link.strip_prefix("socket:[")
+                .and_then(|rest| rest.strip_suffix(']'))
+                .is_some_and(|inode| inodes.contains(inode))
+        })
+        .count()
+}
+
+#[test]
+fn shutdown_ends_connected_dummies_and_keeps_no_socket() {
+    let (engine, _segment) = engine_with_segment();
+    let name = format!("mc-rs-test-{}-shutdown.sock", std::process::id());
+    let mut server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let mut s = connect(&name);
+    let mut hello = Writer::default();
+    hello.u32(VERSION).u32(1);
+    assert_eq!(call(&mut s, Kind::Hello as u8, &hello, None).0, 0);
+    assert_eq!(server.stats().dummies, 1);
+    assert_eq!(
+        sockets_named(&name),
+        3,
+        "the listener, the dummy's connection and the server's handle on it"
+    );
+    let started = std::time::Instant::now();
+    server.shutdown();
+    // Returned with the dummy's thread ended and its state released...
+    let stats = server.stats();
+    assert_eq!((stats.dummies, stats.dummies_dropped), (0, 1), "{stats:?}");
+    assert_eq!(sockets_named(&name), 0, "a socket of the server lingers");
+    // ...and the dummy sees its connection end at once (not after the TTL).
+    let mut byte = [0u8; 1];
+    assert_eq!(s.read(&mut byte).unwrap(), 0);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}

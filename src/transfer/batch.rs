@@ -232,7 +232,7 @@ unsafe fn execute(io: &Io, unit: &[Job]) -> Vec<Result<u64, SliceError>> {
         Route::Mapped(target) => unit
             .iter()
             // SAFETY: forwarded from the caller (a mapped job is alone in its unit).
-            .map(|job| unsafe { copy_mapped(&io.metrics, &target, &job.slice) })
+            .map(|job| unsafe { copy_mapped(&io.metrics, &target, &job.slice, job.send_by) })
             .collect(),
     }
 }

@@ -161,7 +161,7 @@ impl TransferEngine {
             None => None,
         };
         let exporter = match (&server, settings.same_host) {
-            (Some(_), true) => Exporter::start(&config.local_name, settings.io_timeout)
+            (Some(_), true) => Exporter::start(&config.local_name, settings.same_host_handshake)
                 .map_err(|_| {
                     tracing::warn!(
                         detail = %crate::error::last_error_message(),
@@ -174,7 +174,7 @@ impl TransferEngine {
         let peers = PeerMaps::new(
             settings.same_host,
             settings.same_host_retry,
-            settings.io_timeout,
+            settings.same_host_handshake,
             Arc::clone(&metrics),
         );
         Ok(Arc::new(TransferEngine {

@@ -82,6 +82,16 @@ const SAME_HOST_RETRY_MS: Knob = Knob {
     min: 0,
     max: MAX_TIMEOUT_MS,
 };
+/// `MC_SAME_HOST_HANDSHAKE_MS`: the bound of one same-host handshake — its connect (a full
+/// listen queue is a refusal at once), each socket read and write on both ends, and how long
+/// a second caller waits for a handshake to the same peer already in flight before it uses
+/// TCP.
+const SAME_HOST_HANDSHAKE_MS: Knob = Knob {
+    name: "MC_SAME_HOST_HANDSHAKE_MS",
+    default: 2_000,
+    min: 1,
+    max: MAX_TIMEOUT_MS,
+};
 
 impl Knob {
     /// The value `text` gives this knob (see [`Knob`]); a bad value is logged.
@@ -130,6 +140,8 @@ pub(crate) struct Settings {
     pub(crate) same_host: bool,
     /// How long a refused same-host handshake is remembered (`MC_SAME_HOST_RETRY_MS`).
     pub(crate) same_host_retry: Duration,
+    /// The bound of one same-host handshake (`MC_SAME_HOST_HANDSHAKE_MS`).
+    pub(crate) same_host_handshake: Duration,
 }
 
 impl Default for Settings {
@@ -142,9 +154,10 @@ impl Default for Settings {
 impl Settings {
     /// Reads `MC_TRANSFER_TIMEOUT_MS` (default 60000, at least 1), `MC_TCP_LANES_PER_PEER`
     /// (default 4, 1..=16), `MC_TRANSFER_MAX_CONNECTIONS` (default 1024),
-    /// `MC_TRANSFER_MAX_CONNECTIONS_PER_PEER` (default 256; both at least 1) and
-    /// `MC_TRANSFER_IDLE_TIMEOUT_MS` (default 300000, at least 1), `MC_SAME_HOST` (default 1)
-    /// and `MC_SAME_HOST_RETRY_MS` (default 5000). Unparsable values fall
+    /// `MC_TRANSFER_MAX_CONNECTIONS_PER_PEER` (default 256; both at least 1),
+    /// `MC_TRANSFER_IDLE_TIMEOUT_MS` (default 300000, at least 1), `MC_SAME_HOST` (default 1),
+    /// `MC_SAME_HOST_RETRY_MS` (default 5000) and `MC_SAME_HOST_HANDSHAKE_MS` (default 2000,
+    /// at least 1). Unparsable values fall
     /// back to the defaults, out-of-range ones are clamped; both are logged.
     pub(crate) fn from_env() -> Settings {
         Settings::from_lookup(|name| std::env::var(name).ok())
@@ -162,6 +175,7 @@ impl Settings {
             idle_timeout: Duration::from_millis(read(&IDLE_TIMEOUT_MS)),
             same_host: read(&SAME_HOST) == 1,
             same_host_retry: Duration::from_millis(read(&SAME_HOST_RETRY_MS)),
+            same_host_handshake: Duration::from_millis(read(&SAME_HOST_HANDSHAKE_MS)),
         }
     }
 }
@@ -188,6 +202,7 @@ mod tests {
         assert_eq!(d.idle_timeout, Duration::from_secs(300));
         assert!(d.same_host);
         assert_eq!(d.same_host_retry, Duration::from_secs(5));
+        assert_eq!(d.same_host_handshake, Duration::from_secs(2));
         let off = with(&[("MC_SAME_HOST", "0"), ("MC_SAME_HOST_RETRY_MS", "20")]);
         assert!(!off.same_host);
         assert_eq!(off.same_host_retry, Duration::from_millis(20));

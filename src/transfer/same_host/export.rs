@@ -1,16 +1,17 @@
 //! [`Exporter`]: the owner side of the same-host channel. A thread accepts connections on the
 //! owner's abstract Unix socket and answers each handshake; a granted connection is kept open
 //! (its closing tells the peer that the owner died or retired the mount) until the next
-//! retirement.
+//! retirement, or until the peer closes it (noticed at the next grant).
 
 use super::control::ControlWord;
 use super::handshake::{self, Hello, Status, Welcome, HELLO_LEN};
+use super::hangup::hung_up;
 use crate::error::{fail, ErrorCode, Result};
 use crate::shm::send_with_fds;
 use parking_lot::Mutex;
 use std::io::Read;
 use std::net::Shutdown;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -32,7 +33,8 @@ struct Exported {
 /// What the accept thread and the owner's remounts share.
 struct State {
     current: Option<Exported>,
-    /// Granted connections, open until the next retirement.
+    /// Granted connections, open until the next retirement or until their peer closed them
+    /// (those are closed at the next grant).
     held: Vec<UnixStream>,
 }
 
@@ -228,6 +230,9 @@ fn answer(shared: &Shared, mut stream: UnixStream) -> std::io::Result<()> {
     };
     send_with_fds(&stream, &welcome.encode(), &fds)?;
     if granted {
+        // Connections whose peer went away (dropped its mapping, or died) are closed here,
+        // so the owner holds one per live mapping, not one per handshake ever granted.
+        state.held.retain(|held| !hung_up(held.as_raw_fd()));
         if state.held.len() >= MAX_HELD {
             state.held.remove(0);
         }

@@ -17,7 +17,12 @@ pub(super) const WELCOME_LEN: usize = 40;
 /// live in the network namespace, so a peer in another namespace is simply not found (and
 /// the client falls back to TCP). Errors: the name is too long for a socket address.
 pub(super) fn socket_addr(endpoint: &str) -> std::io::Result<SocketAddr> {
-    SocketAddr::from_abstract_name(format!("mooncake-rs/same-host/{endpoint}"))
+    SocketAddr::from_abstract_name(socket_name(endpoint))
+}
+
+/// The abstract name (without the leading NUL) of [`socket_addr`].
+pub(super) fn socket_name(endpoint: &str) -> String {
+    format!("mooncake-rs/same-host/{endpoint}")
 }
 
 /// A client's request: map the segment whose current mount has `epoch`.

@@ -5,7 +5,9 @@
 //! Modules, one job each: `handshake` (socket names and the two handshake messages),
 //! `control` (the owner's shared epoch word), `export` (the owner side: the listener that
 //! hands out the segment and control files), `peers` (the client side: the per-peer cache of
-//! mappings and the mapped copy).
+//! mappings and the mapped copy), `reaper` (the client's thread that drops mappings of owners
+//! that hung up), `hangup` (noticing a closed connection without reading it), `locality`
+//! (whether an endpoint's address is one of this host's).
 //!
 //! Authority stays with the owner: every mount of its segment is a fresh memfd (mapped over
 //! the same addresses on the owner), so a peer's mapping of an earlier mount can only touch
@@ -16,7 +18,10 @@
 mod control;
 mod export;
 mod handshake;
+mod hangup;
+mod locality;
 mod peers;
+mod reaper;
 
 pub(crate) use export::Exporter;
 pub(crate) use peers::{copy_mapped, MappedPeer, MappedTarget, PeerMaps};

@@ -4,15 +4,18 @@
 
 use super::control::ControlWord;
 use super::handshake::{self, Hello, Status, Welcome, WELCOME_LEN};
+use super::hangup::hung_up;
+use super::locality;
+use super::reaper::Reaper;
 use crate::error::{fail, ErrorCode, Result};
 use crate::shm::{recv_with_fds, send_with_fds, PeerMapping};
 use crate::transfer::copy::copy_bytes;
 use crate::transfer::metrics::{bump, Metrics};
 use crate::transfer::pool::{Slice, SliceError};
 use crate::transfer::wire::Opcode;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -60,6 +63,11 @@ impl MappedPeer {
             && self.control.word().load(Ordering::SeqCst) == self.epoch
     }
 
+    /// The handshake connection (the owner closes it when it dies or retires the mount).
+    pub(super) fn connection(&self) -> RawFd {
+        self.connection.as_raw_fd()
+    }
+
     /// The job view of this mapping; valid while `self` is.
     pub(crate) fn target(&self) -> MappedTarget {
         MappedTarget {
@@ -75,40 +83,100 @@ impl MappedPeer {
 
 enum Entry {
     Mapped(Arc<MappedPeer>),
-    /// No mapping until `until`; `epoch`: only requests naming this epoch (the owner answered
-    /// but exports another mount or none), `None`: every request (the owner was not
-    /// reachable or did not speak the protocol).
+    /// No mapping until `until` for requests naming `epoch` (whatever the reason: the owner
+    /// exports another mount or none, was not reachable, or did not speak the protocol).
+    /// Requests naming another epoch — a restarted or remounted owner's — ask again at once.
     Refused {
         until: Instant,
-        epoch: Option<u64>,
+        epoch: u64,
     },
+    /// A handshake with the endpoint is in flight (outside the lock); wait on `settled`.
+    Handshaking,
 }
 
-/// The per-endpoint cache. Thread-safety: one mutex, held for a lookup and for a handshake
-/// (bounded by the handshake timeout); share it freely.
+/// The per-endpoint entries, shared by the callers and the [`Reaper`]. Thread-safety: one
+/// mutex, held only to read or change entries (never across a handshake).
+pub(super) struct Cache {
+    entries: Mutex<HashMap<String, Entry>>,
+    /// Notified whenever a handshake's outcome replaces an [`Entry::Handshaking`].
+    settled: Condvar,
+    metrics: Arc<Metrics>,
+}
+
+impl Cache {
+    /// Every cached mapping now, with its endpoint.
+    pub(super) fn mapped(&self) -> Vec<(String, Arc<MappedPeer>)> {
+        self.entries
+            .lock()
+            .iter()
+            .filter_map(|(endpoint, entry)| match entry {
+                Entry::Mapped(peer) => Some((endpoint.clone(), Arc::clone(peer))),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Marks `peer` dead (its owner hung up) and drops `endpoint`'s entry if it still is
+    /// `peer` (counted in `same_host_mappings_dropped`); the pages are unmapped once the
+    /// last transfer using them ends.
+    pub(super) fn forget(&self, endpoint: &str, peer: &Arc<MappedPeer>) {
+        peer.dead.store(true, Ordering::Relaxed);
+        let mut entries = self.entries.lock();
+        if matches!(entries.get(endpoint), Some(Entry::Mapped(cached)) if Arc::ptr_eq(cached, peer))
+        {
+            entries.remove(endpoint);
+            bump(&self.metrics.same_host_mappings_dropped);
+        }
+    }
+}
+
+/// The per-endpoint cache of mappings, and its reaper. Thread-safety: every method takes
+/// `&self`; share it freely. Drop stops the reaper.
 pub(crate) struct PeerMaps {
     enabled: bool,
     retry: Duration,
     timeout: Duration,
     metrics: Arc<Metrics>,
-    entries: Mutex<HashMap<String, Entry>>,
+    cache: Arc<Cache>,
+    /// Drops mappings whose owner hung up (none when disabled or when it cannot start).
+    reaper: Option<Reaper>,
 }
 
 impl PeerMaps {
     /// A cache that maps peers only when `enabled` (`MC_SAME_HOST`), remembers a refusal for
-    /// `retry` (`MC_SAME_HOST_RETRY_MS`) and gives a handshake `timeout` per socket call.
+    /// `retry` (`MC_SAME_HOST_RETRY_MS`) and bounds a handshake by `timeout`
+    /// (`MC_SAME_HOST_HANDSHAKE_MS`: its connect, each socket call, and a second caller's
+    /// wait for it).
     pub(crate) fn new(
         enabled: bool,
         retry: Duration,
         timeout: Duration,
         metrics: Arc<Metrics>,
     ) -> PeerMaps {
+        let cache = Arc::new(Cache {
+            entries: Mutex::new(HashMap::new()),
+            settled: Condvar::new(),
+            metrics: Arc::clone(&metrics),
+        });
+        let reaper = enabled
+            .then(|| {
+                Reaper::start(Arc::clone(&cache))
+                    .map_err(|_| {
+                        tracing::warn!(
+                            detail = %crate::error::last_error_message(),
+                            "mappings of gone same-host owners stay until their next use"
+                        )
+                    })
+                    .ok()
+            })
+            .flatten();
         PeerMaps {
             enabled,
             retry,
             timeout,
             metrics,
-            entries: Mutex::new(HashMap::new()),
+            cache,
+            reaper,
         }
     }
 
@@ -117,6 +185,11 @@ impl PeerMaps {
     /// take this path: only segment replicas, whose mount the owner can vouch for, do. A
     /// cached mapping of another epoch, or whose owner closed its connection or retired the
     /// mount, is dropped and a new handshake made (at most one per call).
+    ///
+    /// The handshake runs outside the cache lock, one per endpoint at a time: a caller that
+    /// finds one in flight waits for it at most the handshake timeout and then uses the
+    /// network, so a peer that never answers delays only requests to that peer, each by at
+    /// most the timeout.
     pub(crate) fn lookup(
         &self,
         endpoint: &str,
@@ -127,86 +200,111 @@ impl PeerMaps {
         if !self.enabled || epoch == 0 {
             return None;
         }
-        let mut entries = self.entries.lock();
-        let now = Instant::now();
-        match entries.get(endpoint) {
-            Some(Entry::Mapped(peer)) if peer.epoch == epoch && peer.usable() => {
-                return peer.covers(addr, len).then(|| Arc::clone(peer));
+        let mut entries = self.cache.entries.lock();
+        let waited_until = Instant::now() + self.timeout;
+        loop {
+            match entries.get(endpoint) {
+                Some(Entry::Mapped(peer)) if peer.epoch == epoch && peer.usable() => {
+                    return peer.covers(addr, len).then(|| Arc::clone(peer));
+                }
+                Some(Entry::Mapped(_)) => {
+                    bump(&self.metrics.same_host_mappings_dropped);
+                    break;
+                }
+                Some(Entry::Refused {
+                    until,
+                    epoch: refused,
+                }) if Instant::now() < *until && *refused == epoch => {
+                    return None;
+                }
+                Some(Entry::Handshaking) => {
+                    if self
+                        .cache
+                        .settled
+                        .wait_until(&mut entries, waited_until)
+                        .timed_out()
+                    {
+                        return None;
+                    }
+                }
+                _ => break,
             }
-            Some(Entry::Mapped(_)) => {
-                bump(&self.metrics.same_host_mappings_dropped);
-            }
-            Some(Entry::Refused {
-                until,
-                epoch: refused,
-            }) if now < *until && refused.map_or(true, |e| e == epoch) => {
-                return None;
-            }
-            _ => {}
         }
-        match self.handshake(endpoint, epoch) {
+        entries.insert(endpoint.to_string(), Entry::Handshaking);
+        drop(entries);
+        let outcome = self.handshake(endpoint, epoch);
+        let mut entries = self.cache.entries.lock();
+        let found = match outcome {
             Ok(peer) => {
                 bump(&self.metrics.same_host_handshakes);
                 let peer = Arc::new(peer);
                 entries.insert(endpoint.to_string(), Entry::Mapped(Arc::clone(&peer)));
+                if let Some(reaper) = &self.reaper {
+                    reaper.nudge();
+                }
                 peer.covers(addr, len).then_some(peer)
             }
-            Err(other_epoch) => {
+            Err(()) => {
                 bump(&self.metrics.same_host_refusals);
                 tracing::debug!(endpoint, detail = %crate::error::last_error_message(), "same-host mapping refused; using TCP");
                 entries.insert(
                     endpoint.to_string(),
                     Entry::Refused {
-                        until: now + self.retry,
-                        epoch: other_epoch,
+                        until: Instant::now() + self.retry,
+                        epoch,
                     },
                 );
                 None
             }
-        }
+        };
+        drop(entries);
+        self.cache.settled.notify_all();
+        found
     }
 
     /// Drops every mapping (at engine shutdown).
     pub(crate) fn clear(&self) {
-        self.entries.lock().clear();
+        self.cache.entries.lock().clear();
     }
 
     /// Connects to `endpoint`'s owner and maps its segment if it is the owner of mount
-    /// `epoch`. Errors: `Err(Some(epoch))` when the owner answered that it exports another
-    /// mount or none, `Err(None)` otherwise (detail recorded for the thread).
-    fn handshake(
-        &self,
-        endpoint: &str,
-        epoch: u64,
-    ) -> std::result::Result<MappedPeer, Option<u64>> {
-        let connection = connect(endpoint, self.timeout).map_err(|_| None)?;
+    /// `epoch`. Errors: `Err(())` for every refusal (detail recorded for the thread).
+    fn handshake(&self, endpoint: &str, epoch: u64) -> std::result::Result<MappedPeer, ()> {
+        if !locality::is_local(endpoint) {
+            let _ = fail::<()>(
+                ErrorCode::TransferFail,
+                format!("{endpoint:?} is not an address of this host: not asked"),
+            );
+            return Err(());
+        }
+        let connection = connect(endpoint, self.timeout).map_err(|_| ())?;
         send_with_fds(&connection, &Hello { epoch }.encode(), &[])
             .or_else(|e| fail(ErrorCode::TransferFail, format!("same-host hello: {e}")))
-            .map_err(|_| None)?;
+            .map_err(|_| ())?;
         let mut bytes = [0u8; WELCOME_LEN];
         let (n, fds) = recv_with_fds(&connection, &mut bytes)
             .or_else(|e| fail(ErrorCode::TransferFail, format!("same-host welcome: {e}")))
-            .map_err(|_| None)?;
+            .map_err(|_| ())?;
         let Some(welcome) = Welcome::decode(&bytes[..n]) else {
             let _ = fail::<()>(
                 ErrorCode::TransferFail,
                 format!("{n} bytes are not a welcome"),
             );
-            return Err(None);
+            return Err(());
         };
         let refused = |detail: String| {
             let _ = fail::<()>(ErrorCode::TransferFail, detail);
         };
         match welcome.status {
             Status::Granted if welcome.epoch == epoch && fds.len() == 2 => {}
-            // The owner speaks the protocol: only this epoch is refused (a remount in progress
-            // exports nothing for a moment; the next mount's epoch may be granted at once).
+            // A remount in progress exports nothing for a moment; the next mount's epoch may
+            // be granted at once.
             Status::OtherEpoch | Status::NothingExported => {
                 refused(format!(
                     "the owner's mount is {:#x} ({:?}), not {epoch:#x}",
                     welcome.epoch, welcome.status
                 ));
-                return Err(Some(epoch));
+                return Err(());
             }
             status => {
                 refused(format!(
@@ -214,18 +312,18 @@ impl PeerMaps {
                     welcome.epoch,
                     fds.len()
                 ));
-                return Err(None);
+                return Err(());
             }
         }
         let mapped = usize::try_from(welcome.len)
             .or_else(|_| fail(ErrorCode::TransferFail, "segment too large"))
             .and_then(|len| PeerMapping::map(fds[0].as_fd(), 0, len))
             .and_then(|segment| Ok((segment, ControlWord::map(fds[1].as_fd())?)));
-        let (segment, control) = mapped.map_err(|_| None)?;
+        let (segment, control) = mapped.map_err(|_| ())?;
         prefault(&segment);
         if control.word().load(Ordering::SeqCst) != epoch {
             refused("the owner retired the mount during the handshake".into());
-            return Err(None);
+            return Err(());
         }
         Ok(MappedPeer {
             epoch,
@@ -258,16 +356,15 @@ fn prefault(mapping: &PeerMapping) {
     }
 }
 
-/// A connected socket to `endpoint`'s owner, with `timeout` on every call.
+/// A connected socket to `endpoint`'s owner, with `timeout` on every call. The connect does
+/// not wait: a full listen queue (an owner that stopped accepting) is a refusal at once.
 fn connect(endpoint: &str, timeout: Duration) -> Result<UnixStream> {
-    let connected = handshake::socket_addr(endpoint)
-        .and_then(|addr| UnixStream::connect_addr(&addr))
-        .and_then(|stream| {
-            crate::shm::check_peer_user(&stream)?;
-            stream.set_read_timeout(Some(timeout))?;
-            stream.set_write_timeout(Some(timeout))?;
-            Ok(stream)
-        });
+    let connected = connect_now(&handshake::socket_name(endpoint)).and_then(|stream| {
+        crate::shm::check_peer_user(&stream)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        Ok(stream)
+    });
     connected.or_else(|e| {
         fail(
             ErrorCode::TransferFail,
@@ -276,11 +373,72 @@ fn connect(endpoint: &str, timeout: Duration) -> Result<UnixStream> {
     })
 }
 
-/// One copy between `slice.local` and the peer's `slice.remote` through `target`: refused
-/// unless the owner's control word names the slice's epoch before the copy, and failed
-/// `STALE_SEGMENT_EPOCH` if it no longer does after it (a read that overlapped a remount
-/// returns no bytes of either mount as valid); failed `TRANSFER_FAIL` (unreachable) when
-/// the owner closed the connection by the end of the copy. Returns the bytes copied.
+/// A blocking stream connected to the abstract Unix socket `name`, by a non-blocking connect
+/// (which on a Unix socket either completes or fails `EAGAIN` when the listen queue is full).
+fn connect_now(name: &str) -> std::io::Result<UnixStream> {
+    // SAFETY: sockaddr_un is plain data.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    // Abstract: sun_path[0] stays NUL, the name follows (no terminator).
+    if name.len() + 1 > addr.sun_path.len() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "socket name too long",
+        ));
+    }
+    for (slot, byte) in addr.sun_path[1..].iter_mut().zip(name.bytes()) {
+        *slot = byte as libc::c_char;
+    }
+    let addr_len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
+    // SAFETY: plain socket creation; the result is checked.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor we own from here on.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    // SAFETY: a valid address of `addr_len` bytes for a socket we own.
+    let rc = unsafe {
+        libc::connect(
+            fd,
+            (&addr as *const libc::sockaddr_un).cast(),
+            addr_len as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        return Err(if err.raw_os_error() == Some(libc::EAGAIN) {
+            std::io::Error::new(
+                std::io::ErrorKind::WouldBlock,
+                "the owner's listen queue is full (it does not accept)",
+            )
+        } else {
+            err
+        });
+    }
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+/// The most bytes a mapped copy moves between two checks of its deadline and of the owner's
+/// control word.
+pub(crate) const CHUNK: usize = 2 << 20;
+
+/// One copy between `slice.local` and the peer's `slice.remote` through `target`, in chunks
+/// of [`CHUNK`] bytes: refused unless the owner's control word names the slice's epoch
+/// before the copy, and failed `STALE_SEGMENT_EPOCH` if it no longer does before a later
+/// chunk or after the last (a read that overlapped a remount returns no bytes of either
+/// mount as valid); failed `STALE_WRITE_TOKEN` (`late_sends_refused`) when `send_by` (the
+/// executor checked it before the first chunk) has passed before a later chunk, leaving the
+/// range partly written — the caller's write then fails and is never committed; failed
+/// `TRANSFER_FAIL` (unreachable) when the owner closed the connection by the end of the
+/// copy. Returns the bytes copied.
 ///
 /// # Safety
 /// `target` comes from a [`MappedPeer`] that is alive for the whole call and covers
@@ -289,6 +447,7 @@ pub(crate) unsafe fn copy_mapped(
     metrics: &Metrics,
     target: &MappedTarget,
     slice: &Slice,
+    send_by: Option<Instant>,
 ) -> std::result::Result<u64, SliceError> {
     // SAFETY: the caller keeps the MappedPeer (and so these) alive.
     let (control, dead) = unsafe { (&*target.control, &*target.dead) };
@@ -309,21 +468,44 @@ pub(crate) unsafe fn copy_mapped(
     }
     // In range: the caller guarantees `covers`.
     let peer = (target.mapping + (slice.remote - target.base) as usize) as *mut u8;
-    // SAFETY: the peer range is inside our mapping (never faults: the file is sealed against
-    // shrinking); the local range is the caller's.
-    let copied = unsafe {
-        match slice.op {
-            Opcode::Read => copy_bytes(slice.local, peer, slice.len),
-            Opcode::Write => copy_bytes(peer, slice.local, slice.len),
+    let mut done = 0;
+    while done < slice.len {
+        if done > 0 {
+            if send_by.is_some_and(|by| Instant::now() >= by) {
+                bump(&metrics.late_sends_refused);
+                return Err(SliceError {
+                    code: ErrorCode::StaleWriteToken,
+                    message: format!(
+                        "{:?} of {} bytes at {:#x} stopped after {done} bytes: its writer's \
+                         grant ended",
+                        slice.op, slice.len, slice.remote
+                    ),
+                    unreachable: false,
+                });
+            }
+            if control.load(Ordering::SeqCst) != target.epoch {
+                return Err(stale("during the copy"));
+            }
         }
-    };
-    copied.map_err(SliceError::from)?;
+        let n = CHUNK.min(slice.len - done);
+        // SAFETY: the peer range is inside our mapping (never faults: the file is sealed
+        // against shrinking); the local range is the caller's; `done + n <= len`.
+        let copied = unsafe {
+            let (local, remote) = (slice.local.add(done), peer.add(done));
+            match slice.op {
+                Opcode::Read => copy_bytes(local, remote, n),
+                Opcode::Write => copy_bytes(remote, local, n),
+            }
+        };
+        copied.map_err(SliceError::from)?;
+        done += n;
+    }
     // Order the copy's loads and stores before the re-check (seqlock).
     std::sync::atomic::fence(Ordering::SeqCst);
     if control.load(Ordering::SeqCst) != target.epoch {
         return Err(stale("during the copy"));
     }
-    if connection_closed(target.connection) {
+    if hung_up(target.connection) {
         dead.store(true, Ordering::Relaxed);
         return Err(SliceError {
             code: ErrorCode::TransferFail,
@@ -335,16 +517,4 @@ pub(crate) unsafe fn copy_mapped(
         });
     }
     Ok(slice.len as u64)
-}
-
-/// Whether the owner closed (or shut down) the handshake connection `fd`.
-fn connection_closed(fd: RawFd) -> bool {
-    let mut poll = libc::pollfd {
-        fd,
-        events: libc::POLLRDHUP,
-        revents: 0,
-    };
-    // SAFETY: one pollfd on a descriptor the caller keeps open; zero timeout.
-    let n = unsafe { libc::poll(&mut poll, 1, 0) };
-    n > 0 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
 }

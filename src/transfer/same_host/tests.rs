@@ -7,10 +7,22 @@ use crate::transfer::wire::Opcode;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// An owner exporting mount `epoch` of a fresh 64 KiB file under a unique endpoint name,
-/// and its own mapping of the file.
+/// An owner exporting mount `epoch` of a fresh 64 KiB file under a unique loopback endpoint
+/// name (127.x.y.z:port), and its own mapping of the file.
 fn owner(epoch: u64) -> (String, Exporter, SealedMemfd, PeerMapping) {
-    let endpoint = format!("unit-{}-{}", std::process::id(), fastrand::u64(..));
+    let endpoint = format!(
+        "127.{}.{}.{}:{}",
+        fastrand::u8(..),
+        fastrand::u8(..),
+        fastrand::u8(1..),
+        fastrand::u16(1..)
+    );
+    owner_at(&endpoint, epoch)
+}
+
+/// An owner exporting mount `epoch` of a fresh 64 KiB file as `endpoint`.
+fn owner_at(endpoint: &str, epoch: u64) -> (String, Exporter, SealedMemfd, PeerMapping) {
+    let endpoint = endpoint.to_string();
     let exporter = Exporter::start(&endpoint, Duration::from_secs(5)).unwrap();
     let file = SealedMemfd::create("same-host-unit", 1 << 16).unwrap();
     let mine = PeerMapping::map(file.fd(), 0, 1 << 16).unwrap();
@@ -44,7 +56,7 @@ fn read(
         epoch,
     };
     // SAFETY: `peer` is alive and covers the range; `out` is ours.
-    unsafe { copy_mapped(metrics, &peer.target(), &slice) }.map_err(|e| e.code)
+    unsafe { copy_mapped(metrics, &peer.target(), &slice, None) }.map_err(|e| e.code)
 }
 
 #[test]
@@ -117,4 +129,23 @@ fn an_owner_that_goes_away_fails_the_copy_and_nobody_listening_is_refused() {
     let nobody = maps(&metrics);
     assert!(nobody.lookup("unit-nobody-listens-here", 5, 0, 1).is_none());
     assert_eq!(metrics.snapshot().same_host_refusals, 1);
+}
+
+#[test]
+fn an_endpoint_whose_address_is_not_of_this_host_is_never_asked() {
+    // 192.0.2.0/24 is TEST-NET-1: never an address of this host. Whoever binds the socket
+    // name of such an endpoint here (and echoes the epoch) is not the owner.
+    let endpoint = format!("192.0.2.{}:{}", fastrand::u8(1..255), fastrand::u16(1..));
+    let (endpoint, _exporter, _file, _mine) = owner_at(&endpoint, 9);
+    let metrics = Arc::new(Metrics::default());
+    let peers = maps(&metrics);
+    assert!(peers.lookup(&endpoint, 9, 0x10_0000, 16).is_none());
+    let snapshot = metrics.snapshot();
+    assert_eq!(
+        (snapshot.same_host_handshakes, snapshot.same_host_refusals),
+        (0, 1)
+    );
+    // A loopback endpoint is asked (and granted).
+    let (local, _exporter, _file, _mine) = owner(9);
+    assert!(peers.lookup(&local, 9, 0x10_0000, 16).is_some());
 }
