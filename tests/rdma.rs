@@ -7,6 +7,7 @@ mod common;
 
 use common::{pattern, wait_until, Launched, Master};
 use mooncake_rs::client::{Client, SetupConfig};
+use mooncake_rs::device::MappedRegion;
 use mooncake_rs::error::last_error_message;
 use mooncake_rs::transfer::rdma::RdmaDevice;
 use mooncake_rs::transfer::{
@@ -630,4 +631,91 @@ fn replica_descriptors_name_the_rdma_protocol() {
     let buffer = &query.replicas[0].buffer;
     assert_eq!(buffer.transport_endpoint, owner.name);
     assert_eq!(buffer.protocol, "rdma");
+}
+
+// --- multi-device, descriptors, remount ---
+
+/// Reads `dst.len()` bytes of `from`'s registered `remote` (naming `epoch`) into `dst`.
+fn read(
+    engine: &TransferEngine,
+    from: &TransferEngine,
+    dst: &mut [u8],
+    remote: u64,
+    epoch: u64,
+) -> mooncake_rs::Result<()> {
+    let request = TransferRequest {
+        op: TransferOp::Read,
+        local_addr: dst.as_mut_ptr() as usize,
+        len: dst.len() as u64,
+        endpoint: from.local_name(),
+        remote_addr: remote,
+        epoch,
+        send_by: None,
+    };
+    // SAFETY: `dst` is valid for writes of its length for the call and nothing else uses it.
+    unsafe { engine.transfer(&[request]) }.pop().unwrap()
+}
+
+/// The bytes of `region` as this process sees them (its current pages).
+fn bytes_of(region: &MappedRegion) -> Vec<u8> {
+    // SAFETY: our own live mapping; no transfer into it runs while the test reads it.
+    unsafe { std::slice::from_raw_parts(region.addr() as *const u8, region.len()) }.to_vec()
+}
+
+/// Finding S3: a remount fences the old epoch, maps fresh pages, then re-registers the range
+/// with the NIC, in that order. A peer still holding the old rkey is refused by the NIC and
+/// lands nothing in the new pages; a peer with the new rkey reads exactly the bytes the
+/// owner put into the new pages and its writes land there (not in the old pages).
+#[test]
+fn a_remount_registers_the_fresh_pages_and_the_old_rkey_reaches_nothing() {
+    let Some((device, host)) = vm() else { return };
+    let device = RdmaDevice::open(&device).unwrap();
+    let (owner, peer) = (engine(&device, &host), engine(&device, &host));
+    let len = 2 * MIB;
+    let mut region = MappedRegion::shared(len as u64, "remount test").unwrap();
+    let base = region.addr();
+    owner.register(base, len, true).unwrap();
+    owner.set_region_epoch(base, 1).unwrap();
+    let old = pattern(len, 1);
+    assert_eq!(write(&peer, &owner, &old, base as u64, 1), Ok(()));
+    assert!(bytes_of(&region) == old, "the first mount's bytes landed");
+    // The remount, as the client's own segment does it: fresh (zero) pages over the range.
+    owner
+        .set_region_epoch_with(base, 2, || region.renew_shared("remount test"))
+        .unwrap();
+    assert!(bytes_of(&region).iter().all(|b| *b == 0), "fresh pages");
+    let fresh = pattern(len, 2);
+    // SAFETY: our own mapping of `len` bytes; nothing else touches it now.
+    unsafe { std::ptr::copy_nonoverlapping(fresh.as_ptr(), base as *mut u8, len) };
+    // The peer's pooled QP still has the first mount's table: the old rkey (epoch 0 skips
+    // the table's epoch check, so the work requests are posted and the NIC must refuse them).
+    // Under 2 MiB the request is one part, so it runs on that pooled QP alone.
+    let before = peer.metrics();
+    let intruder = pattern(MIB, 3);
+    assert_eq!(
+        write(&peer, &owner, &intruder, base as u64, 0),
+        Err(ErrorCode::TransferFail)
+    );
+    let message = last_error_message();
+    assert!(message.contains("remote access error"), "{message}");
+    assert_eq!(peer.metrics().rdma_connections, before.rdma_connections);
+    assert!(
+        bytes_of(&region) == fresh,
+        "nothing landed in the new pages"
+    );
+    // A new QP learns the new rkey and epoch: it reads the new pages' bytes exactly...
+    let mut got = vec![0u8; len];
+    assert_eq!(read(&peer, &owner, &mut got, base as u64, 2), Ok(()));
+    assert!(got == fresh, "the new rkey reaches the new pages");
+    // ...and its writes land in them.
+    let second = pattern(len, 4);
+    assert_eq!(write(&peer, &owner, &second, base as u64, 2), Ok(()));
+    assert!(
+        bytes_of(&region) == second,
+        "a write by the new rkey lands in the new pages"
+    );
+    let m = peer.metrics();
+    assert!(m.rdma_connections > before.rdma_connections, "{m:?}");
+    assert_eq!(m.tcp_write_bytes + m.tcp_read_bytes, 0);
+    owner.unregister(base).unwrap();
 }
