@@ -9,7 +9,7 @@ use common::{pattern, wait_until, Launched, Master};
 use mooncake_rs::client::{Client, SetupConfig};
 use mooncake_rs::device::MappedRegion;
 use mooncake_rs::error::last_error_message;
-use mooncake_rs::transfer::rdma::RdmaDevice;
+use mooncake_rs::transfer::rdma::{RdmaDevice, RdmaDeviceBytes, RdmaDevices};
 use mooncake_rs::transfer::{
     DirectResolver, EngineConfig, TransferEngine, TransferMetrics, TransferOp, TransferRequest,
 };
@@ -294,7 +294,7 @@ fn engine(device: &Arc<RdmaDevice>, host: &str) -> Arc<TransferEngine> {
         listener: Some(listener),
         resolver: Arc::new(DirectResolver),
         memcpy_enabled: true,
-        rdma: Some(Arc::clone(device)),
+        rdma: Some(Arc::clone(device).into()),
     })
     .unwrap()
 }
@@ -718,4 +718,135 @@ fn a_remount_registers_the_fresh_pages_and_the_old_rkey_reaches_nothing() {
     assert!(m.rdma_connections > before.rdma_connections, "{m:?}");
     assert_eq!(m.tcp_write_bytes + m.tcp_read_bytes, 0);
     owner.unregister(base).unwrap();
+}
+
+/// The second soft-RoCE device `scripts/rdma-tests.sh` adds in the VM (`RDMA_VM_DEV2`).
+fn second_device() -> Option<String> {
+    let device = std::env::var("RDMA_VM_DEV2").ok();
+    if device.is_none() {
+        eprintln!("skipped: needs a second RDMA device (RDMA_VM_DEV2, scripts/rdma-tests.sh)");
+    }
+    device
+}
+
+/// `device_name = "rxe0,rxe1"`: every range is registered on both devices, QPs are made per
+/// (local device, peer) and the parts of a request are striped across the devices: each
+/// device carries bytes of every request, in both directions, bounced and zero-copy.
+#[test]
+fn two_devices_stripe_the_slices_of_a_request() {
+    let Some((first, host)) = vm() else { return };
+    let Some(second) = second_device() else {
+        return;
+    };
+    let devices = RdmaDevices::open(&format!("{first},{second}")).unwrap();
+    let names: Vec<&str> = devices.devices().iter().map(|d| d.name()).collect();
+    assert_eq!(names, [first.as_str(), second.as_str()]);
+    let engine_on = |devices: &RdmaDevices| {
+        let listener = TcpListener::bind((host.as_str(), 0)).unwrap();
+        TransferEngine::new(EngineConfig {
+            local_name: listener.local_addr().unwrap().to_string(),
+            listener: Some(listener),
+            resolver: Arc::new(DirectResolver),
+            memcpy_enabled: true,
+            rdma: Some(devices.clone()),
+        })
+        .unwrap()
+    };
+    let (owner, initiator) = (engine_on(&devices), engine_on(&devices));
+    let len = 8 * MIB;
+    let mut segment = vec![0u8; len];
+    let remote = segment.as_mut_ptr() as u64;
+    owner.register(remote as usize, len, true).unwrap();
+    let mut registered = vec![0u8; len];
+    initiator
+        .register(registered.as_mut_ptr() as usize, len, false)
+        .unwrap();
+    // Unregistered source: bounced through each device's own bounce buffers.
+    let value = pattern(len, 7);
+    assert_eq!(write(&initiator, &owner, &value, remote, 0), Ok(()));
+    assert!(segment == value);
+    let wrote = initiator.rdma_device_bytes();
+    // Registered destination: zero-copy, with each device's own lkey.
+    let bounced = initiator.metrics().rdma_bounce_bytes;
+    assert_eq!(read(&initiator, &owner, &mut registered, remote, 0), Ok(()));
+    assert!(registered == value);
+    let m = initiator.metrics();
+    assert_eq!(
+        m.rdma_bounce_bytes, bounced,
+        "the registered read is zero-copy"
+    );
+    let per_device = initiator.rdma_device_bytes();
+    eprintln!("per device: {per_device:?}");
+    assert_eq!(per_device.len(), 2);
+    for (device, name) in per_device.iter().zip(&names) {
+        assert_eq!(device.device, *name);
+        assert!(device.write_bytes > 0, "{name} carried part of the write");
+        assert!(device.read_bytes > 0, "{name} carried part of the read");
+    }
+    let total =
+        |f: fn(&RdmaDeviceBytes) -> u64, of: &[RdmaDeviceBytes]| -> u64 { of.iter().map(f).sum() };
+    assert_eq!(total(|d| d.write_bytes, &wrote), len as u64);
+    assert_eq!(total(|d| d.read_bytes, &per_device), len as u64);
+    assert!(m.rdma_connections >= 2, "a QP from each device: {m:?}");
+    assert!(owner.metrics().rdma_served_connections >= 2);
+    assert_eq!(m.tcp_write_bytes + m.tcp_read_bytes, 0);
+    assert_eq!(owner.rdma_device_bytes().len(), 2);
+}
+
+/// A client and an owner process both on two devices (`--device_name=rxe0,rxe1`) round-trip
+/// through the store by RDMA only.
+#[test]
+fn a_client_on_two_devices_round_trips_by_rdma() {
+    let Some((first, host)) = vm() else { return };
+    let Some(second) = second_device() else {
+        return;
+    };
+    let both = format!("{first},{second}");
+    let master = Master::start(&[]);
+    let owner = Owner::start(&master.addr(), "64 MB", &both, &host);
+    let client = rdma_client(&master.addr(), &both, &host, 0);
+    let before = client.metrics().transfer;
+    for (i, size) in [4096usize, 8 * MIB + 3].into_iter().enumerate() {
+        let key = format!("two-devices-{i}");
+        let value = pattern(size, 30 + i as u8);
+        client.put_from(&key, &value, &on(&owner.name)).unwrap();
+        let mut out = vec![0u8; size];
+        assert_eq!(client.get_into(&key, &mut out), Ok(size as u64));
+        assert!(out == value, "bytes of {key}");
+    }
+    let after = client.metrics().transfer;
+    no_tcp(&before, &after);
+    assert_eq!(
+        after.rdma_read_bytes - before.rdma_read_bytes,
+        (4096 + 8 * MIB + 3) as u64
+    );
+    assert!(after.rdma_connections >= 2, "{after:?}");
+}
+
+/// A `device_name` list with a device that does not exist, or one named twice, fails setup
+/// with `TRANSFER_FAIL` naming it (on the host, without a device, the list is refused for the
+/// duplicate before any device is opened).
+#[test]
+fn a_bad_name_in_a_device_list_is_named_at_setup() {
+    let setup = |device_name: String| {
+        let result = Client::setup(SetupConfig {
+            local_hostname: "127.0.0.1".into(),
+            global_segment_size: 0,
+            local_buffer_size: 0,
+            protocol: "rdma".into(),
+            device_name,
+            master_server_addr: "embedded".into(),
+            ..SetupConfig::default()
+        });
+        assert_eq!(result.map(|_| ()), Err(ErrorCode::TransferFail));
+        last_error_message()
+    };
+    let first = vm().map_or("rxe0".to_string(), |(device, _)| device);
+    let twice = setup(format!("{first}, {first}"));
+    assert!(twice.contains("protocol 'rdma'"), "{twice}");
+    assert!(twice.contains("named twice"), "{twice}");
+    if vm().is_some() {
+        let missing = setup(format!("{first},no_such_dev1"));
+        assert!(missing.contains("\"no_such_dev1\" not found"), "{missing}");
+    }
 }

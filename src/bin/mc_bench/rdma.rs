@@ -100,7 +100,7 @@ fn engine(device: &Arc<RdmaDevice>, addr: &str) -> Result<Arc<TransferEngine>, S
         listener: Some(listener),
         resolver: Arc::new(DirectResolver),
         memcpy_enabled: true,
-        rdma: Some(Arc::clone(device)),
+        rdma: Some(Arc::clone(device).into()),
     })
     .map_err(|e| format!("engine: {e}"))
 }

@@ -1,7 +1,8 @@
 //! The RDMA transport (ibverbs, RC queue pairs, one-sided READ/WRITE).
 //!
 //! Modules, one job each: `verbs` (the C layouts and the run-time loaded entry points),
-//! `device` (opening a device, its PD, and memory registrations), `qp` (one queue pair:
+//! `device` (opening a device, its PD, and memory registrations), `devices` (the devices of
+//! a `device_name` list), `qp` (one queue pair:
 //! connecting it and running work requests with bounded outstanding work), `handshake`
 //! (QP endpoints and region tables over the TCP data port), `bounce` (registered bounce
 //! buffers) and `transport` ([`RdmaTransport`]: registrations, connections per peer, slices).
@@ -11,6 +12,7 @@
 
 mod bounce;
 mod device;
+mod devices;
 mod handshake;
 mod qp;
 mod transport;
@@ -20,5 +22,7 @@ mod verbs;
 mod tests;
 
 pub use device::RdmaDevice;
-pub(crate) use qp::ENDPOINT_LEN;
+pub use devices::RdmaDevices;
+pub(crate) use handshake::REQUEST_LEN;
+pub use transport::RdmaDeviceBytes;
 pub(crate) use transport::RdmaTransport;
