@@ -63,11 +63,13 @@ pub struct RdmaDeviceBytes {
 }
 
 /// A connected QP to one peer, its TCP control connection (which keeps the peer's QP
-/// alive) and the peer's region table.
+/// alive), the peer's region table (rkeys on the peer device the QP is connected to) and
+/// the index of our device the QP is on.
 struct Connection {
     qp: QueuePair,
     control: TcpStream,
     regions: Vec<RemoteRegion>,
+    nic: usize,
 }
 
 /// Whether the peer closed the control connection `control` (it shut down or died).
@@ -312,6 +314,7 @@ impl RdmaTransport {
             qp,
             control,
             regions,
+            nic,
         })
     }
 
@@ -331,12 +334,12 @@ impl RdmaTransport {
         }
     }
 
-    fn give_back(&self, peer: SocketAddr, nic: usize, conn: Connection) {
+    fn give_back(&self, peer: SocketAddr, conn: Connection) {
         if conn.qp.is_broken() {
             return;
         }
         let mut idle = self.idle.lock();
-        let list = idle.entry((peer, nic)).or_default();
+        let list = idle.entry((peer, conn.nic)).or_default();
         if list.len() < MAX_IDLE_PER_PEER {
             list.push(conn);
         }
@@ -383,13 +386,13 @@ impl RdmaTransport {
         let region = match found {
             Lookup::Found(region) => region,
             Lookup::Missing => {
-                self.give_back(peer, nic, conn);
+                self.give_back(peer, conn);
                 return Err(SliceError::from(format!(
                     "{what}: not inside one remotely accessible registered range of the peer"
                 )));
             }
             Lookup::Stale(current) => {
-                self.give_back(peer, nic, conn);
+                self.give_back(peer, conn);
                 bump(&self.metrics.stale_epoch_rejections);
                 return Err(SliceError {
                     code: ErrorCode::StaleSegmentEpoch,
@@ -409,14 +412,14 @@ impl RdmaTransport {
         let result = match registered {
             // SAFETY: forwarded from the caller; the registration is held across the run.
             Some(registration) => unsafe {
-                self.run_direct(&mut conn, nic, slice, &region, &registration, deadline)
+                self.run_direct(&mut conn, slice, &region, &registration, deadline)
             },
             // SAFETY: forwarded from the caller.
             None => unsafe {
-                self.run_bounced(&mut conn, nic, slice, &region, staged, staging, deadline)
+                self.run_bounced(&mut conn, slice, &region, staged, staging, deadline)
             },
         };
-        self.give_back(peer, nic, conn);
+        self.give_back(peer, conn);
         result.map_err(|problem| SliceError::from(format!("{what}: {problem}")))
     }
 
@@ -447,11 +450,10 @@ impl RdmaTransport {
     /// Zero-copy: the work requests name the caller's registered memory.
     ///
     /// # Safety
-    /// As [`Self::execute`]; `registration` (on device `nic`, `conn`'s) covers the local range.
+    /// As [`Self::execute`]; `registration` (on `conn`'s device) covers the local range.
     unsafe fn run_direct(
         &self,
         conn: &mut Connection,
-        nic: usize,
         slice: &Slice,
         region: &RemoteRegion,
         registration: &Registration,
@@ -468,20 +470,18 @@ impl RdmaTransport {
         );
         // SAFETY: forwarded; registered memory valid until this returns.
         first_error(unsafe { conn.run(&requests, deadline) })?;
-        self.count(nic, read, slice.len);
+        self.count(conn.nic, read, slice.len);
         Ok(0)
     }
 
-    /// Through registered bounces of device `nic` (`conn`'s), [`BOUNCE_LEN`] bytes at a
-    /// time; the bytes copied.
+    /// Through registered bounces of `conn`'s device, [`BOUNCE_LEN`] bytes at a time; the
+    /// bytes copied.
     ///
     /// # Safety
     /// As [`Self::execute`].
-    #[allow(clippy::too_many_arguments)]
     unsafe fn run_bounced(
         &self,
         conn: &mut Connection,
-        nic: usize,
         slice: &Slice,
         region: &RemoteRegion,
         staged: bool,
@@ -489,7 +489,7 @@ impl RdmaTransport {
         deadline: Instant,
     ) -> std::result::Result<u64, String> {
         let read = slice.op == Opcode::Read;
-        let bounce = self.nics[nic].bounces.take()?;
+        let bounce = self.nics[conn.nic].bounces.take()?;
         let copy = |dst: *mut u8, src: *const u8, len: usize| -> std::result::Result<(), String> {
             // SAFETY: both ranges are valid (caller memory and our bounce), disjoint.
             unsafe {
@@ -528,7 +528,7 @@ impl RdmaTransport {
             }
             done += len;
         }
-        self.count(nic, read, slice.len);
+        self.count(conn.nic, read, slice.len);
         Ok(slice.len as u64)
     }
 
