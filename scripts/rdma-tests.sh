@@ -35,9 +35,18 @@ itest="$(executable --test rdma)"
 echo "== running them in the RDMA VM (limit ${limit}s)"
 # MC_SAME_HOST=0: the "two nodes" are processes of one host, which would otherwise exchange
 # bytes through mapped segments instead of the NIC.
+# A second soft-RoCE device (rxe1 on its own dummy netdev) for the multi-device tests
+# (RDMA_VM_DEV2); its link-local address only gives it a RoCE v2 GID.
 "$tool" -t "$limit" -- bash -c "
   set -e
   export MC_SAME_HOST=0
+  ip link add rxenet1 type dummy
+  ip link set rxenet1 mtu 9000 up
+  ip addr add 169.254.78.1/32 dev rxenet1
+  rdma link add rxe1 type rxe netdev rxenet1
+  for _ in \$(seq 100); do rdma link show rxe1/1 | grep -q ACTIVE && break; sleep 0.05; done
+  rdma link show rxe1/1 | grep -q ACTIVE || { echo 'rxe1 did not become active' >&2; exit 1; }
+  export RDMA_VM_DEV2=rxe1
   for mode in poll event; do
     export MC_RDMA_COMPLETION=\$mode
     echo \"-- MC_RDMA_COMPLETION=\$mode: lib transfer::rdma\"

@@ -7,8 +7,9 @@ mod common;
 
 use common::{pattern, wait_until, Launched, Master};
 use mooncake_rs::client::{Client, SetupConfig};
+use mooncake_rs::device::MappedRegion;
 use mooncake_rs::error::last_error_message;
-use mooncake_rs::transfer::rdma::RdmaDevice;
+use mooncake_rs::transfer::rdma::{RdmaDevice, RdmaDeviceBytes, RdmaDevices};
 use mooncake_rs::transfer::{
     DirectResolver, EngineConfig, TransferEngine, TransferMetrics, TransferOp, TransferRequest,
 };
@@ -293,7 +294,7 @@ fn engine(device: &Arc<RdmaDevice>, host: &str) -> Arc<TransferEngine> {
         listener: Some(listener),
         resolver: Arc::new(DirectResolver),
         memcpy_enabled: true,
-        rdma: Some(Arc::clone(device)),
+        rdma: Some(Arc::clone(device).into()),
     })
     .unwrap()
 }
@@ -778,4 +779,221 @@ fn a_cq_overrun_fails_the_key_and_the_next_call_works() {
     );
     assert_eq!(tiny.metrics().tcp_write_bytes, 0);
     assert_eq!(tiny.metrics().tcp_read_bytes, 0);
+
+// --- multi-device, descriptors, remount ---
+
+/// Reads `dst.len()` bytes of `from`'s registered `remote` (naming `epoch`) into `dst`.
+fn read(
+    engine: &TransferEngine,
+    from: &TransferEngine,
+    dst: &mut [u8],
+    remote: u64,
+    epoch: u64,
+) -> mooncake_rs::Result<()> {
+    let request = TransferRequest {
+        op: TransferOp::Read,
+        local_addr: dst.as_mut_ptr() as usize,
+        len: dst.len() as u64,
+        endpoint: from.local_name(),
+        remote_addr: remote,
+        epoch,
+        send_by: None,
+    };
+    // SAFETY: `dst` is valid for writes of its length for the call and nothing else uses it.
+    unsafe { engine.transfer(&[request]) }.pop().unwrap()
+}
+
+/// The bytes of `region` as this process sees them (its current pages).
+fn bytes_of(region: &MappedRegion) -> Vec<u8> {
+    // SAFETY: our own live mapping; no transfer into it runs while the test reads it.
+    unsafe { std::slice::from_raw_parts(region.addr() as *const u8, region.len()) }.to_vec()
+}
+
+/// Finding S3: a remount fences the old epoch, maps fresh pages, then re-registers the range
+/// with the NIC, in that order. A peer still holding the old rkey is refused by the NIC and
+/// lands nothing in the new pages; a peer with the new rkey reads exactly the bytes the
+/// owner put into the new pages and its writes land there (not in the old pages).
+#[test]
+fn a_remount_registers_the_fresh_pages_and_the_old_rkey_reaches_nothing() {
+    let Some((device, host)) = vm() else { return };
+    let device = RdmaDevice::open(&device).unwrap();
+    let (owner, peer) = (engine(&device, &host), engine(&device, &host));
+    let len = 2 * MIB;
+    let mut region = MappedRegion::shared(len as u64, "remount test").unwrap();
+    let base = region.addr();
+    owner.register(base, len, true).unwrap();
+    owner.set_region_epoch(base, 1).unwrap();
+    let old = pattern(len, 1);
+    assert_eq!(write(&peer, &owner, &old, base as u64, 1), Ok(()));
+    assert!(bytes_of(&region) == old, "the first mount's bytes landed");
+    // The remount, as the client's own segment does it: fresh (zero) pages over the range.
+    owner
+        .set_region_epoch_with(base, 2, || region.renew_shared("remount test"))
+        .unwrap();
+    assert!(bytes_of(&region).iter().all(|b| *b == 0), "fresh pages");
+    let fresh = pattern(len, 2);
+    // SAFETY: our own mapping of `len` bytes; nothing else touches it now.
+    unsafe { std::ptr::copy_nonoverlapping(fresh.as_ptr(), base as *mut u8, len) };
+    // The peer's pooled QP still has the first mount's table: the old rkey (epoch 0 skips
+    // the table's epoch check, so the work requests are posted and the NIC must refuse them).
+    // Under 2 MiB the request is one part, so it runs on that pooled QP alone.
+    let before = peer.metrics();
+    let intruder = pattern(MIB, 3);
+    assert_eq!(
+        write(&peer, &owner, &intruder, base as u64, 0),
+        Err(ErrorCode::TransferFail)
+    );
+    let message = last_error_message();
+    assert!(message.contains("remote access error"), "{message}");
+    assert_eq!(peer.metrics().rdma_connections, before.rdma_connections);
+    assert!(
+        bytes_of(&region) == fresh,
+        "nothing landed in the new pages"
+    );
+    // A new QP learns the new rkey and epoch: it reads the new pages' bytes exactly...
+    let mut got = vec![0u8; len];
+    assert_eq!(read(&peer, &owner, &mut got, base as u64, 2), Ok(()));
+    assert!(got == fresh, "the new rkey reaches the new pages");
+    // ...and its writes land in them.
+    let second = pattern(len, 4);
+    assert_eq!(write(&peer, &owner, &second, base as u64, 2), Ok(()));
+    assert!(
+        bytes_of(&region) == second,
+        "a write by the new rkey lands in the new pages"
+    );
+    let m = peer.metrics();
+    assert!(m.rdma_connections > before.rdma_connections, "{m:?}");
+    assert_eq!(m.tcp_write_bytes + m.tcp_read_bytes, 0);
+    owner.unregister(base).unwrap();
+}
+
+/// The second soft-RoCE device `scripts/rdma-tests.sh` adds in the VM (`RDMA_VM_DEV2`).
+fn second_device() -> Option<String> {
+    let device = std::env::var("RDMA_VM_DEV2").ok();
+    if device.is_none() {
+        eprintln!("skipped: needs a second RDMA device (RDMA_VM_DEV2, scripts/rdma-tests.sh)");
+    }
+    device
+}
+
+/// `device_name = "rxe0,rxe1"`: every range is registered on both devices, QPs are made per
+/// (local device, peer) and the parts of a request are striped across the devices: each
+/// device carries bytes of every request, in both directions, bounced and zero-copy.
+#[test]
+fn two_devices_stripe_the_slices_of_a_request() {
+    let Some((first, host)) = vm() else { return };
+    let Some(second) = second_device() else {
+        return;
+    };
+    let devices = RdmaDevices::open(&format!("{first},{second}")).unwrap();
+    let names: Vec<&str> = devices.devices().iter().map(|d| d.name()).collect();
+    assert_eq!(names, [first.as_str(), second.as_str()]);
+    let engine_on = |devices: &RdmaDevices| {
+        let listener = TcpListener::bind((host.as_str(), 0)).unwrap();
+        TransferEngine::new(EngineConfig {
+            local_name: listener.local_addr().unwrap().to_string(),
+            listener: Some(listener),
+            resolver: Arc::new(DirectResolver),
+            memcpy_enabled: true,
+            rdma: Some(devices.clone()),
+        })
+        .unwrap()
+    };
+    let (owner, initiator) = (engine_on(&devices), engine_on(&devices));
+    let len = 8 * MIB;
+    let mut segment = vec![0u8; len];
+    let remote = segment.as_mut_ptr() as u64;
+    owner.register(remote as usize, len, true).unwrap();
+    let mut registered = vec![0u8; len];
+    initiator
+        .register(registered.as_mut_ptr() as usize, len, false)
+        .unwrap();
+    // Unregistered source: bounced through each device's own bounce buffers.
+    let value = pattern(len, 7);
+    assert_eq!(write(&initiator, &owner, &value, remote, 0), Ok(()));
+    assert!(segment == value);
+    let wrote = initiator.rdma_device_bytes();
+    // Registered destination: zero-copy, with each device's own lkey.
+    let bounced = initiator.metrics().rdma_bounce_bytes;
+    assert_eq!(read(&initiator, &owner, &mut registered, remote, 0), Ok(()));
+    assert!(registered == value);
+    let m = initiator.metrics();
+    assert_eq!(
+        m.rdma_bounce_bytes, bounced,
+        "the registered read is zero-copy"
+    );
+    let per_device = initiator.rdma_device_bytes();
+    eprintln!("per device: {per_device:?}");
+    assert_eq!(per_device.len(), 2);
+    for (device, name) in per_device.iter().zip(&names) {
+        assert_eq!(device.device, *name);
+        assert!(device.write_bytes > 0, "{name} carried part of the write");
+        assert!(device.read_bytes > 0, "{name} carried part of the read");
+    }
+    let total =
+        |f: fn(&RdmaDeviceBytes) -> u64, of: &[RdmaDeviceBytes]| -> u64 { of.iter().map(f).sum() };
+    assert_eq!(total(|d| d.write_bytes, &wrote), len as u64);
+    assert_eq!(total(|d| d.read_bytes, &per_device), len as u64);
+    assert!(m.rdma_connections >= 2, "a QP from each device: {m:?}");
+    assert!(owner.metrics().rdma_served_connections >= 2);
+    assert_eq!(m.tcp_write_bytes + m.tcp_read_bytes, 0);
+    assert_eq!(owner.rdma_device_bytes().len(), 2);
+}
+
+/// A client and an owner process both on two devices (`--device_name=rxe0,rxe1`) round-trip
+/// through the store by RDMA only.
+#[test]
+fn a_client_on_two_devices_round_trips_by_rdma() {
+    let Some((first, host)) = vm() else { return };
+    let Some(second) = second_device() else {
+        return;
+    };
+    let both = format!("{first},{second}");
+    let master = Master::start(&[]);
+    let owner = Owner::start(&master.addr(), "64 MB", &both, &host);
+    let client = rdma_client(&master.addr(), &both, &host, 0);
+    let before = client.metrics().transfer;
+    for (i, size) in [4096usize, 8 * MIB + 3].into_iter().enumerate() {
+        let key = format!("two-devices-{i}");
+        let value = pattern(size, 30 + i as u8);
+        client.put_from(&key, &value, &on(&owner.name)).unwrap();
+        let mut out = vec![0u8; size];
+        assert_eq!(client.get_into(&key, &mut out), Ok(size as u64));
+        assert!(out == value, "bytes of {key}");
+    }
+    let after = client.metrics().transfer;
+    no_tcp(&before, &after);
+    assert_eq!(
+        after.rdma_read_bytes - before.rdma_read_bytes,
+        (4096 + 8 * MIB + 3) as u64
+    );
+    assert!(after.rdma_connections >= 2, "{after:?}");
+}
+
+/// A `device_name` list with a device that does not exist, or one named twice, fails setup
+/// with `TRANSFER_FAIL` naming it (on the host, without a device, the list is refused for the
+/// duplicate before any device is opened).
+#[test]
+fn a_bad_name_in_a_device_list_is_named_at_setup() {
+    let setup = |device_name: String| {
+        let result = Client::setup(SetupConfig {
+            local_hostname: "127.0.0.1".into(),
+            global_segment_size: 0,
+            local_buffer_size: 0,
+            protocol: "rdma".into(),
+            device_name,
+            master_server_addr: "embedded".into(),
+            ..SetupConfig::default()
+        });
+        assert_eq!(result.map(|_| ()), Err(ErrorCode::TransferFail));
+        last_error_message()
+    };
+    let first = vm().map_or("rxe0".to_string(), |(device, _)| device);
+    let twice = setup(format!("{first}, {first}"));
+    assert!(twice.contains("protocol 'rdma'"), "{twice}");
+    assert!(twice.contains("named twice"), "{twice}");
+    if vm().is_some() {
+        let missing = setup(format!("{first},no_such_dev1"));
+        assert!(missing.contains("\"no_such_dev1\" not found"), "{missing}");
+    }
 }

@@ -13,7 +13,7 @@ use crate::master::{MasterApi, MasterConfig, MasterService};
 use crate::rpc;
 use crate::standalone::DummyLink;
 use crate::stream::{StreamConfig, StreamEngine};
-use crate::transfer::rdma::RdmaDevice;
+use crate::transfer::rdma::RdmaDevices;
 use crate::transfer::{DirectResolver, EngineConfig, SegmentResolver, TransferEngine};
 use crate::types::{ClientId, Segment, Uuid};
 use parking_lot::Mutex;
@@ -330,7 +330,7 @@ pub(crate) fn start_engine(
         ),
     };
     let rdma = match config.uses_rdma() {
-        true => Some(RdmaDevice::open(&config.device_name)?),
+        true => Some(RdmaDevices::open(&config.device_name)?),
         false => None,
     };
     let engine = TransferEngine::new(EngineConfig {

@@ -5,7 +5,7 @@
 use super::batch::{split, Executor, Io, Job, Route};
 use super::metrics::{add, bump, CopyPaths, Metrics, Path, PathCounters, TransferMetrics};
 use super::pool::{ConnectionPool, Slice};
-use super::rdma::{RdmaDevice, RdmaTransport};
+use super::rdma::{RdmaDeviceBytes, RdmaDevices, RdmaTransport};
 use super::registry::{MemoryRegion, Registry, MAX_EPOCH};
 use super::resolver::SegmentResolver;
 use super::same_host::{Exporter, MappedPeer, PeerMaps};
@@ -44,10 +44,11 @@ pub struct EngineConfig {
     /// Requests to our own endpoint are local copies; when `false` they go through TCP to
     /// ourselves (Mooncake's `MC_STORE_MEMCPY`).
     pub memcpy_enabled: bool,
-    /// `Some`: remote requests go by one-sided RDMA on this device (`protocol = "rdma"`):
-    /// every registered range is also registered with the NIC, and the TCP server answers
-    /// RDMA handshakes. `None`: TCP.
-    pub rdma: Option<Arc<RdmaDevice>>,
+    /// `Some`: remote requests go by one-sided RDMA on these devices (`protocol = "rdma"`;
+    /// one device converts with `.into()`): every registered range is also registered with
+    /// each NIC, slices are striped across them, and the TCP server answers RDMA
+    /// handshakes. `None`: TCP.
+    pub rdma: Option<RdmaDevices>,
 }
 
 /// Direction of a transfer, seen from this process.
@@ -121,9 +122,9 @@ impl TransferEngine {
         let metrics = Arc::new(Metrics::default());
         let pool = Arc::new(ConnectionPool::new(settings, Arc::clone(&metrics)));
         let workers = settings.lanes.saturating_sub(1).max(1);
-        let rdma = config.rdma.map(|device| {
+        let rdma = config.rdma.map(|devices| {
             Arc::new(RdmaTransport::new(
-                device,
+                devices,
                 settings.io_timeout,
                 Arc::clone(&metrics),
             ))
@@ -409,6 +410,14 @@ impl TransferEngine {
     /// A snapshot of the counters.
     pub fn metrics(&self) -> TransferMetrics {
         self.metrics.snapshot()
+    }
+
+    /// The bytes this engine moved by RDMA through each of its devices, in the order
+    /// `device_name` named them (empty without RDMA). A snapshot; thread-safe.
+    pub fn rdma_device_bytes(&self) -> Vec<RdmaDeviceBytes> {
+        self.rdma
+            .as_ref()
+            .map_or_else(Vec::new, |rdma| rdma.device_bytes())
     }
 
     /// Stops the server (closing its listener and connections), closes pooled connections

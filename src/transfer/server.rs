@@ -43,7 +43,7 @@
 
 use super::gather::Cursor;
 use super::metrics::{add, bump, Metrics};
-use super::rdma::{RdmaTransport, ENDPOINT_LEN};
+use super::rdma::{RdmaTransport, REQUEST_LEN};
 use super::registry::Registry;
 use super::settings::Settings;
 use super::socket::{recv_into, send_parts, set_abortive_close, RawPart};
@@ -357,7 +357,7 @@ async fn serve_rdma_handshake(
         reject(conn.get_mut(), context, refusal).await;
         return Stop::Refused;
     };
-    let mut theirs = [0u8; ENDPOINT_LEN];
+    let mut theirs = [0u8; REQUEST_LEN];
     if let Err(stop) = before(deadline, conn.read_exact(&mut theirs)).await {
         return stop;
     }

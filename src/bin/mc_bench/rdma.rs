@@ -108,7 +108,7 @@ fn engine(device: &Arc<RdmaDevice>, addr: &str, mode: &str) -> Result<Arc<Transf
         listener: Some(listener),
         resolver: Arc::new(DirectResolver),
         memcpy_enabled: true,
-        rdma: Some(Arc::clone(device)),
+        rdma: Some(Arc::clone(device).into()),
     })
     .map_err(|e| format!("engine: {e}"));
     std::env::remove_var("MC_RDMA_COMPLETION");

@@ -42,7 +42,7 @@ impl std::fmt::Debug for RdmaDevice {
 }
 
 /// What a setup error says about the device list.
-fn setup_error<T>(problem: impl std::fmt::Display) -> Result<T> {
+pub(super) fn setup_error<T>(problem: impl std::fmt::Display) -> Result<T> {
     fail(
         ErrorCode::TransferFail,
         format_args!("protocol 'rdma': {problem}"),
@@ -50,21 +50,19 @@ fn setup_error<T>(problem: impl std::fmt::Display) -> Result<T> {
 }
 
 impl RdmaDevice {
-    /// Opens the first name in `device_names` (comma-separated, as Mooncake's
-    /// `device_name`; empty: the first device the library lists), with its port 1 active.
+    /// Opens the device named `device_name` (one name, e.g. `rxe0`; empty: the first device
+    /// the library lists), with its port 1 active. A `device_name` list of several devices
+    /// is opened by [`RdmaDevices::open`](super::RdmaDevices::open).
     ///
     /// Errors: `TRANSFER_FAIL` with a message naming the problem: libibverbs cannot be
     /// loaded, no RDMA device, the named device does not exist, it cannot be opened, its port
     /// is not active, or no protection domain.
-    pub fn open(device_names: &str) -> Result<Arc<RdmaDevice>> {
+    pub fn open(device_name: &str) -> Result<Arc<RdmaDevice>> {
         let verbs = match verbs::verbs() {
             Ok(verbs) => verbs,
             Err(problem) => return setup_error(problem),
         };
-        let wanted = device_names
-            .split(',')
-            .map(str::trim)
-            .find(|name| !name.is_empty());
+        let wanted = Some(device_name.trim()).filter(|name| !name.is_empty());
         let mut count = 0;
         // SAFETY: the list is freed below and only read in between.
         let list = unsafe { (verbs.get_device_list)(&mut count) };

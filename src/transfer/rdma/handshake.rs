@@ -1,9 +1,10 @@
 //! The RDMA handshake over the TCP data port: the initiator sends a 24-byte header whose
-//! opcode is [`RDMA_CONNECT`](crate::transfer::wire::RDMA_CONNECT) and its QP
-//! [`Endpoint`]; the server answers with a status frame, its own endpoint and the table of
-//! its remotely accessible regions (address, length, rkey, segment epoch). The TCP
-//! connection then stays open for the life of the QP pair: when either side closes it (or
-//! its process dies), the other side's QP is dropped.
+//! opcode is [`RDMA_CONNECT`](crate::transfer::wire::RDMA_CONNECT), its QP [`Endpoint`]
+//! and the index of the server device it asks for (`u32`; the server uses that index modulo
+//! its device count); the server answers with a status frame, its own endpoint (a QP on that
+//! device) and the table of its remotely accessible regions (address, length, rkey on that
+//! device, segment epoch). The TCP connection then stays open for the life of the QP pair:
+//! when either side closes it (or its process dies), the other side's QP is dropped.
 //!
 //! Reply layout (little-endian): status frame (8), endpoint (26), region count `u32`, then
 //! per region `base u64, len u64, rkey u32, epoch u64` (28 bytes).
@@ -12,6 +13,8 @@ use super::qp::{Endpoint, ENDPOINT_LEN};
 use crate::transfer::wire::{Status, HEADER_LEN, RDMA_CONNECT, STATUS_LEN, V2_FLAG};
 use std::io::{Read, Write};
 
+/// Bytes of a request's payload (after the header): endpoint, then the device index.
+pub(crate) const REQUEST_LEN: usize = ENDPOINT_LEN + 4;
 /// Bytes of one encoded [`RemoteRegion`].
 const REGION_LEN: usize = 28;
 /// Most regions a reply may carry (a sanity bound on what a peer can make us allocate).
@@ -39,9 +42,18 @@ impl RemoteRegion {
 /// The header that opens a handshake.
 pub(crate) fn request_header() -> [u8; HEADER_LEN] {
     let mut header = [0u8; HEADER_LEN];
-    header[0..8].copy_from_slice(&(ENDPOINT_LEN as u64).to_le_bytes());
+    header[0..8].copy_from_slice(&(REQUEST_LEN as u64).to_le_bytes());
     header[16] = RDMA_CONNECT | V2_FLAG;
     header
+}
+
+/// A request's payload: the initiator's endpoint and the server device index it asks for.
+pub(crate) fn decode_request(payload: &[u8; REQUEST_LEN]) -> (Endpoint, u32) {
+    let mut endpoint = [0u8; ENDPOINT_LEN];
+    endpoint.copy_from_slice(&payload[..ENDPOINT_LEN]);
+    let mut device = [0u8; 4];
+    device.copy_from_slice(&payload[ENDPOINT_LEN..]);
+    (Endpoint::decode(&endpoint), u32::from_le_bytes(device))
 }
 
 /// The server's answer: OK, its endpoint and its regions.
@@ -59,15 +71,18 @@ pub(crate) fn encode_reply(endpoint: &Endpoint, regions: &[RemoteRegion]) -> Vec
     out
 }
 
-/// Sends the request and reads the reply on `stream` (whose timeouts bound every read).
+/// Sends the request (asking for the server's device `device`) and reads the reply on
+/// `stream` (whose timeouts bound every read).
 ///
 /// Errors: the I/O failure, a refusal (the peer has no RDMA), or a malformed reply, as text.
 pub(crate) fn exchange<S: Read + Write>(
     stream: &mut S,
     ours: &Endpoint,
+    device: u32,
 ) -> Result<(Endpoint, Vec<RemoteRegion>), String> {
     let mut request = request_header().to_vec();
     request.extend_from_slice(&ours.encode());
+    request.extend_from_slice(&device.to_le_bytes());
     stream
         .write_all(&request)
         .map_err(|e| format!("sending the RDMA handshake: {e}"))?;
@@ -171,10 +186,19 @@ mod tests {
             reply: std::io::Cursor::new(encode_reply(&theirs, &regions)),
             sent: Vec::new(),
         };
-        let ours = Endpoint::default();
-        assert_eq!(exchange(&mut canned, &ours), Ok((theirs, regions.clone())));
-        assert_eq!(canned.sent.len(), HEADER_LEN + ENDPOINT_LEN);
+        let ours = Endpoint {
+            qpn: 5,
+            ..Endpoint::default()
+        };
+        assert_eq!(
+            exchange(&mut canned, &ours, 3),
+            Ok((theirs, regions.clone()))
+        );
+        assert_eq!(canned.sent.len(), HEADER_LEN + REQUEST_LEN);
         assert_eq!(canned.sent[16], RDMA_CONNECT | V2_FLAG);
+        let mut payload = [0u8; REQUEST_LEN];
+        payload.copy_from_slice(&canned.sent[HEADER_LEN..]);
+        assert_eq!(decode_request(&payload), (ours, 3));
         assert!(regions[0].contains(0x7f00_0000_0000, 1 << 30));
         assert!(!regions[0].contains(0x7f00_0000_0000 + 1, 1 << 30));
         assert!(!regions[1].contains(u64::MAX, 2));
@@ -182,7 +206,7 @@ mod tests {
             reply: std::io::Cursor::new(Status::AddrRejected.encode().to_vec()),
             sent: Vec::new(),
         };
-        let problem = exchange(&mut refused, &ours).unwrap_err();
+        let problem = exchange(&mut refused, &ours, 0).unwrap_err();
         assert!(problem.contains("does not serve RDMA"), "{problem}");
     }
 }

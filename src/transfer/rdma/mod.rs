@@ -1,8 +1,9 @@
 //! The RDMA transport (ibverbs, RC queue pairs, one-sided READ/WRITE).
 //!
 //! Modules, one job each: `verbs` (the C layouts and the run-time loaded entry points),
-//! `device` (opening a device, its PD, and memory registrations), `events` (the device's
-//! completion channel and asynchronous events, one thread), `qp` (one queue pair:
+//! `device` (opening a device, its PD, and memory registrations), `devices` (the devices of
+//! a `device_name` list), `events` (a device's completion channel and asynchronous events,
+//! one thread), `qp` (one queue pair:
 //! connecting it and running work requests with bounded outstanding work), `handshake`
 //! (QP endpoints and region tables over the TCP data port), `bounce` (registered bounce
 //! buffers) and `transport` ([`RdmaTransport`]: registrations, connections per peer, slices).
@@ -12,6 +13,7 @@
 
 mod bounce;
 mod device;
+mod devices;
 mod events;
 mod handshake;
 mod qp;
@@ -22,5 +24,7 @@ mod verbs;
 mod tests;
 
 pub use device::RdmaDevice;
-pub(crate) use qp::ENDPOINT_LEN;
+pub use devices::RdmaDevices;
+pub(crate) use handshake::REQUEST_LEN;
+pub use transport::RdmaDeviceBytes;
 pub(crate) use transport::RdmaTransport;

@@ -1,5 +1,6 @@
-//! [`RdmaTransport`]: this process's memory registrations on the device, its pool of
-//! connected queue pairs per peer, and running one slice as one-sided READ/WRITE.
+//! [`RdmaTransport`]: this process's memory registrations on its devices, its pool of
+//! connected queue pairs per (local device, peer), and running one slice as one-sided
+//! READ/WRITE on one of the devices (slices are striped across the devices round-robin).
 //!
 //! Integrity rule (with one-sided verbs the owner is not involved per operation): every
 //! registered range has its own MR, and a (re)mount re-registers it ([`Self::set_epoch`])
@@ -11,8 +12,9 @@
 
 use super::bounce::{Bounces, BOUNCE_LEN};
 use super::device::{RdmaDevice, Registration};
-use super::handshake::{self, RemoteRegion};
-use super::qp::{Endpoint, QpSettings, QueuePair, WorkRequest, ENDPOINT_LEN};
+use super::devices::RdmaDevices;
+use super::handshake::{self, RemoteRegion, REQUEST_LEN};
+use super::qp::{QpSettings, QueuePair, WorkRequest};
 use crate::error::{fail, last_error_message, ErrorCode, Result};
 use crate::transfer::copy::copy_bytes;
 use crate::transfer::metrics::{add, bump, Metrics};
@@ -22,6 +24,7 @@ use crate::transfer::wire::Opcode;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,20 +34,42 @@ const DEFAULT_SLICE_SIZE: usize = 64 << 10;
 /// Most idle connections kept per peer.
 const MAX_IDLE_PER_PEER: usize = 32;
 
-/// A registered range of this process.
+/// A registered range of this process: one registration per device, in device order.
 struct LocalRegion {
     len: usize,
     remote_accessible: bool,
     epoch: u64,
-    registration: Arc<Registration>,
+    registrations: Vec<Arc<Registration>>,
+}
+
+/// One device of the transport: its bounce pool and the bytes moved through it.
+struct Nic {
+    device: Arc<RdmaDevice>,
+    bounces: Bounces,
+    read_bytes: AtomicU64,
+    write_bytes: AtomicU64,
+}
+
+/// The bytes this process moved by RDMA through one of its devices (work requests it
+/// posted: READ for gets, WRITE for puts).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RdmaDeviceBytes {
+    /// The device name (e.g. `rxe0`).
+    pub device: String,
+    /// Bytes read from peers (RDMA READ) through it.
+    pub read_bytes: u64,
+    /// Bytes written to peers (RDMA WRITE) through it.
+    pub write_bytes: u64,
 }
 
 /// A connected QP to one peer, its TCP control connection (which keeps the peer's QP
-/// alive) and the peer's region table.
+/// alive), the peer's region table (rkeys on the peer device the QP is connected to) and
+/// the index of our device the QP is on.
 struct Connection {
     qp: QueuePair,
     control: TcpStream,
     regions: Vec<RemoteRegion>,
+    nic: usize,
 }
 
 /// Whether the peer closed the control connection `control` (it shut down or died).
@@ -96,28 +121,41 @@ fn lookup(regions: &[RemoteRegion], addr: u64, len: u64, epoch: u64) -> Lookup {
 /// The RDMA side of a transfer engine. Thread-safe; shared by `Arc` between the engine's
 /// workers and its server.
 pub(crate) struct RdmaTransport {
-    device: Arc<RdmaDevice>,
+    /// Never empty ([`RdmaDevices`] has at least one device).
+    nics: Vec<Nic>,
+    /// Which device the next slice goes through (round-robin).
+    next_nic: AtomicUsize,
     qp_settings: QpSettings,
     slice_size: usize,
     timeout: Duration,
     regions: RwLock<BTreeMap<usize, LocalRegion>>,
-    idle: Mutex<HashMap<SocketAddr, Vec<Connection>>>,
-    bounces: Bounces,
+    /// Idle connections per (peer, index of our device).
+    idle: Mutex<HashMap<(SocketAddr, usize), Vec<Connection>>>,
     metrics: Arc<Metrics>,
 }
 
 impl RdmaTransport {
-    /// A transport on `device`; `timeout` bounds every handshake read and every batch of
+    /// A transport on `devices`; `timeout` bounds every handshake read and every batch of
     /// work requests.
-    pub(crate) fn new(device: Arc<RdmaDevice>, timeout: Duration, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(devices: RdmaDevices, timeout: Duration, metrics: Arc<Metrics>) -> Self {
         let slice_size = std::env::var(SLICE_SIZE_VAR)
             .ok()
             .and_then(|text| text.trim().parse::<usize>().ok())
             .filter(|size| (4096..=(1 << 30)).contains(size))
             .unwrap_or(DEFAULT_SLICE_SIZE);
+        let nics = devices
+            .devices()
+            .iter()
+            .map(|device| Nic {
+                device: Arc::clone(device),
+                bounces: Bounces::new(Arc::clone(device)),
+                read_bytes: AtomicU64::new(0),
+                write_bytes: AtomicU64::new(0),
+            })
+            .collect();
         RdmaTransport {
-            bounces: Bounces::new(Arc::clone(&device)),
-            device,
+            nics,
+            next_nic: AtomicUsize::new(0),
             qp_settings: QpSettings::from_env(),
             slice_size,
             timeout,
@@ -127,18 +165,39 @@ impl RdmaTransport {
         }
     }
 
-    /// Registers `[addr, addr+len)` with the NIC (epoch 0).
+    /// The bytes moved through each device, in device order.
+    pub(crate) fn device_bytes(&self) -> Vec<RdmaDeviceBytes> {
+        self.nics
+            .iter()
+            .map(|nic| RdmaDeviceBytes {
+                device: nic.device.name().to_string(),
+                read_bytes: nic.read_bytes.load(Ordering::Relaxed),
+                write_bytes: nic.write_bytes.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    /// `[addr, addr+len)` registered on every device (all or none).
+    fn register_everywhere(&self, addr: usize, len: usize) -> Result<Vec<Arc<Registration>>> {
+        self.nics
+            .iter()
+            .map(|nic| nic.device.register(addr, len).map(Arc::new))
+            .collect()
+    }
+
+    /// Registers `[addr, addr+len)` with every device (epoch 0).
     ///
-    /// Errors: `TRANSFER_FAIL` when the device refuses the registration.
+    /// Errors: `TRANSFER_FAIL` when a device refuses the registration (then it is registered
+    /// on none).
     pub(crate) fn register(&self, addr: usize, len: usize, remote_accessible: bool) -> Result<()> {
-        let registration = Arc::new(self.device.register(addr, len)?);
+        let registrations = self.register_everywhere(addr, len)?;
         self.regions.write().insert(
             addr,
             LocalRegion {
                 len,
                 remote_accessible,
                 epoch: 0,
-                registration,
+                registrations,
             },
         );
         Ok(())
@@ -151,10 +210,12 @@ impl RdmaTransport {
         self.regions.write().remove(&addr);
     }
 
-    /// Re-registers the range starting at `base` under a new rkey and records `epoch`: the old
-    /// MR is deregistered first, so peers holding the old rkey are refused by the NIC.
+    /// Re-registers the range starting at `base` under new rkeys (on every device) and records
+    /// `epoch`: the old MRs are deregistered first, so peers holding an old rkey are refused
+    /// by the NIC.
     ///
-    /// Errors: `TRANSFER_FAIL` when the range has no MR or the device refuses.
+    /// Errors: `TRANSFER_FAIL` when the range has no MR or a device refuses (then the range
+    /// stays unregistered).
     pub(crate) fn set_epoch(&self, base: usize, epoch: u64) -> Result<()> {
         let mut regions = self.regions.write();
         let Some(region) = regions.remove(&base) else {
@@ -165,56 +226,66 @@ impl RdmaTransport {
         };
         let (len, remote_accessible) = (region.len, region.remote_accessible);
         drop(region);
-        let registration = Arc::new(self.device.register(base, len)?);
+        let registrations = self.register_everywhere(base, len)?;
         regions.insert(
             base,
             LocalRegion {
                 len,
                 remote_accessible,
                 epoch,
-                registration,
+                registrations,
             },
         );
         Ok(())
     }
 
-    /// The table a handshake reply carries: every remotely accessible region.
-    fn remote_table(&self) -> Vec<RemoteRegion> {
+    /// The table a handshake reply for a QP on device `nic` carries: every remotely
+    /// accessible region, with its rkey on that device.
+    fn remote_table(&self, nic: usize) -> Vec<RemoteRegion> {
         self.regions
             .read()
             .iter()
             .filter(|(_, r)| r.remote_accessible)
-            .map(|(base, r)| RemoteRegion {
-                base: *base as u64,
-                len: r.len as u64,
-                rkey: r.registration.rkey(),
-                epoch: r.epoch,
+            .filter_map(|(base, r)| {
+                Some(RemoteRegion {
+                    base: *base as u64,
+                    len: r.len as u64,
+                    rkey: r.registrations.get(nic)?.rkey(),
+                    epoch: r.epoch,
+                })
             })
             .collect()
     }
 
-    /// The registration holding all of `[addr, addr+len)`, if any.
-    fn local_registration(&self, addr: usize, len: usize) -> Option<Arc<Registration>> {
+    /// The registration on device `nic` holding all of `[addr, addr+len)`, if any.
+    fn local_registration(&self, addr: usize, len: usize, nic: usize) -> Option<Arc<Registration>> {
         let regions = self.regions.read();
         let (base, region) = regions.range(..=addr).next_back()?;
         let end = addr.checked_add(len)?;
-        (end <= base.saturating_add(region.len)).then(|| Arc::clone(&region.registration))
+        if end > base.saturating_add(region.len) {
+            return None;
+        }
+        region.registrations.get(nic).cloned()
     }
 
-    /// Server side of a handshake: a new QP connected to `theirs`, and the reply bytes. The
-    /// caller keeps the QP until the control connection closes.
+    /// Server side of a handshake: a new QP on the device the request asks for (its index
+    /// modulo our device count) connected to the initiator's endpoint, and the reply bytes.
+    /// The caller keeps the QP until the control connection closes.
     ///
     /// Errors: `TRANSFER_FAIL` when the QP cannot be created or connected.
-    pub(crate) fn accept(&self, theirs: &[u8; ENDPOINT_LEN]) -> Result<(QueuePair, Vec<u8>)> {
-        let mut qp = QueuePair::new(&self.device, self.qp_settings)?;
-        qp.connect(&Endpoint::decode(theirs))?;
+    pub(crate) fn accept(&self, request: &[u8; REQUEST_LEN]) -> Result<(QueuePair, Vec<u8>)> {
+        let (theirs, wanted) = handshake::decode_request(request);
+        let nic = wanted as usize % self.nics.len();
+        let mut qp = QueuePair::new(&self.nics[nic].device, self.qp_settings)?;
+        qp.connect(&theirs)?;
         bump(&self.metrics.rdma_served_connections);
-        let reply = handshake::encode_reply(&qp.endpoint(), &self.remote_table());
+        let reply = handshake::encode_reply(&qp.endpoint(), &self.remote_table(nic));
         Ok((qp, reply))
     }
 
-    /// A new connection to `peer`: TCP control connection, QP, handshake.
-    fn connect(&self, peer: SocketAddr) -> std::result::Result<Connection, SliceError> {
+    /// A new connection to `peer` from our device `nic` to the peer's device of the same
+    /// index (modulo its count): TCP control connection, QP, handshake.
+    fn connect(&self, peer: SocketAddr, nic: usize) -> std::result::Result<Connection, SliceError> {
         let unreachable = |message: String| SliceError {
             code: ErrorCode::TransferFail,
             message,
@@ -227,10 +298,11 @@ impl RdmaTransport {
             .set_read_timeout(Some(self.timeout))
             .and_then(|()| control.set_write_timeout(Some(self.timeout)))
             .map_err(|e| unreachable(format!("RDMA control connection to {peer}: {e}")))?;
-        let mut qp = QueuePair::new(&self.device, self.qp_settings)
+        let mut qp = QueuePair::new(&self.nics[nic].device, self.qp_settings)
             .map_err(|_| SliceError::from(last_error_message()))?;
+        let wanted = u32::try_from(nic).unwrap_or(u32::MAX);
         let (theirs, regions) =
-            handshake::exchange(&mut control, &qp.endpoint()).map_err(|e| SliceError {
+            handshake::exchange(&mut control, &qp.endpoint(), wanted).map_err(|e| SliceError {
                 code: ErrorCode::TransferFail,
                 message: format!("RDMA handshake with {peer}: {e}"),
                 unreachable: !e.contains("refused"),
@@ -242,17 +314,22 @@ impl RdmaTransport {
             qp,
             control,
             regions,
+            nic,
         })
     }
 
-    /// An idle healthy connection to `peer` (`true`: reused), or a new one.
-    fn take(&self, peer: SocketAddr) -> std::result::Result<(Connection, bool), SliceError> {
+    /// An idle healthy connection to `peer` from device `nic` (`true`: reused), or a new one.
+    fn take(
+        &self,
+        peer: SocketAddr,
+        nic: usize,
+    ) -> std::result::Result<(Connection, bool), SliceError> {
         loop {
-            let reused = self.idle.lock().get_mut(&peer).and_then(Vec::pop);
+            let reused = self.idle.lock().get_mut(&(peer, nic)).and_then(Vec::pop);
             match reused {
                 Some(conn) if peer_closed(&conn.control) => continue,
                 Some(conn) => return Ok((conn, true)),
-                None => return self.connect(peer).map(|conn| (conn, false)),
+                None => return self.connect(peer, nic).map(|conn| (conn, false)),
             }
         }
     }
@@ -262,7 +339,7 @@ impl RdmaTransport {
             return;
         }
         let mut idle = self.idle.lock();
-        let list = idle.entry(peer).or_default();
+        let list = idle.entry((peer, conn.nic)).or_default();
         if list.len() < MAX_IDLE_PER_PEER {
             list.push(conn);
         }
@@ -273,8 +350,8 @@ impl RdmaTransport {
         self.idle.lock().clear();
     }
 
-    /// Runs one slice to `peer` as RDMA READ/WRITE work requests; the bytes copied locally
-    /// (through bounces) on success. `staged`: the local memory is device memory (always
+    /// Runs one slice to `peer` as RDMA READ/WRITE work requests on the next device in
+    /// round-robin order; the bytes copied locally (through bounces) on success. `staged`: the local memory is device memory (always
     /// bounced, copied with the device runtime through `staging`).
     ///
     /// Errors: `STALE_SEGMENT_EPOCH` when the slice names an epoch the peer's region does not
@@ -296,13 +373,14 @@ impl RdmaTransport {
             "RDMA {:?} of {} bytes at {:#x} on {peer}",
             slice.op, slice.len, slice.remote
         );
-        let (mut conn, reused) = self.take(peer)?;
+        let nic = self.next_nic.fetch_add(1, Ordering::Relaxed) % self.nics.len();
+        let (mut conn, reused) = self.take(peer, nic)?;
         let len = slice.len as u64;
         let mut found = lookup(&conn.regions, slice.remote, len, slice.epoch);
         if reused && !matches!(found, Lookup::Found(_)) {
             // The table may predate a (re)mount: ask again on a new connection.
             drop(conn);
-            conn = self.connect(peer)?;
+            conn = self.connect(peer, nic)?;
             found = lookup(&conn.regions, slice.remote, len, slice.epoch);
         }
         let region = match found {
@@ -328,7 +406,7 @@ impl RdmaTransport {
         };
         let registered = match staged {
             true => None,
-            false => self.local_registration(slice.local as usize, slice.len),
+            false => self.local_registration(slice.local as usize, slice.len, nic),
         };
         let deadline = Instant::now() + self.timeout;
         let result = match registered {
@@ -372,7 +450,7 @@ impl RdmaTransport {
     /// Zero-copy: the work requests name the caller's registered memory.
     ///
     /// # Safety
-    /// As [`Self::execute`]; `registration` covers the local range.
+    /// As [`Self::execute`]; `registration` (on `conn`'s device) covers the local range.
     unsafe fn run_direct(
         &self,
         conn: &mut Connection,
@@ -392,11 +470,12 @@ impl RdmaTransport {
         );
         // SAFETY: forwarded; registered memory valid until this returns.
         first_error(unsafe { conn.run(&requests, deadline) })?;
-        self.count(read, slice.len);
+        self.count(conn.nic, read, slice.len);
         Ok(0)
     }
 
-    /// Through registered bounces, [`BOUNCE_LEN`] bytes at a time; the bytes copied.
+    /// Through registered bounces of `conn`'s device, [`BOUNCE_LEN`] bytes at a time; the
+    /// bytes copied.
     ///
     /// # Safety
     /// As [`Self::execute`].
@@ -410,7 +489,7 @@ impl RdmaTransport {
         deadline: Instant,
     ) -> std::result::Result<u64, String> {
         let read = slice.op == Opcode::Read;
-        let bounce = self.bounces.take()?;
+        let bounce = self.nics[conn.nic].bounces.take()?;
         let copy = |dst: *mut u8, src: *const u8, len: usize| -> std::result::Result<(), String> {
             // SAFETY: both ranges are valid (caller memory and our bounce), disjoint.
             unsafe {
@@ -449,15 +528,23 @@ impl RdmaTransport {
             }
             done += len;
         }
-        self.count(read, slice.len);
+        self.count(conn.nic, read, slice.len);
         Ok(slice.len as u64)
     }
 
-    fn count(&self, read: bool, len: usize) {
+    /// Counts `len` bytes moved through device `nic`.
+    fn count(&self, nic: usize, read: bool, len: usize) {
         let m = &self.metrics;
+        let nic = &self.nics[nic];
         match read {
-            true => add(&m.rdma_read_slices, &m.rdma_read_bytes, len as u64),
-            false => add(&m.rdma_write_slices, &m.rdma_write_bytes, len as u64),
+            true => {
+                add(&m.rdma_read_slices, &m.rdma_read_bytes, len as u64);
+                nic.read_bytes.fetch_add(len as u64, Ordering::Relaxed);
+            }
+            false => {
+                add(&m.rdma_write_slices, &m.rdma_write_bytes, len as u64);
+                nic.write_bytes.fetch_add(len as u64, Ordering::Relaxed);
+            }
         }
     }
 }
