@@ -779,6 +779,7 @@ fn a_cq_overrun_fails_the_key_and_the_next_call_works() {
     );
     assert_eq!(tiny.metrics().tcp_write_bytes, 0);
     assert_eq!(tiny.metrics().tcp_read_bytes, 0);
+}
 
 // --- multi-device, descriptors, remount ---
 
