@@ -154,24 +154,23 @@ pub(crate) fn overlapping(ranges: &[(usize, u64)]) -> Vec<bool> {
     marked
 }
 
-/// Transfer requests moving `fragments` to (`Write`) or from (`Read`) one replica.
+/// Transfer requests moving `fragments` to (`Write`) or from (`Read`) one replica, one per
+/// fragment, in order (an iterator: callers gather the requests of a whole batch into one
+/// list without a list per key).
 pub(crate) fn requests<'a>(
     op: TransferOp,
-    fragments: &[Fragment],
+    fragments: &'a [Fragment],
     replica: &'a ReplicaDescriptor,
-) -> Vec<TransferRequest<'a>> {
-    fragments
-        .iter()
-        .map(|f| TransferRequest {
-            op,
-            local_addr: f.local,
-            len: f.len,
-            endpoint: &replica.buffer.transport_endpoint,
-            remote_addr: replica.buffer.buffer_address + f.offset,
-            epoch: replica.buffer.epoch,
-            send_by: None,
-        })
-        .collect()
+) -> impl Iterator<Item = TransferRequest<'a>> + 'a {
+    fragments.iter().map(move |f| TransferRequest {
+        op,
+        local_addr: f.local,
+        len: f.len,
+        endpoint: &replica.buffer.transport_endpoint,
+        remote_addr: replica.buffer.buffer_address + f.offset,
+        epoch: replica.buffer.epoch,
+        send_by: None,
+    })
 }
 
 #[cfg(test)]

@@ -19,7 +19,12 @@ pub(super) struct Leased {
 
 impl Leased {
     pub(super) fn expired(&self) -> bool {
-        Instant::now() >= self.deadline
+        self.expired_at(Instant::now())
+    }
+
+    /// Whether the lease had run out at `now` (one clock read for a whole batch).
+    pub(super) fn expired_at(&self, now: Instant) -> bool {
+        now >= self.deadline
     }
 }
 
@@ -157,12 +162,11 @@ impl ClientCore {
 
     /// Replicas in the order to try them: ours first, then the master's order.
     pub(super) fn ordered<'a>(&self, query: &'a QueryResult) -> Vec<&'a ReplicaDescriptor> {
-        let (mut local, remote): (Vec<_>, Vec<_>) = query
-            .replicas
-            .iter()
-            .partition(|r| self.engine.is_local(&r.buffer.transport_endpoint));
-        local.extend(remote);
-        local
+        let local = |r: &&ReplicaDescriptor| self.engine.is_local(&r.buffer.transport_endpoint);
+        let mut ordered = Vec::with_capacity(query.replicas.len());
+        ordered.extend(query.replicas.iter().filter(local));
+        ordered.extend(query.replicas.iter().filter(|r| !local(r)));
+        ordered
     }
 
     fn get_into<K: AsRef<str>>(
@@ -187,11 +191,11 @@ impl ClientCore {
         let mut jobs = Vec::new();
         let mut job_index = Vec::new();
         for (i, answer) in answers.iter().enumerate() {
-            let prepared = answer.clone().and_then(|leased| {
-                let size = leased.query.size;
-                plan::check_capacity(&bufs[i], size, exact)?;
-                Ok(size)
-            });
+            let prepared = match answer {
+                Ok(leased) => plan::check_capacity(&bufs[i], leased.query.size, exact)
+                    .map(|()| leased.query.size),
+                Err(e) => Err(*e),
+            };
             if let (Ok(size), Ok(leased)) = (&prepared, answer) {
                 job_index.push(i);
                 jobs.push(ReadJob {
@@ -202,11 +206,13 @@ impl ClientCore {
             results.push(prepared);
         }
         let outcomes = self.read_jobs(&jobs);
+        // Every read has finished by now: a lease over by now was over before a read ended.
+        let finished = Instant::now();
         for (&i, outcome) in job_index.iter().zip(outcomes) {
             let leased = answers[i].as_ref().ok();
             results[i] = match (outcome, leased) {
                 (Err(e), _) => Err(e),
-                (Ok(()), Some(l)) if l.expired() => {
+                (Ok(()), Some(l)) if l.expired_at(finished) => {
                     fail(ErrorCode::LeaseExpired, "the read finished after its lease")
                 }
                 (Ok(()), _) => results[i],

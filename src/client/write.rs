@@ -458,7 +458,7 @@ impl ClientCore {
             let start = requests.len();
             for replica in &write.replicas {
                 let planned = plan::requests(TransferOp::Write, &write.fragments, replica);
-                requests.extend(planned.into_iter().map(|r| TransferRequest {
+                requests.extend(planned.map(|r| TransferRequest {
                     send_by: write.send_by,
                     ..r
                 }));

@@ -133,7 +133,7 @@ impl<I: Interface> Call<I> for RpcClient<I> {
                 err,
             );
         }
-        let payload = codec::read_frame(&mut stream)?;
+        let payload = codec::read_answer(&mut stream)?;
         let response = codec::decode_payload(&payload)?;
         self.checkin(stream);
         Ok(response)

@@ -1,5 +1,6 @@
 //! The hardware limits measured in the same run: single-thread memcpy bandwidth, raw
-//! loopback TCP single-stream throughput and round trips ([`RawTcp`]).
+//! loopback TCP single-stream throughput and round trips ([`RawTcp`]), and the least a
+//! batch get must do on raw TCP ([`RawBatch`]).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -11,12 +12,21 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// `count` buffers of `size` bytes, buffer `i` filled with `seed + i`, every page written
+    /// (a zero fill alone would leave fresh pages unmapped: their first copy would fault).
     pub fn new(count: usize, size: usize, seed: u8) -> Pool {
-        Pool {
-            bufs: (0..count)
-                .map(|i| vec![seed.wrapping_add(i as u8); size])
-                .collect(),
-        }
+        let bufs = (0..count)
+            .map(|i| {
+                let fill = seed.wrapping_add(i as u8);
+                let mut buf = vec![fill; size];
+                for page in buf.iter_mut().step_by(4096) {
+                    // SAFETY: `page` is a valid, exclusive reference into `buf`.
+                    unsafe { std::ptr::write_volatile(page, fill) };
+                }
+                buf
+            })
+            .collect();
+        Pool { bufs }
     }
 }
 
@@ -24,17 +34,33 @@ impl Pool {
 pub fn memcpy_gbps(size: usize, duration: Duration) -> f64 {
     let src = Pool::new(16, size, 1);
     let mut dst = Pool::new(16, size, 2);
-    let mut bytes = 0u64;
+    copy_between_gbps(&src, &mut dst, duration)
+}
+
+/// GB/s of one-thread `memcpy` of blocks from `src` into `dst` for about `duration`: copy `i`
+/// goes from `src.bufs[i % src]` to `dst.bufs[i % dst]`, so the working set and the reuse of
+/// each side are those of a scenario that reads the same sources into the same destinations.
+/// Of blocks of different lengths the shorter length is copied.
+pub fn copy_between_gbps(src: &Pool, dst: &mut Pool, duration: Duration) -> f64 {
+    let (mut bytes, mut i) = (0u64, 0usize);
+    let (sources, destinations) = (src.bufs.len().max(1), dst.bufs.len().max(1));
     let start = Instant::now();
-    let mut i = 0;
-    while start.elapsed() < duration {
-        let k = i % 16;
-        dst.bufs[k].copy_from_slice(&src.bufs[k]);
-        std::hint::black_box(&dst.bufs[k]);
-        bytes += size as u64;
+    while start.elapsed() < duration && !src.bufs.is_empty() && !dst.bufs.is_empty() {
+        let from = &src.bufs[i % sources];
+        let to = &mut dst.bufs[i % destinations];
+        bytes += copy_block(to, from) as u64;
         i += 1;
     }
     bytes as f64 / start.elapsed().as_secs_f64() / 1e9
+}
+
+/// The memcpy of every limit: copies the first `min(len)` bytes of `from` into `to` (kept
+/// from being optimised away) and returns how many.
+pub fn copy_block(to: &mut [u8], from: &[u8]) -> usize {
+    let n = from.len().min(to.len());
+    to[..n].copy_from_slice(&from[..n]);
+    std::hint::black_box(&to[..n]);
+    n
 }
 
 /// Largest answer the raw server sends (its payload buffer).
@@ -136,6 +162,52 @@ impl RawTcp {
             samples.push(t.elapsed().as_secs_f64() * 1e6);
         }
         Ok(median(&mut samples))
+    }
+}
+
+/// The least a batch get of `keys` small objects must do on raw loopback TCP: one small
+/// exchange with a "master" (an 8-byte request answered with [`MASTER_ANSWER`] bytes) and then
+/// one exchange with a "data" server answered with all the objects' bytes at once — two round
+/// trips on two persistent connections (`TCP_NODELAY`) to two server threads, as a batch get
+/// makes one master query and one pipelined data exchange. Not thread-safe (`&mut self`).
+pub struct RawBatch {
+    master: RawTcp,
+    data: RawTcp,
+}
+
+/// Bytes of the raw "master" answer (a small RPC reply).
+pub const MASTER_ANSWER: usize = 64;
+
+impl RawBatch {
+    /// Starts both server threads and connects to them. Errors: the sockets'.
+    pub fn connect() -> std::io::Result<RawBatch> {
+        Ok(RawBatch {
+            master: RawTcp::connect()?,
+            data: RawTcp::connect()?,
+        })
+    }
+
+    /// Keys per second of back-to-back raw batches of `keys` objects of `size` bytes (a
+    /// master exchange, then the data exchange) for about `duration`, the same shape as a
+    /// batch-get round. Errors: the sockets'.
+    pub fn keys_per_s(
+        &mut self,
+        keys: usize,
+        size: usize,
+        duration: Duration,
+    ) -> std::io::Result<f64> {
+        let answer = keys * size;
+        for k in 0..4 {
+            self.master.get(MASTER_ANSWER, k)?;
+            self.data.get(answer, k)?;
+        }
+        let (mut batches, start) = (0usize, Instant::now());
+        while start.elapsed() < duration {
+            self.master.get(MASTER_ANSWER, batches)?;
+            self.data.get(answer, batches)?;
+            batches += 1;
+        }
+        Ok((batches * keys) as f64 / start.elapsed().as_secs_f64())
     }
 }
 

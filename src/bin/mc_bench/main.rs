@@ -49,8 +49,11 @@ fn main() {
     if args.first().map(String::as_str) == Some("--standalone") {
         let mut report = Report::new(json, interleave::Selection::default());
         let quick = args.iter().any(|a| a == "--quick");
-        let duration = std::time::Duration::from_millis(if quick { 300 } else { 1500 });
-        if let Err(message) = standalone::run(&mut report, duration) {
+        let rounds = scenarios::Rounds {
+            duration: std::time::Duration::from_millis(if quick { 300 } else { 1500 }),
+            rounds: 5,
+        };
+        if let Err(message) = standalone::run(&mut report, rounds) {
             eprintln!("mc_bench: {message}");
             std::process::exit(1);
         }

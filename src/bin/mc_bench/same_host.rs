@@ -1,43 +1,27 @@
 //! Same-host scenarios: get/put between this process and a peer process of the same host
 //! whose segment the client maps (`MC_SAME_HOST=1`, one memcpy per object), against
-//! one-thread memcpy of the same block size, measured interleaved in the same run (memcpy,
-//! get, put, memcpy, ... per round; best of N rounds, with the spread of the N).
+//! one-thread memcpy of exactly the same copies ([`CopyLimit`]: the same block size, the same
+//! sources and destinations, a pre-faulted working set as large as the objects of a round),
+//! interleaved in the same run (limit put, limit get, put, get per round); each line prints
+//! the medians, the ratio of the medians and of the best rounds, and both spreads.
 
-use crate::limits::{self, Pool};
+use crate::interleave::{Judged, Spread, Verdict};
+use crate::limits::{copy_block, Pool};
 use crate::report::Report;
 use crate::scenarios::{gbps, spawn_child_env, MIB};
 use mooncake_rs::client::{Client, SetupConfig};
 use mooncake_rs::master::{MasterConfig, MasterService};
 use mooncake_rs::rpc::RpcServer;
 use mooncake_rs::types::ReplicateConfig;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Bytes moved per timed round (above the caches; 3 sizes x rounds of it stay under the
 /// master's eviction watermark of the 1 GB segment: removed objects are freed only after
 /// their read leases end).
 const ROUND_BYTES: usize = 32 * MIB;
 
-/// Best value and spread ((best - worst) / best) of one measured series.
-struct Series(Vec<f64>);
-
-impl Series {
-    fn best(&self) -> f64 {
-        self.0.iter().copied().fold(0.0, f64::max)
-    }
-
-    fn spread_pct(&self) -> f64 {
-        let worst = self.0.iter().copied().fold(f64::INFINITY, f64::min);
-        let best = self.best();
-        if best > 0.0 {
-            (best - worst) / best * 100.0
-        } else {
-            0.0
-        }
-    }
-}
-
-/// Runs the scenarios; `rounds` interleaved rounds per size (`duration` per memcpy sample).
-pub fn run(report: &mut Report, rounds: usize, duration: Duration) -> Result<(), String> {
+/// Runs the scenarios; `rounds` interleaved rounds per size.
+pub fn run(report: &mut Report, rounds: usize) -> Result<(), String> {
     let service = MasterService::new(MasterConfig::default());
     let rpc = RpcServer::start("127.0.0.1:0".parse().map_err(|_| "addr")?, service.clone())
         .map_err(|e| format!("rpc server: {e}"))?;
@@ -59,7 +43,7 @@ pub fn run(report: &mut Report, rounds: usize, duration: Duration) -> Result<(),
         ..ReplicateConfig::default()
     };
     for (size, batch) in [(4 * MIB, 1), (64 << 10, 1), (64 << 10, 64)] {
-        measure(report, &client, &cfg, size, batch, rounds, duration)?;
+        measure(report, &client, &cfg, size, batch, rounds)?;
     }
     let m = client.metrics().transfer;
     if m.tcp_read_bytes + m.tcp_write_bytes != 0 || m.same_host_read_bytes == 0 {
@@ -73,8 +57,70 @@ pub fn run(report: &mut Report, rounds: usize, duration: Duration) -> Result<(),
     Ok(())
 }
 
-/// One size: per round a memcpy sample, a put of `ROUND_BYTES` in fresh keys (`batch` keys
-/// per call), a get of them all, and their removal (not timed).
+/// The limit of one size: the copies a round of the scenario makes, by one-thread memcpy with
+/// no store in between. A put copies source block `i % batch % 4` into block `i` of a
+/// pre-faulted working set of [`ROUND_BYTES`] (as the put fills fresh objects of the mapped,
+/// pre-faulted segment); a get copies block `i` of that set into destination `i % batch` (as
+/// the get reads each object into the caller's buffers).
+struct CopyLimit {
+    set: Vec<u8>,
+    size: usize,
+    batch: usize,
+}
+
+impl CopyLimit {
+    fn new(size: usize, batch: usize) -> CopyLimit {
+        CopyLimit {
+            set: vec![1u8; ROUND_BYTES],
+            size,
+            batch,
+        }
+    }
+
+    /// GB/s of the put's copies from `src`.
+    fn put(&mut self, src: &Pool) -> f64 {
+        let start = Instant::now();
+        for (i, block) in self.set.chunks_exact_mut(self.size).enumerate() {
+            copy_block(block, &src.bufs[i % self.batch % src.bufs.len()]);
+        }
+        gbps(ROUND_BYTES as u64, start.elapsed().as_secs_f64())
+    }
+
+    /// GB/s of the get's copies into `dst`.
+    fn get(&self, dst: &mut Pool) -> f64 {
+        let start = Instant::now();
+        for (i, block) in self.set.chunks_exact(self.size).enumerate() {
+            let slot = i % self.batch % dst.bufs.len();
+            copy_block(&mut dst.bufs[slot], block);
+        }
+        gbps(ROUND_BYTES as u64, start.elapsed().as_secs_f64())
+    }
+}
+
+/// The medians, spreads and ratios of `scenario` against `limit` (one value per round).
+fn print_judged(
+    report: &mut Report,
+    name: &str,
+    limit_name: &str,
+    limit: &[f64],
+    scenario: &[f64],
+) {
+    let what = Judged {
+        name,
+        unit: "GB/s",
+        limit_name,
+        rounds: scenario.len(),
+    };
+    let verdict = Verdict {
+        scenario: Spread::of(scenario),
+        limit: Spread::of(limit),
+    };
+    report.judged(&what, &verdict);
+}
+
+/// One size: per round the limit's put and get copies ([`CopyLimit`]), then a put of
+/// `ROUND_BYTES` in fresh keys (`batch` keys per call) from the same sources, a get of them
+/// all into the same destinations, and their removal (not timed).
 fn measure(
     report: &mut Report,
     client: &Client,
@@ -82,14 +128,16 @@ fn measure(
     size: usize,
     batch: usize,
     rounds: usize,
-    duration: Duration,
 ) -> Result<(), String> {
     let count = ROUND_BYTES / size;
     let src = Pool::new(4, size, 3);
     let mut dst = Pool::new(batch.max(4), size, 0);
-    let (mut memcpy, mut gets, mut puts) = (Vec::new(), Vec::new(), Vec::new());
+    let mut limit = CopyLimit::new(size, batch);
+    let (mut limit_puts, mut limit_gets) = (Vec::new(), Vec::new());
+    let (mut gets, mut puts) = (Vec::new(), Vec::new());
     for round in 0..rounds {
-        memcpy.push(limits::memcpy_gbps(size, duration));
+        limit_puts.push(limit.put(&src));
+        limit_gets.push(limit.get(&mut dst));
         let keys: Vec<String> = (0..count)
             .map(|i| format!("sh{size}-{round}-{i}"))
             .collect();
@@ -134,30 +182,25 @@ fn measure(
             }
         }
     }
-    let (memcpy, gets, puts) = (Series(memcpy), Series(gets), Series(puts));
     let label = match (size >= MIB, batch) {
         (true, _) => format!("{}MiB", size / MIB),
         (false, 1) => format!("{}KiB", size >> 10),
         (false, n) => format!("{n}x{}KiB batch", size >> 10),
     };
-    let limit = format!(
-        "memcpy 1 thread {}KiB (+-{:.0}%)",
-        size >> 10,
-        memcpy.spread_pct()
+    let set = ROUND_BYTES / MIB;
+    print_judged(
+        report,
+        &format!("same-host get {label}"),
+        &format!("memcpy same copies, {set}MiB set"),
+        &limit_gets,
+        &gets,
     );
-    report.line(
-        &format!("same-host get {label} (+-{:.0}%)", gets.spread_pct()),
-        gets.best(),
-        "GB/s",
-        &limit,
-        memcpy.best(),
-    );
-    report.line(
-        &format!("same-host put {label} (+-{:.0}%)", puts.spread_pct()),
-        puts.best(),
-        "GB/s",
-        &limit,
-        memcpy.best(),
+    print_judged(
+        report,
+        &format!("same-host put {label}"),
+        &format!("memcpy same copies, {set}MiB set"),
+        &limit_puts,
+        &puts,
     );
     Ok(())
 }

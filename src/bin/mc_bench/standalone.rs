@@ -1,12 +1,14 @@
 //! `mc_bench --standalone`: a dummy's 4 MiB get through its real client (a child process
-//! serving dummies, objects in its segment) against one-thread memcpy, measured interleaved
-//! in the same run (round i: memcpy for `duration`, then the dummy for `duration`), best of
-//! the rounds with the spread. Two dummy lines: into shared memory (zero-copy: one memcpy in
-//! the real client) and into ordinary memory (staged: a second copy in the dummy).
+//! serving dummies, objects in its segment) against one-thread memcpy of the same copies
+//! (from [`KEYS`] source blocks into 16 rotating destinations, as the gets), judged with
+//! `interleave::judge` (limit, scenario, … for the same duration each; medians, ratios and
+//! spreads). Two dummy lines: into shared memory (zero-copy: one memcpy in the real client)
+//! and into ordinary memory (staged: a second copy in the dummy).
 
-use crate::limits;
+use crate::interleave::judge;
+use crate::limits::{copy_between_gbps, Pool};
 use crate::report::Report;
-use crate::scenarios::{gbps, spawn_child, MIB};
+use crate::scenarios::{gbps, spawn_child, Rounds, MIB};
 use mooncake_rs::client::{parse_size, Buf, Client, SetupConfig};
 use mooncake_rs::master::{MasterConfig, MasterService};
 use mooncake_rs::rpc::RpcServer;
@@ -17,7 +19,8 @@ use std::time::{Duration, Instant};
 
 const SIZE: usize = 4 * MIB;
 const KEYS: usize = 32;
-const ROUNDS: usize = 5;
+/// Destination blocks the gets rotate over.
+const DESTINATIONS: usize = 16;
 
 /// Child mode: a real client with a segment on `args[0]`'s master that serves dummies;
 /// prints `READY <name>` and serves until stdin closes.
@@ -59,13 +62,6 @@ pub fn serve_real_client(args: &[String]) -> i32 {
     0
 }
 
-/// Best and worst of `samples`.
-fn spread(samples: &[f64]) -> (f64, f64) {
-    samples
-        .iter()
-        .fold((0.0f64, f64::MAX), |(hi, lo), s| (hi.max(*s), lo.min(*s)))
-}
-
 /// GB/s of 4 MiB gets for `duration`, each into `dst(i)`.
 fn gets(client: &Client, duration: Duration, dst: impl Fn(usize) -> usize) -> Result<f64, String> {
     let (mut bytes, mut i) = (0u64, 0usize);
@@ -87,7 +83,8 @@ fn gets(client: &Client, duration: Duration, dst: impl Fn(usize) -> usize) -> Re
 }
 
 /// The scenario; see the module doc.
-pub fn run(report: &mut Report, duration: Duration) -> Result<(), String> {
+pub fn run(report: &mut Report, rounds: Rounds) -> Result<(), String> {
+    let duration = rounds.duration;
     let service = MasterService::new(MasterConfig::default());
     let rpc = RpcServer::start("127.0.0.1:0".parse().map_err(|_| "addr")?, service.clone())
         .map_err(|e| format!("rpc server: {e}"))?;
@@ -100,7 +97,7 @@ pub fn run(report: &mut Report, duration: Duration) -> Result<(), String> {
         )
     })?;
     let shared = ShmPool::global()
-        .alloc((16 * SIZE) as u64, "bench")
+        .alloc((DESTINATIONS * SIZE) as u64, "bench")
         .map_err(|e| format!("shm: {e}"))?;
     let value = vec![5u8; SIZE];
     for k in 0..KEYS {
@@ -108,36 +105,33 @@ pub fn run(report: &mut Report, duration: Duration) -> Result<(), String> {
             .put_from(&format!("sa{k}"), &value, &ReplicateConfig::default())
             .map_err(|e| format!("put: {e}"))?;
     }
-    let mut heap = limits::Pool::new(16, SIZE, 0);
+    let mut heap = Pool::new(DESTINATIONS, SIZE, 0);
     let heap_addrs: Vec<usize> = heap
         .bufs
         .iter_mut()
         .map(|b| b.as_mut_ptr() as usize)
         .collect();
-    let (mut memcpy, mut zero_copy, mut staged) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        memcpy.push(limits::memcpy_gbps(SIZE, duration));
-        zero_copy.push(gets(&client, duration, |i| {
-            shared.addr() + (i % 16) * SIZE
-        })?);
-        staged.push(gets(&client, duration, |i| heap_addrs[i % 16])?);
-    }
-    let (limit, limit_low) = spread(&memcpy);
-    report.limit("memcpy 1 thread 4MiB (interleaved)", limit, "GB/s");
-    for (label, samples) in [("zero-copy", &zero_copy), ("staged", &staged)] {
-        let (best, worst) = spread(samples);
-        report.line(
-            &format!("dummy get 4MiB {label}"),
-            best,
-            "GB/s",
-            "memcpy 1 thread (interleaved)",
-            limit,
-        );
-        eprintln!(
-            "  dummy get 4MiB {label}: best of {ROUNDS} {best:.2} GB/s (worst {worst:.2}); \
-             memcpy best {limit:.2} (worst {limit_low:.2})"
-        );
-    }
+    // The limit's sources and destinations: as many blocks as the gets read and write.
+    let limit_src = Pool::new(KEYS, SIZE, 5);
+    let mut limit_dst = Pool::new(DESTINATIONS, SIZE, 0);
+    let limit_name = format!("memcpy {KEYS} -> {DESTINATIONS} x 4MiB");
+    let mut limit = || Ok(copy_between_gbps(&limit_src, &mut limit_dst, duration));
+    judge(
+        report,
+        &rounds.judged("dummy get 4MiB zero-copy", "GB/s", &limit_name),
+        &mut limit,
+        || {
+            gets(&client, duration, |i| {
+                shared.addr() + (i % DESTINATIONS) * SIZE
+            })
+        },
+    )?;
+    judge(
+        report,
+        &rounds.judged("dummy get 4MiB staged", "GB/s", &limit_name),
+        &mut limit,
+        || gets(&client, duration, |i| heap_addrs[i % DESTINATIONS]),
+    )?;
     let stats = client.dummy_stats().unwrap_or_default();
     eprintln!(
         "  link: {} bytes zero-copy, {} bytes staged",
