@@ -20,6 +20,8 @@ mod checker;
 mod cluster;
 mod faults;
 mod journal;
+mod netns;
+mod p2p_ops;
 mod peer_front;
 mod proxy;
 mod report;
@@ -39,6 +41,8 @@ pub struct Settings {
     pub keys: usize,
     pub max_value: usize,
     pub segment: String,
+    /// How long past its deadline a worker may still be in a call before it counts as hung
+    /// (each call's own limit is [`checker::call_limit_ns`]).
     pub call_limit: Duration,
     pub dir: std::path::PathBuf,
     pub markdown: bool,
@@ -53,7 +57,7 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
         keys: 48,
         max_value: 1 << 20,
         segment: "6 MB".into(),
-        call_limit: Duration::from_secs(40),
+        call_limit: Duration::from_secs(50),
         dir: std::path::PathBuf::new(),
         markdown: false,
     };
@@ -104,6 +108,8 @@ fn worker_args(args: &[String]) -> Result<worker::WorkerArgs, String> {
     Ok(worker::WorkerArgs {
         master: get("--master")?,
         metadata: get("--metadata")?,
+        p2p_master: get("--p2p-master")?,
+        p2p_host: get("--p2p-host")?,
         worker: number("--worker")?,
         incarnation: number("--incarnation")?,
         seed: number("--seed")?,
