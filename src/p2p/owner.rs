@@ -23,6 +23,7 @@ use super::api::{ReadGrant, RemoteBufferDesc, RemoteRead, RemoteWrite, WriteGran
 use super::counters::{bump, Counters, P2pCounters};
 use super::quarantine::Quarantine;
 use super::records::{Leased, RecordTable};
+use super::registration::Registration;
 use super::tiered::{AllocationHandle, TieredBackend};
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{deadline, MasterApi};
@@ -96,6 +97,8 @@ pub(crate) struct DataManager {
     stage_delay: Duration,
     quarantine: Duration,
     held: Quarantine<AllocationHandle>,
+    /// Whether the master still routes our keys to us; reads are refused while it may not.
+    registration: Registration,
 }
 
 fn check_key(key: &str) -> Result<()> {
@@ -124,6 +127,7 @@ impl DataManager {
             stage_delay: Duration::from_millis(delay_ms),
             quarantine: parts.quarantine,
             held: Quarantine::default(),
+            registration: Registration::new(),
         }
     }
 
@@ -267,6 +271,7 @@ impl DataManager {
 
     fn pin(&self, key: &str) -> Result<ReadGrant> {
         check_key(key)?;
+        self.registration.check_serving()?;
         let now = Instant::now();
         let mut shard = self.pins.shard(key);
         if shard.take_expired(key, now).is_some() {
@@ -442,6 +447,7 @@ impl DataManager {
     ///
     /// Errors: `OBJECT_NOT_FOUND`; `INVALID_PARAMS` when the target is too small.
     fn value_for(&self, item: &RemoteRead) -> Result<AllocationHandle> {
+        self.registration.check_serving()?;
         match self.backend.get(&item.key) {
             None => fail(ErrorCode::ObjectNotFound, format!("no key {}", item.key)),
             Some(handle) if handle.len() > item.target.len => fail(
@@ -511,6 +517,7 @@ impl DataManager {
     ///
     /// Errors: `OBJECT_NOT_FOUND`; `INVALID_PARAMS` when `buffer` is too small.
     pub(crate) fn get_local(&self, key: &str, buffer: &mut [u8]) -> Result<u64> {
+        self.registration.check_serving()?;
         let Some(handle) = self.backend.get(key) else {
             return fail(ErrorCode::ObjectNotFound, format!("no key {key}"));
         };
@@ -572,6 +579,28 @@ impl DataManager {
         drop(pins);
         drop(value);
         Ok(())
+    }
+
+    /// This owner's standing with the master (the ping thread updates it).
+    pub(crate) fn registration(&self) -> &Registration {
+        &self.registration
+    }
+
+    /// After publishing `keys` again: drops every key whose route the master refused
+    /// (`answers[i]` an error: another owner holds it now), so no reader with an old route
+    /// gets its old value. Returns how many went.
+    pub(crate) fn drop_refused(&self, keys: &[String], answers: &[Result<()>]) -> usize {
+        let refused: Vec<&String> = keys
+            .iter()
+            .zip(answers)
+            .filter(|(_, answer)| answer.is_err())
+            .map(|(key, _)| key)
+            .collect();
+        for key in &refused {
+            // Gone already (removed meanwhile) is fine.
+            let _ = self.remove_one(key);
+        }
+        refused.len()
     }
 
     fn remove(&self, keys: Vec<String>) -> Vec<Result<()>> {
