@@ -280,23 +280,21 @@ pub fn run(settings: &Settings) -> i32 {
         }
     };
     let mut rng = fastrand::Rng::with_seed(settings.seed);
-    let kinds: Vec<&'static str> = match &cluster.netns {
-        Ok(ns) => {
-            println!(
-                "mc_chaos: p2p-owner-{PARTITIONED_OWNER} runs in a network namespace at {} (host end {})",
-                ns.inner_ip, ns.host_ip
-            );
-            KINDS.to_vec()
-        }
+    let mut kinds: Vec<&'static str> = KINDS.to_vec();
+    match &cluster.netns {
+        Ok(ns) => println!(
+            "mc_chaos: p2p-owner-{PARTITIONED_OWNER} runs in a network namespace at {} (host end {})",
+            ns.inner_ip, ns.host_ip
+        ),
         Err(reason) => {
             println!("mc_chaos: partition fault SKIPPED: {reason}");
-            KINDS
-                .iter()
-                .copied()
-                .filter(|k| *k != "partition")
-                .collect()
+            kinds.retain(|k| *k != "partition");
         }
-    };
+    }
+    if !settings.p2p_master_restarts {
+        println!("mc_chaos: kill_p2p_master off (--p2p-master-restarts turns it on)");
+        kinds.retain(|k| *k != "kill_p2p_master");
+    }
     let mut windows: Vec<FaultWindow> = Vec::new();
     let mut problems: Vec<String> = Vec::new();
     // Faults stop a little before the workers' deadline so every restart settles.

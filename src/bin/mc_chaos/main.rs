@@ -12,7 +12,8 @@
 //! and descriptor counts and RSS must be bounded.
 //!
 //! Usage: `mc_chaos [--seed N] [--duration SECS] [--workers N] [--owners N] [--keys N]
-//! [--max-value BYTES] [--segment SIZE] [--call-limit-ms MS] [--dir PATH] [--markdown]`.
+//! [--max-value BYTES] [--segment SIZE] [--call-limit-ms MS] [--dir PATH] [--markdown]
+//! [--p2p-master-restarts]`.
 //! Exit code 0: no violation; 1: violations (printed with the seed, the key's history and
 //! the faults around it); 2: bad arguments or the cluster could not start.
 
@@ -46,6 +47,9 @@ pub struct Settings {
     pub call_limit: Duration,
     pub dir: std::path::PathBuf,
     pub markdown: bool,
+    /// Also SIGKILL and restart the P2P master (`kill_p2p_master`): off by default, it finds
+    /// an open bug (docs/chaos.md, "Not covered yet").
+    pub p2p_master_restarts: bool,
 }
 
 fn parse_settings(args: &[String]) -> Result<Settings, String> {
@@ -60,11 +64,16 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
         call_limit: Duration::from_secs(50),
         dir: std::path::PathBuf::new(),
         markdown: false,
+        p2p_master_restarts: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         if flag == "--markdown" {
             settings.markdown = true;
+            continue;
+        }
+        if flag == "--p2p-master-restarts" {
+            settings.p2p_master_restarts = true;
             continue;
         }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
