@@ -77,3 +77,72 @@ fn an_expired_owner_never_serves_a_key_taken_over_while_it_was_gone() {
         "the old owner's untouched key never came back"
     );
 }
+
+/// The owner's RPC service, called directly (as an accessor with a cached route would).
+fn direct(owner: &P2pOwnerProcess) -> RemotePeer<RpcClient<PeerInterface>> {
+    RemotePeer(RpcClient::new(&owner.rpc_addr, Timeouts::default()))
+}
+
+#[test]
+fn a_value_is_visible_only_once_the_master_accepted_its_route() {
+    let master = Master::start(&["--deployment_mode=P2P"]);
+    let holder = P2pOwnerProcess::start(&master.addr(), &[], &[]);
+    let other = P2pOwnerProcess::start(&master.addr(), &[], &[]);
+    let client = p2p_accessor(&master.addr(), TransferDirection::Reverse);
+    client.put("k", &pattern(4096, 1), &to(&holder)).unwrap();
+    // `other` has no "k": it grants a PreWrite, but the master will refuse its route.
+    let peer = direct(&other);
+    let grant = peer.pre_write("k".into(), 4096).unwrap();
+    master.signal(libc::SIGSTOP);
+    let committing = {
+        let peer = direct(&other);
+        std::thread::spawn(move || peer.write_commit("k".into(), grant.write_operation_id))
+    };
+    // The commit now waits for the stopped master. The value must not be readable yet.
+    let watch = Instant::now();
+    let mut seen = Vec::new();
+    while watch.elapsed() < Duration::from_millis(500) {
+        seen.push(peer.pin_key("k".into()));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    master.signal(libc::SIGCONT);
+    assert_eq!(
+        committing.join().unwrap(),
+        Err(ErrorCode::ObjectAlreadyExists)
+    );
+    assert!(
+        seen.iter()
+            .all(|pinned| matches!(pinned, Err(ErrorCode::ObjectNotFound))),
+        "the owner served a value whose commit the master then refused: {:?}",
+        seen.iter().find(|p| p.is_ok())
+    );
+}
+
+#[test]
+fn no_prewrite_of_a_key_while_its_route_is_being_withdrawn() {
+    let master = Master::start(&["--deployment_mode=P2P"]);
+    let owner = P2pOwnerProcess::start(&master.addr(), &[], &[]);
+    let client = p2p_accessor(&master.addr(), TransferDirection::Reverse);
+    client.put("k", &pattern(4096, 1), &to(&owner)).unwrap();
+    master.signal(libc::SIGSTOP);
+    let removing = {
+        let peer = direct(&owner);
+        std::thread::spawn(move || peer.remove_data(vec!["k".into()]))
+    };
+    // The removal hid "k" and now waits for the stopped master to withdraw its route. A new
+    // write of "k" here would be committed and routed, and then lose its route to the late
+    // withdrawal: an unrouted value that readers with a cached route still get.
+    let peer = direct(&owner);
+    let hidden = wait_until(Duration::from_secs(5), || {
+        matches!(peer.pin_key("k".into()), Err(ErrorCode::ObjectNotFound))
+    });
+    assert!(hidden, "the removal never hid the key");
+    let during = peer.pre_write("k".into(), 4096);
+    master.signal(libc::SIGCONT);
+    let removed = removing.join().unwrap();
+    assert_eq!(removed, Ok(vec![Ok(())]));
+    assert!(
+        matches!(during, Err(ErrorCode::ObjectReplicaBusy)),
+        "a PreWrite was granted while the key's route was being withdrawn: {during:?}"
+    );
+}
