@@ -1,6 +1,7 @@
 //! The chaos soak (`mc_chaos`, src/bin/mc_chaos/) as a bounded test: a real master, two
-//! owners and three workers under SIGKILL/SIGSTOP of every process and a fault-injecting
-//! proxy, checked by the independent checker. `MC_CHAOS_DURATION` (seconds, default 90) and
+//! owners and three workers, and a P2P master with two P2P owners (one in a network
+//! namespace when run as root) that the same workers use, under SIGKILL/SIGSTOP of every
+//! process, fault-injecting proxies and partitions, checked by the independent checker. `MC_CHAOS_DURATION` (seconds, default 90) and
 //! `MC_CHAOS_SEED` (default: fresh, printed) pick the run; a failure prints the seed, the
 //! key's history and the faults around it.
 
@@ -56,4 +57,31 @@ fn chaos_soak_finds_no_violation() {
     let status = status.unwrap_or_else(|| panic!("mc_chaos ran past {limit:?}:\n{output}"));
     assert!(status.success(), "mc_chaos failed ({status}):\n{output}");
     assert!(output.contains("| **all** |"), "no report:\n{output}");
+    for op in [
+        "p2p_put_fwd",
+        "p2p_put_rev",
+        "p2p_get_fwd",
+        "p2p_get_rev",
+        "p2p_remove",
+    ] {
+        assert!(
+            calls_of(&output, op) > 0,
+            "no {op} call in the report:\n{output}"
+        );
+    }
+    assert!(
+        output.contains(" partitions of p2p-owner-0")
+            || output.contains("partition fault was SKIPPED"),
+        "the report does not say how many partitions it did:\n{output}"
+    );
+}
+
+/// The `calls` column of `op`'s row in the report table.
+fn calls_of(report: &str, op: &str) -> u64 {
+    report
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("| {op} | ")))
+        .and_then(|rest| rest.split(" |").next())
+        .and_then(|calls| calls.trim().parse().ok())
+        .unwrap_or(0)
 }

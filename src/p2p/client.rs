@@ -504,24 +504,47 @@ impl Inner {
         (results, retry)
     }
 
-    /// The owner's liveness ping; re-registers with a master that forgot us.
+    /// The owner's liveness ping; re-registers with a master that forgot us, publishing our
+    /// keys again and dropping those it refused (another owner took them while we were gone),
+    /// and confirms our standing ([`super::registration`]) only once the master knows all our
+    /// keys.
     fn ping(&self) {
         let (Some(me), Some(owner)) = (&self.me, &self.owner) else {
             return;
         };
+        let registration = owner.registration();
+        let sent_at = std::time::Instant::now();
         match self.master.ping(me.client) {
-            Ok(answer) if answer.status == ClientStatus::NeedRemount => {
-                tracing::warn!("master forgot this owner; registering again with its keys");
-                let (keys, sizes): (Vec<String>, Vec<u64>) = owner.keys().into_iter().unzip();
-                let again = self
-                    .master
-                    .p2p_register_owner(me.clone())
-                    .and_then(|()| self.master.p2p_add_keys(me.client, keys, sizes));
-                if let Err(code) = again {
-                    tracing::warn!(%code, "re-registration failed; will retry");
+            Ok(answer) => {
+                if answer.status == ClientStatus::NeedRemount {
+                    tracing::warn!("master forgot this owner; registering again with its keys");
+                    registration.forgotten();
+                    if let Err(code) = self.master.p2p_register_owner(me.clone()) {
+                        tracing::warn!(%code, "re-registration failed; will retry");
+                        return;
+                    }
                 }
+                if registration.must_republish() {
+                    let (keys, sizes): (Vec<String>, Vec<u64>) = owner.keys().into_iter().unzip();
+                    match self.master.p2p_add_keys(me.client, keys.clone(), sizes) {
+                        Ok(answers) => {
+                            let dropped = owner.drop_refused(&keys, &answers);
+                            if dropped > 0 {
+                                tracing::warn!(
+                                    dropped,
+                                    "dropped keys the master now routes to another owner"
+                                );
+                            }
+                            registration.republished();
+                        }
+                        Err(code) => {
+                            tracing::warn!(%code, "publishing our keys again failed; will retry");
+                            return;
+                        }
+                    }
+                }
+                registration.confirm(sent_at);
             }
-            Ok(_) => {}
             Err(code) => tracing::warn!(%code, "master ping failed"),
         }
     }

@@ -5,7 +5,8 @@
 //! with transfer engines, never through the RPC channel.
 //!
 //! Files, one job each: [`config`] (setup arguments, tier JSON, direction), `tiered`
-//! (TieredBackend: tiers and committed keys), `records` (sharded lease tables), `quarantine` (space
+//! (TieredBackend: tiers and committed keys), `records` (sharded lease tables), `registration` (whether the master still routes
+//! this owner's keys: reads stop when it may not), `quarantine` (space
 //! held until no failed or expired transfer can touch it), `owner`
 //! (DataManager: the stage operations), [`api`] (the owner RPC list), `routing` (accessor
 //! routes and owner connections), `accessor` (FORWARD / REVERSE flows), [`counters`] and
@@ -19,6 +20,7 @@ pub mod counters;
 mod owner;
 mod quarantine;
 mod records;
+mod registration;
 mod routing;
 mod tiered;
 
@@ -31,3 +33,4 @@ pub use client::{P2pClient, RequestOptions};
 pub use config::{P2pSetupConfig, TieredConfig, TransferDirection, QUARANTINE_ENV};
 pub use counters::P2pCounters;
 pub use owner::DEBUG_TRANSFER_DELAY_ENV;
+pub use registration::FENCE_AFTER;

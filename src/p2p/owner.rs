@@ -23,11 +23,14 @@ use super::api::{ReadGrant, RemoteBufferDesc, RemoteRead, RemoteWrite, WriteGran
 use super::counters::{bump, Counters, P2pCounters};
 use super::quarantine::Quarantine;
 use super::records::{Leased, RecordTable};
+use super::registration::Registration;
 use super::tiered::{AllocationHandle, TieredBackend};
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{deadline, MasterApi};
 use crate::transfer::{copy, TransferEngine, TransferOp, TransferRequest};
 use crate::types::ClientId;
+use parking_lot::Mutex;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,6 +99,24 @@ pub(crate) struct DataManager {
     stage_delay: Duration,
     quarantine: Duration,
     held: Quarantine<AllocationHandle>,
+    /// Whether the master still routes our keys to us; reads are refused while it may not.
+    registration: Registration,
+    /// Keys whose route is being published (commit) or withdrawn (remove) at the master:
+    /// no PreWrite of them until that answer is in, so a late withdrawal can never strip
+    /// a newer value of its route.
+    routing: Mutex<HashSet<String>>,
+}
+
+/// Holds a key in [`DataManager::routing`] until dropped.
+struct RoutingGuard<'a> {
+    keys: &'a Mutex<HashSet<String>>,
+    key: String,
+}
+
+impl Drop for RoutingGuard<'_> {
+    fn drop(&mut self) {
+        self.keys.lock().remove(&self.key);
+    }
 }
 
 fn check_key(key: &str) -> Result<()> {
@@ -124,6 +145,8 @@ impl DataManager {
             stage_delay: Duration::from_millis(delay_ms),
             quarantine: parts.quarantine,
             held: Quarantine::default(),
+            registration: Registration::new(),
+            routing: Mutex::new(HashSet::new()),
         }
     }
 
@@ -174,10 +197,10 @@ impl DataManager {
             bump(&self.counters.pending_reclaimed_in_stage);
             self.retire_write(expired, now);
         }
-        if shard.get_mut(key).is_some() {
+        if shard.get_mut(key).is_some() || self.routing.lock().contains(key) {
             return fail(
                 ErrorCode::ObjectReplicaBusy,
-                format!("another PreWrite of key {key} is in progress; retry later"),
+                format!("another PreWrite or a removal of key {key} is in progress; retry later"),
             );
         }
         if self.backend.contains(key) {
@@ -242,19 +265,44 @@ impl DataManager {
         }
     }
 
+    /// Marks `key` as having its route changed at the master until the guard drops.
+    /// Errors: `OBJECT_REPLICA_BUSY` when it already is.
+    fn route_change(&self, key: &str) -> Result<RoutingGuard<'_>> {
+        if !self.routing.lock().insert(key.to_string()) {
+            return fail(
+                ErrorCode::ObjectReplicaBusy,
+                format!("the route of {key} is being changed; retry later"),
+            );
+        }
+        Ok(RoutingGuard {
+            keys: &self.routing,
+            key: key.to_string(),
+        })
+    }
+
+    /// The master routes the key to us first; only then is the value visible here, so no
+    /// reader ever gets a value whose route the master refused.
     fn commit(&self, key: &str, op: u64) -> Result<()> {
+        let _routing = self.route_change(key)?;
         let record = self.take_pending(key, op)?;
         let size = record.handle.len();
-        self.backend.commit(key, record.handle)?;
-        bump(&self.counters.pending_committed);
         let published = self
             .master
             .p2p_add_keys(self.id, vec![key.to_string()], vec![size])
             .and_then(|mut answers| answers.pop().unwrap_or(Err(ErrorCode::InternalError)));
+        // The writer's transfer has ended (it asks to commit only then), so an uncommitted
+        // value's space is freed at once, as a removed one's.
         if let Err(code) = published {
-            drop(self.backend.remove(key));
+            drop(record);
             return fail(code, format!("master refused the route of {key}"));
         }
+        if let Err(code) = self.backend.commit(key, record.handle) {
+            if let Err(e) = self.master.p2p_remove_keys(self.id, vec![key.to_string()]) {
+                tracing::warn!(%e, key, "could not withdraw the route of an uncommitted key");
+            }
+            return Err(code);
+        }
+        bump(&self.counters.pending_committed);
         Ok(())
     }
 
@@ -267,6 +315,7 @@ impl DataManager {
 
     fn pin(&self, key: &str) -> Result<ReadGrant> {
         check_key(key)?;
+        self.registration.check_serving()?;
         let now = Instant::now();
         let mut shard = self.pins.shard(key);
         if shard.take_expired(key, now).is_some() {
@@ -442,6 +491,7 @@ impl DataManager {
     ///
     /// Errors: `OBJECT_NOT_FOUND`; `INVALID_PARAMS` when the target is too small.
     fn value_for(&self, item: &RemoteRead) -> Result<AllocationHandle> {
+        self.registration.check_serving()?;
         match self.backend.get(&item.key) {
             None => fail(ErrorCode::ObjectNotFound, format!("no key {}", item.key)),
             Some(handle) if handle.len() > item.target.len => fail(
@@ -511,6 +561,7 @@ impl DataManager {
     ///
     /// Errors: `OBJECT_NOT_FOUND`; `INVALID_PARAMS` when `buffer` is too small.
     pub(crate) fn get_local(&self, key: &str, buffer: &mut [u8]) -> Result<u64> {
+        self.registration.check_serving()?;
         let Some(handle) = self.backend.get(key) else {
             return fail(ErrorCode::ObjectNotFound, format!("no key {key}"));
         };
@@ -574,8 +625,39 @@ impl DataManager {
         Ok(())
     }
 
+    /// This owner's standing with the master (the ping thread updates it).
+    pub(crate) fn registration(&self) -> &Registration {
+        &self.registration
+    }
+
+    /// After publishing `keys` again: drops every key whose route the master refused
+    /// (`answers[i]` an error: another owner holds it now), so no reader with an old route
+    /// gets its old value. Returns how many went.
+    pub(crate) fn drop_refused(&self, keys: &[String], answers: &[Result<()>]) -> usize {
+        let refused: Vec<&String> = keys
+            .iter()
+            .zip(answers)
+            .filter(|(_, answer)| answer.is_err())
+            .map(|(key, _)| key)
+            .collect();
+        for key in &refused {
+            // Gone already (removed meanwhile) is fine.
+            let _ = self.remove_one(key);
+        }
+        refused.len()
+    }
+
     fn remove(&self, keys: Vec<String>) -> Vec<Result<()>> {
-        let results: Vec<Result<()>> = keys.iter().map(|key| self.remove_one(key)).collect();
+        // Each removed key stays marked until the master withdrew its route (no new write
+        // of it may be routed before that withdrawal).
+        let mut routing = Vec::with_capacity(keys.len());
+        let results: Vec<Result<()>> = keys
+            .iter()
+            .map(|key| {
+                routing.push(self.route_change(key)?);
+                self.remove_one(key)
+            })
+            .collect();
         let removed: Vec<String> = keys
             .into_iter()
             .zip(&results)

@@ -488,6 +488,11 @@ impl P2pOwnerProcess {
         }
     }
 
+    /// Sends `signal` to the owner (see [`signal_child`]).
+    pub fn signal(&self, signal: i32) {
+        signal_child(&self.child, signal);
+    }
+
     /// SIGKILLs the owner.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -13,9 +13,19 @@
 //!
 //! A write that failed or never returned (its worker was killed) may have committed at any
 //! time after it began, so it supersedes nothing and is never superseded: the checks stay
-//! sound whatever the store did with it.
+//! sound whatever the store did with it. The exception: a write that failed with one of the
+//! [`DEFINITIVE`] codes is known not to have committed, so a read returning its version is a
+//! violation whenever it happened (also while the write was still in flight). The
+//! copying batch writes (`put_batch`, `upsert_batch`) return one code for the whole batch,
+//! so their failures stay possibly committed. A P2P put (`p2p_put_*`, `p2p_batch_put_*`)
+//! never overwrites (`OBJECT_ALREADY_EXISTS` for an existing key), so its success
+//! supersedes like an upsert's.
+//!
+//! Every call must return within its documented limit ([`call_limit_ns`]): the sum of the
+//! client timeouts of the stages on its path.
 
 use crate::journal::Event;
+use mooncake_rs::ErrorCode;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
@@ -43,10 +53,84 @@ struct Write {
     end: Option<(u64, i32)>,
 }
 
+/// Failure codes of a write that guarantee it did not commit: each is an answer from the
+/// master (or a P2P owner) that refused or discarded the write before making it visible, or
+/// a local failure after which the writer revokes instead of committing. Not here:
+/// `RPC_FAIL` / `RPC_TIMEOUT` (the end may have been applied and its answer lost),
+/// `INTERNAL_ERROR`, and a write that never returned.
+pub const DEFINITIVE: &[ErrorCode] = &[
+    ErrorCode::SegmentNotFound,
+    ErrorCode::ClientNotFound,
+    ErrorCode::NoAvailableHandle,
+    ErrorCode::InvalidParams,
+    ErrorCode::IllegalClient,
+    ErrorCode::InvalidWrite,
+    ErrorCode::InvalidReplica,
+    ErrorCode::ObjectNotFound,
+    ErrorCode::ObjectAlreadyExists,
+    ErrorCode::ObjectHasLease,
+    ErrorCode::LeaseExpired,
+    ErrorCode::ObjectReplicaBusy,
+    ErrorCode::TransferFail,
+    ErrorCode::TaskPendingLimitExceeded,
+    ErrorCode::Cancelled,
+    ErrorCode::StaleWriteToken,
+];
+
+/// Whether a write by `op` that failed with `rc` certainly did not commit.
+fn definitive(op: &str, rc: i32) -> bool {
+    !matches!(op, "put_batch" | "upsert_batch") && DEFINITIVE.iter().any(|c| c.code() == rc)
+}
+
+/// Whether the success of a write by `op` proves its bytes replaced any older version.
+fn supersedes(op: &str) -> bool {
+    op.starts_with("upsert") || op.starts_with("p2p_put") || op.starts_with("p2p_batch_put")
+}
+
+/// The client timeouts every worker runs with (milliseconds).
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    pub rpc_ms: u64,
+    pub connect_ms: u64,
+    pub transfer_ms: u64,
+}
+
+/// The documented bound of one call of `op`: per RPC on its path a connect and a request
+/// timeout, per transfer round a connect and a transfer timeout. Stages: a write asks
+/// (PutStart), moves the bytes, then ends or revokes; a read asks for replicas, moves the
+/// bytes and may release a pin; a session read adds its start and end, a multi-buffer read
+/// its size query; a P2P put may list owners, reserve, move and commit or revoke (the
+/// owner's own master call runs inside the accessor's commit timeout); a P2P read looks up
+/// the route, pins, moves and unpins, and retries once with a fresh route; a remove is one
+/// RPC (a P2P remove two: route, remove). On-stream calls run the same stages as their
+/// synchronous twins.
+pub fn call_limit_ns(op: &str, t: Timeouts) -> u64 {
+    let (rpcs, transfers) = match op {
+        "remove" | "batch_remove" | "remove_all" => (1, 0),
+        "p2p_remove" => (2, 0),
+        "session_get" | "get_multi" => (4, 1),
+        op if op.starts_with("p2p_put") || op.starts_with("p2p_batch_put") => (4, 1),
+        op if op.starts_with("p2p_") => (6, 2),
+        // Writes and the other reads.
+        _ => (3, 1),
+    };
+    let rpc = t.connect_ms + t.rpc_ms;
+    let transfer = t.connect_ms + t.transfer_ms;
+    (rpcs * rpc + transfers * transfer) * 1_000_000
+}
+
 impl Write {
     fn committed_at(&self) -> Option<u64> {
         match self.end {
             Some((at, 0)) => Some(at),
+            _ => None,
+        }
+    }
+
+    /// The code it failed with, when that proves it never committed.
+    fn definitely_failed(&self) -> Option<i32> {
+        match self.end {
+            Some((_, rc)) if rc != 0 && definitive(&self.op, rc) => Some(rc),
             _ => None,
         }
     }
@@ -101,6 +185,9 @@ pub struct OpCounts {
     pub ok: u64,
     pub failed: u64,
     pub violations: u64,
+    /// The longest call, and the documented limit of one.
+    pub worst_ns: u64,
+    pub limit_ns: u64,
     pub during: HashMap<&'static str, u64>,
 }
 
@@ -165,8 +252,9 @@ impl<'a> History<'a> {
         let mut committed: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
         for ((key, _), write) in &writes {
             // A successful put of a key that exists returns 0 without writing (Mooncake's
-            // `Put`), so only an upsert's success proves its bytes replaced the old ones.
-            if !write.op.starts_with("upsert") {
+            // `Put`), so only an upsert's (or a P2P put's) success proves its bytes replaced
+            // the old ones.
+            if !supersedes(&write.op) {
                 continue;
             }
             if let Some(end) = write.committed_at() {
@@ -196,6 +284,13 @@ impl<'a> History<'a> {
         if write.begin > re {
             return Some(format!(
                 "version {version:#x} was read before its write began"
+            ));
+        }
+        if let Some(rc) = write.definitely_failed() {
+            return Some(format!(
+                "version {version:#x} was read, but its {} failed with {rc} ({}): never committed",
+                write.op,
+                ErrorCode::from_i32(rc).map_or("?", ErrorCode::name)
             ));
         }
         let done = write.committed_at()?;
@@ -279,10 +374,10 @@ fn calls<'a>(events: &'a [Tagged], history: &'a History<'a>) -> Vec<Call<'a>> {
     calls
 }
 
-/// Checks `events` (all journals) against the rules above, with calls longer than
-/// `call_limit_ns` also violations. `faults` must be sorted by start and not overlap (the
-/// driver injects one at a time).
-pub fn check(events: &[Tagged], faults: &[FaultWindow], call_limit_ns: u64) -> Verdict {
+/// Checks `events` (all journals) against the rules above, with calls longer than their
+/// [`call_limit_ns`] under `timeouts` also violations. `faults` must be sorted by start and
+/// not overlap (the driver injects one at a time).
+pub fn check(events: &[Tagged], faults: &[FaultWindow], timeouts: Timeouts) -> Verdict {
     let history = History::new(events);
     let calls = calls(events, &history);
     let mut violations = Vec::new();
@@ -327,6 +422,7 @@ pub fn check(events: &[Tagged], faults: &[FaultWindow], call_limit_ns: u64) -> V
     for call in &calls {
         let took = call.end.saturating_sub(call.begin);
         longest = longest.max(took);
+        let call_limit_ns = call_limit_ns(call.op, timeouts);
         if took > call_limit_ns {
             violations.push(Violation {
                 key: call.key.into(),
@@ -342,6 +438,8 @@ pub fn check(events: &[Tagged], faults: &[FaultWindow], call_limit_ns: u64) -> V
         }
         let counts = ops.entry(call.op.to_string()).or_default();
         counts.calls += 1;
+        counts.worst_ns = counts.worst_ns.max(took);
+        counts.limit_ns = call_limit_ns;
         if call.ok {
             counts.ok += 1;
         } else {
@@ -421,11 +519,27 @@ mod tests {
         }
     }
 
+    const NO_LIMIT: Timeouts = Timeouts {
+        rpc_ms: u64::MAX / 64_000_000,
+        connect_ms: 0,
+        transfer_ms: 0,
+    };
+
     fn write(key: &str, version: u64, begin: u64, end: u64, rc: i32) -> [Tagged; 2] {
+        write_by("upsert", key, version, (begin, end), rc)
+    }
+
+    fn write_by(
+        op: &str,
+        key: &str,
+        version: u64,
+        (begin, end): (u64, u64),
+        rc: i32,
+    ) -> [Tagged; 2] {
         [
             tagged(Event::WriteBegin {
                 at: begin,
-                op: "upsert".into(),
+                op: op.into(),
                 key: key.into(),
                 version,
             }),
@@ -456,11 +570,11 @@ mod tests {
         events.extend(write("a", 2, 30, 40, 0));
         events.push(read("a", 2, 50, 60)); // fine
         events.push(read("a", 1, 35, 45)); // fine: overlaps the second write
-        assert!(check(&events, &[], u64::MAX).violations.is_empty());
+        assert!(check(&events, &[], NO_LIMIT).violations.is_empty());
         events.push(read("a", 1, 50, 60)); // stale
         events.push(read("a", 9, 50, 60)); // never written
         events.push(read("b", 1, 50, 60)); // another key's version
-        let verdict = check(&events, &[], u64::MAX);
+        let verdict = check(&events, &[], NO_LIMIT);
         assert_eq!(verdict.violations.len(), 3, "{:?}", verdict.violations);
         let mut removed: Vec<Tagged> = write("c", 5, 10, 20, 0).into();
         removed.push(tagged(Event::Remove {
@@ -471,7 +585,7 @@ mod tests {
             rc: 0,
         }));
         removed.push(read("c", 5, 30, 31));
-        assert!(check(&removed, &[], u64::MAX).violations.is_empty());
+        assert!(check(&removed, &[], NO_LIMIT).violations.is_empty());
         removed.push(tagged(Event::Remove {
             begin: 32,
             end: 33,
@@ -480,12 +594,12 @@ mod tests {
             rc: 0,
         }));
         removed.push(read("c", 5, 34, 35));
-        assert_eq!(check(&removed, &[], u64::MAX).violations.len(), 1);
+        assert_eq!(check(&removed, &[], NO_LIMIT).violations.len(), 1);
         // A failed or unfinished write may commit late: no constraint.
         let mut late: Vec<Tagged> = write("d", 1, 10, 20, -1).into();
         late.extend(write("d", 2, 30, 40, 0));
         late.push(read("d", 1, 50, 60));
-        assert!(check(&late, &[], u64::MAX).violations.is_empty());
+        assert!(check(&late, &[], NO_LIMIT).violations.is_empty());
         // A put's success may be a no-op on an existing key: it supersedes nothing.
         let mut noop: Vec<Tagged> = write("e", 1, 10, 20, 0).into();
         noop.push(tagged(Event::WriteBegin {
@@ -501,8 +615,55 @@ mod tests {
             rc: 0,
         }));
         noop.push(read("e", 1, 50, 60));
-        assert!(check(&noop, &[], u64::MAX).violations.is_empty());
-        // Slow calls.
-        assert_eq!(check(&late, &[], 5).violations.len(), 3);
+        assert!(check(&noop, &[], NO_LIMIT).violations.is_empty());
+        // Slow calls: with every timeout 0 each call of 10 ns is past its limit.
+        let instant = Timeouts {
+            rpc_ms: 0,
+            connect_ms: 0,
+            transfer_ms: 0,
+        };
+        assert_eq!(check(&late, &[], instant).violations.len(), 3);
+    }
+
+    #[test]
+    fn a_definitively_failed_write_is_never_read() {
+        let stale_token = ErrorCode::StaleWriteToken.code();
+        // Its bytes read back, even while it is in flight: a violation.
+        let mut events: Vec<Tagged> = write("a", 1, 10, 20, stale_token).into();
+        events.push(read("a", 1, 15, 16));
+        let verdict = check(&events, &[], NO_LIMIT);
+        assert_eq!(verdict.violations.len(), 1, "{:?}", verdict.violations);
+        assert!(verdict.violations[0].what.contains("STALE_WRITE_TOKEN"));
+        // RPC_FAIL may hide a commit whose answer was lost: no constraint.
+        let mut events: Vec<Tagged> = write("b", 1, 10, 20, ErrorCode::RpcFail.code()).into();
+        events.push(read("b", 1, 30, 31));
+        assert!(check(&events, &[], NO_LIMIT).violations.is_empty());
+        // A copying batch reports one code for every key: no constraint either.
+        let no_handle = ErrorCode::NoAvailableHandle.code();
+        let mut events: Vec<Tagged> = write_by("put_batch", "c", 1, (10, 20), no_handle).into();
+        events.push(read("c", 1, 30, 31));
+        assert!(check(&events, &[], NO_LIMIT).violations.is_empty());
+        let mut events: Vec<Tagged> = write_by("put_multi", "c", 1, (10, 20), no_handle).into();
+        events.push(read("c", 1, 30, 31));
+        assert_eq!(check(&events, &[], NO_LIMIT).violations.len(), 1);
+    }
+
+    #[test]
+    fn a_p2p_put_supersedes_and_limits_follow_the_stages() {
+        let mut events: Vec<Tagged> = write_by("p2p_put_rev", "p/1", 1, (10, 20), 0).into();
+        events.extend(write_by("p2p_batch_put_fwd", "p/1", 2, (30, 40), 0));
+        events.push(read("p/1", 1, 35, 45)); // overlaps the second put: fine
+        assert!(check(&events, &[], NO_LIMIT).violations.is_empty());
+        events.push(read("p/1", 1, 50, 60)); // after it: stale
+        assert_eq!(check(&events, &[], NO_LIMIT).violations.len(), 1);
+        let t = Timeouts {
+            rpc_ms: 5,
+            connect_ms: 1,
+            transfer_ms: 2,
+        };
+        assert_eq!(call_limit_ns("remove", t), 6_000_000);
+        assert_eq!(call_limit_ns("put", t), 21_000_000);
+        assert_eq!(call_limit_ns("p2p_get_fwd", t), 42_000_000);
+        assert_eq!(call_limit_ns("p2p_batch_put_rev", t), 27_000_000);
     }
 }

@@ -44,8 +44,8 @@ pub struct Proc {
     envs: Vec<(String, String)>,
     /// Wait for a `READY` line on stdout (mooncake_client) before counting it started.
     ready_line: bool,
-    /// Wait for this port to accept (mooncake_master).
-    ready_port: Option<u16>,
+    /// Wait for this address (`host:port`) to accept (mooncake_master).
+    ready_addr: Option<String>,
     child: Option<Child>,
     pub stopped: bool,
 }
@@ -63,7 +63,7 @@ impl Proc {
             args,
             envs,
             ready_line: false,
-            ready_port: None,
+            ready_addr: None,
             child: None,
             stopped: false,
         }
@@ -74,8 +74,12 @@ impl Proc {
         self
     }
 
-    pub fn ready_on_port(mut self, port: u16) -> Proc {
-        self.ready_port = Some(port);
+    pub fn ready_on_port(self, port: u16) -> Proc {
+        self.ready_on_addr(&format!("127.0.0.1:{port}"))
+    }
+
+    pub fn ready_on_addr(mut self, addr: &str) -> Proc {
+        self.ready_addr = Some(addr.to_string());
         self
     }
 
@@ -119,15 +123,14 @@ impl Proc {
                 return Err(format!("{}: not ready (first line {line:?})", self.label));
             }
         }
-        if let Some(port) = self.ready_port {
+        if let Some(addr) = &self.ready_addr {
             let up = wait_until(Duration::from_secs(20), || {
-                matches!(child.try_wait(), Ok(Some(_)))
-                    || TcpStream::connect(("127.0.0.1", port)).is_ok()
+                matches!(child.try_wait(), Ok(Some(_))) || TcpStream::connect(addr).is_ok()
             });
             if !up || !matches!(child.try_wait(), Ok(None)) {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("{}: not listening on {port}", self.label));
+                return Err(format!("{}: not listening on {addr}", self.label));
             }
         }
         self.child = Some(child);

@@ -1,9 +1,10 @@
 //! The run: starts the cluster, drives faults at seeded random times until the end, then
 //! runs the checker and the end-of-run accounting checks and prints the report.
 
-use crate::checker::{self, FaultWindow, Tagged};
+use crate::checker::{self, FaultWindow, Tagged, Timeouts};
 use crate::cluster::{free_port, http_get, metric, sibling, wait_until, Proc};
 use crate::journal::{self, now_ns};
+use crate::netns::Namespace;
 use crate::peer_front::{Directory, PROXIED_OWNER};
 use crate::proxy::{Mode, Proxy};
 use crate::{report, Settings};
@@ -24,9 +25,21 @@ pub const KINDS: &[&str] = &[
     "peer_delay",
     "peer_trickle",
     "peer_reset",
+    "kill_p2p_owner",
+    "stop_p2p_owner",
+    "kill_p2p_master",
+    "partition",
 ];
 
-/// Client-side timeouts given to every worker and owner, so a call's limit is known.
+/// The client timeouts of [`CLIENT_ENV`], for the checker's call limits.
+pub const TIMEOUTS: Timeouts = Timeouts {
+    rpc_ms: 5000,
+    connect_ms: 1000,
+    transfer_ms: 5000,
+};
+
+/// Client-side timeouts given to every worker and owner, so a call's limit is known (the
+/// same numbers as [`TIMEOUTS`]).
 const CLIENT_ENV: &[(&str, &str)] = &[
     ("MC_RPC_TIMEOUT_MS", "5000"),
     ("MC_RPC_CONNECT_TIMEOUT_MS", "1000"),
@@ -45,7 +58,22 @@ struct Cluster {
     directory: Directory,
     master_port: u16,
     metrics_port: u16,
+    /// The P2P cluster: its master (`--deployment_mode P2P`) and owners; owner
+    /// [`PARTITIONED_OWNER`] runs in [`Cluster::netns`] when there is one.
+    p2p_master: Proc,
+    p2p_owners: Vec<Proc>,
+    /// `host:port` of the P2P master, as workers and owners on the host dial it.
+    p2p_master_addr: String,
+    /// The host address of the P2P cluster (the veth's host end, else 127.0.0.1).
+    p2p_host: String,
+    /// Dropped last: the processes inside are gone by then.
+    netns: Result<Namespace, String>,
 }
+
+/// Owners of the P2P cluster; the first one is the partitioned one.
+const P2P_OWNERS: usize = 2;
+/// The P2P owner that runs in the network namespace.
+const PARTITIONED_OWNER: usize = 0;
 
 fn env() -> Vec<(String, String)> {
     CLIENT_ENV
@@ -85,20 +113,25 @@ impl Cluster {
             settings.max_value.to_string(),
             "--deadline-ns".into(),
             deadline_ns.to_string(),
+            "--p2p-master".into(),
+            self.p2p_master_addr.clone(),
+            "--p2p-host".into(),
+            self.p2p_host.clone(),
         ]
         .into()
     }
 
     fn start(settings: &Settings, deadline_ns: u64) -> Result<Cluster, String> {
         let mut ports: Vec<u16> = Vec::new();
-        while ports.len() < 3 + settings.owners {
+        while ports.len() < 5 + settings.owners {
             let port = free_port();
             if port != 0 && !ports.contains(&port) {
                 ports.push(port);
             }
         }
         let (master_port, metrics_port, metadata_port) = (ports[0], ports[1], ports[2]);
-        let owner_ports = &ports[3..];
+        let (p2p_port, p2p_metrics_port) = (ports[3], ports[4]);
+        let owner_ports = &ports[5..];
         let master_args = vec![
             format!("--rpc_port={master_port}"),
             "--rpc_address=127.0.0.1".into(),
@@ -152,6 +185,52 @@ impl Cluster {
             owners.push(owner);
         }
         let proxy = Proxy::start(master_port).map_err(|e| format!("proxy: {e}"))?;
+        let netns = Namespace::create();
+        let p2p_host = match &netns {
+            Ok(ns) => ns.host_ip.clone(),
+            Err(_) => "127.0.0.1".to_string(),
+        };
+        let p2p_master_addr = format!("{p2p_host}:{p2p_port}");
+        let p2p_master_args = vec![
+            "--deployment_mode=P2P".to_string(),
+            format!("--rpc_port={p2p_port}"),
+            format!("--rpc_address={p2p_host}"),
+            format!("--metrics_port={p2p_metrics_port}"),
+            "--metrics_host=127.0.0.1".into(),
+            "--client_ttl=2".into(),
+        ];
+        let mut p2p_master = Proc::new(
+            "p2p-master",
+            sibling("mooncake_master"),
+            p2p_master_args,
+            env(),
+        )
+        .ready_on_addr(&p2p_master_addr);
+        p2p_master.start()?;
+        let tier = mooncake_rs::client::parse_size(&settings.segment).unwrap_or(6 << 20);
+        let mut p2p_owners = Vec::new();
+        let owner_args = |host: &str| -> Vec<String> {
+            vec![
+                format!("--master_server_address={p2p_master_addr}"),
+                format!("--host={host}"),
+                "--deployment_mode=P2P".into(),
+                format!(
+                    r#"--tiered_backend_config={{"tiers":[{{"type":"DRAM","capacity":{tier},"priority":100,"allocator_type":"OFFSET"}}]}}"#
+                ),
+                "--local_buffer_size=4 MB".into(),
+            ]
+        };
+        for index in 0..P2P_OWNERS {
+            let program = sibling("mooncake_client");
+            let (program, args) = match (&netns, index == PARTITIONED_OWNER) {
+                (Ok(ns), true) => ns.wrap(program, owner_args(&ns.inner_ip)),
+                _ => (program, owner_args(&p2p_host)),
+            };
+            let mut owner =
+                Proc::new(&format!("p2p-owner-{index}"), program, args, env()).ready_on_line();
+            owner.start()?;
+            p2p_owners.push(owner);
+        }
         let mut cluster = Cluster {
             master,
             owners,
@@ -162,6 +241,11 @@ impl Cluster {
             directory,
             master_port,
             metrics_port,
+            p2p_master,
+            p2p_owners,
+            p2p_master_addr,
+            p2p_host,
+            netns,
         };
         let me = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
         for index in 0..settings.workers as usize {
@@ -196,17 +280,39 @@ pub fn run(settings: &Settings) -> i32 {
         }
     };
     let mut rng = fastrand::Rng::with_seed(settings.seed);
+    let mut kinds: Vec<&'static str> = KINDS.to_vec();
+    match &cluster.netns {
+        Ok(ns) => println!(
+            "mc_chaos: p2p-owner-{PARTITIONED_OWNER} runs in a network namespace at {} (host end {})",
+            ns.inner_ip, ns.host_ip
+        ),
+        Err(reason) => {
+            println!("mc_chaos: partition fault SKIPPED: {reason}");
+            kinds.retain(|k| *k != "partition");
+        }
+    }
+    if !settings.p2p_master_restarts {
+        println!("mc_chaos: kill_p2p_master off (--p2p-master-restarts turns it on)");
+        kinds.retain(|k| *k != "kill_p2p_master");
+    }
     let mut windows: Vec<FaultWindow> = Vec::new();
     let mut problems: Vec<String> = Vec::new();
     // Faults stop a little before the workers' deadline so every restart settles.
     let faults_until = deadline_ns.saturating_sub(5_000_000_000);
+    let mut round: Vec<&'static str> = Vec::new();
     std::thread::sleep(Duration::from_secs(2));
     while now_ns() < faults_until {
         std::thread::sleep(Duration::from_millis(rng.u64(300..2500)));
         if now_ns() >= faults_until {
             break;
         }
-        let kind = KINDS[rng.usize(0..KINDS.len())];
+        // Rounds of every kind in a seeded order: each kind comes once per round, so a run
+        // of a round's length sees them all.
+        if round.is_empty() {
+            round = kinds.clone();
+            rng.shuffle(&mut round);
+        }
+        let Some(kind) = round.pop() else { break };
         match inject(&mut cluster, settings, kind, &mut rng, deadline_ns) {
             Ok(window) => {
                 println!(
@@ -263,13 +369,18 @@ pub fn run(settings: &Settings) -> i32 {
             }
         }
     }
-    let verdict = checker::check(&events, &windows, settings.call_limit.as_nanos() as u64);
+    let verdict = checker::check(&events, &windows, TIMEOUTS);
     let elapsed = Duration::from_nanos(now_ns() - started);
+    let partitions = windows.iter().filter(|w| w.kind == "partition").count();
+    let notes = vec![match &cluster.netns {
+        Ok(_) => format!("{partitions} partitions of p2p-owner-{PARTITIONED_OWNER}"),
+        Err(reason) => format!("0 partitions: the partition fault was SKIPPED ({reason})"),
+    }];
     report::print(
         settings,
         &verdict,
         &windows,
-        &problems,
+        (&problems, &notes),
         &accounting,
         elapsed,
     );
@@ -340,6 +451,35 @@ fn inject(
             std::thread::sleep(pause);
             cluster.master.cont();
             "master".into()
+        }
+        "kill_p2p_owner" | "stop_p2p_owner" => {
+            let index = rng.usize(0..cluster.p2p_owners.len());
+            let owner = &mut cluster.p2p_owners[index];
+            if kind == "kill_p2p_owner" {
+                owner.kill();
+                std::thread::sleep(Duration::from_millis(rng.u64(50..1000)));
+                owner.start()?;
+            } else {
+                owner.stop();
+                std::thread::sleep(pause);
+                owner.cont();
+            }
+            owner.label.clone()
+        }
+        "kill_p2p_master" => {
+            cluster.p2p_master.kill();
+            std::thread::sleep(Duration::from_millis(rng.u64(50..1500)));
+            cluster.p2p_master.start()?;
+            "p2p-master".into()
+        }
+        "partition" => {
+            let ns = cluster.netns.as_ref().map_err(Clone::clone)?;
+            // Up to twice the P2P master's client TTL (2 s): long ones make it drop the
+            // owner and its routes, which the owner re-registers once the link is back.
+            ns.partition(true)?;
+            std::thread::sleep(Duration::from_millis(rng.u64(200..4000)));
+            ns.partition(false)?;
+            cluster.p2p_owners[PARTITIONED_OWNER].label.clone()
         }
         _ => {
             let mode = match kind {
@@ -443,8 +583,9 @@ fn end_checks(
     }
     checker.teardown();
     let segment = mooncake_rs::client::parse_size(&settings.segment).unwrap_or(0);
-    let mut servers: Vec<&Proc> = vec![&cluster.master];
+    let mut servers: Vec<&Proc> = vec![&cluster.master, &cluster.p2p_master];
     servers.extend(cluster.owners.iter());
+    servers.extend(cluster.p2p_owners.iter());
     for server in servers {
         match server.usage() {
             Some((fds, rss)) => {
@@ -460,4 +601,22 @@ fn end_checks(
         }
     }
     accounting
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CLIENT_ENV, TIMEOUTS};
+
+    #[test]
+    fn the_checker_limits_use_the_timeouts_the_clients_get() {
+        let get = |name: &str| {
+            CLIENT_ENV
+                .iter()
+                .find(|(k, _)| *k == name)
+                .and_then(|(_, v)| v.parse::<u64>().ok())
+        };
+        assert_eq!(get("MC_RPC_TIMEOUT_MS"), Some(TIMEOUTS.rpc_ms));
+        assert_eq!(get("MC_RPC_CONNECT_TIMEOUT_MS"), Some(TIMEOUTS.connect_ms));
+        assert_eq!(get("MC_TRANSFER_TIMEOUT_MS"), Some(TIMEOUTS.transfer_ms));
+    }
 }

@@ -12,7 +12,8 @@
 //! and descriptor counts and RSS must be bounded.
 //!
 //! Usage: `mc_chaos [--seed N] [--duration SECS] [--workers N] [--owners N] [--keys N]
-//! [--max-value BYTES] [--segment SIZE] [--call-limit-ms MS] [--dir PATH] [--markdown]`.
+//! [--max-value BYTES] [--segment SIZE] [--call-limit-ms MS] [--dir PATH] [--markdown]
+//! [--p2p-master-restarts]`.
 //! Exit code 0: no violation; 1: violations (printed with the seed, the key's history and
 //! the faults around it); 2: bad arguments or the cluster could not start.
 
@@ -20,6 +21,8 @@ mod checker;
 mod cluster;
 mod faults;
 mod journal;
+mod netns;
+mod p2p_ops;
 mod peer_front;
 mod proxy;
 mod report;
@@ -39,9 +42,14 @@ pub struct Settings {
     pub keys: usize,
     pub max_value: usize,
     pub segment: String,
+    /// How long past its deadline a worker may still be in a call before it counts as hung
+    /// (each call's own limit is [`checker::call_limit_ns`]).
     pub call_limit: Duration,
     pub dir: std::path::PathBuf,
     pub markdown: bool,
+    /// Also SIGKILL and restart the P2P master (`kill_p2p_master`): off by default, it finds
+    /// an open bug (docs/chaos.md, "Not covered yet").
+    pub p2p_master_restarts: bool,
 }
 
 fn parse_settings(args: &[String]) -> Result<Settings, String> {
@@ -53,14 +61,19 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
         keys: 48,
         max_value: 1 << 20,
         segment: "6 MB".into(),
-        call_limit: Duration::from_secs(40),
+        call_limit: Duration::from_secs(50),
         dir: std::path::PathBuf::new(),
         markdown: false,
+        p2p_master_restarts: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         if flag == "--markdown" {
             settings.markdown = true;
+            continue;
+        }
+        if flag == "--p2p-master-restarts" {
+            settings.p2p_master_restarts = true;
             continue;
         }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -104,6 +117,8 @@ fn worker_args(args: &[String]) -> Result<worker::WorkerArgs, String> {
     Ok(worker::WorkerArgs {
         master: get("--master")?,
         metadata: get("--metadata")?,
+        p2p_master: get("--p2p-master")?,
+        p2p_host: get("--p2p-host")?,
         worker: number("--worker")?,
         incarnation: number("--incarnation")?,
         seed: number("--seed")?,

@@ -12,7 +12,7 @@ pub fn print(
     settings: &Settings,
     verdict: &Verdict,
     windows: &[FaultWindow],
-    problems: &[String],
+    (problems, notes): (&[String], &[String]),
     accounting: &Accounting,
     elapsed: Duration,
 ) {
@@ -35,8 +35,8 @@ pub fn print(
         header.push_str(&format!(" during {kind} |"));
         rule.push_str("---:|");
     }
-    header.push_str(" violations |");
-    rule.push_str("---:|");
+    header.push_str(" worst ms | limit ms | violations |");
+    rule.push_str("---:|---:|---:|");
     println!("{header}");
     println!("{rule}");
     let mut totals = [0u64; 4];
@@ -52,7 +52,12 @@ pub fn print(
             during_totals[i] += n;
             row.push_str(&format!(" {n} |"));
         }
-        row.push_str(&format!(" {} |", counts.violations));
+        row.push_str(&format!(
+            " {} | {} | {} |",
+            counts.worst_ns / 1_000_000,
+            counts.limit_ns / 1_000_000,
+            counts.violations
+        ));
         totals[0] += counts.calls;
         totals[1] += counts.ok;
         totals[2] += counts.failed;
@@ -66,7 +71,11 @@ pub fn print(
     for n in &during_totals {
         row.push_str(&format!(" {n} |"));
     }
-    row.push_str(&format!(" {} |", verdict.violations.len()));
+    row.push_str(&format!(
+        " {} | | {} |",
+        verdict.longest_call_ns / 1_000_000,
+        verdict.violations.len()
+    ));
     println!("{row}");
     let mut row = String::from("| **faults injected** | | | |");
     for kind in KINDS {
@@ -75,7 +84,7 @@ pub fn print(
             windows.iter().filter(|w| w.kind == *kind).count()
         ));
     }
-    row.push_str(" |");
+    row.push_str(" | | |");
     println!("{row}");
     println!();
     println!(
@@ -90,6 +99,9 @@ pub fn print(
     );
     for (label, fds, rss) in &accounting.usage {
         println!("  {label}: {fds} fds, {} MiB resident", rss >> 20);
+    }
+    for note in notes {
+        println!("{note}");
     }
     for problem in problems {
         println!("PROBLEM: {problem}");

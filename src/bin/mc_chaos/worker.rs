@@ -7,6 +7,7 @@
 use crate::journal::{now_ns, Event, Journal};
 use crate::value;
 use mooncake_rs::client::{Client, RangeRequest, SetupConfig};
+use mooncake_rs::p2p::{P2pClient, P2pSetupConfig};
 use mooncake_rs::stream::HostStream;
 use mooncake_rs::types::ReplicateConfig;
 use mooncake_rs::ErrorCode;
@@ -17,6 +18,10 @@ pub struct WorkerArgs {
     pub master: String,
     /// The metadata server URL (`http://…/metadata`).
     pub metadata: String,
+    /// The P2P cluster's master (`host:port`) and the host this worker's P2P accessor binds
+    /// and advertises (reachable from every P2P owner, also one in a network namespace).
+    pub p2p_master: String,
+    pub p2p_host: String,
     pub worker: u64,
     pub incarnation: u64,
     pub seed: u64,
@@ -47,6 +52,15 @@ pub const OPS: &[(&str, u32)] = &[
     ("remove_all", 1),
     ("stream_put", 5),
     ("stream_get", 6),
+    ("p2p_put_fwd", 4),
+    ("p2p_put_rev", 4),
+    ("p2p_batch_put_fwd", 2),
+    ("p2p_batch_put_rev", 2),
+    ("p2p_get_fwd", 5),
+    ("p2p_get_rev", 5),
+    ("p2p_batch_get_fwd", 2),
+    ("p2p_batch_get_rev", 2),
+    ("p2p_remove", 6),
 ];
 
 fn rc<T>(result: &Result<T, ErrorCode>) -> i32 {
@@ -69,6 +83,8 @@ pub(crate) struct Worker {
     pub(crate) config: ReplicateConfig,
     /// The stream of the on-stream operations ([`crate::stream_ops`]); drained after each.
     pub(crate) stream: HostStream,
+    /// The accessor of the P2P cluster ([`crate::p2p_ops`]).
+    pub(crate) p2p: P2pClient,
 }
 
 /// Runs a worker; the exit code (0 at the deadline, 3 when setup never succeeded, 4 when
@@ -102,6 +118,26 @@ pub fn run(args: WorkerArgs) -> i32 {
             }
         }
     };
+    let p2p = loop {
+        let config = P2pSetupConfig {
+            local_hostname: args.p2p_host.clone(),
+            tiered_backend_config_json: r#"{"tiers":[]}"#.into(),
+            local_buffer_size: 32 * args.max_value.max(value::HEADER_LEN) as u64,
+            master_server_addr: args.p2p_master.clone(),
+            ..P2pSetupConfig::default()
+        };
+        match P2pClient::setup_p2p(config) {
+            Ok(p2p) => break p2p,
+            Err(code) if now_ns() < args.deadline_ns => {
+                eprintln!("worker {}: P2P setup: {code:?}; retrying", args.worker);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(code) => {
+                eprintln!("worker {}: P2P setup: {code:?}", args.worker);
+                return 3;
+            }
+        }
+    };
     let stream = match HostStream::new() {
         Ok(stream) => stream,
         Err(err) => {
@@ -118,6 +154,7 @@ pub fn run(args: WorkerArgs) -> i32 {
         sequence: 0,
         config: ReplicateConfig::default(),
         stream,
+        p2p,
         args,
         journal,
     };
@@ -146,18 +183,28 @@ pub fn run(args: WorkerArgs) -> i32 {
     }
     let _ = worker.client.unregister_buffer(addr);
     worker.client.teardown();
+    worker.p2p.teardown();
     0
 }
 
 impl Worker {
     fn key(&mut self) -> String {
-        format!("k/{}", self.rng.usize(0..self.args.keys))
+        self.key_in("k")
+    }
+
+    fn key_in(&mut self, prefix: &str) -> String {
+        format!("{prefix}/{}", self.rng.usize(0..self.args.keys))
     }
 
     pub(crate) fn distinct_keys(&mut self, count: usize) -> Vec<String> {
+        self.distinct_keys_in("k", count)
+    }
+
+    /// `count` distinct keys of the key space `prefix/N`.
+    pub(crate) fn distinct_keys_in(&mut self, prefix: &str, count: usize) -> Vec<String> {
         let mut keys: Vec<String> = Vec::with_capacity(count);
         while keys.len() < count.min(self.args.keys) {
-            let key = self.key();
+            let key = self.key_in(prefix);
             if !keys.contains(&key) {
                 keys.push(key);
             }
@@ -193,6 +240,13 @@ impl Worker {
             "remove" | "batch_remove" | "remove_all" => self.remove(op),
             "stream_get" => self.stream_get(),
             "stream_put" => self.stream_put(),
+            "p2p_remove" => self.p2p_remove(),
+            p2p if p2p.starts_with("p2p_put") || p2p.starts_with("p2p_batch_put") => {
+                self.p2p_put(p2p)
+            }
+            p2p if p2p.starts_with("p2p_get") || p2p.starts_with("p2p_batch_get") => {
+                self.p2p_get(p2p)
+            }
             _ => Ok(()),
         }
     }

@@ -1,0 +1,100 @@
+//! An owner's standing with the master: whether the master still routes this owner's keys to
+//! it, as far as the owner can know. The master expires an owner that did not ping for its
+//! client TTL and drops its routes; another owner may then take any of its keys, and the
+//! master may have restarted and forgotten it. Until the owner has re-registered (and dropped
+//! every key the master refused), accessors holding an old route could read a value that a
+//! newer put has replaced.
+//!
+//! So an owner serves reads only while *confirmed*: within [`FENCE_AFTER`] of sending the
+//! last ping the master answered as usual (or the re-registration it accepted). Because
+//! the master expires an owner no earlier than its client TTL after the last ping it
+//! received, an owner it expired is unconfirmed whenever it runs again, provided the TTL
+//! is at least [`FENCE_AFTER`] (the master's `--client_ttl` is whole seconds, default 10;
+//! the soak and the test harness use 2). Thread-safe: one leaf lock and one atomic.
+
+use crate::error::{fail, ErrorCode, Result};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long after sending its last confirmed ping an owner still serves reads: twice the
+/// ping interval, at most the master's client TTL.
+pub const FENCE_AFTER: Duration = Duration::from_secs(2);
+
+/// The owner's confirmation state. Created confirmed (the owner registers at setup).
+pub(crate) struct Registration {
+    confirmed_at: Mutex<Instant>,
+    /// Set when the master forgot us; cleared once all our keys were published again.
+    republish: AtomicBool,
+}
+
+impl Registration {
+    pub(crate) fn new() -> Registration {
+        Registration {
+            confirmed_at: Mutex::new(Instant::now()),
+            republish: AtomicBool::new(false),
+        }
+    }
+
+    /// The master knew this owner and all its keys as of `sent_at` (when the ping or the
+    /// re-registration it answered was sent). Never moves the confirmation back.
+    pub(crate) fn confirm(&self, sent_at: Instant) {
+        let mut confirmed = self.confirmed_at.lock();
+        if sent_at > *confirmed {
+            *confirmed = sent_at;
+        }
+    }
+
+    /// The master answered that it does not know this owner: its keys must be published again
+    /// before it is confirmed.
+    pub(crate) fn forgotten(&self) {
+        self.republish.store(true, Ordering::Release);
+    }
+
+    /// Whether the keys still have to be published again.
+    pub(crate) fn must_republish(&self) -> bool {
+        self.republish.load(Ordering::Acquire)
+    }
+
+    /// All keys were published again.
+    pub(crate) fn republished(&self) {
+        self.republish.store(false, Ordering::Release);
+    }
+
+    /// Errors: `OBJECT_NOT_FOUND` (the accessor then asks the master for a fresh route) while
+    /// unconfirmed for [`FENCE_AFTER`] or longer.
+    pub(crate) fn check_serving(&self) -> Result<()> {
+        let age = self.confirmed_at.lock().elapsed();
+        if age >= FENCE_AFTER {
+            return fail(
+                ErrorCode::ObjectNotFound,
+                format!(
+                    "this owner is unconfirmed by the master for {age:?}; it serves no reads until it re-registered"
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_stop_once_unconfirmed_and_resume_when_confirmed() {
+        let registration = Registration::new();
+        assert!(registration.check_serving().is_ok());
+        let long_ago = Instant::now() - FENCE_AFTER;
+        *registration.confirmed_at.lock() = long_ago;
+        assert_eq!(registration.check_serving(), Err(ErrorCode::ObjectNotFound));
+        registration.confirm(long_ago - Duration::from_secs(1));
+        assert!(registration.check_serving().is_err(), "moved back");
+        registration.confirm(Instant::now());
+        assert!(registration.check_serving().is_ok());
+        registration.forgotten();
+        assert!(registration.must_republish());
+        registration.republished();
+        assert!(!registration.must_republish());
+    }
+}
