@@ -32,20 +32,28 @@ impl MasterService {
             .clients
             .expire(Instant::now(), self.config.client_ttl());
         for client in expired {
-            tracing::info!(%client, "client expired");
-            for segment in self.segments.segments_of(client) {
-                if let Err(e) = self.segments.unmount(client, segment) {
-                    tracing::warn!(%client, %segment, error = %e, "cannot unmount the expired client's segment");
-                }
-            }
-            self.release_pins(self.pins.take_client(client));
-            let keys = self.routes.drop_owner(client);
-            if keys > 0 {
-                tracing::info!(%client, keys, "dropped the expired owner's P2P routes");
-            }
-            self.purge(Some(client));
-            Counters::add(&self.counters.clients_expired, 1);
+            self.retire_client(client);
         }
+    }
+
+    /// Releases everything an expired `client` held: its segments, pins, P2P routes and the
+    /// objects only it could serve; then ends its retirement, so a re-registration that was
+    /// waiting proceeds on a clean slate.
+    pub(super) fn retire_client(&self, client: crate::types::ClientId) {
+        tracing::info!(%client, "client expired");
+        for segment in self.segments.segments_of(client) {
+            if let Err(e) = self.segments.unmount(client, segment) {
+                tracing::warn!(%client, %segment, error = %e, "cannot unmount the expired client's segment");
+            }
+        }
+        self.release_pins(self.pins.take_client(client));
+        let keys = self.routes.drop_owner(client);
+        if keys > 0 {
+            tracing::info!(%client, keys, "dropped the expired owner's P2P routes");
+        }
+        self.purge(Some(client));
+        Counters::add(&self.counters.clients_expired, 1);
+        self.clients.retired(client);
     }
 
     /// Erases writes neither ended nor revoked within `put_start_release_timeout`, freeing

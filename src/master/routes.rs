@@ -262,4 +262,54 @@ mod tests {
             Err(ErrorCode::UnavailableInCurrentMode)
         );
     }
+
+    /// An owner whose ping lands while the monitor is still retiring it (between forgetting
+    /// its liveness and dropping its routes) re-registers and republishes its keys; the
+    /// republished routes must survive the rest of the retirement, or the master would count
+    /// the owner alive while routing none of its keys (the chaos soak's P2P violations).
+    #[test]
+    fn an_owner_reregistering_during_its_expiry_keeps_its_republished_routes() {
+        let master = std::sync::Arc::new(MasterService::new(MasterConfig {
+            deployment_mode: DeploymentMode::P2p,
+            client_ttl_ms: Some(3_600_000),
+            ..MasterConfig::default()
+        }));
+        let a = owner(3000);
+        master.p2p_register_owner(a.clone()).unwrap();
+        let keys = vec!["k".to_string()];
+        master
+            .p2p_add_keys(a.client, keys.clone(), vec![8])
+            .unwrap();
+        // The monitor's first step, as if a's lease had run out.
+        let far = std::time::Instant::now() + Duration::from_secs(7_200);
+        let expired = master.clients.expire(far, Duration::from_secs(3_600));
+        assert_eq!(expired, vec![a.client]);
+        assert_eq!(
+            master.ping(a.client).unwrap().status,
+            crate::types::ClientStatus::NeedRemount
+        );
+        // The owner answers NeedRemount at once: re-register, republish.
+        let owner_side = {
+            let (master, a, keys) = (master.clone(), a.clone(), keys.clone());
+            std::thread::spawn(move || {
+                master.p2p_register_owner(a.clone()).unwrap();
+                master.p2p_add_keys(a.client, keys, vec![8]).unwrap()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        // The monitor's second step.
+        master.retire_client(a.client);
+        let republished = owner_side.join().unwrap();
+        assert_eq!(republished, vec![Ok(())]);
+        assert_eq!(
+            master.ping(a.client).unwrap().status,
+            crate::types::ClientStatus::Ok
+        );
+        let routes = master.p2p_get_routes(keys).unwrap();
+        assert_eq!(
+            routes[0].as_ref().map(|r| r.owner.clone()),
+            Ok(a),
+            "the owner is alive but the master routes none of its keys"
+        );
+    }
 }
