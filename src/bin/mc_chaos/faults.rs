@@ -434,7 +434,7 @@ fn inject(
                 cluster.directory.refresh(index)?;
             } else {
                 owner.stop();
-                std::thread::sleep(pause);
+                std::thread::sleep(pause.min(settings.p2p_outage_max));
                 owner.cont();
             }
             owner.label.clone()
@@ -477,7 +477,8 @@ fn inject(
             // Up to twice the P2P master's client TTL (2 s): long ones make it drop the
             // owner and its routes, which the owner re-registers once the link is back.
             ns.partition(true)?;
-            std::thread::sleep(Duration::from_millis(rng.u64(200..4000)));
+            let longest = settings.p2p_outage_max.as_millis() as u64;
+            std::thread::sleep(Duration::from_millis(rng.u64(200..longest)));
             ns.partition(false)?;
             cluster.p2p_owners[PARTITIONED_OWNER].label.clone()
         }
