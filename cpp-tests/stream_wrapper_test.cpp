@@ -149,6 +149,18 @@ TEST_F(StreamWrapperTest, PerKeyErrorsLandInTheTicket) {
     std::vector<char> value = put_kv("present", 7);
     std::vector<char> a(value.size()), b(16);
     HostStream stream;
+
+    // Ranges outside a session: a per-key -600, no master call. Checked first, while no
+    // earlier ticket's pins are still being released (that unpin is a master call of its own,
+    // made at the ticket's release point: a CI run counted it here, 6 calls for 5).
+    int64_t calls = test::metric(client->handle(), "master_calls");
+    OnStreamResult none = client->batch_get_into_multi_buffer_ranges_on_stream(
+        {key("no-session")}, {{b.data()}}, {{b.size()}}, {{0}}, MC_STREAM_HOST, stream.get());
+    ASSERT_EQ(none.rc, 0) << test::last_error();
+    EXPECT_EQ(none.ticket.wait(kStreamWaitMs), test::kInvalidParams);
+    EXPECT_EQ(none.ticket.results(), std::vector<int64_t>{test::kInvalidParams});
+    EXPECT_EQ(test::metric(client->handle(), "master_calls"), calls);
+
     OnStreamResult r = client->batch_get_into_on_stream({key("present"), key("missing")},
                                                         {a.data(), b.data()}, {a.size(), b.size()},
                                                         MC_STREAM_HOST, stream.get());
@@ -159,14 +171,6 @@ TEST_F(StreamWrapperTest, PerKeyErrorsLandInTheTicket) {
     EXPECT_EQ(*r.ticket.status_word(), test::kObjectNotFound);
     EXPECT_EQ(a, value);  // the good key still arrived
 
-    // Ranges outside a session: a per-key -600, no master call.
-    int64_t calls = test::metric(client->handle(), "master_calls");
-    OnStreamResult none = client->batch_get_into_multi_buffer_ranges_on_stream(
-        {key("no-session")}, {{b.data()}}, {{b.size()}}, {{0}}, MC_STREAM_HOST, stream.get());
-    ASSERT_EQ(none.rc, 0) << test::last_error();
-    EXPECT_EQ(none.ticket.wait(kStreamWaitMs), test::kInvalidParams);
-    EXPECT_EQ(none.ticket.results(), std::vector<int64_t>{test::kInvalidParams});
-    EXPECT_EQ(test::metric(client->handle(), "master_calls"), calls);
     EXPECT_EQ(client->batch_get_session_end({key("present")}), 0);
 }
 
