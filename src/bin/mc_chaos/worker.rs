@@ -374,35 +374,9 @@ impl Worker {
         key: &str,
         result: Result<&[u8], ErrorCode>,
     ) -> std::io::Result<()> {
-        let end = now_ns();
-        let event = match result {
-            Err(code) => Event::Read {
-                begin,
-                end,
-                op: op.into(),
-                key: key.into(),
-                version: 0,
-                rc: code.code(),
-            },
-            Ok(bytes) => match value::check_whole(bytes, key) {
-                Ok(version) => Event::Read {
-                    begin,
-                    end,
-                    op: op.into(),
-                    key: key.into(),
-                    version,
-                    rc: 0,
-                },
-                Err(detail) => Event::Corrupt {
-                    begin,
-                    end,
-                    op: op.into(),
-                    key: key.into(),
-                    detail,
-                },
-            },
-        };
-        self.journal.record(&event)
+        let checked = result.map(|bytes| value::check_whole(bytes, key));
+        self.journal
+            .record(&read_event((op, begin, now_ns()), key, checked))
     }
 
     fn get(&mut self) -> std::io::Result<()> {
@@ -475,32 +449,8 @@ impl Worker {
                 Ok(version)
             })
         });
-        let event = match checked {
-            Err(code) => Event::Read {
-                begin,
-                end,
-                op: op.into(),
-                key: key.into(),
-                version: 0,
-                rc: code.code(),
-            },
-            Ok(Ok(version)) => Event::Read {
-                begin,
-                end,
-                op: op.into(),
-                key: key.into(),
-                version,
-                rc: 0,
-            },
-            Ok(Err(detail)) => Event::Corrupt {
-                begin,
-                end,
-                op: op.into(),
-                key: key.into(),
-                detail,
-            },
-        };
-        self.journal.record(&event)
+        self.journal
+            .record(&read_event((op, begin, end), key, checked))
     }
 
     fn get_ranges(&mut self) -> std::io::Result<()> {
@@ -592,5 +542,40 @@ impl Worker {
             })?;
         }
         Ok(())
+    }
+}
+
+/// The journal event of a checked read over `[begin, end]`: the call's error code, the
+/// version whose bytes it returned, or what was wrong with them.
+fn read_event(
+    (op, begin, end): (&str, u64, u64),
+    key: &str,
+    checked: Result<Result<u64, String>, ErrorCode>,
+) -> Event {
+    let (op, key) = (op.to_string(), key.to_string());
+    match checked {
+        Err(code) => Event::Read {
+            begin,
+            end,
+            op,
+            key,
+            version: 0,
+            rc: code.code(),
+        },
+        Ok(Ok(version)) => Event::Read {
+            begin,
+            end,
+            op,
+            key,
+            version,
+            rc: 0,
+        },
+        Ok(Err(detail)) => Event::Corrupt {
+            begin,
+            end,
+            op,
+            key,
+            detail,
+        },
     }
 }
