@@ -232,6 +232,46 @@ fn invalid_configuration_is_refused_clearly() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid master configuration"));
 }
 
+/// The master binds its HTTP listeners before its RPC port accepts, so a master whose RPC
+/// port accepts serves metadata and metrics too, and one whose HTTP port is taken exits
+/// before any client can reach it.
+#[test]
+fn http_listeners_are_bound_before_the_rpc_port() {
+    let mut held: Vec<std::net::TcpListener> = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let [rpc, metrics, metadata] = [0, 1, 2].map(|i| held[i].local_addr().unwrap().port());
+    let refusal = || {
+        let out = Command::new(MASTER)
+            .args([
+                format!("--rpc_port={rpc}"),
+                "--rpc_address=127.0.0.1".into(),
+                format!("--metrics_port={metrics}"),
+                "--metrics_host=127.0.0.1".into(),
+                "--enable_http_metadata_server=true".into(),
+                format!("--http_metadata_server_port={metadata}"),
+                "--http_metadata_server_host=127.0.0.1".into(),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = refusal();
+    assert!(
+        stderr.contains(&format!("cannot serve metrics on port {metrics}"))
+            && !stderr.contains("RPC server"),
+        "{stderr}"
+    );
+    drop(held.swap_remove(1));
+    let stderr = refusal();
+    assert!(
+        stderr.contains(&format!("cannot serve metadata on port {metadata}"))
+            && !stderr.contains("RPC server"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn metrics_endpoint_reports_objects_segments_and_rpcs() {
     let master = Master::start(&[]);
@@ -256,6 +296,7 @@ fn metrics_endpoint_reports_objects_segments_and_rpcs() {
 
 #[test]
 fn peers_are_found_through_the_http_metadata_server() {
+    // Master::start picks its own ports and starts again on others when this one is taken.
     let http_port = free_port();
     let master = Master::start(&[
         "--enable_http_metadata_server=true",

@@ -5,13 +5,14 @@ use super::glog::GlogFlags;
 use super::Program;
 use crate::master::{MasterConfig, MasterInterface, MasterService};
 use crate::rpc::server::{ServerLimits, ServerOptions};
+use crate::rpc::stats::RpcStats;
 use crate::rpc::{
     metadata_handler, HttpRequest, HttpResponse, HttpServer, MetadataStore, RpcServer,
 };
 use crate::types::DeploymentMode;
 use clap::Parser;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
@@ -209,22 +210,21 @@ fn run(flags: Flags) -> Result<(), String> {
         limits: limits_from(&flags),
         ..ServerOptions::master(threads)
     };
-    let api: Arc<dyn crate::master::MasterApi> = service.clone();
-    let rpc =
-        RpcServer::serve_with::<MasterInterface>(socket(&flags.rpc_address, port)?, api, options)
-            .map_err(|e| {
-            format!(
-                "cannot start the RPC server on {}:{port}: {e}",
-                flags.rpc_address
-            )
-        })?;
+    // The HTTP listeners are bound first: a master whose RPC port accepts serves them too,
+    // and one that cannot bind them exits before any client reaches it. `/metrics` shows the
+    // RPC counters once the RPC server exists (it is started right after).
+    let rpc_stats: Arc<OnceLock<Arc<RpcStats>>> = Arc::default();
     let _metrics = if flags.enable_metric_reporting {
         let service = Arc::clone(&service);
-        let stats = rpc.stats();
+        let rpc_stats = Arc::clone(&rpc_stats);
         let handler = move |request: &HttpRequest| match request.path.as_str() {
             "/health" => HttpResponse::text(200, "OK\n"),
             "/metrics" => {
-                HttpResponse::text(200, service.prometheus_text() + &stats.prometheus_text())
+                let rpc_text = rpc_stats.get().map(|s| s.prometheus_text());
+                HttpResponse::text(
+                    200,
+                    service.prometheus_text() + &rpc_text.unwrap_or_default(),
+                )
             }
             _ => HttpResponse::text(404, "not found\n"),
         };
@@ -258,6 +258,16 @@ fn run(flags: Flags) -> Result<(), String> {
     } else {
         None
     };
+    let api: Arc<dyn crate::master::MasterApi> = service.clone();
+    let rpc =
+        RpcServer::serve_with::<MasterInterface>(socket(&flags.rpc_address, port)?, api, options)
+            .map_err(|e| {
+            format!(
+                "cannot start the RPC server on {}:{port}: {e}",
+                flags.rpc_address
+            )
+        })?;
+    let _ = rpc_stats.set(rpc.stats());
     tracing::info!(rpc = %rpc.local_addr(), "mooncake_master ready");
     crate::wait_for_termination();
     rpc.shutdown();
