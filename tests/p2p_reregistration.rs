@@ -146,3 +146,57 @@ fn no_prewrite_of_a_key_while_its_route_is_being_withdrawn() {
         "a PreWrite was granted while the key's route was being withdrawn: {during:?}"
     );
 }
+
+/// A key written elsewhere and then removed while its first owner was expired has no route
+/// when that owner comes back; the owner must not route its superseded value again (found by
+/// the 30-minute chaos soak: stale P2P reads after a partition longer than the TTL).
+#[test]
+fn an_expired_owner_never_republishes_a_key_rewritten_and_removed_while_it_was_gone() {
+    let master = Master::start(&["--deployment_mode=P2P"]);
+    let old_owner = P2pOwnerProcess::start(&master.addr(), &[], &[]);
+    let new_owner = P2pOwnerProcess::start(&master.addr(), &[], &[]);
+    let client = p2p_accessor(&master.addr(), TransferDirection::Reverse);
+    let old = pattern(4096, 1);
+    client.put("rewritten", &old, &to(&old_owner)).unwrap();
+    client.put("kept", &old, &to(&old_owner)).unwrap();
+
+    old_owner.signal(libc::SIGSTOP);
+    assert!(
+        wait_until(Duration::from_secs(10), || !client
+            .is_exist("kept")
+            .unwrap_or(true)),
+        "the master never expired the stopped owner"
+    );
+    client
+        .put("rewritten", &pattern(4096, 2), &to(&new_owner))
+        .unwrap();
+    client.remove("rewritten").unwrap();
+    old_owner.signal(libc::SIGCONT);
+
+    let forward = RequestOptions::direction(TransferDirection::Forward);
+    assert!(
+        wait_until(Duration::from_secs(5), || client
+            .get("kept", &forward)
+            .is_ok_and(|v| v == old)),
+        "the old owner's untouched key never came back"
+    );
+    let watch = Instant::now();
+    while watch.elapsed() < Duration::from_secs(2) {
+        let read = client.get("rewritten", &forward);
+        assert!(
+            matches!(read, Err(ErrorCode::ObjectNotFound)),
+            "{:?} after the re-registration: a removed key came back with a value its newer, \
+             removed write had superseded: {:?}",
+            watch.elapsed(),
+            read.map(|v| v == old)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        matches!(
+            direct(&old_owner).pin_key("rewritten".into()),
+            Err(ErrorCode::ObjectNotFound)
+        ),
+        "the old owner still holds the superseded value"
+    );
+}

@@ -78,6 +78,12 @@ rpc_interface! {
     /// `OBJECT_ALREADY_EXISTS` when another owner holds it (idempotent for the same owner),
     /// `CLIENT_NOT_FOUND` for an unregistered owner, `INVALID_PARAMS` for bad arguments.
     fn p2p_add_keys(client: ClientId, keys: Vec<String>, sizes: Vec<u64>) -> Result<Vec<Result<()>>>;
+    /// P2P: after re-registering, an owner the master expired routes again the keys it still
+    /// holds; `view_version` is the master view it last saw confirmed. Per key: `OBJECT_NOT_FOUND`
+    /// when the key was written, taken or removed since the expiry (or the claim aged out), so
+    /// the owner must drop its value; otherwise as [`MasterApi::p2p_add_keys`], which a
+    /// restarted master (another `view_version`) applies instead.
+    fn p2p_reclaim_keys(client: ClientId, view_version: u64, keys: Vec<String>, sizes: Vec<u64>) -> Result<Vec<Result<()>>>;
     /// P2P: forgets keys held by `client`. Per key: `OBJECT_NOT_FOUND` when it holds no such key.
     fn p2p_remove_keys(client: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>>;
     /// P2P: the owner and size of each key, or `OBJECT_NOT_FOUND`.

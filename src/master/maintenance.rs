@@ -17,6 +17,10 @@ use std::time::{Duration, Instant};
 /// Longest interval between scans for abandoned writes.
 const RECLAIM_PERIOD: Duration = Duration::from_secs(1);
 
+/// How long the keys of an expired P2P owner stay reclaimable (see `route_claims`); an owner
+/// gone longer drops them when it comes back.
+pub(crate) const EXPIRED_CLAIM_AGE: Duration = Duration::from_secs(600);
+
 impl MasterService {
     /// One round of the eviction thread.
     pub(super) fn eviction_tick(&self) {
@@ -27,12 +31,18 @@ impl MasterService {
     }
 
     /// One round of the client monitor: expires clients not seen for `client_ttl`.
+    /// Also forgets expired owners' route claims older than [`EXPIRED_CLAIM_AGE`].
     pub(super) fn client_tick(&self) {
-        let expired = self
-            .clients
-            .expire(Instant::now(), self.config.client_ttl());
+        let now = Instant::now();
+        let expired = self.clients.expire(now, self.config.client_ttl());
         for client in expired {
             self.retire_client(client);
+        }
+        if let Some(cutoff) = now.checked_sub(EXPIRED_CLAIM_AGE) {
+            let forgotten = self.routes.prune_claims(cutoff);
+            if forgotten > 0 {
+                tracing::info!(forgotten, "forgot route claims of owners expired long ago");
+            }
         }
     }
 
@@ -47,7 +57,7 @@ impl MasterService {
             }
         }
         self.release_pins(self.pins.take_client(client));
-        let keys = self.routes.drop_owner(client);
+        let keys = self.routes.drop_owner(client, Instant::now());
         if keys > 0 {
             tracing::info!(%client, keys, "dropped the expired owner's P2P routes");
         }

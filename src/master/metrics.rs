@@ -44,6 +44,8 @@ pub struct MasterMetrics {
     pub objects: u64,
     /// P2P mode: keys routed to owner clients.
     pub p2p_keys: u64,
+    /// P2P mode: keys of expired owners they may still reclaim (see `route_claims`).
+    pub p2p_claimed_keys: u64,
     /// Allocated bytes over all segments.
     pub bytes_used: u64,
     /// Capacity over all segments.
@@ -86,13 +88,19 @@ impl MasterMetrics {
     pub fn prometheus_text(&self) -> String {
         let mut out = String::new();
         let cluster = escape_label(&self.cluster_id);
-        let scalars: [(&str, &str, &str, u64); 13] = [
+        let scalars: [(&str, &str, &str, u64); 14] = [
             ("objects", "gauge", "Keys in the object table", self.objects),
             (
                 "p2p_keys",
                 "gauge",
                 "Keys routed to P2P owners",
                 self.p2p_keys,
+            ),
+            (
+                "p2p_claimed_keys",
+                "gauge",
+                "Keys of expired P2P owners they may still reclaim",
+                self.p2p_claimed_keys,
             ),
             (
                 "bytes_used",

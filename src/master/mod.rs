@@ -15,6 +15,7 @@ mod objects;
 mod pins;
 mod reads;
 mod removal;
+mod route_claims;
 mod routes;
 mod segments;
 mod service;

@@ -1,9 +1,14 @@
 //! P2P routing metadata: which owner client holds each key, and its size. In P2P (V3) mode
 //! this is all the master keeps about objects; owners store the bytes themselves.
 //!
+//! An expired owner's keys become claims ([`super::route_claims`]): when it comes back it
+//! reclaims them ([`MasterApi::p2p_reclaim_keys`](crate::master::MasterApi::p2p_reclaim_keys))
+//! and gets back only those nobody routed meanwhile.
+//!
 //! Thread-safety: one `parking_lot::RwLock` (lookups share it), a leaf lock taken after the
 //! client table, never together with object shards or segments.
 
+use super::route_claims::ExpiredClaims;
 use super::service::{check_key, MasterService};
 use crate::error::{fail, ErrorCode, Result};
 use crate::types::{ClientId, DeploymentMode, P2pOwner, P2pRoute};
@@ -15,6 +20,37 @@ use std::time::Instant;
 struct Routes {
     owners: HashMap<ClientId, (P2pOwner, HashSet<String>)>,
     keys: HashMap<String, (ClientId, u64)>,
+    claims: ExpiredClaims,
+}
+
+impl Routes {
+    /// Routes `key` (checked) to the registered `client` unless another owner holds it; ends
+    /// any claim on it.
+    fn insert(&mut self, client: ClientId, key: String, size: u64) -> Result<()> {
+        let Routes {
+            owners,
+            keys,
+            claims,
+        } = self;
+        let Some((_, owned)) = owners.get_mut(&client) else {
+            return fail(
+                ErrorCode::ClientNotFound,
+                format!("owner {client} is not registered"),
+            );
+        };
+        match keys.get(&key) {
+            Some((holder, _)) if *holder != client => fail(
+                ErrorCode::ObjectAlreadyExists,
+                format!("key {key} is held by owner {holder}"),
+            ),
+            _ => {
+                claims.end(&key);
+                owned.insert(key.clone());
+                keys.insert(key, (client, size));
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Key → owner routes and the registered owners.
@@ -40,30 +76,39 @@ impl RouteTable {
         routes.owners.values().map(|(o, _)| o.clone()).collect()
     }
 
+    /// Routes `key` to `client`; ends any expired owner's claim on it (this is a newer write).
     fn add(&self, client: ClientId, key: String, size: u64) -> Result<()> {
         check_key(&key)?;
         if size == 0 {
             return fail(ErrorCode::InvalidParams, format!("key {key}: size 0"));
         }
         let mut routes = self.inner.write();
-        let Routes { owners, keys } = &mut *routes;
-        let Some((_, owned)) = owners.get_mut(&client) else {
-            return fail(
-                ErrorCode::ClientNotFound,
-                format!("owner {client} is not registered"),
-            );
-        };
-        match keys.get(&key) {
-            Some((holder, _)) if *holder != client => fail(
-                ErrorCode::ObjectAlreadyExists,
-                format!("key {key} is held by owner {holder}"),
-            ),
-            _ => {
-                owned.insert(key.clone());
-                keys.insert(key, (client, size));
-                Ok(())
-            }
+        routes.insert(client, key, size)
+    }
+
+    /// Routes `key` to `client` again after its expiry, if `client` held it then with `size`
+    /// bytes and nobody routed it since (or `client` already did so, a retried reclaim).
+    fn reclaim(&self, client: ClientId, key: String, size: u64) -> Result<()> {
+        check_key(&key)?;
+        let mut routes = self.inner.write();
+        if routes.keys.get(&key) == Some(&(client, size)) {
+            return Ok(());
         }
+        if !routes.claims.holds(client, &key, size) {
+            return fail(
+                ErrorCode::ObjectNotFound,
+                format!(
+                    "owner {client} no longer claims key {key}: it was written, removed or \
+                     its claim aged out while the owner was expired"
+                ),
+            );
+        }
+        routes.insert(client, key, size)
+    }
+
+    /// Ends the reclaim of `client`: claims it did not reclaim are forgotten.
+    fn end_reclaim(&self, client: ClientId) {
+        self.inner.write().claims.forget_owner(client);
     }
 
     fn remove(&self, client: ClientId, key: &str) -> Result<()> {
@@ -99,21 +144,39 @@ impl RouteTable {
         }
     }
 
-    /// Drops `client` and every key it holds; returns how many keys went.
-    pub(crate) fn drop_owner(&self, client: ClientId) -> usize {
+    /// Drops `client` and every key it holds, which become its claims as of `now`; returns
+    /// how many keys went.
+    pub(crate) fn drop_owner(&self, client: ClientId, now: Instant) -> usize {
         let mut routes = self.inner.write();
-        let Some((_, owned)) = routes.owners.remove(&client) else {
+        let Routes {
+            owners,
+            keys,
+            claims,
+        } = &mut *routes;
+        let Some((_, owned)) = owners.remove(&client) else {
             return 0;
         };
-        for key in &owned {
-            routes.keys.remove(key);
-        }
-        owned.len()
+        let count = owned.len();
+        let held = owned
+            .into_iter()
+            .filter_map(|key| keys.remove(&key).map(|(_, size)| (key, size)));
+        claims.record(client, held, now);
+        count
+    }
+
+    /// Forgets the claims of owners expired before `cutoff`; returns how many keys went.
+    pub(crate) fn prune_claims(&self, cutoff: Instant) -> usize {
+        self.inner.write().claims.prune(cutoff)
     }
 
     /// Number of routed keys.
     pub(crate) fn len(&self) -> usize {
         self.inner.read().keys.len()
+    }
+
+    /// Number of keys claimed by expired owners.
+    pub(crate) fn claimed(&self) -> usize {
+        self.inner.read().claims.len()
     }
 }
 
@@ -170,6 +233,35 @@ impl MasterService {
             .zip(sizes)
             .map(|(key, size)| self.routes.add(client, key, size))
             .collect())
+    }
+
+    /// Routes again the keys an owner held when it expired (see [`super::route_claims`]); an
+    /// owner whose last known `view_version` is another master's (this one restarted and
+    /// knows no claims) publishes them as new. Claims not reclaimed here are forgotten.
+    pub(super) fn reclaim_routes(
+        &self,
+        client: ClientId,
+        view_version: u64,
+        keys: Vec<String>,
+        sizes: Vec<u64>,
+    ) -> Result<Vec<Result<()>>> {
+        if view_version != self.view_version {
+            return self.add_routes(client, keys, sizes);
+        }
+        self.require_mode(DeploymentMode::P2p)?;
+        if keys.len() != sizes.len() {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!("{} keys but {} sizes", keys.len(), sizes.len()),
+            );
+        }
+        let answers = keys
+            .into_iter()
+            .zip(sizes)
+            .map(|(key, size)| self.routes.reclaim(client, key, size))
+            .collect();
+        self.routes.end_reclaim(client);
+        Ok(answers)
     }
 
     pub(super) fn remove_routes(
@@ -311,5 +403,66 @@ mod tests {
             Ok(a),
             "the owner is alive but the master routes none of its keys"
         );
+    }
+
+    /// An expired owner gets back, on reclaim, exactly the keys nobody routed while it was
+    /// gone; a retried reclaim answers the same; a restarted master (another view) takes them
+    /// all as new routes.
+    #[test]
+    fn a_reclaim_returns_only_the_keys_untouched_since_the_expiry() {
+        let master = MasterService::new(MasterConfig {
+            deployment_mode: DeploymentMode::P2p,
+            client_ttl_ms: Some(3_600_000),
+            ..MasterConfig::default()
+        });
+        let (a, b) = (owner(4000), owner(5000));
+        master.p2p_register_owner(a.clone()).unwrap();
+        let keys = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let held = keys(&["kept", "taken", "rewritten", "resized"]);
+        master
+            .p2p_add_keys(a.client, held.clone(), vec![8; 4])
+            .unwrap();
+        let view = master.ping(a.client).unwrap().view_version;
+        let far = std::time::Instant::now() + Duration::from_secs(7_200);
+        assert_eq!(
+            master.clients.expire(far, Duration::from_secs(3_600)),
+            vec![a.client]
+        );
+        master.retire_client(a.client);
+        assert_eq!(master.metrics().p2p_claimed_keys, 4);
+        // While a is gone: b takes one key, writes and removes another.
+        master.p2p_register_owner(b.clone()).unwrap();
+        let on_b = keys(&["taken", "rewritten"]);
+        master.p2p_add_keys(b.client, on_b, vec![8, 8]).unwrap();
+        master
+            .p2p_remove_keys(b.client, keys(&["rewritten"]))
+            .unwrap();
+        master.p2p_register_owner(a.clone()).unwrap();
+        let sizes = vec![8, 8, 8, 9];
+        let expect = [
+            Ok(()),
+            Err(ErrorCode::ObjectNotFound),
+            Err(ErrorCode::ObjectNotFound),
+            Err(ErrorCode::ObjectNotFound),
+        ];
+        for attempt in 0..2 {
+            let answers = master
+                .p2p_reclaim_keys(a.client, view, held.clone(), sizes.clone())
+                .unwrap();
+            assert_eq!(answers, expect, "attempt {attempt}");
+        }
+        assert_eq!(master.metrics().p2p_claimed_keys, 0);
+        let routes = master.p2p_get_routes(held.clone()).unwrap();
+        assert_eq!(routes[0].as_ref().map(|r| r.owner.clone()), Ok(a.clone()));
+        assert_eq!(routes[1].as_ref().map(|r| r.owner.clone()), Ok(b.clone()));
+        assert_eq!(routes[2], Err(ErrorCode::ObjectNotFound));
+        assert_eq!(routes[3], Err(ErrorCode::ObjectNotFound));
+        // Another view: this master is not the one a last saw, so it knows no claims.
+        let restarted = master
+            .p2p_reclaim_keys(a.client, view ^ 1, keys(&["resized"]), vec![9])
+            .unwrap();
+        assert_eq!(restarted, vec![Ok(())]);
+        let bad = master.p2p_reclaim_keys(a.client, view, keys(&["x"]), vec![]);
+        assert_eq!(bad, Err(ErrorCode::InvalidParams));
     }
 }

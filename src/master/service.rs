@@ -42,7 +42,7 @@ const CLIENT_MONITOR_PERIOD: Duration = Duration::from_secs(1);
 /// Dropping the last `Arc` stops the background threads.
 pub struct MasterService {
     pub(super) config: MasterConfig,
-    view_version: u64,
+    pub(super) view_version: u64,
     pub(super) objects: ObjectTable,
     pub(super) segments: SegmentRegistry,
     pub(super) clients: ClientTable,
@@ -127,6 +127,7 @@ impl MasterService {
             cluster_id: self.config.cluster_id.clone(),
             objects: self.objects.len() as u64,
             p2p_keys: self.routes.len() as u64,
+            p2p_claimed_keys: self.routes.claimed() as u64,
             bytes_used: segments
                 .iter()
                 .fold(0, |n, s| n.saturating_add(s.used_bytes)),
@@ -383,6 +384,16 @@ impl MasterApi for MasterService {
         sizes: Vec<u64>,
     ) -> Result<Vec<Result<()>>> {
         self.add_routes(client, keys, sizes)
+    }
+
+    fn p2p_reclaim_keys(
+        &self,
+        client: ClientId,
+        view_version: u64,
+        keys: Vec<String>,
+        sizes: Vec<u64>,
+    ) -> Result<Vec<Result<()>>> {
+        self.reclaim_routes(client, view_version, keys, sizes)
     }
 
     fn p2p_remove_keys(&self, client: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>> {

@@ -132,6 +132,11 @@ impl P2pClient {
                 rpc_addr: format!("{host}:{}", server.local_addr().port()),
             };
             master.p2p_register_owner(me.clone())?;
+            // The master's view, so a later re-registration can tell an expiry by this master
+            // (it keeps our claims) from a restart.
+            let sent_at = std::time::Instant::now();
+            let view = master.ping(id)?.view_version;
+            manager.registration().confirm(sent_at, view);
             (Some(manager), Some(server), Some(me))
         } else {
             (None, None, None)
@@ -504,8 +509,8 @@ impl Inner {
         (results, retry)
     }
 
-    /// The owner's liveness ping; re-registers with a master that forgot us, publishing our
-    /// keys again and dropping those it refused (another owner took them while we were gone),
+    /// The owner's liveness ping; re-registers with a master that forgot us, reclaiming our
+    /// keys and dropping those it refused (written, taken or removed while we were gone),
     /// and confirms our standing ([`super::registration`]) only once the master knows all our
     /// keys.
     fn ping(&self) {
@@ -526,7 +531,11 @@ impl Inner {
                 }
                 if registration.must_republish() {
                     let (keys, sizes): (Vec<String>, Vec<u64>) = owner.keys().into_iter().unzip();
-                    match self.master.p2p_add_keys(me.client, keys.clone(), sizes) {
+                    let view = registration.view();
+                    match self
+                        .master
+                        .p2p_reclaim_keys(me.client, view, keys.clone(), sizes)
+                    {
                         Ok(answers) => {
                             let dropped = owner.drop_refused(&keys, &answers);
                             if dropped > 0 {
@@ -543,7 +552,7 @@ impl Inner {
                         }
                     }
                 }
-                registration.confirm(sent_at);
+                registration.confirm(sent_at, answer.view_version);
             }
             Err(code) => tracing::warn!(%code, "master ping failed"),
         }

@@ -14,7 +14,7 @@
 
 use crate::error::{fail, ErrorCode, Result};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long after sending its last confirmed ping an owner still serves reads: twice the
@@ -26,23 +26,34 @@ pub(crate) struct Registration {
     confirmed_at: Mutex<Instant>,
     /// Set when the master forgot us; cleared once all our keys were published again.
     republish: AtomicBool,
+    /// The `view_version` of the master that last confirmed us: a master with the same view
+    /// expired us (and keeps our claims), one with another view restarted.
+    view: AtomicU64,
 }
 
 impl Registration {
+    /// Created confirmed, with view 0 until the setup's first ping confirms it.
     pub(crate) fn new() -> Registration {
         Registration {
             confirmed_at: Mutex::new(Instant::now()),
             republish: AtomicBool::new(false),
+            view: AtomicU64::new(0),
         }
     }
 
-    /// The master knew this owner and all its keys as of `sent_at` (when the ping or the
-    /// re-registration it answered was sent). Never moves the confirmation back.
-    pub(crate) fn confirm(&self, sent_at: Instant) {
+    /// The master with view `view` knew this owner and all its keys as of `sent_at` (when the
+    /// ping or the re-registration it answered was sent). Never moves the confirmation back.
+    pub(crate) fn confirm(&self, sent_at: Instant, view: u64) {
         let mut confirmed = self.confirmed_at.lock();
+        self.view.store(view, Ordering::Release);
         if sent_at > *confirmed {
             *confirmed = sent_at;
         }
+    }
+
+    /// The view of the master that last confirmed this owner.
+    pub(crate) fn view(&self) -> u64 {
+        self.view.load(Ordering::Acquire)
     }
 
     /// The master answered that it does not know this owner: its keys must be published again
@@ -88,10 +99,11 @@ mod tests {
         let long_ago = Instant::now() - FENCE_AFTER;
         *registration.confirmed_at.lock() = long_ago;
         assert_eq!(registration.check_serving(), Err(ErrorCode::ObjectNotFound));
-        registration.confirm(long_ago - Duration::from_secs(1));
+        registration.confirm(long_ago - Duration::from_secs(1), 7);
         assert!(registration.check_serving().is_err(), "moved back");
-        registration.confirm(Instant::now());
+        registration.confirm(Instant::now(), 8);
         assert!(registration.check_serving().is_ok());
+        assert_eq!(registration.view(), 8);
         registration.forgotten();
         assert!(registration.must_republish());
         registration.republished();

@@ -195,6 +195,17 @@ impl MasterApi for Fixture {
         Ok(keys.iter().map(|_| Ok(())).collect())
     }
 
+    fn p2p_reclaim_keys(
+        &self,
+        _: ClientId,
+        _: u64,
+        keys: Vec<String>,
+        _: Vec<u64>,
+    ) -> Result<Vec<Result<()>>> {
+        self.record("p2p_reclaim_keys");
+        Ok(keys.iter().map(|_| Ok(())).collect())
+    }
+
     fn p2p_remove_keys(&self, _: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>> {
         self.record("p2p_remove_keys");
         Ok(keys
