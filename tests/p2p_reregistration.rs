@@ -200,3 +200,109 @@ fn an_expired_owner_never_republishes_a_key_rewritten_and_removed_while_it_was_g
         "the old owner still holds the superseded value"
     );
 }
+
+/// The restart grace of a P2P master started with these tests' harness.
+fn grace_flag() -> String {
+    format!(
+        "--p2p_route_grace_ms={}",
+        mooncake_rs::p2p::MASTER_ROUTE_GRACE.as_millis()
+    )
+}
+
+/// An owner held (SIGSTOP) through a P2P master's restart and its route grace cannot know what
+/// the old master did with its keys before dying or what the new one did since: it must drop
+/// them all, never serve or route them again.
+#[test]
+fn an_owner_that_lapsed_across_a_master_restart_drops_its_keys() {
+    let mut master = Master::start(&["--deployment_mode=P2P"]);
+    let old_owner = P2pOwnerProcess::start(&master.addr(), &[], &[]);
+    let new_owner = P2pOwnerProcess::start(&master.addr(), &[], &[]);
+    let writer = p2p_accessor(&master.addr(), TransferDirection::Reverse);
+    let reader = p2p_accessor(&master.addr(), TransferDirection::Forward);
+    let forward = RequestOptions::direction(TransferDirection::Forward);
+    let old = pattern(4096, 1);
+    for key in ["taken", "gone", "kept"] {
+        writer.put(key, &old, &to(&old_owner)).unwrap();
+    }
+    assert_eq!(
+        reader.get("taken", &forward).unwrap(),
+        old,
+        "cache the route"
+    );
+
+    old_owner.signal(libc::SIGSTOP);
+    let port = master.port;
+    master.kill();
+    let _master = Master::start_on(port, &["--deployment_mode=P2P", &grace_flag()]);
+    let new = pattern(4096, 2);
+    // The new owner re-registers on its next ping; its commits wait out the grace.
+    assert!(
+        wait_until(Duration::from_secs(15), || writer
+            .put("taken", &new, &to(&new_owner))
+            .is_ok()),
+        "the restarted master never accepted the new owner's put"
+    );
+    writer.put("gone", &new, &to(&new_owner)).unwrap();
+    writer.remove("gone").unwrap();
+    old_owner.signal(libc::SIGCONT);
+
+    let peer = direct(&old_owner);
+    let watch = Instant::now();
+    while watch.elapsed() < Duration::from_secs(4) {
+        for key in ["taken", "gone", "kept"] {
+            let pinned = peer.pin_key(key.into());
+            assert!(
+                matches!(pinned, Err(ErrorCode::ObjectNotFound)),
+                "{:?} after resuming: the lapsed owner serves its value of {key:?}: {pinned:?}",
+                watch.elapsed()
+            );
+        }
+        assert!(
+            matches!(reader.get("gone", &forward), Err(ErrorCode::ObjectNotFound)),
+            "{:?} after resuming: a removed key came back with a superseded value",
+            watch.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(reader.get("taken", &forward).unwrap(), new);
+    assert!(matches!(
+        reader.get("kept", &forward),
+        Err(ErrorCode::ObjectNotFound)
+    ));
+}
+
+/// An owner still confirmed when its P2P master restarts reclaims its keys within the new
+/// master's route grace, before any key can be routed anew: its values survive, and a put of
+/// one of its keys elsewhere right after the restart is refused instead of superseding it
+/// while the owner still serves it.
+#[test]
+fn an_owner_reclaims_its_keys_from_a_restarted_master_before_new_routes_are_taken() {
+    let mut master = Master::start(&["--deployment_mode=P2P"]);
+    let holder = P2pOwnerProcess::start(&master.addr(), &[], &[]);
+    let other = P2pOwnerProcess::start(&master.addr(), &[], &[]);
+    let writer = p2p_accessor(&master.addr(), TransferDirection::Reverse);
+    let forward = RequestOptions::direction(TransferDirection::Forward);
+    let old = pattern(4096, 3);
+    writer.put("k", &old, &to(&holder)).unwrap();
+    let port = master.port;
+    master.kill();
+    let _master = Master::start_on(port, &["--deployment_mode=P2P", &grace_flag()]);
+    // `other` must have re-registered for its commit to be routed; until then the put fails.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let clash = loop {
+        match writer.put("k", &pattern(4096, 4), &to(&other)) {
+            Err(ErrorCode::ClientNotFound | ErrorCode::RpcFail) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            answer => break answer,
+        }
+    };
+    assert_eq!(
+        clash,
+        Err(ErrorCode::ObjectAlreadyExists),
+        "a put elsewhere of a key the holder still serves was routed after the restart"
+    );
+    assert_eq!(writer.get("k", &forward).unwrap(), old);
+    writer.put("fresh", &old, &to(&other)).unwrap();
+    assert_eq!(writer.get("fresh", &forward).unwrap(), old);
+}

@@ -10,6 +10,9 @@ use crate::rpc::{
     metadata_handler, HttpRequest, HttpResponse, HttpServer, MetadataStore, RpcServer,
 };
 use crate::types::DeploymentMode;
+
+/// The default of `--p2p_route_grace_ms`: [`crate::p2p::MASTER_ROUTE_GRACE`].
+const DEFAULT_P2P_ROUTE_GRACE_MS: u64 = crate::p2p::MASTER_ROUTE_GRACE.as_millis() as u64;
 use clap::Parser;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, OnceLock};
@@ -92,6 +95,12 @@ pub(super) struct Flags {
     /// clients' MC_TRANSFER_TIMEOUT_MS (mooncake-rs flag).
     #[arg(long = "write_quarantine_ms", default_value_t = 120_000)]
     write_quarantine_ms: u64,
+    /// P2P mode: milliseconds after start during which new routes wait (owners' commits retry)
+    /// while owners of a previous master's life reclaim their keys; below the default (the
+    /// owners' fence time plus one ping interval) only where the master never restarts
+    /// (mooncake-rs flag).
+    #[arg(long = "p2p_route_grace_ms", default_value_t = DEFAULT_P2P_ROUTE_GRACE_MS)]
+    p2p_route_grace_ms: u64,
     /// Serve Mooncake's HTTP metadata service (`/metadata?key=`).
     #[arg(long = "enable_http_metadata_server", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
     enable_http_metadata_server: bool,
@@ -167,6 +176,7 @@ fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
         put_start_discard_timeout_s: flags.put_start_discard_timeout_sec,
         put_start_release_timeout_s: flags.put_start_release_timeout_sec,
         write_quarantine_ms: flags.write_quarantine_ms,
+        p2p_route_grace_ms: flags.p2p_route_grace_ms,
         cluster_id: flags.cluster_id.clone(),
         deployment_mode: match flags.deployment_mode.as_str() {
             "P2P" => DeploymentMode::P2p,

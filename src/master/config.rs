@@ -45,6 +45,14 @@ pub struct MasterConfig {
     /// owners' `MC_TRANSFER_TIMEOUT_MS` (a server applies a payload only that long after its
     /// header).
     pub write_quarantine_ms: u64,
+    /// P2P mode: for this long after the master started, new routes (`p2p_add_keys`) are
+    /// refused with `OBJECT_REPLICA_BUSY`, and owners of a previous master's life may reclaim
+    /// their keys; after it, they may not (`--p2p_route_grace_ms`). A restarted master knows no
+    /// routes, and an owner of its previous life keeps serving its keys until it fences itself
+    /// ([`crate::p2p::FENCE_AFTER`] after its last confirmed ping), so no key may be routed
+    /// anew before then. 0 here (an in-process master); the `mooncake_master` binary defaults
+    /// to [`crate::p2p::MASTER_ROUTE_GRACE`].
+    pub p2p_route_grace_ms: u64,
 }
 
 impl Default for MasterConfig {
@@ -65,6 +73,7 @@ impl Default for MasterConfig {
             put_start_discard_timeout_ms: None,
             put_start_release_timeout_ms: None,
             write_quarantine_ms: 120_000,
+            p2p_route_grace_ms: 0,
         }
     }
 }
@@ -104,6 +113,12 @@ impl MasterConfig {
             return fail(ErrorCode::InvalidParams, "cluster_id is empty");
         }
         Ok(())
+    }
+
+    /// How long after start a P2P master refuses new routes and takes reclaims of owners of a
+    /// previous master.
+    pub fn p2p_route_grace(&self) -> Duration {
+        Duration::from_millis(self.p2p_route_grace_ms)
     }
 
     /// Effective client liveness ttl.

@@ -180,6 +180,17 @@ impl RouteTable {
     }
 }
 
+/// `INVALID_PARAMS` unless there is one size per key.
+fn check_lengths(keys: &[String], sizes: &[u64]) -> Result<()> {
+    if keys.len() != sizes.len() {
+        return fail(
+            ErrorCode::InvalidParams,
+            format!("{} keys but {} sizes", keys.len(), sizes.len()),
+        );
+    }
+    Ok(())
+}
+
 /// The `p2p_*` methods of [`crate::master::MasterApi`], called by the trait implementation.
 impl MasterService {
     /// `UNAVAILABLE_IN_CURRENT_MODE` unless the master runs in `mode`.
@@ -222,22 +233,48 @@ impl MasterService {
         sizes: Vec<u64>,
     ) -> Result<Vec<Result<()>>> {
         self.require_mode(DeploymentMode::P2p)?;
-        if keys.len() != sizes.len() {
+        check_lengths(&keys, &sizes)?;
+        if let Some(left) = self.route_grace_left() {
             return fail(
-                ErrorCode::InvalidParams,
-                format!("{} keys but {} sizes", keys.len(), sizes.len()),
+                ErrorCode::ObjectReplicaBusy,
+                format!(
+                    "this master started recently; it takes new routes in {left:?}, once owners of a previous master have reclaimed their keys or fenced themselves"
+                ),
             );
         }
-        Ok(keys
-            .into_iter()
-            .zip(sizes)
-            .map(|(key, size)| self.routes.add(client, key, size))
-            .collect())
+        Ok(self.apply_routes(client, keys, sizes, RouteTable::add))
     }
 
-    /// Routes again the keys an owner held when it expired (see [`super::route_claims`]); an
-    /// owner whose last known `view_version` is another master's (this one restarted and
-    /// knows no claims) publishes them as new. Claims not reclaimed here are forgotten.
+    /// What is left of the P2P route grace ([`MasterConfig::p2p_route_grace`]), if any.
+    ///
+    /// [`MasterConfig::p2p_route_grace`]: crate::master::MasterConfig::p2p_route_grace
+    fn route_grace_left(&self) -> Option<std::time::Duration> {
+        self.config
+            .p2p_route_grace()
+            .checked_sub(self.started_at.elapsed())
+            .filter(|left| !left.is_zero())
+    }
+
+    /// Applies `route` to each key and size, in order.
+    fn apply_routes(
+        &self,
+        client: ClientId,
+        keys: Vec<String>,
+        sizes: Vec<u64>,
+        route: fn(&RouteTable, ClientId, String, u64) -> Result<()>,
+    ) -> Vec<Result<()>> {
+        keys.into_iter()
+            .zip(sizes)
+            .map(|(key, size)| route(&self.routes, client, key, size))
+            .collect()
+    }
+
+    /// Routes again the keys an owner held when this master expired it (see
+    /// [`super::route_claims`]); claims not reclaimed here are forgotten. An owner whose last
+    /// known `view_version` is another master's (this one restarted and knows no claims)
+    /// gets its keys routed as new during the route grace, when no key is routed anew; after
+    /// it every key is refused (`OBJECT_NOT_FOUND`: a write and a removal may have come and
+    /// gone meanwhile), and the owner drops them.
     pub(super) fn reclaim_routes(
         &self,
         client: ClientId,
@@ -245,23 +282,23 @@ impl MasterService {
         keys: Vec<String>,
         sizes: Vec<u64>,
     ) -> Result<Vec<Result<()>>> {
-        if view_version != self.view_version {
-            return self.add_routes(client, keys, sizes);
-        }
         self.require_mode(DeploymentMode::P2p)?;
-        if keys.len() != sizes.len() {
-            return fail(
-                ErrorCode::InvalidParams,
-                format!("{} keys but {} sizes", keys.len(), sizes.len()),
-            );
+        check_lengths(&keys, &sizes)?;
+        if view_version == self.view_version {
+            let answers = self.apply_routes(client, keys, sizes, RouteTable::reclaim);
+            self.routes.end_reclaim(client);
+            return Ok(answers);
         }
-        let answers = keys
-            .into_iter()
-            .zip(sizes)
-            .map(|(key, size)| self.routes.reclaim(client, key, size))
-            .collect();
-        self.routes.end_reclaim(client);
-        Ok(answers)
+        if self.route_grace_left().is_some() {
+            return Ok(self.apply_routes(client, keys, sizes, RouteTable::add));
+        }
+        let refusal = || {
+            fail(
+                ErrorCode::ObjectNotFound,
+                "this master did not know the owner before it restarted, and its route grace is over",
+            )
+        };
+        Ok(keys.iter().map(|_| refusal()).collect())
     }
 
     pub(super) fn remove_routes(
@@ -405,6 +442,29 @@ mod tests {
         );
     }
 
+    /// Within its route grace a master takes no new routes but routes as new the keys owners
+    /// of a previous master reclaim.
+    #[test]
+    fn a_fresh_master_takes_reclaims_and_no_new_routes_within_its_grace() {
+        let master = MasterService::new(MasterConfig {
+            deployment_mode: DeploymentMode::P2p,
+            p2p_route_grace_ms: 60_000,
+            ..MasterConfig::default()
+        });
+        let a = owner(6000);
+        master.p2p_register_owner(a.clone()).unwrap();
+        let keys = vec!["k".to_string()];
+        assert_eq!(
+            master.p2p_add_keys(a.client, keys.clone(), vec![8]),
+            Err(ErrorCode::ObjectReplicaBusy)
+        );
+        let view = master.ping(a.client).unwrap().view_version;
+        let reclaimed = master.p2p_reclaim_keys(a.client, view ^ 1, keys.clone(), vec![8]);
+        assert_eq!(reclaimed, Ok(vec![Ok(())]));
+        let routes = master.p2p_get_routes(keys).unwrap();
+        assert_eq!(routes[0].as_ref().map(|r| r.owner.clone()), Ok(a));
+    }
+
     /// An expired owner gets back, on reclaim, exactly the keys nobody routed while it was
     /// gone; a retried reclaim answers the same; a restarted master (another view) takes them
     /// all as new routes.
@@ -457,11 +517,12 @@ mod tests {
         assert_eq!(routes[1].as_ref().map(|r| r.owner.clone()), Ok(b.clone()));
         assert_eq!(routes[2], Err(ErrorCode::ObjectNotFound));
         assert_eq!(routes[3], Err(ErrorCode::ObjectNotFound));
-        // Another view: this master is not the one a last saw, so it knows no claims.
+        // Another view: this master is not the one a last saw and knows none of its claims;
+        // without a route grace (or after it) they are refused.
         let restarted = master
             .p2p_reclaim_keys(a.client, view ^ 1, keys(&["resized"]), vec![9])
             .unwrap();
-        assert_eq!(restarted, vec![Ok(())]);
+        assert_eq!(restarted, vec![Err(ErrorCode::ObjectNotFound)]);
         let bad = master.p2p_reclaim_keys(a.client, view, keys(&["x"]), vec![]);
         assert_eq!(bad, Err(ErrorCode::InvalidParams));
     }

@@ -59,6 +59,8 @@ pub struct MasterService {
     /// Write generations (also object ids); starts at a random value (see [`WriteToken`]).
     next_write: AtomicU64,
     pub(super) next_replica_id: AtomicU64,
+    /// When this master started (the P2P route grace counts from it).
+    pub(super) started_at: Instant,
     workers: Workers,
 }
 
@@ -92,6 +94,7 @@ impl MasterService {
             eviction_backoff: Mutex::new(super::eviction::Backoff::new(Instant::now())),
             next_write: AtomicU64::new(fastrand::u64(1..1 << 62)),
             next_replica_id: AtomicU64::new(1),
+            started_at: Instant::now(),
             workers: Workers::default(),
         });
         let weak = Arc::downgrade(&service);

@@ -13,6 +13,7 @@ use super::api::{PeerApi, PeerInterface};
 use super::config::{P2pSetupConfig, TransferDirection};
 use super::counters::{bump, Counters, P2pCounters};
 use super::owner::{DataManager, OwnerParts};
+use super::registration::PING_INTERVAL;
 use super::routing::Router;
 use super::tiered::TieredBackend;
 use crate::client::{descriptor, start_engine, LocalBuffer};
@@ -25,13 +26,9 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The keys of one batch that live at one owner: (index, size, route was cached).
 type OwnerGroup = (P2pOwner, Vec<(usize, u64, bool)>);
-
-/// Interval of the owner's liveness ping.
-const PING_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Per-request options of puts and gets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -532,6 +529,16 @@ impl Inner {
                 if registration.must_republish() {
                     let (keys, sizes): (Vec<String>, Vec<u64>) = owner.keys().into_iter().unzip();
                     let view = registration.view();
+                    if view != answer.view_version && !registration.confirmed_at(sent_at) {
+                        // A restarted master, and we were unconfirmed before it: the old one
+                        // may have expired us and routed our keys elsewhere (and removed them)
+                        // before it died, which the new one cannot know.
+                        let dropped = owner.drop_keys(keys.iter());
+                        tracing::warn!(dropped, "a restarted master and our standing lapsed before it: dropped every key");
+                        registration.republished();
+                        registration.confirm(sent_at, answer.view_version);
+                        return;
+                    }
                     match self
                         .master
                         .p2p_reclaim_keys(me.client, view, keys.clone(), sizes)

@@ -33,4 +33,4 @@ pub use client::{P2pClient, RequestOptions};
 pub use config::{P2pSetupConfig, TieredConfig, TransferDirection, QUARANTINE_ENV};
 pub use counters::P2pCounters;
 pub use owner::DEBUG_TRANSFER_DELAY_ENV;
-pub use registration::FENCE_AFTER;
+pub use registration::{FENCE_AFTER, MASTER_ROUTE_GRACE};

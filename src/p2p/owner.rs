@@ -35,6 +35,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How often a commit asks again while the master is in its route grace.
+const GRACE_RETRY: Duration = Duration::from_millis(50);
+
 /// Test hook: milliseconds the owner sleeps at the start of a REVERSE transfer stage (after
 /// the prepare stage released its locks), to show that stages of one key overlap.
 pub const DEBUG_TRANSFER_DELAY_ENV: &str = "MC_P2P_DEBUG_TRANSFER_DELAY_MS";
@@ -280,16 +283,36 @@ impl DataManager {
         })
     }
 
+    /// Asks the master to route `key` (`size` bytes) to us. While a freshly started master
+    /// takes no new routes (its route grace, answered `OBJECT_REPLICA_BUSY` for the whole
+    /// call) this retries every [`GRACE_RETRY`], for at most
+    /// [`super::MASTER_ROUTE_GRACE`] plus one retry.
+    fn publish_route(&self, key: &str, size: u64) -> Result<()> {
+        let deadline = Instant::now() + super::MASTER_ROUTE_GRACE + GRACE_RETRY;
+        loop {
+            match self
+                .master
+                .p2p_add_keys(self.id, vec![key.to_string()], vec![size])
+            {
+                Err(ErrorCode::ObjectReplicaBusy) if Instant::now() < deadline => {
+                    std::thread::sleep(GRACE_RETRY)
+                }
+                answer => {
+                    return answer.and_then(|mut answers| {
+                        answers.pop().unwrap_or(Err(ErrorCode::InternalError))
+                    })
+                }
+            }
+        }
+    }
+
     /// The master routes the key to us first; only then is the value visible here, so no
     /// reader ever gets a value whose route the master refused.
     fn commit(&self, key: &str, op: u64) -> Result<()> {
         let _routing = self.route_change(key)?;
         let record = self.take_pending(key, op)?;
         let size = record.handle.len();
-        let published = self
-            .master
-            .p2p_add_keys(self.id, vec![key.to_string()], vec![size])
-            .and_then(|mut answers| answers.pop().unwrap_or(Err(ErrorCode::InternalError)));
+        let published = self.publish_route(key, size);
         // The writer's transfer has ended (it asks to commit only then), so an uncommitted
         // value's space is freed at once, as a removed one's.
         if let Err(code) = published {
@@ -630,21 +653,25 @@ impl DataManager {
         &self.registration
     }
 
-    /// After publishing `keys` again: drops every key whose route the master refused
-    /// (`answers[i]` an error: another owner holds it now), so no reader with an old route
-    /// gets its old value. Returns how many went.
+    /// After reclaiming `keys`: drops every key whose route the master refused (`answers[i]`
+    /// an error: it was written, taken or removed while we were gone), so no reader with an
+    /// old route gets its old value. Returns how many went.
     pub(crate) fn drop_refused(&self, keys: &[String], answers: &[Result<()>]) -> usize {
-        let refused: Vec<&String> = keys
+        let refused = keys
             .iter()
             .zip(answers)
             .filter(|(_, answer)| answer.is_err())
-            .map(|(key, _)| key)
-            .collect();
-        for key in &refused {
+            .map(|(key, _)| key);
+        self.drop_keys(refused)
+    }
+
+    /// Drops `keys` (those gone already, removed meanwhile, are skipped); returns how many.
+    pub(crate) fn drop_keys<'k>(&self, keys: impl Iterator<Item = &'k String>) -> usize {
+        keys.map(|key| {
             // Gone already (removed meanwhile) is fine.
             let _ = self.remove_one(key);
-        }
-        refused.len()
+        })
+        .count()
     }
 
     fn remove(&self, keys: Vec<String>) -> Vec<Result<()>> {

@@ -21,6 +21,15 @@ use std::time::{Duration, Instant};
 /// ping interval, at most the master's client TTL.
 pub const FENCE_AFTER: Duration = Duration::from_secs(2);
 
+/// How often an owner pings the master (and re-registers with one that forgot it).
+pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The `mooncake_master` binary's default `--p2p_route_grace_ms`: [`FENCE_AFTER`] plus one
+/// ping interval. An owner of a restarted master's previous life last confirmed before that
+/// master died, so by the grace's end it has either reclaimed its keys (its next ping found
+/// the new master) or fenced itself; a key is routed anew only after that.
+pub const MASTER_ROUTE_GRACE: Duration = FENCE_AFTER.saturating_add(PING_INTERVAL);
+
 /// The owner's confirmation state. Created confirmed (the owner registers at setup).
 pub(crate) struct Registration {
     confirmed_at: Mutex<Instant>,
@@ -56,6 +65,13 @@ impl Registration {
         self.view.load(Ordering::Acquire)
     }
 
+    /// Whether this owner was still confirmed at `at`: a master it confirmed with cannot have
+    /// expired it before then (its TTL is at least [`FENCE_AFTER`]), so every key it held was
+    /// still its own at that master.
+    pub(crate) fn confirmed_at(&self, at: Instant) -> bool {
+        at.saturating_duration_since(*self.confirmed_at.lock()) < FENCE_AFTER
+    }
+
     /// The master answered that it does not know this owner: its keys must be published again
     /// before it is confirmed.
     pub(crate) fn forgotten(&self) {
@@ -73,8 +89,15 @@ impl Registration {
     }
 
     /// Errors: `OBJECT_NOT_FOUND` (the accessor then asks the master for a fresh route) while
-    /// unconfirmed for [`FENCE_AFTER`] or longer.
+    /// unconfirmed for [`FENCE_AFTER`] or longer, or while a master that forgot us has not yet
+    /// answered the reclaim of our keys.
     pub(crate) fn check_serving(&self) -> Result<()> {
+        if self.must_republish() {
+            return fail(
+                ErrorCode::ObjectNotFound,
+                "the master forgot this owner; it serves no reads until it reclaimed its keys",
+            );
+        }
         let age = self.confirmed_at.lock().elapsed();
         if age >= FENCE_AFTER {
             return fail(
@@ -104,8 +127,11 @@ mod tests {
         registration.confirm(Instant::now(), 8);
         assert!(registration.check_serving().is_ok());
         assert_eq!(registration.view(), 8);
+        assert!(registration.confirmed_at(Instant::now()));
+        assert!(!registration.confirmed_at(Instant::now() + FENCE_AFTER));
         registration.forgotten();
         assert!(registration.must_republish());
+        assert_eq!(registration.check_serving(), Err(ErrorCode::ObjectNotFound));
         registration.republished();
         assert!(!registration.must_republish());
     }

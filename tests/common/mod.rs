@@ -93,6 +93,14 @@ impl Master {
             "--metrics_host=127.0.0.1".into(),
             "--client_ttl=2".into(),
         ];
+        // No restart grace unless a test asks for one (it restarts a P2P master): a fresh
+        // master would otherwise hold P2P commits for its first seconds.
+        if !extra
+            .iter()
+            .any(|flag| flag.starts_with("--p2p_route_grace_ms"))
+        {
+            args.push("--p2p_route_grace_ms=0".into());
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut child = Command::new(env!("CARGO_BIN_EXE_mooncake_master"))
             .args(&args)
