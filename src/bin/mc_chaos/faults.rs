@@ -291,10 +291,6 @@ pub fn run(settings: &Settings) -> i32 {
             kinds.retain(|k| *k != "partition");
         }
     }
-    if !settings.p2p_master_restarts {
-        println!("mc_chaos: kill_p2p_master off (--p2p-master-restarts turns it on)");
-        kinds.retain(|k| *k != "kill_p2p_master");
-    }
     let mut windows: Vec<FaultWindow> = Vec::new();
     let mut problems: Vec<String> = Vec::new();
     // Faults stop a little before the workers' deadline so every restart settles.
