@@ -64,6 +64,8 @@ struct Cluster {
     p2p_owners: Vec<Proc>,
     /// `host:port` of the P2P master, as workers and owners on the host dial it.
     p2p_master_addr: String,
+    /// The P2P master's `/metrics` port (on 127.0.0.1).
+    p2p_metrics_port: u16,
     /// The host address of the P2P cluster (the veth's host end, else 127.0.0.1).
     p2p_host: String,
     /// Dropped last: the processes inside are gone by then.
@@ -244,6 +246,7 @@ impl Cluster {
             p2p_master,
             p2p_owners,
             p2p_master_addr,
+            p2p_metrics_port,
             p2p_host,
             netns,
         };
@@ -516,11 +519,13 @@ pub struct Accounting {
     pub active_pins: Option<u64>,
     pub deferred_frees: Option<u64>,
     pub usage: Vec<(String, usize, u64)>,
+    pub p2p: crate::p2p_audit::P2pAccounting,
 }
 
 /// After the TTLs: the master's accounting must equal the live objects (as a fresh client
-/// sees them), no pin or deferred free may be left, and every server's descriptors and RSS
-/// must be bounded.
+/// sees them), no pin or deferred free may be left, the P2P master's routes must match what
+/// its owners hold ([`crate::p2p_audit`]), and every server's descriptors and RSS must be
+/// bounded.
 fn end_checks(
     cluster: &mut Cluster,
     settings: &Settings,
@@ -579,6 +584,16 @@ fn end_checks(
         ));
     }
     checker.teardown();
+    let prefix = crate::p2p_ops::P2P_PREFIX;
+    let p2p_keys: Vec<String> = (0..settings.keys)
+        .map(|i| format!("{prefix}/{i}"))
+        .collect();
+    accounting.p2p = crate::p2p_audit::audit(
+        &cluster.p2p_master_addr,
+        cluster.p2p_metrics_port,
+        &p2p_keys,
+        problems,
+    );
     let segment = mooncake_rs::client::parse_size(&settings.segment).unwrap_or(0);
     let mut servers: Vec<&Proc> = vec![&cluster.master, &cluster.p2p_master];
     servers.extend(cluster.owners.iter());

@@ -22,6 +22,7 @@ mod cluster;
 mod faults;
 mod journal;
 mod netns;
+mod p2p_audit;
 mod p2p_ops;
 mod peer_front;
 mod proxy;

@@ -97,6 +97,11 @@ pub fn print(
         accounting.deferred_frees,
         verdict.longest_call_ns / 1_000_000
     );
+    let p2p = &accounting.p2p;
+    println!(
+        "P2P: {} routed keys, {} held by owners; P2P master p2p_keys {:?}, claimed keys {:?}",
+        p2p.routed, p2p.held, p2p.master_keys, p2p.claimed_keys
+    );
     for (label, fds, rss) in &accounting.usage {
         println!("  {label}: {fds} fds, {} MiB resident", rss >> 20);
     }
