@@ -486,6 +486,45 @@ fn many_handshakes_leave_the_owner_no_more_descriptors() {
     );
 }
 
+#[test]
+fn an_idle_owner_closes_the_connections_of_gone_peers() {
+    let master = Master::start(&[]);
+    let peer = PeerClient::start_same_host(&master.addr(), "32 MB", &[]);
+    let client = local_client(&master.addr(), 0, 0);
+    let value = pattern(4096, 9);
+    client
+        .put_from("idle-fds", &value, &on(&peer.name))
+        .unwrap();
+    let (addr, epoch) = replica(&client, "idle-fds");
+    let before = open_fds(peer.pid());
+    // Twenty engines map the peer (one granted connection each) and stay.
+    let engines: Vec<_> = (0..20)
+        .map(|_| {
+            let engine = probe_engine();
+            let mut out = vec![0u8; 4096];
+            let read = transfer(&engine, TransferOp::Read, &mut out, &peer.name, addr, epoch);
+            assert_eq!(read, Ok(()));
+            assert!(out == value);
+            engine
+        })
+        .collect();
+    let held = open_fds(peer.pid());
+    assert!(
+        held >= before + 20,
+        "{before} descriptors before, {held} with 20 mappings"
+    );
+    drop(engines);
+    // No further handshake: the owner must notice on its own.
+    let released = wait_until(Duration::from_secs(5), || {
+        open_fds(peer.pid()) <= before + 1
+    });
+    assert!(
+        released,
+        "the idle owner still holds {} descriptors 5 s after its 20 peers went ({before} before)",
+        open_fds(peer.pid())
+    );
+}
+
 /// The inodes of the shared-memory files process `pid` maps (`/memfd:` lines of its maps).
 fn memfd_inodes(pid: &str) -> std::collections::HashSet<String> {
     std::fs::read_to_string(format!("/proc/{pid}/maps"))

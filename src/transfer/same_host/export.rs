@@ -1,11 +1,12 @@
 //! [`Exporter`]: the owner side of the same-host channel. A thread accepts connections on the
 //! owner's abstract Unix socket and answers each handshake; a granted connection is kept open
 //! (its closing tells the peer that the owner died or retired the mount) until the next
-//! retirement, or until the peer closes it (noticed at the next grant).
+//! retirement, or until the peer closes it (noticed within [`SWEEP_PERIOD`], or at the next
+//! grant).
 
 use super::control::ControlWord;
 use super::handshake::{self, Hello, Status, Welcome, HELLO_LEN};
-use super::hangup::hung_up;
+use super::hangup::{hung_up, wait_readable};
 use crate::error::{fail, ErrorCode, Result};
 use crate::shm::send_with_fds;
 use parking_lot::Mutex;
@@ -22,6 +23,9 @@ use std::time::Duration;
 /// handshakes again on its next use).
 const MAX_HELD: usize = 4096;
 
+/// How often the accept thread, idle, closes the granted connections whose peer hung up.
+const SWEEP_PERIOD: Duration = Duration::from_secs(1);
+
 /// The mount peers may map now.
 struct Exported {
     base: u64,
@@ -34,7 +38,7 @@ struct Exported {
 struct State {
     current: Option<Exported>,
     /// Granted connections, open until the next retirement or until their peer closed them
-    /// (those are closed at the next grant).
+    /// (those are closed by the next sweep or grant).
     held: Vec<UnixStream>,
 }
 
@@ -165,12 +169,22 @@ impl Drop for Exporter {
 }
 
 fn accept_loop(shared: &Shared, listener: &UnixListener) {
+    // Non-blocking, so a connection that went away between the wake-up and the accept costs
+    // nothing; accepted streams are blocking (accept4 does not pass the flag on).
+    if let Err(e) = listener.set_nonblocking(true) {
+        tracing::warn!(error = %e, "same-host listener stays blocking: a connection gone before its accept stalls the thread until the next one");
+    }
     loop {
-        let accepted = listener.accept();
+        let ready = wait_readable(listener.as_raw_fd(), SWEEP_PERIOD);
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
-        match accepted {
+        close_hung_up(&mut shared.state.lock().held);
+        if !ready {
+            continue;
+        }
+        match listener.accept() {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Ok((stream, _)) => {
                 if let Err(e) = answer(shared, stream) {
                     tracing::debug!(error = %e, "same-host handshake failed");
@@ -182,6 +196,12 @@ fn accept_loop(shared: &Shared, listener: &UnixListener) {
             }
         }
     }
+}
+
+/// Closes the connections whose peer went away (dropped its mapping, or died), so the owner
+/// holds one per live mapping, not one per handshake ever granted.
+fn close_hung_up(held: &mut Vec<UnixStream>) {
+    held.retain(|stream| !hung_up(stream.as_raw_fd()));
 }
 
 /// Reads one hello from `stream` and answers it; a granted stream is kept in `held`.
@@ -230,9 +250,7 @@ fn answer(shared: &Shared, mut stream: UnixStream) -> std::io::Result<()> {
     };
     send_with_fds(&stream, &welcome.encode(), &fds)?;
     if granted {
-        // Connections whose peer went away (dropped its mapping, or died) are closed here,
-        // so the owner holds one per live mapping, not one per handshake ever granted.
-        state.held.retain(|held| !hung_up(held.as_raw_fd()));
+        close_hung_up(&mut state.held);
         if state.held.len() >= MAX_HELD {
             state.held.remove(0);
         }

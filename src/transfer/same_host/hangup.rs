@@ -1,6 +1,6 @@
 //! Noticing that the other end of a same-host connection hung up, without reading from it:
 //! [`hung_up`] asks once, [`wait_for_hangups`] waits for any of several connections (or a
-//! wake-up).
+//! wake-up); and [`wait_readable`], the owner's bounded wait for its next connection.
 
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -18,6 +18,20 @@ pub(super) fn hung_up(fd: RawFd) -> bool {
     // SAFETY: one pollfd on a descriptor the caller keeps open; zero timeout.
     let n = unsafe { libc::poll(&mut poll, 1, 0) };
     n > 0 && poll.revents & HANGUP != 0
+}
+
+/// Waits at most `timeout` until `fd` (kept open by the caller; a listener: a connection to
+/// accept) is readable. False on a timeout or a failed poll.
+pub(super) fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
+    let mut poll = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let timeout_ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one pollfd on a descriptor the caller keeps open.
+    let n = unsafe { libc::poll(&mut poll, 1, timeout_ms) };
+    n > 0 && poll.revents & libc::POLLIN != 0
 }
 
 /// Waits at most `timeout` until one of `connections` (kept open by the caller) hangs up or
