@@ -57,6 +57,13 @@ impl ExpiredClaims {
         }
     }
 
+    /// Whether `owner` still claims `key` (of any size).
+    pub(super) fn holds_any(&self, owner: ClientId, key: &str) -> bool {
+        self.by_key
+            .get(key)
+            .is_some_and(|(holder, _)| *holder == owner)
+    }
+
     /// Whether `owner` still claims `key` with exactly `size` bytes.
     pub(super) fn holds(&self, owner: ClientId, key: &str, size: u64) -> bool {
         self.by_key.get(key) == Some(&(owner, size))
@@ -108,6 +115,7 @@ mod tests {
         assert!(claims.holds(a, "x", 8));
         assert!(!claims.holds(a, "x", 7), "another size is another value");
         assert!(!claims.holds(b, "x", 8), "another owner");
+        assert!(claims.holds_any(a, "x") && !claims.holds_any(b, "x"));
         claims.end("x");
         assert!(!claims.holds(a, "x", 8));
         assert_eq!(claims.len(), 2);

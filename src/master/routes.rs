@@ -77,12 +77,49 @@ impl RouteTable {
     }
 
     /// Routes `key` to `client`; ends any expired owner's claim on it (this is a newer write).
-    fn add(&self, client: ClientId, key: String, size: u64) -> Result<()> {
+    /// `OBJECT_REPLICA_BUSY` before `grace_end` (checked under the lock, so no reclaim of an
+    /// earlier master's owner can follow a route added here).
+    fn add(&self, client: ClientId, key: String, size: u64, grace_end: Instant) -> Result<()> {
         check_key(&key)?;
         if size == 0 {
             return fail(ErrorCode::InvalidParams, format!("key {key}: size 0"));
         }
         let mut routes = self.inner.write();
+        if Instant::now() < grace_end {
+            return fail(
+                ErrorCode::ObjectReplicaBusy,
+                format!("key {key}: this master takes new routes only after its route grace"),
+            );
+        }
+        routes.insert(client, key, size)
+    }
+
+    /// Routes `key` to `client`, an owner of an earlier master's life, if `vouched` (it was
+    /// confirmed by that master after this one started) and before `grace_end` (checked under
+    /// the lock: no new route precedes it). Already routed to `client` with `size` (a
+    /// retried reclaim) is fine at any time.
+    fn reclaim_foreign(
+        &self,
+        client: ClientId,
+        key: String,
+        size: u64,
+        vouched: bool,
+        grace_end: Instant,
+    ) -> Result<()> {
+        check_key(&key)?;
+        let mut routes = self.inner.write();
+        if routes.keys.get(&key) == Some(&(client, size)) {
+            return Ok(());
+        }
+        if !vouched || Instant::now() >= grace_end {
+            return fail(
+                ErrorCode::ObjectNotFound,
+                format!(
+                    "key {key}: this master did not know owner {client} before it restarted, and \
+                     the owner cannot vouch for its keys or the route grace is over"
+                ),
+            );
+        }
         routes.insert(client, key, size)
     }
 
@@ -111,8 +148,13 @@ impl RouteTable {
         self.inner.write().claims.forget_owner(client);
     }
 
+    /// Withdraws `client`'s route of `key`. A claim `client` still has on `key` ends too (its
+    /// value was removed), so a later reclaim cannot route it again.
     fn remove(&self, client: ClientId, key: &str) -> Result<()> {
         let mut routes = self.inner.write();
+        if routes.claims.holds_any(client, key) {
+            routes.claims.end(key);
+        }
         match routes.keys.get(key) {
             Some((holder, _)) if *holder == client => {
                 routes.keys.remove(key);
@@ -242,7 +284,17 @@ impl MasterService {
                 ),
             );
         }
-        Ok(self.apply_routes(client, keys, sizes, RouteTable::add))
+        let grace_end = self.route_grace_end();
+        Ok(
+            self.apply_routes(client, keys, sizes, |table, client, key, size| {
+                table.add(client, key, size, grace_end)
+            }),
+        )
+    }
+
+    /// When this master's route grace ends.
+    fn route_grace_end(&self) -> Instant {
+        self.started_at + self.config.p2p_route_grace()
     }
 
     /// What is left of the P2P route grace ([`MasterConfig::p2p_route_grace`]), if any.
@@ -261,7 +313,7 @@ impl MasterService {
         client: ClientId,
         keys: Vec<String>,
         sizes: Vec<u64>,
-        route: fn(&RouteTable, ClientId, String, u64) -> Result<()>,
+        route: impl Fn(&RouteTable, ClientId, String, u64) -> Result<()>,
     ) -> Vec<Result<()>> {
         keys.into_iter()
             .zip(sizes)
@@ -271,10 +323,11 @@ impl MasterService {
 
     /// Routes again the keys an owner held when this master expired it (see
     /// [`super::route_claims`]); claims not reclaimed here are forgotten. An owner whose last
-    /// known `view_version` is another master's (this one restarted and knows no claims)
-    /// gets its keys routed as new during the route grace, when no key is routed anew; after
-    /// it every key is refused (`OBJECT_NOT_FOUND`: a write and a removal may have come and
-    /// gone meanwhile), and the owner drops them.
+    /// known `view_version` is another master's (this one restarted and knows no claims; 0:
+    /// the owner cannot vouch for any) gets its keys routed as new during the route grace,
+    /// when no key is routed anew; after it, or unvouched, every key not already routed to it
+    /// is refused (`OBJECT_NOT_FOUND`: a write and a removal may have come and gone
+    /// meanwhile), and the owner drops them.
     pub(super) fn reclaim_routes(
         &self,
         client: ClientId,
@@ -289,16 +342,12 @@ impl MasterService {
             self.routes.end_reclaim(client);
             return Ok(answers);
         }
-        if self.route_grace_left().is_some() {
-            return Ok(self.apply_routes(client, keys, sizes, RouteTable::add));
-        }
-        let refusal = || {
-            fail(
-                ErrorCode::ObjectNotFound,
-                "this master did not know the owner before it restarted, and its route grace is over",
-            )
-        };
-        Ok(keys.iter().map(|_| refusal()).collect())
+        let (vouched, grace_end) = (view_version != 0, self.route_grace_end());
+        Ok(
+            self.apply_routes(client, keys, sizes, |table, client, key, size| {
+                table.reclaim_foreign(client, key, size, vouched, grace_end)
+            }),
+        )
     }
 
     pub(super) fn remove_routes(
@@ -461,8 +510,43 @@ mod tests {
         let view = master.ping(a.client).unwrap().view_version;
         let reclaimed = master.p2p_reclaim_keys(a.client, view ^ 1, keys.clone(), vec![8]);
         assert_eq!(reclaimed, Ok(vec![Ok(())]));
-        let routes = master.p2p_get_routes(keys).unwrap();
-        assert_eq!(routes[0].as_ref().map(|r| r.owner.clone()), Ok(a));
+        let routes = master.p2p_get_routes(keys.clone()).unwrap();
+        assert_eq!(routes[0].as_ref().map(|r| r.owner.clone()), Ok(a.clone()));
+        // An owner that cannot vouch for its keys (view 0) keeps only what is routed to it
+        // already (its earlier reclaim's answer was lost).
+        let unvouched =
+            master.p2p_reclaim_keys(a.client, 0, vec!["k".into(), "other".into()], vec![8, 8]);
+        assert_eq!(unvouched, Ok(vec![Ok(()), Err(ErrorCode::ObjectNotFound)]));
+    }
+
+    /// The grace's end is decided under the route lock: once a new route was taken, no reclaim
+    /// of an earlier master's owner follows, and a retried one keeps what it got.
+    #[test]
+    fn after_the_grace_reclaims_of_an_earlier_masters_owners_are_refused() {
+        let master = MasterService::new(MasterConfig {
+            deployment_mode: DeploymentMode::P2p,
+            p2p_route_grace_ms: 100,
+            ..MasterConfig::default()
+        });
+        let (a, b) = (owner(7000), owner(8000));
+        master.p2p_register_owner(a.clone()).unwrap();
+        master.p2p_register_owner(b.clone()).unwrap();
+        let view = master.ping(a.client).unwrap().view_version;
+        let early = master.p2p_reclaim_keys(a.client, view ^ 1, vec!["early".into()], vec![4]);
+        assert_eq!(early, Ok(vec![Ok(())]));
+        std::thread::sleep(Duration::from_millis(150));
+        let new = master.p2p_add_keys(b.client, vec!["late".into()], vec![4]);
+        assert_eq!(new, Ok(vec![Ok(())]));
+        master
+            .p2p_remove_keys(b.client, vec!["late".into()])
+            .unwrap();
+        let late = master.p2p_reclaim_keys(
+            a.client,
+            view ^ 1,
+            vec!["early".into(), "late".into()],
+            vec![4, 4],
+        );
+        assert_eq!(late, Ok(vec![Ok(()), Err(ErrorCode::ObjectNotFound)]));
     }
 
     /// An expired owner gets back, on reclaim, exactly the keys nobody routed while it was
@@ -478,9 +562,9 @@ mod tests {
         let (a, b) = (owner(4000), owner(5000));
         master.p2p_register_owner(a.clone()).unwrap();
         let keys = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let held = keys(&["kept", "taken", "rewritten", "resized"]);
+        let held = keys(&["kept", "taken", "rewritten", "resized", "dropped"]);
         master
-            .p2p_add_keys(a.client, held.clone(), vec![8; 4])
+            .p2p_add_keys(a.client, held.clone(), vec![8; 5])
             .unwrap();
         let view = master.ping(a.client).unwrap().view_version;
         let far = std::time::Instant::now() + Duration::from_secs(7_200);
@@ -489,7 +573,7 @@ mod tests {
             vec![a.client]
         );
         master.retire_client(a.client);
-        assert_eq!(master.metrics().p2p_claimed_keys, 4);
+        assert_eq!(master.metrics().p2p_claimed_keys, 5);
         // While a is gone: b takes one key, writes and removes another.
         master.p2p_register_owner(b.clone()).unwrap();
         let on_b = keys(&["taken", "rewritten"]);
@@ -498,9 +582,17 @@ mod tests {
             .p2p_remove_keys(b.client, keys(&["rewritten"]))
             .unwrap();
         master.p2p_register_owner(a.clone()).unwrap();
-        let sizes = vec![8, 8, 8, 9];
+        // a's removal of a key it still claims ends the claim ("kept" is reclaimed below).
+        assert_eq!(
+            master
+                .p2p_remove_keys(a.client, keys(&["dropped"]))
+                .unwrap(),
+            vec![Err(ErrorCode::ObjectNotFound)]
+        );
+        let sizes = vec![8, 8, 8, 9, 8];
         let expect = [
             Ok(()),
+            Err(ErrorCode::ObjectNotFound),
             Err(ErrorCode::ObjectNotFound),
             Err(ErrorCode::ObjectNotFound),
             Err(ErrorCode::ObjectNotFound),

@@ -81,7 +81,8 @@ impl MasterService {
             (config.client_ttl() / 4).clamp(Duration::from_millis(1), CLIENT_MONITOR_PERIOD);
         let service = Arc::new(MasterService {
             config,
-            view_version: fastrand::u64(..),
+            // 0 names no master (an owner that cannot vouch for its keys sends it).
+            view_version: fastrand::u64(1..),
             objects: ObjectTable::default(),
             segments: SegmentRegistry::default(),
             clients: ClientTable::default(),

@@ -518,6 +518,7 @@ impl Inner {
         let sent_at = std::time::Instant::now();
         match self.master.ping(me.client) {
             Ok(answer) => {
+                let answered_at = std::time::Instant::now();
                 if answer.status == ClientStatus::NeedRemount {
                     tracing::warn!("master forgot this owner; registering again with its keys");
                     registration.forgotten();
@@ -527,42 +528,50 @@ impl Inner {
                     }
                 }
                 if registration.must_republish() {
-                    let (keys, sizes): (Vec<String>, Vec<u64>) = owner.keys().into_iter().unzip();
-                    let view = registration.view();
-                    if view != answer.view_version && !registration.confirmed_at(sent_at) {
-                        // A restarted master, and we were unconfirmed before it: the old one
-                        // may have expired us and routed our keys elsewhere (and removed them)
-                        // before it died, which the new one cannot know.
-                        let dropped = owner.drop_keys(keys.iter());
-                        tracing::warn!(dropped, "a restarted master and our standing lapsed before it: dropped every key");
-                        registration.republished();
-                        registration.confirm(sent_at, answer.view_version);
+                    // Another master's view, and we were unconfirmed when this one answered:
+                    // the old one may have expired us and routed our keys elsewhere (and
+                    // removed them) before it died, which this one cannot know. View 0 says
+                    // so: it keeps only what it already routes to us.
+                    let mut view = registration.view();
+                    if view != answer.view_version && !registration.confirmed_at(answered_at) {
+                        view = 0;
+                    }
+                    if let Err(code) = self.reclaim(me, owner, view) {
+                        tracing::warn!(%code, "reclaiming our keys failed; will retry");
                         return;
                     }
-                    match self
-                        .master
-                        .p2p_reclaim_keys(me.client, view, keys.clone(), sizes)
-                    {
-                        Ok(answers) => {
-                            let dropped = owner.drop_refused(&keys, &answers);
-                            if dropped > 0 {
-                                tracing::warn!(
-                                    dropped,
-                                    "dropped keys the master now routes to another owner"
-                                );
-                            }
-                            registration.republished();
-                        }
-                        Err(code) => {
-                            tracing::warn!(%code, "publishing our keys again failed; will retry");
-                            return;
-                        }
-                    }
+                    registration.republished();
                 }
                 registration.confirm(sent_at, answer.view_version);
             }
             Err(code) => tracing::warn!(%code, "master ping failed"),
         }
+    }
+
+    /// Reclaims every key `owner` holds from the master (`view`: see
+    /// [`MasterApi::p2p_reclaim_keys`]) and drops those it refused.
+    ///
+    /// Errors: the call's, or `INTERNAL_ERROR` for an answer of the wrong length (nothing is
+    /// dropped; the caller retries).
+    fn reclaim(&self, me: &P2pOwner, owner: &DataManager, view: u64) -> Result<()> {
+        let held = owner.keys();
+        let (keys, sizes): (Vec<String>, Vec<u64>) = held.iter().cloned().unzip();
+        let answers = self.master.p2p_reclaim_keys(me.client, view, keys, sizes)?;
+        if answers.len() != held.len() {
+            return fail(
+                ErrorCode::InternalError,
+                format!(
+                    "{} answers to a reclaim of {} keys",
+                    answers.len(),
+                    held.len()
+                ),
+            );
+        }
+        let dropped = owner.drop_refused(&held, &answers);
+        if dropped > 0 {
+            tracing::warn!(dropped, "dropped keys the master no longer routes to us");
+        }
+        Ok(())
     }
 
     fn shutdown(&self) {

@@ -284,24 +284,21 @@ impl DataManager {
     }
 
     /// Asks the master to route `key` (`size` bytes) to us. While a freshly started master
-    /// takes no new routes (its route grace, answered `OBJECT_REPLICA_BUSY` for the whole
-    /// call) this retries every [`GRACE_RETRY`], for at most
-    /// [`super::MASTER_ROUTE_GRACE`] plus one retry.
+    /// takes no new routes (its route grace, answered `OBJECT_REPLICA_BUSY`) this retries
+    /// every [`GRACE_RETRY`], for at most [`super::MASTER_ROUTE_GRACE`] plus one retry (a
+    /// master with a longer grace refuses earlier commits with that code).
     fn publish_route(&self, key: &str, size: u64) -> Result<()> {
         let deadline = Instant::now() + super::MASTER_ROUTE_GRACE + GRACE_RETRY;
         loop {
-            match self
+            let answer = self
                 .master
                 .p2p_add_keys(self.id, vec![key.to_string()], vec![size])
-            {
+                .and_then(|mut answers| answers.pop().unwrap_or(Err(ErrorCode::InternalError)));
+            match answer {
                 Err(ErrorCode::ObjectReplicaBusy) if Instant::now() < deadline => {
                     std::thread::sleep(GRACE_RETRY)
                 }
-                answer => {
-                    return answer.and_then(|mut answers| {
-                        answers.pop().unwrap_or(Err(ErrorCode::InternalError))
-                    })
-                }
+                answer => return answer,
             }
         }
     }
@@ -635,6 +632,20 @@ impl DataManager {
 
     /// Hides `key` at once, for REVERSE and FORWARD alike; a pin of its value moves into the
     /// quarantine until its readers' leases end.
+    /// Removes `key` if it is held with `size` bytes; whether it was.
+    fn remove_one_of_size(&self, key: &str, size: u64) -> bool {
+        let mut pins = self.pins.shard(key);
+        let Some(value) = self.backend.remove_if(key, |handle| handle.len() == size) else {
+            return false;
+        };
+        if let Some(record) = pins.remove(key) {
+            self.retire_pin(record);
+        }
+        drop(pins);
+        drop(value);
+        true
+    }
+
     fn remove_one(&self, key: &str) -> Result<()> {
         let mut pins = self.pins.shard(key);
         let Some(value) = self.backend.remove(key) else {
@@ -653,25 +664,17 @@ impl DataManager {
         &self.registration
     }
 
-    /// After reclaiming `keys`: drops every key whose route the master refused (`answers[i]`
-    /// an error: it was written, taken or removed while we were gone), so no reader with an
-    /// old route gets its old value. Returns how many went.
-    pub(crate) fn drop_refused(&self, keys: &[String], answers: &[Result<()>]) -> usize {
-        let refused = keys
-            .iter()
+    /// After reclaiming `held` (key, size): drops every key whose route the master refused
+    /// (`answers[i]` an error: it was written, taken or removed while we were gone), so no
+    /// reader with an old route gets its old value; a key now held with another size was
+    /// written again meanwhile (and routed, or its commit decides) and stays. Returns how
+    /// many went.
+    pub(crate) fn drop_refused(&self, held: &[(String, u64)], answers: &[Result<()>]) -> usize {
+        held.iter()
             .zip(answers)
             .filter(|(_, answer)| answer.is_err())
-            .map(|(key, _)| key);
-        self.drop_keys(refused)
-    }
-
-    /// Drops `keys` (those gone already, removed meanwhile, are skipped); returns how many.
-    pub(crate) fn drop_keys<'k>(&self, keys: impl Iterator<Item = &'k String>) -> usize {
-        keys.map(|key| {
-            // Gone already (removed meanwhile) is fine.
-            let _ = self.remove_one(key);
-        })
-        .count()
+            .filter(|((key, size), _)| self.remove_one_of_size(key, *size))
+            .count()
     }
 
     fn remove(&self, keys: Vec<String>) -> Vec<Result<()>> {

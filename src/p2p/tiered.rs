@@ -141,6 +141,19 @@ impl TieredBackend {
         self.shard(key).write().remove(key)
     }
 
+    /// Hides `key` if its value satisfies `matches` (checked under the shard's lock).
+    pub(crate) fn remove_if(
+        &self,
+        key: &str,
+        matches: impl FnOnce(&AllocationHandle) -> bool,
+    ) -> Option<AllocationHandle> {
+        let mut shard = self.shard(key).write();
+        if !shard.get(key).is_some_and(matches) {
+            return None;
+        }
+        shard.remove(key)
+    }
+
     /// Every committed key with its size (for re-registration with a restarted master).
     pub(crate) fn keys(&self) -> Vec<(String, u64)> {
         self.committed

@@ -21,7 +21,8 @@ pub(super) fn hung_up(fd: RawFd) -> bool {
 }
 
 /// Waits at most `timeout` until `fd` (kept open by the caller; a listener: a connection to
-/// accept) is readable. False on a timeout or a failed poll.
+/// accept) is readable. False on a timeout or a failed poll; a descriptor in error (no
+/// `POLLIN`) costs a 10 ms pause first, so a caller's loop never spins.
 pub(super) fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
     let mut poll = libc::pollfd {
         fd,
@@ -31,7 +32,11 @@ pub(super) fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
     let timeout_ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
     // SAFETY: one pollfd on a descriptor the caller keeps open.
     let n = unsafe { libc::poll(&mut poll, 1, timeout_ms) };
-    n > 0 && poll.revents & libc::POLLIN != 0
+    let readable = n > 0 && poll.revents & libc::POLLIN != 0;
+    if !readable && (n < 0 || poll.revents != 0) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    readable
 }
 
 /// Waits at most `timeout` until one of `connections` (kept open by the caller) hangs up or
