@@ -536,9 +536,18 @@ impl Inner {
                     if view != answer.view_version && !registration.confirmed_at(answered_at) {
                         view = 0;
                     }
-                    if let Err(code) = self.reclaim(me, owner, view) {
-                        tracing::warn!(%code, "reclaiming our keys failed; will retry");
-                        return;
+                    match owner.reclaim(view) {
+                        Ok(0) => {}
+                        Ok(dropped) => {
+                            tracing::warn!(
+                                dropped,
+                                "dropped keys the master no longer routes to us"
+                            )
+                        }
+                        Err(code) => {
+                            tracing::warn!(%code, "reclaiming our keys failed; will retry");
+                            return;
+                        }
                     }
                     registration.republished();
                 }
@@ -546,32 +555,6 @@ impl Inner {
             }
             Err(code) => tracing::warn!(%code, "master ping failed"),
         }
-    }
-
-    /// Reclaims every key `owner` holds from the master (`view`: see
-    /// [`MasterApi::p2p_reclaim_keys`]) and drops those it refused.
-    ///
-    /// Errors: the call's, or `INTERNAL_ERROR` for an answer of the wrong length (nothing is
-    /// dropped; the caller retries).
-    fn reclaim(&self, me: &P2pOwner, owner: &DataManager, view: u64) -> Result<()> {
-        let held = owner.keys();
-        let (keys, sizes): (Vec<String>, Vec<u64>) = held.iter().cloned().unzip();
-        let answers = self.master.p2p_reclaim_keys(me.client, view, keys, sizes)?;
-        if answers.len() != held.len() {
-            return fail(
-                ErrorCode::InternalError,
-                format!(
-                    "{} answers to a reclaim of {} keys",
-                    answers.len(),
-                    held.len()
-                ),
-            );
-        }
-        let dropped = owner.drop_refused(&held, &answers);
-        if dropped > 0 {
-            tracing::warn!(dropped, "dropped keys the master no longer routes to us");
-        }
-        Ok(())
     }
 
     fn shutdown(&self) {

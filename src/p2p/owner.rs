@@ -108,6 +108,14 @@ pub(crate) struct DataManager {
     /// no PreWrite of them until that answer is in, so a late withdrawal can never strip
     /// a newer value of its route.
     routing: Mutex<HashSet<String>>,
+    /// Commits and removals hold it shared from their first master call to their local
+    /// change; a reclaim ([`DataManager::reclaim`]) holds it exclusively from its snapshot of
+    /// our keys to its drops. So a commit whose route the master took just before expiring
+    /// us is in the snapshot (its claim is reclaimed), never made visible after a reclaim
+    /// that left it out (the master would route it nowhere while we serve it).
+    publishing: parking_lot::RwLock<()>,
+    /// Test hook: a commit sleeps this long between the master's answer and the local commit.
+    commit_delay: Duration,
 }
 
 /// Holds a key in [`DataManager::routing`] until dropped.
@@ -150,7 +158,16 @@ impl DataManager {
             held: Quarantine::default(),
             registration: Registration::new(),
             routing: Mutex::new(HashSet::new()),
+            publishing: parking_lot::RwLock::new(()),
+            commit_delay: Duration::ZERO,
         }
+    }
+
+    /// Test hook: see [`DataManager::commit_delay`](Self).
+    #[cfg(test)]
+    pub(crate) fn with_commit_delay(mut self, delay: Duration) -> DataManager {
+        self.commit_delay = delay;
+        self
     }
 
     /// Test hook: the REVERSE transfer stage sleeps `delay` first (as
@@ -306,6 +323,7 @@ impl DataManager {
     /// The master routes the key to us first; only then is the value visible here, so no
     /// reader ever gets a value whose route the master refused.
     fn commit(&self, key: &str, op: u64) -> Result<()> {
+        let _publishing = self.publishing.read();
         let _routing = self.route_change(key)?;
         let record = self.take_pending(key, op)?;
         let size = record.handle.len();
@@ -315,6 +333,9 @@ impl DataManager {
         if let Err(code) = published {
             drop(record);
             return fail(code, format!("master refused the route of {key}"));
+        }
+        if !self.commit_delay.is_zero() {
+            std::thread::sleep(self.commit_delay);
         }
         if let Err(code) = self.backend.commit(key, record.handle) {
             if let Err(e) = self.master.p2p_remove_keys(self.id, vec![key.to_string()]) {
@@ -664,12 +685,36 @@ impl DataManager {
         &self.registration
     }
 
+    /// Reclaims every key we hold from the master after it forgot us (`view`: see
+    /// [`MasterApi::p2p_reclaim_keys`]) and drops those it refused; returns how many went.
+    /// Waits for commits and removals in progress (see [`DataManager::publishing`](Self)).
+    ///
+    /// Errors: the call's, or `INTERNAL_ERROR` for an answer of the wrong length (nothing is
+    /// dropped; the caller retries).
+    pub(crate) fn reclaim(&self, view: u64) -> Result<usize> {
+        let _publishing = self.publishing.write();
+        let held = self.keys();
+        let (keys, sizes): (Vec<String>, Vec<u64>) = held.iter().cloned().unzip();
+        let answers = self.master.p2p_reclaim_keys(self.id, view, keys, sizes)?;
+        if answers.len() != held.len() {
+            return fail(
+                ErrorCode::InternalError,
+                format!(
+                    "{} answers to a reclaim of {} keys",
+                    answers.len(),
+                    held.len()
+                ),
+            );
+        }
+        Ok(self.drop_refused(&held, &answers))
+    }
+
     /// After reclaiming `held` (key, size): drops every key whose route the master refused
     /// (`answers[i]` an error: it was written, taken or removed while we were gone), so no
     /// reader with an old route gets its old value; a key now held with another size was
     /// written again meanwhile (and routed, or its commit decides) and stays. Returns how
     /// many went.
-    pub(crate) fn drop_refused(&self, held: &[(String, u64)], answers: &[Result<()>]) -> usize {
+    fn drop_refused(&self, held: &[(String, u64)], answers: &[Result<()>]) -> usize {
         held.iter()
             .zip(answers)
             .filter(|(_, answer)| answer.is_err())
@@ -678,6 +723,7 @@ impl DataManager {
     }
 
     fn remove(&self, keys: Vec<String>) -> Vec<Result<()>> {
+        let _publishing = self.publishing.read();
         // Each removed key stays marked until the master withdrew its route (no new write
         // of it may be routed before that withdrawal).
         let mut routing = Vec::with_capacity(keys.len());
@@ -741,5 +787,96 @@ impl super::api::PeerApi for DataManager {
         let mut snapshot = self.counters.snapshot();
         self.fill_gauges(&mut snapshot);
         Ok(snapshot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::master::{MasterConfig, MasterService};
+    use crate::transfer::{DirectResolver, EngineConfig};
+    use crate::types::{DeploymentMode, P2pOwner, Uuid};
+
+    /// The master takes a commit's route, then expires the owner before the commit is
+    /// visible; the owner re-registers and reclaims meanwhile. The reclaim must not leave the
+    /// key out (its claim would be forgotten and the visible value routed nowhere, while
+    /// readers with a cached route read it: the 30-minute chaos soak's violation).
+    #[test]
+    fn a_commit_racing_a_reclaim_keeps_its_route() {
+        let master = MasterService::new(MasterConfig {
+            deployment_mode: DeploymentMode::P2p,
+            client_ttl_ms: Some(200),
+            ..MasterConfig::default()
+        });
+        let engine = TransferEngine::new(EngineConfig {
+            local_name: "reclaim-owner".into(),
+            listener: None,
+            resolver: Arc::new(DirectResolver),
+            memcpy_enabled: true,
+            rdma: None,
+        })
+        .unwrap();
+        let id = Uuid::random();
+        let me = P2pOwner {
+            client: id,
+            name: "reclaim-owner".into(),
+            rpc_addr: "127.0.0.1:1".into(),
+        };
+        master.p2p_register_owner(me.clone()).unwrap();
+        let view = master.ping(id).unwrap().view_version;
+        let tiers = crate::p2p::config::TieredConfig::parse(
+            r#"{"tiers":[{"type":"DRAM","capacity":1048576}]}"#,
+        )
+        .unwrap();
+        let owner = Arc::new(
+            DataManager::new(OwnerParts {
+                backend: TieredBackend::new(&tiers, &engine, 4).unwrap(),
+                engine: Arc::clone(&engine),
+                master: master.clone(),
+                id,
+                lease: Duration::from_secs(5),
+                shards: 4,
+                counters: Arc::default(),
+                quarantine: Duration::from_millis(100),
+            })
+            .with_commit_delay(Duration::from_millis(900)),
+        );
+        let committing = {
+            let owner = Arc::clone(&owner);
+            std::thread::spawn(move || owner.put_local("k", &[7u8; 64]))
+        };
+        // The route is in; nobody pings, so the master expires the owner (TTL 200 ms).
+        let expired = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < expired {
+            let routes = master.p2p_get_routes(vec!["k".into()]).unwrap();
+            if master.metrics().p2p_claimed_keys == 1 && routes[0].is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            master.metrics().p2p_claimed_keys,
+            1,
+            "the owner never expired"
+        );
+        master.p2p_register_owner(me).unwrap();
+        let pinger = {
+            let master = master.clone();
+            std::thread::spawn(move || {
+                for _ in 0..40 {
+                    let _ = master.ping(id);
+                    std::thread::sleep(Duration::from_millis(25));
+                }
+            })
+        };
+        assert_eq!(owner.reclaim(view), Ok(0));
+        assert_eq!(committing.join().unwrap(), Ok(()));
+        let routes = master.p2p_get_routes(vec!["k".into()]).unwrap();
+        assert_eq!(
+            routes[0].as_ref().map(|r| r.owner.client),
+            Ok(id),
+            "the owner holds a committed value the master routes nowhere"
+        );
+        pinger.join().unwrap();
     }
 }
