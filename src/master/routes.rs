@@ -525,7 +525,7 @@ mod tests {
     fn after_the_grace_reclaims_of_an_earlier_masters_owners_are_refused() {
         let master = MasterService::new(MasterConfig {
             deployment_mode: DeploymentMode::P2p,
-            p2p_route_grace_ms: 100,
+            p2p_route_grace_ms: 1000,
             ..MasterConfig::default()
         });
         let (a, b) = (owner(7000), owner(8000));
@@ -534,7 +534,7 @@ mod tests {
         let view = master.ping(a.client).unwrap().view_version;
         let early = master.p2p_reclaim_keys(a.client, view ^ 1, vec!["early".into()], vec![4]);
         assert_eq!(early, Ok(vec![Ok(())]));
-        std::thread::sleep(Duration::from_millis(150));
+        std::thread::sleep(Duration::from_millis(1100));
         let new = master.p2p_add_keys(b.client, vec!["late".into()], vec![4]);
         assert_eq!(new, Ok(vec![Ok(())]));
         master

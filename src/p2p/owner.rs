@@ -805,7 +805,7 @@ mod tests {
     fn a_commit_racing_a_reclaim_keeps_its_route() {
         let master = MasterService::new(MasterConfig {
             deployment_mode: DeploymentMode::P2p,
-            client_ttl_ms: Some(200),
+            client_ttl_ms: Some(500),
             ..MasterConfig::default()
         });
         let engine = TransferEngine::new(EngineConfig {
@@ -839,14 +839,14 @@ mod tests {
                 counters: Arc::default(),
                 quarantine: Duration::from_millis(100),
             })
-            .with_commit_delay(Duration::from_millis(900)),
+            .with_commit_delay(Duration::from_millis(2500)),
         );
         let committing = {
             let owner = Arc::clone(&owner);
             std::thread::spawn(move || owner.put_local("k", &[7u8; 64]))
         };
-        // The route is in; nobody pings, so the master expires the owner (TTL 200 ms).
-        let expired = Instant::now() + Duration::from_secs(3);
+        // The route is in; nobody pings, so the master expires the owner (TTL 500 ms).
+        let expired = Instant::now() + Duration::from_secs(2);
         while Instant::now() < expired {
             let routes = master.p2p_get_routes(vec!["k".into()]).unwrap();
             if master.metrics().p2p_claimed_keys == 1 && routes[0].is_err() {
@@ -863,7 +863,7 @@ mod tests {
         let pinger = {
             let master = master.clone();
             std::thread::spawn(move || {
-                for _ in 0..40 {
+                for _ in 0..120 {
                     let _ = master.ping(id);
                     std::thread::sleep(Duration::from_millis(25));
                 }
