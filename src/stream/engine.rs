@@ -510,8 +510,10 @@ impl StreamEngine {
             .filter_map(Weak::upgrade)
             .collect();
         for ticket in open {
-            if ticket.gated && ticket.open_gate(Err(ErrorCode::Cancelled)) {
-                shared.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+            if ticket.gated {
+                ticket.open_gate_then(Err(ErrorCode::Cancelled), || {
+                    shared.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+                });
             }
         }
         drop(self.timer_stop.lock().take());
@@ -708,8 +710,10 @@ fn deadline_timer(shared: &Shared, stop: &Receiver<()>) {
             .filter(|t| t.gated && !t.gate_is_open() && now >= t.deadline)
             .collect();
         for ticket in late {
-            if ticket.open_gate(Err(ErrorCode::TransferTimeout)) {
+            let opened = ticket.open_gate_then(Err(ErrorCode::TransferTimeout), || {
                 shared.counters.timed_out.fetch_add(1, Ordering::Relaxed);
+            });
+            if opened {
                 tracing::warn!(
                     ticket = ticket.id,
                     "stream ticket timed out; gate opened with TRANSFER_TIMEOUT"

@@ -122,9 +122,16 @@ impl TicketState {
     /// word opens, then host waiters wake. Only the first call has any effect; returns
     /// whether it was this one.
     pub(crate) fn open_gate(&self, outcome: Result<()>) -> bool {
+        self.open_gate_then(outcome, || {})
+    }
+
+    /// As [`TicketState::open_gate`]; `first` runs when this call is the one that opens the
+    /// gate, before any waiter can see it open (so a counter it bumps is current for them).
+    pub(crate) fn open_gate_then(&self, outcome: Result<()>, first: impl FnOnce()) -> bool {
         if self.gate_opened.swap(true, Ordering::AcqRel) {
             return false;
         }
+        first();
         let status = outcome
             .err()
             .or_else(|| self.first_key_error())
