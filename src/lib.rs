@@ -14,6 +14,7 @@ pub mod p2p;
 mod process;
 pub mod rpc;
 pub mod shm;
+pub mod spin;
 pub mod standalone;
 pub mod stream;
 #[cfg(test)]

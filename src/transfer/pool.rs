@@ -525,6 +525,8 @@ impl<'a> Incoming<'a> {
     /// (`upto` ≥ 1, that request not complete yet). The peer closing is an error.
     fn receive(&mut self, stream: &mut TcpStream, upto: usize) -> io::Result<()> {
         let end = self.starts[upto];
+        // A quick answer is awaited awake (see `spin`); the read below then finds it.
+        crate::spin::until_readable(stream.as_raw_fd(), crate::spin::budget());
         loop {
             let mut io = self.cursor.unfilled(&mut self.parts, end);
             match stream.read_vectored(&mut io) {
