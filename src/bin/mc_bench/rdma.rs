@@ -7,8 +7,9 @@
 //! completion mode (`MC_RDMA_COMPLETION=poll` and `event`). Per size, rounds interleave
 //! `ib_read_bw` / our get in both modes and `ib_write_bw` / our put in both modes for the same
 //! bytes (the modes' order alternates between rounds); the best of the rounds is reported
-//! with the spread (max/min − 1). 4 KiB get p50 in both modes is compared with
-//! `ib_read_lat`'s typical latency.
+//! with the spread (max/min − 1). 64 KiB runs twice: one key per call (one read or write in
+//! flight) and 16 keys per call (a batch; perftest keeps up to 128 in flight). 4 KiB get p50
+//! in both modes is compared with `ib_read_lat`'s typical latency.
 
 use super::report::Report;
 use mooncake_rs::transfer::rdma::RdmaDevice;
@@ -130,32 +131,41 @@ fn both_modes(
 }
 
 /// Moves `size`-byte requests `iters` times (all of `BUFFER` in turn) from the initiator of
-/// completion mode `mode`; MiB/s.
+/// completion mode `mode`, `batch` requests per transfer call (as a batch get or put of
+/// `batch` keys hands them to the engine); MiB/s.
 fn ours(
     pair: &Pair,
     mode: usize,
     op: TransferOp,
     size: usize,
     iters: usize,
+    batch: usize,
 ) -> Result<f64, String> {
     let started = Instant::now();
-    for i in 0..iters {
-        let at = (i * size) % BUFFER;
-        let request = TransferRequest {
-            op,
-            local_addr: pair.local.as_ptr() as usize + at,
-            len: size as u64,
-            endpoint: pair.owner.local_name(),
-            remote_addr: (pair.segment.as_ptr() as usize + at) as u64,
-            epoch: 0,
-            send_by: None,
-        };
+    let mut done = 0;
+    while done < iters {
+        let requests: Vec<TransferRequest<'_>> = (done..iters.min(done + batch))
+            .map(|i| {
+                let at = (i * size) % BUFFER;
+                TransferRequest {
+                    op,
+                    local_addr: pair.local.as_ptr() as usize + at,
+                    len: size as u64,
+                    endpoint: pair.owner.local_name(),
+                    remote_addr: (pair.segment.as_ptr() as usize + at) as u64,
+                    epoch: 0,
+                    send_by: None,
+                }
+            })
+            .collect();
+        done += requests.len();
         // SAFETY: both buffers are ours, registered and alive for the call; reads write
-        // only `pair.local`, which nothing else touches.
-        unsafe { pair.initiators[mode].transfer(&[request]) }
-            .pop()
-            .unwrap_or(Err(mooncake_rs::ErrorCode::InternalError))
-            .map_err(|e| format!("{op:?} of {size}: {e}"))?;
+        // only `pair.local`, which nothing else touches, and the requests of one call name
+        // distinct ranges of it (`batch * size` <= BUFFER).
+        let results = unsafe { pair.initiators[mode].transfer(&requests) };
+        if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
+            return Err(format!("{op:?} of {size}: {e}"));
+        }
     }
     Ok((size * iters) as f64 / MIB / started.elapsed().as_secs_f64())
 }
@@ -165,7 +175,7 @@ fn get_p50(pair: &Pair, mode: usize, samples: usize) -> Result<f64, String> {
     let mut times = Vec::with_capacity(samples);
     for _ in 0..samples {
         let started = Instant::now();
-        ours(pair, mode, TransferOp::Read, 4096, 1)?;
+        ours(pair, mode, TransferOp::Read, 4096, 1, 1)?;
         times.push(started.elapsed().as_secs_f64() * 1e6);
     }
     Ok(super::limits::median(&mut times))
@@ -214,11 +224,17 @@ pub fn run(report: &mut Report) -> Result<(), String> {
             .map_err(|e| format!("register: {e}"))?;
     }
     let mut port = 18515u16;
-    for (size, iters) in [(4usize << 20, 48usize), (64 << 10, 1500)] {
-        let label = if size >= 1 << 20 {
-            format!("{} MiB", size >> 20)
-        } else {
-            format!("{} KiB", size >> 10)
+    // perftest keeps up to 128 reads or writes in flight; a single-key call has one, a batch
+    // call of 16 keys up to 16 (then one work request per 64 KiB key).
+    for (size, iters, batch) in [
+        (4usize << 20, 48usize, 1usize),
+        (64 << 10, 1500, 1),
+        (64 << 10, 1504, 16),
+    ] {
+        let label = match (size >= 1 << 20, batch) {
+            (true, _) => format!("{} MiB", size >> 20),
+            (false, 1) => format!("{} KiB", size >> 10),
+            (false, n) => format!("{} KiB x{n} batch", size >> 10),
         };
         let (mut ib_r, mut ib_w) = (vec![], vec![]);
         let (mut our_r, mut our_w) = ([vec![], vec![]], [vec![], vec![]]);
@@ -226,12 +242,12 @@ pub fn run(report: &mut Report) -> Result<(), String> {
             port += 1;
             ib_r.push(perftest("ib_read_bw", &target, size, iters, port)?[3]);
             both_modes(round, &mut our_r, |mode| {
-                ours(&pair, mode, TransferOp::Read, size, iters)
+                ours(&pair, mode, TransferOp::Read, size, iters, batch)
             })?;
             port += 1;
             ib_w.push(perftest("ib_write_bw", &target, size, iters, port)?[3]);
             both_modes(round, &mut our_w, |mode| {
-                ours(&pair, mode, TransferOp::Write, size, iters)
+                ours(&pair, mode, TransferOp::Write, size, iters, batch)
             })?;
         }
         for (what, limit, mine, ib) in [
@@ -245,7 +261,7 @@ pub fn run(report: &mut Report) -> Result<(), String> {
                     &format!("rdma {what} {label} {name} (MiB/s)"),
                     value,
                     "MiB/s",
-                    &format!("{limit} {label}"),
+                    &format!("{limit} {}", label.split(" x").next().unwrap_or(&label)),
                     limit_value,
                 );
                 println!(
