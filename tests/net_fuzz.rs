@@ -5,8 +5,9 @@
 mod common;
 
 use common::{local_client, pattern, Master, PeerClient};
-use mooncake_rs::master::MasterRequest;
-use mooncake_rs::rpc::codec::encode_frame;
+use mooncake_rs::master::{MasterInterface, MasterRequest};
+use mooncake_rs::rpc::codec::{decode_payload, encode_frame, HEADER_LEN};
+use mooncake_rs::rpc::Interface;
 use mooncake_rs::transfer::wire::{Opcode, SessionHeader};
 use mooncake_rs::types::{ReplicateConfig, Uuid};
 use std::io::{Read, Write};
@@ -23,6 +24,34 @@ fn rss(pid: u32) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap();
     kb * 1024
+}
+
+/// The object written before the fuzzing and read back after it.
+const KEPT: &str = "kept";
+
+/// Methods a mutated frame may still carry when it decodes as a valid request: none of them
+/// removes or unmounts anything. A mutation that stays valid but turns into a removal (one
+/// flipped bit makes "k/.*" "k..*", which matches `KEPT`; another makes the variant index
+/// `remove_all`'s) would remove `KEPT` as the master must; such frames are not sent. A valid
+/// `batch_put_start` asking for most of the segment evicts unpinned objects, so `KEPT` is
+/// pinned. (Seed 10511089597179785706 lost `KEPT` before both.)
+const HARMLESS: [&str; 3] = ["ping", "batch_put_start", "batch_get_replica_list"];
+
+/// Whether the master, reading `bytes` as frames one after another until one does not decode
+/// (it then closes the connection), would run a request not in [`HARMLESS`].
+fn removes_or_unmounts(mut bytes: &[u8]) -> bool {
+    while let Some((header, rest)) = bytes.split_first_chunk::<HEADER_LEN>() {
+        let len = u32::from_le_bytes(*header) as usize;
+        let Some(payload) = rest.get(..len) else {
+            return false;
+        };
+        match decode_payload::<MasterRequest>(payload) {
+            Ok(request) if !HARMLESS.contains(&MasterInterface::method(&request)) => return true,
+            Ok(_) => bytes = &rest[len..],
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 /// Valid request frames to mutate.
@@ -100,19 +129,31 @@ fn a_master_and_a_peer_survive_mutated_frames_with_bounded_memory() {
     let client = local_client(&master.addr(), 0, 16 << 20);
     let config = ReplicateConfig::default();
     let before = pattern(300_000, 5);
-    client.put("kept", &before, &config).unwrap();
+    client.put(KEPT, &before, &config).unwrap();
+    // Pinned, so the space a fuzzed batch_put_start asks for cannot evict it either.
+    let pin = client.pin(&[KEPT]).pop().unwrap().unwrap();
     let data_port: u16 = peer.name.rsplit(':').next().unwrap().parse().unwrap();
     let (master_rss, peer_rss) = (rss(master.pid()), rss(peer.pid()));
 
-    let seed = fastrand::u64(..);
+    // `NET_FUZZ_SEED` replays a run (its seed is printed).
+    let seed = std::env::var("NET_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
     println!("net_fuzz seed {seed}");
     let mut rng = fastrand::Rng::with_seed(seed);
     let frames = request_frames();
     let start = Instant::now();
     let mut sent = 0;
+    let mut withheld = 0;
     while start.elapsed() < Duration::from_secs(8) && sent < 4000 {
         let frame = &frames[rng.usize(0..frames.len())];
-        poke(master.port, &mutate(&mut rng, frame));
+        let mutated = mutate(&mut rng, frame);
+        if removes_or_unmounts(&mutated) {
+            withheld += 1;
+        } else {
+            poke(master.port, &mutated);
+        }
         let header = SessionHeader {
             size: match rng.u8(0..3) {
                 0 => rng.u64(..),
@@ -133,14 +174,15 @@ fn a_master_and_a_peer_survive_mutated_frames_with_bounded_memory() {
         poke(data_port, &bytes);
         sent += 1;
     }
-    println!("sent {sent} mutated frames to each port");
+    println!("sent {sent} mutated frames to each port ({withheld} valid removals withheld)");
 
     // Both still serve: a fresh write and the old object read back exactly, from the peer.
     let after = pattern(200_000, 9);
     client.put("fresh", &after, &config).unwrap();
     let mut buf = vec![0u8; 300_000];
-    assert_eq!(client.get_into("kept", &mut buf).unwrap(), 300_000);
+    assert_eq!(client.get_into(KEPT, &mut buf).unwrap(), 300_000);
     assert_eq!(buf, before);
+    client.unpin(&[pin.pin_id]).unwrap();
     assert_eq!(client.get_into("fresh", &mut buf).unwrap(), 200_000);
     assert_eq!(&buf[..200_000], &after[..]);
     let grown = |now: u64, then: u64| now.saturating_sub(then) >> 20;
