@@ -10,6 +10,9 @@ use mooncake_rs::client::{Buf, Client, WriteMode};
 use mooncake_rs::error::Result;
 use pyo3::prelude::*;
 
+/// `register_buffer`'s answer on a dummy for memory its real client cannot map (upstream's).
+const NOT_SHARED: i64 = -1;
+
 /// `ptrs[i]`/`sizes[i]` as one buffer per key; `None` on a length mismatch.
 pub fn single(ptrs: &[U64], sizes: &[U64], n: usize) -> Option<Vec<Vec<Buf>>> {
     (ptrs.len() == n && sizes.len() == n).then(|| {
@@ -127,10 +130,19 @@ impl Store {
 #[pymethods]
 impl Store {
     /// Registers `[buffer_ptr, buffer_ptr + size)` for zero-copy calls. 0, or -600 (NULL,
-    /// size 0, overlap with a registered range, memory not mapped in this process).
+    /// size 0, overlap with a registered range, memory not mapped in this process); on a
+    /// dummy, -1 for memory outside the shared pool its real client maps (as upstream's
+    /// `DummyClient`).
     fn register_buffer(&self, py: Python<'_>, buffer_ptr: U64, size: U64) -> i64 {
         let buf = Buf::new(buffer_ptr.usize(), size.0);
         self.run(py, INVALID, |c| {
+            if c.is_dummy()
+                && buf.addr != 0
+                && buf.len != 0
+                && !Client::in_shared_pool(buf.addr, buf.len)
+            {
+                return NOT_SHARED;
+            }
             let checked = if buf.addr == 0 || buf.len == 0 {
                 Ok(())
             } else {

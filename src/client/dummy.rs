@@ -44,6 +44,13 @@ impl Client {
         self.core.dummy.is_some()
     }
 
+    /// Whether `[addr, addr + len)` lies inside one block of this process's shared-memory pool
+    /// ([`ShmPool`]: `alloc_from_mem_pool`, the allocator, a dummy's local buffer), i.e.
+    /// memory a dummy's real client can map. Reads no memory. Thread-safe.
+    pub fn in_shared_pool(addr: usize, len: u64) -> bool {
+        ShmPool::global().find(addr, len).is_some()
+    }
+
     /// A new shared-memory block of `size` bytes a dummy's real client can map (upstream's
     /// `alloc_from_mem_pool`); its address. Freed with [`ShmPool::free`].
     /// Errors: `INVALID_PARAMS` on a real client (upstream answers 0) or for size 0;
