@@ -6,18 +6,20 @@
 //! awake and 60–70 µs while they slept, so a master query (one round trip) cost 70–80 µs.
 //! A caller expecting a quick answer therefore first polls its socket for up to [`budget`]
 //! (`MC_RPC_SPIN_US`, default 100 µs; 0 turns spinning off) and only then blocks as before.
-//! Callers that spin: the master RPC client (every master call), the TCP transfer client
-//! (each read of a peer's answers) and a dummy client's link to its real client. Servers
-//! never spin: a server thread spinning for its next request would take a CPU from the
-//! processes it waits on, and on a 2-core machine that cost more than it saved (measured;
-//! `docs/benchmarks.md`, sixth session).
+//! Callers that spin ([`before_read`]): the RPC client (master calls and P2P peer calls), the
+//! TCP transfer client (once per pipelined send, before it reads the answers) and a dummy
+//! client's link to its real client. No server spins waiting for its next request: a server
+//! thread doing so would take a CPU from the processes it waits on, and on a 2-core machine
+//! that cost more than it saved (measured; `docs/benchmarks.md`, sixth session). (A real
+//! client transferring for a dummy is a TCP client then, and spins as one.) A wait may so
+//! last up to the budget longer than a socket's read timeout.
 //!
 //! The spinning thread has nothing else to do while its answer is out, so the cost is its own
 //! CPU time, at most the budget per wait. Spinning never changes what is read, only when
 //! the thread looks: [`until_readable`] reads nothing and leaves the socket as it was.
 //! Thread-safety: free functions, callable from any thread.
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -48,21 +50,22 @@ fn budget_from(value: Option<&str>) -> Duration {
     }
 }
 
-/// Polls `fd` (kept open by the caller) without blocking, with a CPU pause between polls,
-/// until it is readable, hung up or in error (true) or `budget` has passed (false; at once
-/// for a zero budget). The caller then reads (or blocks) as it would have without the spin.
-pub fn until_readable(fd: RawFd, budget: Duration) -> bool {
+/// Polls `fd` without blocking, with a CPU pause between polls, until it is readable, hung
+/// up or in error (true) or `budget` has passed (false; at once for a zero budget). The
+/// caller then reads (or blocks) as it would have without the spin. An interrupted poll
+/// ends the spin early (true: the read that follows sees the socket as it is).
+pub fn until_readable(fd: BorrowedFd<'_>, budget: Duration) -> bool {
     if budget.is_zero() {
         return false;
     }
     let start = Instant::now();
     loop {
         let mut poll = libc::pollfd {
-            fd,
+            fd: fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
-        // SAFETY: one pollfd of a descriptor the caller keeps open; zero timeout.
+        // SAFETY: one pollfd of a descriptor borrowed for the call; zero timeout.
         let ready = unsafe { libc::poll(&mut poll, 1, 0) };
         if ready != 0 {
             // Readable, hung up, in error, or the poll failed: the read says which.
@@ -75,17 +78,26 @@ pub fn until_readable(fd: RawFd, budget: Duration) -> bool {
     }
 }
 
+/// What a client calls right before the blocking read of an answer it expects soon:
+/// [`until_readable`] with the process's [`budget`].
+pub fn before_read(socket: &impl AsFd) {
+    until_readable(socket.as_fd(), budget());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Write;
-    use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
 
     #[test]
     fn the_budget_is_read_as_microseconds_with_a_default_and_a_cap() {
         assert_eq!(budget_from(None), Duration::from_micros(DEFAULT_SPIN_US));
         assert_eq!(budget_from(Some(" 250 ")), Duration::from_micros(250));
+        assert_eq!(
+            budget_from(Some("1000")),
+            Duration::from_micros(MAX_SPIN_US)
+        );
         assert_eq!(budget_from(Some("0")), Duration::ZERO);
         assert_eq!(
             budget_from(Some("soon")),
@@ -100,9 +112,10 @@ mod tests {
     #[test]
     fn a_readable_socket_ends_the_spin_at_once_and_keeps_its_bytes() {
         let (mut a, b) = UnixStream::pair().unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         a.write_all(b"x").unwrap();
         let start = Instant::now();
-        assert!(until_readable(b.as_raw_fd(), Duration::from_secs(5)));
+        assert!(until_readable(b.as_fd(), Duration::from_secs(5)));
         assert!(
             start.elapsed() < Duration::from_secs(4),
             "{:?}",
@@ -117,18 +130,18 @@ mod tests {
     fn a_silent_socket_is_given_up_after_the_budget_and_a_zero_budget_never_polls() {
         let (_a, b) = UnixStream::pair().unwrap();
         let start = Instant::now();
-        assert!(!until_readable(b.as_raw_fd(), Duration::from_millis(30)));
+        assert!(!until_readable(b.as_fd(), Duration::from_millis(30)));
         assert!(start.elapsed() >= Duration::from_millis(30));
         // A zero budget returns false even for a readable socket: it does not look.
         let (mut c, d) = UnixStream::pair().unwrap();
         c.write_all(b"x").unwrap();
-        assert!(!until_readable(d.as_raw_fd(), Duration::ZERO));
+        assert!(!until_readable(d.as_fd(), Duration::ZERO));
     }
 
     #[test]
     fn a_hung_up_socket_ends_the_spin() {
         let (a, b) = UnixStream::pair().unwrap();
         drop(a);
-        assert!(until_readable(b.as_raw_fd(), Duration::from_secs(5)));
+        assert!(until_readable(b.as_fd(), Duration::from_secs(5)));
     }
 }

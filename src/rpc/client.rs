@@ -133,8 +133,7 @@ impl<I: Interface> Call<I> for RpcClient<I> {
                 err,
             );
         }
-        // A quick answer is awaited awake (see `spin`); the read below then finds it.
-        crate::spin::until_readable(stream.as_raw_fd(), crate::spin::budget());
+        crate::spin::before_read(&stream);
         let payload = codec::read_answer(&mut stream)?;
         let response = codec::decode_payload(&payload)?;
         self.checkin(stream);

@@ -11,7 +11,7 @@ use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashSet;
 use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -247,8 +247,7 @@ fn exchange(
     if let Err(e) = crate::shm::send_with_fds(stream.as_fd(), &frame, &fds) {
         return io_fail("send", e);
     }
-    // A quick answer is awaited awake (see `spin`); the read below then finds it.
-    crate::spin::until_readable(stream.as_raw_fd(), crate::spin::budget());
+    crate::spin::before_read(stream);
     let mut header = [0u8; 5];
     if let Err(e) = stream.read_exact(&mut header) {
         return io_fail("receive", e);

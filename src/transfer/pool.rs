@@ -399,7 +399,11 @@ unsafe fn pipeline(stream: &mut TcpStream, slices: &[Slice]) -> Run {
             }
             if end > awaited {
                 match requests.send(stream, end) {
-                    Ok(()) => awaited = end,
+                    Ok(()) => {
+                        awaited = end;
+                        // Their answers are awaited awake, once per send (see `spin`).
+                        crate::spin::before_read(stream);
+                    }
                     Err(e) => {
                         // The answer to a partly sent request may still be a refusal, unless
                         // the peer is merely slow (then waiting for it would only time out).
@@ -525,8 +529,6 @@ impl<'a> Incoming<'a> {
     /// (`upto` ≥ 1, that request not complete yet). The peer closing is an error.
     fn receive(&mut self, stream: &mut TcpStream, upto: usize) -> io::Result<()> {
         let end = self.starts[upto];
-        // A quick answer is awaited awake (see `spin`); the read below then finds it.
-        crate::spin::until_readable(stream.as_raw_fd(), crate::spin::budget());
         loop {
             let mut io = self.cursor.unfilled(&mut self.parts, end);
             match stream.read_vectored(&mut io) {

@@ -2,10 +2,8 @@
 //! loopback TCP single-stream throughput and round trips ([`RawTcp`]), and the least a
 //! batch get must do on raw TCP ([`RawBatch`]).
 
-use mooncake_rs::spin;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// A pool of pre-faulted buffers used round-robin so copies run at DRAM, not cache, speed.
@@ -132,8 +130,8 @@ impl RawTcp {
             *buf = vec![0u8; size];
         }
         stream.write_all(&(size as u64).to_le_bytes())?;
-        // Awaited awake, as the store's clients await their answers (`mooncake_rs::spin`).
-        spin::until_readable(stream.as_raw_fd(), spin::budget());
+        // Awaited awake, as the store's clients await their answers.
+        mooncake_rs::spin::before_read(stream);
         stream.read_exact(buf)
     }
 

@@ -141,6 +141,11 @@ fn ours(
     iters: usize,
     batch: usize,
 ) -> Result<f64, String> {
+    if batch == 0 || BUFFER % size != 0 || batch * size > BUFFER {
+        return Err(format!(
+            "bad bench shape: {batch} x {size} bytes in {BUFFER}"
+        ));
+    }
     let started = Instant::now();
     let mut done = 0;
     while done < iters {
@@ -163,6 +168,13 @@ fn ours(
         // only `pair.local`, which nothing else touches, and the requests of one call name
         // distinct ranges of it (`batch * size` <= BUFFER).
         let results = unsafe { pair.initiators[mode].transfer(&requests) };
+        if results.len() != requests.len() {
+            return Err(format!(
+                "{op:?} of {size}: {} results for {} requests",
+                results.len(),
+                requests.len()
+            ));
+        }
         if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
             return Err(format!("{op:?} of {size}: {e}"));
         }
