@@ -7,6 +7,7 @@
 // must still store and return exact bytes. The seed is printed (MC_CAPI_FUZZ_SEED overrides).
 #include "support.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -104,7 +105,13 @@ struct Fuzzer {
             }
             case 14: {
                 if (registered.empty() || below(4) == 0) {
-                    return mc_store_unregister_buffer(store, span(&n)) <= 0;
+                    // A random pointer may be the start of one of ours: then it is unregistered.
+                    void *q = span(&n);
+                    int rc = mc_store_unregister_buffer(store, q);
+                    auto ours = std::find(registered.begin(), registered.end(), q);
+                    if (ours == registered.end()) return rc <= 0;
+                    registered.erase(ours);
+                    return rc == 0;
                 }
                 size_t at = below(registered.size());
                 int rc = mc_store_unregister_buffer(store, registered[at]);
