@@ -8,7 +8,7 @@
 //! `ib_read_bw` / our get in both modes and `ib_write_bw` / our put in both modes for the same
 //! bytes (the modes' order alternates between rounds); the best of the rounds is reported
 //! with the spread (max/min − 1). 64 KiB runs twice: one key per call (one read or write in
-//! flight) and 16 keys per call (a batch; perftest keeps up to 128 in flight). 4 KiB get p50
+//! flight) and 16 keys per call (a batch; perftest's default queue depth is 128). 4 KiB get p50
 //! in both modes is compared with `ib_read_lat`'s typical latency.
 
 use super::report::Report;
@@ -236,8 +236,9 @@ pub fn run(report: &mut Report) -> Result<(), String> {
             .map_err(|e| format!("register: {e}"))?;
     }
     let mut port = 18515u16;
-    // perftest keeps up to 128 reads or writes in flight; a single-key call has one, a batch
-    // call of 16 keys up to 16 (then one work request per 64 KiB key).
+    // perftest's default queue depth is 128 (reads also bounded by the device's outstanding
+    // reads); a single-key call has one read or write in flight, a batch call of 16 keys up
+    // to 16 (one work request per 64 KiB key).
     for (size, iters, batch) in [
         (4usize << 20, 48usize, 1usize),
         (64 << 10, 1500, 1),
