@@ -402,7 +402,7 @@ fn an_abandoned_get_never_lands_in_reused_memory() {
     let dropped = wait_until(Duration::from_millis(TTL_MS * 5), || {
         client
             .real_client_stats()
-            .is_ok_and(|s| s.dummies == 1 && s.dummies_dropped >= 1)
+            .is_ok_and(|s| s.dummies == 1 && s.connections_dropped >= 1)
     });
     assert!(dropped, "{before:?} {:?}", client.real_client_stats());
     // SAFETY: as above.

@@ -1,6 +1,8 @@
-//! [`DummyLink`]: a dummy's connection to its real client. It carries the dummy engine's
-//! transfers ([`TransferDelegate`]), maps the dummy's shared blocks at the real client on
-//! first use, stages caller memory outside them through its own shared staging block, pings,
+//! [`DummyLink`]: a dummy's connections to its real client. It carries the dummy engine's
+//! transfers ([`TransferDelegate`]), each on a connection of its own from a small pool (so a
+//! transfer waiting on a slow peer holds up no other thread of the dummy), maps the dummy's
+//! shared blocks at the real client on first use on each connection, stages caller memory
+//! outside them through the connection's own shared staging block, pings idle connections,
 //! and reconnects (re-sending its blocks) after the real client restarted.
 
 use super::pool::{BlockGuard, SharedBlock, ShmPool};
@@ -11,7 +13,7 @@ use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashSet;
 use std::io::Read;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,27 +29,55 @@ fn staging_bytes() -> u64 {
         .max(4096)
 }
 
-/// Counters of one link (monotonic).
+/// Most connections one link opens to its real client, i.e. transfers it runs at once
+/// (`MC_DUMMY_CONNECTIONS`, default 4, 1..=64). Each has its own staging block
+/// (`MC_DUMMY_STAGING_BYTES`) and its own mappings at the real client; they are opened on
+/// demand, so a dummy that never runs two transfers at once keeps one.
+fn max_connections() -> usize {
+    std::env::var("MC_DUMMY_CONNECTIONS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(4)
+        .clamp(1, 64)
+}
+
+/// Counters of one link (monotonic, except `connections`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LinkStats {
     /// Bytes moved straight into / out of shared blocks.
     pub zero_copy_bytes: u64,
-    /// Bytes copied through the staging block (caller memory outside shared blocks).
+    /// Bytes copied through staging blocks (caller memory outside shared blocks).
     pub staged_bytes: u64,
-    /// Successful connects after the first.
+    /// Successful connects that replaced a connection lost to a failure.
     pub reconnects: u64,
     /// Blocks mapped at the real client (over all connections).
     pub blocks_mapped: u64,
+    /// Connections open now (idle or running a call).
+    pub connections: u64,
 }
 
-/// One connection and what the real client has mapped on it.
+/// One connection, what the real client has mapped on it, and its staging block.
 struct Conn {
     stream: UnixStream,
     mapped: HashSet<u64>,
+    /// Position in the pool's log of freed blocks up to which this connection has unmapped
+    /// them at the real client.
+    freed_cursor: usize,
+    /// This connection's staging block, made on first use (dropped with the connection).
+    staging: Option<BlockGuard>,
 }
 
-/// The dummy's side. Thread-safe: calls are serialised on the one connection (a mutex).
-/// Dropping it (or [`DummyLink::close`]) stops the pinger and closes the socket; the real
+/// The pool of connections: idle ones, and how many are open (idle or lent out).
+struct Conns {
+    idle: Vec<Conn>,
+    open: usize,
+    /// Connections dropped after a failure and not yet replaced (for `reconnects`).
+    lost: usize,
+}
+
+/// The dummy's side. Thread-safe: each call borrows a connection of its own (waiting when
+/// [`max_connections`] are busy). Dropping it (or [`DummyLink::close`]) stops the pinger and
+/// closes the idle sockets (a call still running closes its own when it ends); the real
 /// client then drops everything it held for this dummy.
 pub struct DummyLink {
     inner: Arc<Inner>,
@@ -56,18 +86,20 @@ pub struct DummyLink {
 
 struct Inner {
     name: String,
+    /// This link's id in its hellos: the real client counts the link's connections as one
+    /// dummy.
+    id: u64,
     ttl: Duration,
-    conn: Mutex<Option<Conn>>,
-    /// The staging block; `None` after a call that used it was abandoned (a fresh one is made
-    /// on the next use).
-    staging: Mutex<Option<BlockGuard>>,
+    max_connections: usize,
+    conns: Mutex<Conns>,
+    /// Signalled when a connection is returned or dropped.
+    returned: Condvar,
     master_address: String,
     real_name: String,
     healthy: AtomicBool,
-    freed_cursor: Mutex<usize>,
     closed: Mutex<bool>,
     wake: Condvar,
-    connects: AtomicU64,
+    reconnects: AtomicU64,
     zero_copy_bytes: AtomicU64,
     staged_bytes: AtomicU64,
     blocks_mapped: AtomicU64,
@@ -82,22 +114,25 @@ impl DummyLink {
     /// dummy; `INTERNAL_ERROR` when the staging block or the pinger thread cannot be made.
     pub fn connect(name: &str) -> Result<DummyLink> {
         let ttl = super::ttl();
-        let (stream, master_address, real_name) = open(name, ttl)?;
+        let id = fastrand::u64(..);
+        let (first, master_address, real_name) = open(name, id, ttl)?;
         let inner = Arc::new(Inner {
             name: name.to_string(),
+            id,
             ttl,
-            conn: Mutex::new(Some(Conn {
-                stream,
-                mapped: HashSet::new(),
-            })),
-            staging: Mutex::new(Some(BlockGuard::new(staging_bytes(), "dummy staging")?)),
+            max_connections: max_connections(),
+            conns: Mutex::new(Conns {
+                idle: vec![first],
+                open: 1,
+                lost: 0,
+            }),
+            returned: Condvar::new(),
             master_address,
             real_name,
             healthy: AtomicBool::new(true),
-            freed_cursor: Mutex::new(ShmPool::global().freed_since(0).1),
             closed: Mutex::new(false),
             wake: Condvar::new(),
-            connects: AtomicU64::new(1),
+            reconnects: AtomicU64::new(0),
             zero_copy_bytes: AtomicU64::new(0),
             staged_bytes: AtomicU64::new(0),
             blocks_mapped: AtomicU64::new(0),
@@ -137,8 +172,9 @@ impl DummyLink {
         LinkStats {
             zero_copy_bytes: i.zero_copy_bytes.load(Ordering::Relaxed),
             staged_bytes: i.staged_bytes.load(Ordering::Relaxed),
-            reconnects: i.connects.load(Ordering::Relaxed).saturating_sub(1),
+            reconnects: i.reconnects.load(Ordering::Relaxed),
             blocks_mapped: i.blocks_mapped.load(Ordering::Relaxed),
+            connections: i.conns.lock().open as u64,
         }
     }
 
@@ -151,8 +187,9 @@ impl DummyLink {
             dummies: r.u64()?,
             mappings: r.u64()?,
             mapped_bytes: r.u64()?,
-            dummies_dropped: r.u64()?,
+            connections_dropped: r.u64()?,
             requests_refused: r.u64()?,
+            connections: r.u64()?,
         })
     }
 
@@ -171,14 +208,21 @@ impl DummyLink {
         }
     }
 
-    /// Stops the pinger and closes the connection. Idempotent.
+    /// Stops the pinger and closes the idle connections; a call still running closes its
+    /// connection when it ends, and later calls fail (`TRANSFER_FAIL`). Idempotent.
     pub fn close(&self) {
         *self.inner.closed.lock() = true;
         self.inner.wake.notify_all();
         if let Some(handle) = self.pinger.lock().take() {
             let _ = handle.join();
         }
-        self.inner.conn.lock().take();
+        let idle = {
+            let mut conns = self.inner.conns.lock();
+            conns.open -= conns.idle.len();
+            std::mem::take(&mut conns.idle)
+        };
+        drop(idle);
+        self.inner.returned.notify_all();
         self.inner.healthy.store(false, Ordering::Release);
     }
 }
@@ -189,11 +233,11 @@ impl Drop for DummyLink {
     }
 }
 
-/// Connects and says hello; returns the stream and the real client's master address and
-/// segment name.
-fn open(name: &str, ttl: Duration) -> Result<(UnixStream, String, String)> {
+/// Connects and says hello as link `id`; returns the connection (nothing mapped, no staging
+/// block yet) and the real client's master address and segment name.
+fn open(name: &str, id: u64, ttl: Duration) -> Result<(Conn, String, String)> {
     let refused = |what: String| {
-        fail::<(UnixStream, String, String)>(
+        fail::<(Conn, String, String)>(
             ErrorCode::InvalidParams,
             format!("cannot attach to the real client at @{name}: {what}"),
         )
@@ -216,7 +260,7 @@ fn open(name: &str, ttl: Duration) -> Result<(UnixStream, String, String)> {
         return refused(e.to_string());
     }
     let mut hello = Writer::default();
-    hello.u32(VERSION).u32(std::process::id());
+    hello.u32(VERSION).u32(std::process::id()).u64(id);
     let answer = match exchange(&mut stream, Kind::Hello, &hello, None) {
         Ok(answer) => answer,
         Err(e) => return refused(format!("{e}: {}", crate::error::last_error_message())),
@@ -224,7 +268,13 @@ fn open(name: &str, ttl: Duration) -> Result<(UnixStream, String, String)> {
     let mut r = Reader::new(&answer);
     let master = r.str()?.to_string();
     let real = r.str()?.to_string();
-    Ok((stream, master, real))
+    let conn = Conn {
+        stream,
+        mapped: HashSet::new(),
+        freed_cursor: ShmPool::global().freed_since(0).1,
+        staging: None,
+    };
+    Ok((conn, master, real))
 }
 
 /// Sends one request (with `fd` attached) and reads its answer; the answer's payload after the
@@ -284,49 +334,89 @@ struct Staged {
 }
 
 impl Inner {
-    /// One request/answer on the connection, reconnecting first when there is none. An I/O
-    /// failure drops the connection and marks the link unhealthy.
+    /// One request/answer on a connection of its own (see [`Inner::checkout`]).
     fn call(&self, kind: Kind, body: &Writer) -> Result<Vec<u8>> {
-        let mut conn = self.conn.lock();
-        let c = self.connected(&mut conn)?;
-        let result = exchange(&mut c.stream, kind, body, None);
-        self.after(&mut conn, &result);
+        let mut conn = self.checkout()?;
+        let result = exchange(&mut conn.stream, kind, body, None);
+        self.checkin(conn, &result);
         result
     }
 
-    /// The connection, (re)opened when there is none. A fresh connection has no block mapped.
-    fn connected<'a>(&self, conn: &'a mut Option<Conn>) -> Result<&'a mut Conn> {
-        if conn.is_none() {
-            match open(&self.name, self.ttl) {
-                Ok((stream, _, _)) => {
-                    self.connects.fetch_add(1, Ordering::Relaxed);
-                    *conn = Some(Conn {
-                        stream,
-                        mapped: HashSet::new(),
-                    });
+    /// A connection for one call: an idle one (one the real client closed meanwhile is
+    /// dropped, not used), a new one while fewer than
+    /// `max_connections` are open, else the next one returned (each call holds its
+    /// connection at most about the TTL: every socket call is bounded by it). A new
+    /// connection has no block mapped.
+    ///
+    /// Errors: `TRANSFER_FAIL` when the link is closed or the real client cannot be reached
+    /// (the link is then unhealthy).
+    fn checkout(&self) -> Result<Conn> {
+        let mut conns = self.conns.lock();
+        loop {
+            if *self.closed.lock() {
+                return fail(
+                    ErrorCode::TransferFail,
+                    "the link to the real client is closed",
+                );
+            }
+            if let Some(conn) = conns.idle.pop() {
+                if !crate::transfer::hung_up(conn.stream.as_raw_fd()) {
+                    return Ok(conn);
                 }
-                Err(e) => {
-                    self.healthy.store(false, Ordering::Release);
-                    let message = crate::error::last_error_message();
-                    return fail(ErrorCode::TransferFail, format!("{e}: {message}"));
+                // The real client closed it while idle (it restarted, or dropped us).
+                conns.open -= 1;
+                conns.lost += 1;
+                continue;
+            }
+            if conns.open < self.max_connections {
+                break;
+            }
+            self.returned.wait_for(&mut conns, self.ttl);
+        }
+        conns.open += 1;
+        drop(conns);
+        match open(&self.name, self.id, self.ttl) {
+            Ok((conn, _, _)) => {
+                let mut conns = self.conns.lock();
+                if conns.lost > 0 {
+                    conns.lost -= 1;
+                    self.reconnects.fetch_add(1, Ordering::Relaxed);
                 }
+                self.healthy.store(true, Ordering::Release);
+                Ok(conn)
+            }
+            Err(e) => {
+                self.conns.lock().open -= 1;
+                self.returned.notify_one();
+                self.healthy.store(false, Ordering::Release);
+                let message = crate::error::last_error_message();
+                fail(ErrorCode::TransferFail, format!("{e}: {message}"))
             }
         }
-        self.healthy.store(true, Ordering::Release);
-        match conn.as_mut() {
-            Some(c) => Ok(c),
-            None => fail(ErrorCode::TransferFail, "no connection to the real client"),
-        }
     }
 
-    /// Drops the connection after an I/O failure (`TRANSFER_FAIL`).
-    fn after<T>(&self, conn: &mut Option<Conn>, result: &Result<T>) {
-        if matches!(result, Err(ErrorCode::TransferFail)) {
-            conn.take();
-            self.healthy.store(false, Ordering::Release);
+    /// Returns `conn` after a call that ended with `result`: to the idle ones, or, after an
+    /// I/O failure (`TRANSFER_FAIL`: the connection is unusable) or once the link is closed,
+    /// closed (the link is then unhealthy after a failure, healthy after a success).
+    fn checkin<T>(&self, conn: Conn, result: &Result<T>) {
+        let failed = matches!(result, Err(ErrorCode::TransferFail));
+        self.healthy.store(!failed, Ordering::Release);
+        let mut conns = self.conns.lock();
+        if failed || *self.closed.lock() {
+            conns.open -= 1;
+            conns.lost += usize::from(failed);
+            drop(conns);
+            drop(conn);
+        } else {
+            conns.idle.push(conn);
+            drop(conns);
         }
+        self.returned.notify_one();
     }
 
+    /// Every third of the TTL: pings each idle connection (a busy one is kept alive by its
+    /// own call), and, when none is open at all (the real client restarted), opens one, so
+    /// health reflects the real client even while the dummy is idle.
     fn ping_loop(&self) {
         let period = self.ttl / 3;
         loop {
@@ -340,15 +430,24 @@ impl Inner {
                     return;
                 }
             }
-            let _ = self.call(Kind::Ping, &Writer::default());
+            let (idle, open) = {
+                let mut conns = self.conns.lock();
+                (std::mem::take(&mut conns.idle), conns.open)
+            };
+            if open == 0 {
+                let _ = self.call(Kind::Ping, &Writer::default());
+            }
+            for mut conn in idle {
+                let result = exchange(&mut conn.stream, Kind::Ping, &Writer::default(), None);
+                self.checkin(conn, &result);
+            }
         }
     }
 
-    /// Unmaps at the real client the blocks freed here since the last call.
+    /// Unmaps at the real client the blocks freed here since this connection's last call.
     fn unmap_freed(&self, c: &mut Conn) -> Result<()> {
-        let mut cursor = self.freed_cursor.lock();
-        let (freed, next) = ShmPool::global().freed_since(*cursor);
-        *cursor = next;
+        let (freed, next) = ShmPool::global().freed_since(c.freed_cursor);
+        c.freed_cursor = next;
         for id in freed {
             if c.mapped.remove(&id) {
                 let mut w = Writer::default();
@@ -437,11 +536,10 @@ impl Inner {
     /// After a call whose answer never came (timeout, broken connection): the real client
     /// may still run its requests later, so no memory they name may be reused. Every pool
     /// block in `named` is re-homed ([`ShmPool::rehome`]: same addresses and bytes here, a
-    /// new file and id) and the staging block is dropped for a fresh one. A block that cannot
-    /// be re-homed is reported in the last error message (it stays reachable by the stalled
-    /// request).
-    fn abandon(&self, named: &HashSet<u64>) {
-        self.staging.lock().take();
+    /// new file and id); the connection's staging block goes with the connection, which the
+    /// caller then drops ([`Inner::checkin`]). A block that cannot be re-homed is reported in
+    /// the last error message (it stays reachable by the stalled request).
+    fn abandon(named: &HashSet<u64>) {
         for &id in named {
             if let Err(e) = ShmPool::global().rehome(id) {
                 let message = crate::error::last_error_message();
@@ -465,12 +563,12 @@ impl Inner {
         named: &mut HashSet<u64>,
     ) -> Result<()> {
         self.unmap_freed(c)?;
-        let mut staging_slot = self.staging.lock();
-        if staging_slot.is_none() {
-            *staging_slot = Some(BlockGuard::new(staging_bytes(), "dummy staging")?);
-        }
-        let Some(staging) = staging_slot.as_ref().map(BlockGuard::block) else {
-            return fail(ErrorCode::InternalError, "no staging block");
+        let staging = match &c.staging {
+            Some(guard) => Arc::clone(guard.block()),
+            None => {
+                let guard = BlockGuard::new(staging_bytes(), "dummy staging")?;
+                Arc::clone(c.staging.insert(guard).block())
+            }
         };
         let capacity = staging.len();
         let mut pieces = Vec::new();
@@ -500,7 +598,7 @@ impl Inner {
                 });
                 continue;
             }
-            self.ensure_mapped(c, staging)?;
+            self.ensure_mapped(c, &staging)?;
             let mut at = 0u64;
             while at < request.len {
                 if used == capacity {
@@ -543,17 +641,16 @@ impl TransferDelegate for DummyLink {
     unsafe fn transfer(&self, requests: &[TransferRequest<'_>]) -> Vec<Result<()>> {
         let inner = &self.inner;
         let mut results: Vec<Result<()>> = vec![Ok(()); requests.len()];
-        let mut conn = inner.conn.lock();
-        let mut named = HashSet::new();
-        let outcome = match inner.connected(&mut conn) {
+        let outcome = inner.checkout().and_then(|mut conn| {
+            let mut named = HashSet::new();
             // SAFETY: forwarded from the caller.
-            Ok(c) => unsafe { inner.run(c, requests, &mut results, &mut named) },
-            Err(e) => Err(e),
-        };
-        if matches!(outcome, Err(ErrorCode::TransferFail)) {
-            inner.abandon(&named);
-        }
-        inner.after(&mut conn, &outcome);
+            let outcome = unsafe { inner.run(&mut conn, requests, &mut results, &mut named) };
+            if matches!(outcome, Err(ErrorCode::TransferFail)) {
+                Inner::abandon(&named);
+            }
+            inner.checkin(conn, &outcome);
+            outcome
+        });
         if let Err(code) = outcome {
             for (result, request) in results.iter_mut().zip(requests) {
                 if result.is_ok() && request.len > 0 {

@@ -32,26 +32,33 @@ fn max_mappings() -> usize {
 /// The real client's counters for dummies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ServerStats {
-    /// Dummies connected now.
+    /// Dummies attached now (a dummy with several connections counts once).
     pub dummies: u64,
     /// Blocks mapped now, over all dummies.
     pub mappings: u64,
     /// Bytes of those mappings.
     pub mapped_bytes: u64,
-    /// Dummies dropped so far (closed, silent past the TTL, or protocol errors).
-    pub dummies_dropped: u64,
+    /// Dummy connections ended so far (closed, silent past the TTL, or protocol errors); a
+    /// dummy's last one ends the dummy, and everything held for it is released.
+    pub connections_dropped: u64,
     /// Transfer requests refused by the bounds checks so far.
     pub requests_refused: u64,
+    /// Dummy connections open now (a dummy opens one per transfer it runs at once).
+    pub connections: u64,
 }
 
 #[derive(Default)]
 struct Counters {
-    dummies: AtomicU64,
     mappings: AtomicU64,
     mapped_bytes: AtomicU64,
-    dummies_dropped: AtomicU64,
+    connections_dropped: AtomicU64,
     requests_refused: AtomicU64,
+    connections: AtomicU64,
 }
+
+/// A dummy as its hello names it: its process id and the id of its link (one per
+/// [`super::DummyLink`]), shared by all the link's connections.
+type LinkKey = (u32, u64);
 
 struct Shared {
     engine: Arc<TransferEngine>,
@@ -60,11 +67,13 @@ struct Shared {
     ttl: Duration,
     stop: AtomicBool,
     counters: Counters,
-    /// The dummies being served: a handle on each one's socket and its thread.
+    /// The attached dummies and how many connections each has open.
+    links: Mutex<HashMap<LinkKey, usize>>,
+    /// The dummy connections being served: a handle on each one's socket and its thread.
     served: Mutex<Vec<Served>>,
 }
 
-/// One connected dummy: a duplicate of its socket (to end it at shutdown) and its thread.
+/// One dummy connection: a duplicate of its socket (to end it at shutdown) and its thread.
 struct Served {
     socket: UnixStream,
     thread: std::thread::JoinHandle<()>,
@@ -106,6 +115,7 @@ impl DummyServer {
             ttl: super::ttl(),
             stop: AtomicBool::new(false),
             counters: Counters::default(),
+            links: Mutex::new(HashMap::new()),
             served: Mutex::new(Vec::new()),
         });
         let accept_shared = Arc::clone(&shared);
@@ -156,11 +166,35 @@ impl Shared {
     fn stats(&self) -> ServerStats {
         let c = &self.counters;
         ServerStats {
-            dummies: c.dummies.load(Ordering::Relaxed),
+            dummies: self.links.lock().len() as u64,
             mappings: c.mappings.load(Ordering::Relaxed),
             mapped_bytes: c.mapped_bytes.load(Ordering::Relaxed),
-            dummies_dropped: c.dummies_dropped.load(Ordering::Relaxed),
+            connections_dropped: c.connections_dropped.load(Ordering::Relaxed),
             requests_refused: c.requests_refused.load(Ordering::Relaxed),
+            connections: c.connections.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts one more connection of `link`.
+    fn attach(&self, link: LinkKey) {
+        let mut links = self.links.lock();
+        let open = links.entry(link).or_insert(0);
+        if *open == 0 {
+            tracing::info!(pid = link.0, "dummy attached");
+        }
+        *open += 1;
+    }
+
+    /// Counts one connection of `link` less; its last one detaches the dummy.
+    fn detach(&self, link: LinkKey) {
+        let mut links = self.links.lock();
+        let Some(open) = links.get_mut(&link) else {
+            return;
+        };
+        *open -= 1;
+        if *open == 0 {
+            links.remove(&link);
+            tracing::info!(pid = link.0, "dummy detached");
         }
     }
 }
@@ -220,9 +254,12 @@ fn reap_ended(shared: &Shared) {
     }
 }
 
-/// What the real client holds for one dummy; released (unmapped, counted) on drop.
+/// What the real client holds for one dummy connection; released (unmapped, counted) on
+/// drop. Each connection of a dummy maps its blocks on its own.
 struct DummyState<'a> {
     shared: &'a Shared,
+    /// The dummy, once its hello was accepted.
+    link: Option<LinkKey>,
     mappings: HashMap<u64, PeerMapping>,
 }
 
@@ -234,31 +271,40 @@ impl Drop for DummyState<'_> {
             c.mapped_bytes
                 .fetch_sub(mapping.len() as u64, Ordering::Relaxed);
         }
-        c.dummies.fetch_sub(1, Ordering::Relaxed);
-        c.dummies_dropped.fetch_add(1, Ordering::Relaxed);
+        c.connections.fetch_sub(1, Ordering::Relaxed);
+        c.connections_dropped.fetch_add(1, Ordering::Relaxed);
+        if let Some(link) = self.link {
+            self.shared.detach(link);
+        }
     }
 }
 
-/// Serves one dummy until it closes, falls silent past the TTL, or breaks the protocol.
+/// Serves one dummy connection until it closes, falls silent past the TTL, or breaks the
+/// protocol.
 fn serve(shared: &Shared, mut stream: UnixStream) {
     if stream.set_read_timeout(Some(shared.ttl)).is_err()
         || stream.set_write_timeout(Some(shared.ttl)).is_err()
     {
         return;
     }
-    shared.counters.dummies.fetch_add(1, Ordering::Relaxed);
+    shared.counters.connections.fetch_add(1, Ordering::Relaxed);
     let mut state = DummyState {
         shared,
+        link: None,
         mappings: HashMap::new(),
     };
-    let mut greeted = false;
     while !shared.stop.load(Ordering::Acquire) {
+        let greeted = state.link.is_some();
         let Ok((kind, body, fds)) = read_frame(&stream) else {
             break;
         };
         let mut payload = Writer::default();
         let outcome = match Kind::from_u8(kind) {
-            Some(Kind::Hello) => hello(shared, &body, &mut payload).map(|_| greeted = true),
+            Some(Kind::Hello) if greeted => fail(ErrorCode::InvalidParams, "hello twice"),
+            Some(Kind::Hello) => hello(shared, &body, &mut payload).map(|link| {
+                shared.attach(link);
+                state.link = Some(link);
+            }),
             Some(_) if !greeted => fail(ErrorCode::InvalidParams, "hello first"),
             Some(Kind::Map) => state.map(&body, fds),
             Some(Kind::Unmap) => state.unmap(&body),
@@ -270,8 +316,9 @@ fn serve(shared: &Shared, mut stream: UnixStream) {
                     .u64(s.dummies)
                     .u64(s.mappings)
                     .u64(s.mapped_bytes)
-                    .u64(s.dummies_dropped)
-                    .u64(s.requests_refused);
+                    .u64(s.connections_dropped)
+                    .u64(s.requests_refused)
+                    .u64(s.connections);
                 Ok(())
             }
             None => fail(ErrorCode::InvalidParams, format!("unknown request {kind}")),
@@ -312,7 +359,10 @@ fn read_full(stream: &UnixStream, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> std
     Ok(())
 }
 
-fn hello(shared: &Shared, body: &[u8], payload: &mut Writer) -> Result<()> {
+/// Checks a hello and answers it; returns the dummy it names. Errors: `INVALID_VERSION` for
+/// another protocol version, `INVALID_PARAMS` for a truncated hello or a real client the
+/// dummy cannot use.
+fn hello(shared: &Shared, body: &[u8], payload: &mut Writer) -> Result<LinkKey> {
     let mut r = Reader::new(body);
     let version = r.u32()?;
     let pid = r.u32()?;
@@ -322,15 +372,16 @@ fn hello(shared: &Shared, body: &[u8], payload: &mut Writer) -> Result<()> {
             format!("dummy protocol {version}, this real client speaks {VERSION}"),
         );
     }
+    let link = r.u64()?;
     if crate::client::EMBEDDED_MASTER == shared.master_address || shared.master_address.is_empty() {
         return fail(
             ErrorCode::InvalidParams,
             "this real client runs an in-process master: dummies cannot reach it",
         );
     }
-    tracing::info!(pid, "dummy attached");
+    tracing::debug!(pid, link, "dummy connection attached");
     payload.str(&shared.master_address).str(&shared.own_name);
-    Ok(())
+    Ok((pid, link))
 }
 
 impl DummyState<'_> {

@@ -114,12 +114,19 @@ fn a_hostile_dummy_gets_invalid_params_and_the_real_client_keeps_serving() {
         INVALID
     );
     let mut hello = Writer::default();
-    hello.u32(VERSION).u32(1);
+    hello.u32(VERSION).u32(1).u64(1);
     let (code, message, payload) = call(&mut s, Kind::Hello as u8, &hello, None);
     assert_eq!(code, 0, "{message}");
     let mut r = Reader::new(&payload);
     assert_eq!(r.str().unwrap(), "127.0.0.1:1");
     assert_eq!(r.str().unwrap(), OWN);
+    // A second hello on one connection, and a hello without its link id.
+    assert_eq!(call(&mut s, Kind::Hello as u8, &hello, None).0, INVALID);
+    let mut short = Writer::default();
+    short.u32(VERSION).u32(1);
+    let mut other = connect(&name);
+    assert_eq!(call(&mut other, Kind::Hello as u8, &short, None).0, INVALID);
+    drop(other);
 
     // Map: without a descriptor, longer than the file, and a good one.
     let file = SealedMemfd::create("hostile", 8192).unwrap();
@@ -198,12 +205,16 @@ fn a_hostile_dummy_gets_invalid_params_and_the_real_client_keeps_serving() {
     let mut byte = [0u8; 1];
     assert_eq!(s.read(&mut byte).unwrap(), 0, "closed by the real client");
     assert!(crate::test_util::wait_until(Duration::from_secs(5), || {
-        server.stats().dummies == 0
+        server.stats().connections == 0
     }));
     let stats = server.stats();
     assert_eq!(
-        (stats.mappings, stats.mapped_bytes, stats.dummies_dropped),
-        (0, 0, 1)
+        (stats.dummies, stats.mappings, stats.mapped_bytes),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        stats.connections_dropped, 2,
+        "this one and the short hello's"
     );
     let mut again = connect(&name);
     assert_eq!(call(&mut again, Kind::Hello as u8, &hello, None).0, 0);
@@ -219,7 +230,7 @@ fn a_transfer_read_after_its_deadline_is_refused_and_lands_nothing() {
     let _server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
     let mut s = connect(&name);
     let mut hello = Writer::default();
-    hello.u32(VERSION).u32(1);
+    hello.u32(VERSION).u32(1).u64(1);
     assert_eq!(call(&mut s, Kind::Hello as u8, &hello, None).0, 0);
     let file = SealedMemfd::create("deadline", 8192).unwrap();
     let mut map = Writer::default();
@@ -284,7 +295,7 @@ fn shutdown_ends_connected_dummies_and_keeps_no_socket() {
     let mut server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
     let mut s = connect(&name);
     let mut hello = Writer::default();
-    hello.u32(VERSION).u32(1);
+    hello.u32(VERSION).u32(1).u64(1);
     assert_eq!(call(&mut s, Kind::Hello as u8, &hello, None).0, 0);
     assert_eq!(server.stats().dummies, 1);
     assert_eq!(
@@ -296,7 +307,11 @@ fn shutdown_ends_connected_dummies_and_keeps_no_socket() {
     server.shutdown();
     // Returned with the dummy's thread ended and its state released...
     let stats = server.stats();
-    assert_eq!((stats.dummies, stats.dummies_dropped), (0, 1), "{stats:?}");
+    assert_eq!(
+        (stats.dummies, stats.connections_dropped),
+        (0, 1),
+        "{stats:?}"
+    );
     assert_eq!(sockets_named(&name), 0, "a socket of the server lingers");
     // ...and the dummy sees its connection end at once (not after the TTL).
     let mut byte = [0u8; 1];
@@ -306,4 +321,93 @@ fn shutdown_ends_connected_dummies_and_keeps_no_socket() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// Finding S11: a dummy's transfers were serialised on its one connection, so a thread whose
+/// transfer waits on a stalled remote peer held up every other thread of that dummy (until
+/// the TTL ended the stalled call). With a pool of connections the other thread runs at once.
+#[test]
+fn a_stalled_transfer_does_not_hold_up_the_dummys_other_threads() {
+    use crate::standalone::DummyLink;
+    use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
+    let (engine, segment) = engine_with_segment();
+    let name = format!("mc-rs-test-{}-concurrent.sock", std::process::id());
+    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let link = Arc::new(DummyLink::connect(&name).unwrap());
+    // A peer that accepts the real client's data connection and never answers.
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let stalled_name = stalled.local_addr().unwrap().to_string();
+    let (stalled_done, stalled_result) = std::sync::mpsc::channel();
+    let reader = {
+        let link = Arc::clone(&link);
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4096];
+            let request = TransferRequest {
+                op: TransferOp::Read,
+                local_addr: buf.as_mut_ptr() as usize,
+                len: buf.len() as u64,
+                endpoint: &stalled_name,
+                remote_addr: 0x1000,
+                epoch: 0,
+                send_by: None,
+            };
+            // SAFETY: `buf` outlives the call.
+            let result = unsafe { link.transfer(&[request]) };
+            stalled_done.send(result).unwrap();
+        })
+    };
+    let (held, _) = stalled.accept().unwrap();
+    // The stalled read is in flight at the real client; a write of the same dummy to the real
+    // client's own segment must complete meanwhile.
+    let (done, written) = std::sync::mpsc::channel();
+    let writer = {
+        let link = Arc::clone(&link);
+        let remote_addr = segment.addr() as u64;
+        std::thread::spawn(move || {
+            let data = vec![0x5au8; 4096];
+            let request = TransferRequest {
+                op: TransferOp::Write,
+                local_addr: data.as_ptr() as usize,
+                len: data.len() as u64,
+                endpoint: OWN,
+                remote_addr,
+                epoch: 0,
+                send_by: None,
+            };
+            // SAFETY: `data` outlives the call.
+            let result = unsafe { link.transfer(&[request]) };
+            done.send(result).unwrap();
+        })
+    };
+    let during_stall = written.recv_timeout(Duration::from_secs(5));
+    let still_stalled = stalled_result.try_recv().is_err();
+    // Two connections, one dummy.
+    let (server_stats, link_stats) = (server.stats(), link.stats());
+    drop(held);
+    writer.join().unwrap();
+    reader.join().unwrap();
+    assert_eq!(
+        during_stall,
+        Ok(vec![Ok(())]),
+        "the write waited for the stalled read"
+    );
+    assert!(still_stalled, "the stalled read ended before the write");
+    assert_eq!(
+        (server_stats.dummies, server_stats.connections),
+        (1, 2),
+        "{server_stats:?}"
+    );
+    assert_eq!(link_stats.connections, 2, "{link_stats:?}");
+    // SAFETY: the segment is mapped; nothing writes it now.
+    let landed = unsafe { std::slice::from_raw_parts(segment.addr() as *const u8, 4096) };
+    assert!(landed.iter().all(|&b| b == 0x5a));
+    assert_eq!(
+        stalled_result
+            .recv_timeout(Duration::from_secs(10))
+            .map(|r| r[0].is_err()),
+        Ok(true),
+        "the stalled read must fail once its peer is gone"
+    );
+    drop(link);
+    drop(server);
 }

@@ -7,7 +7,7 @@ use crate::error::{fail, ErrorCode, Result};
 use std::time::{Duration, Instant};
 
 /// Protocol version in [`Kind::Hello`]; the real client refuses any other.
-pub(super) const VERSION: u32 = 2;
+pub(super) const VERSION: u32 = 3;
 /// Largest frame body either side accepts (a batch of many requests fits easily).
 pub(super) const MAX_BODY: usize = 64 << 20;
 

@@ -31,3 +31,4 @@ pub use engine::{EngineConfig, TransferDelegate, TransferEngine, TransferOp, Tra
 pub use metrics::{CopyPaths, PathStats, TransferMetrics};
 pub use registry::{MemoryRegion, MAX_EPOCH};
 pub use resolver::{DirectResolver, SegmentResolver};
+pub(crate) use same_host::hung_up;

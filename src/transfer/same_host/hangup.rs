@@ -9,7 +9,8 @@ use std::time::Duration;
 const HANGUP: libc::c_short = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL;
 
 /// Whether the other end of the connection `fd` (open, kept open by the caller) closed it.
-pub(super) fn hung_up(fd: RawFd) -> bool {
+/// Also used by a dummy's link for its idle connections to the real client.
+pub(crate) fn hung_up(fd: RawFd) -> bool {
     let mut poll = libc::pollfd {
         fd,
         events: libc::POLLRDHUP,
