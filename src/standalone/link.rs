@@ -5,6 +5,7 @@
 //! outside them through the connection's own shared staging block, pings idle connections,
 //! and reconnects (re-sending its blocks) after the real client restarted.
 
+use super::conns::{Conn, ConnPool, Lent};
 use super::pool::{BlockGuard, SharedBlock, ShmPool};
 use super::wire::{deadline_to_wire, parse_header, Kind, Reader, WireRequest, Writer, VERSION};
 use crate::error::{fail, set_last_error_message, ErrorCode, Result};
@@ -13,7 +14,7 @@ use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashSet;
 use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,29 +57,10 @@ pub struct LinkStats {
     pub connections: u64,
 }
 
-/// One connection, what the real client has mapped on it, and its staging block.
-struct Conn {
-    stream: UnixStream,
-    mapped: HashSet<u64>,
-    /// Position in the pool's log of freed blocks up to which this connection has unmapped
-    /// them at the real client.
-    freed_cursor: usize,
-    /// This connection's staging block, made on first use (dropped with the connection).
-    staging: Option<BlockGuard>,
-}
-
-/// The pool of connections: idle ones, and how many are open (idle or lent out).
-struct Conns {
-    idle: Vec<Conn>,
-    open: usize,
-    /// Connections dropped after a failure and not yet replaced (for `reconnects`).
-    lost: usize,
-}
-
-/// The dummy's side. Thread-safe: each call borrows a connection of its own (waiting when
-/// [`max_connections`] are busy). Dropping it (or [`DummyLink::close`]) stops the pinger and
-/// closes the idle sockets (a call still running closes its own when it ends); the real
-/// client then drops everything it held for this dummy.
+/// The dummy's side. Thread-safe: each call borrows a connection of its own ([`ConnPool`],
+/// waiting when [`max_connections`] are busy). Dropping it (or [`DummyLink::close`]) stops
+/// the pinger and closes the idle sockets (a call still running closes its own when it
+/// ends); the real client then drops everything it held for this dummy.
 pub struct DummyLink {
     inner: Arc<Inner>,
     pinger: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -90,16 +72,12 @@ struct Inner {
     /// dummy.
     id: u64,
     ttl: Duration,
-    max_connections: usize,
-    conns: Mutex<Conns>,
-    /// Signalled when a connection is returned or dropped.
-    returned: Condvar,
+    conns: ConnPool,
     master_address: String,
     real_name: String,
     healthy: AtomicBool,
     closed: Mutex<bool>,
     wake: Condvar,
-    reconnects: AtomicU64,
     zero_copy_bytes: AtomicU64,
     staged_bytes: AtomicU64,
     blocks_mapped: AtomicU64,
@@ -111,7 +89,7 @@ impl DummyLink {
     /// [`super::ttl`]).
     ///
     /// Errors: `INVALID_PARAMS` when nobody serves `name` or the real client refuses the
-    /// dummy; `INTERNAL_ERROR` when the staging block or the pinger thread cannot be made.
+    /// dummy; `INTERNAL_ERROR` when the pinger thread cannot be made.
     pub fn connect(name: &str) -> Result<DummyLink> {
         let ttl = super::ttl();
         let id = fastrand::u64(..);
@@ -120,19 +98,12 @@ impl DummyLink {
             name: name.to_string(),
             id,
             ttl,
-            max_connections: max_connections(),
-            conns: Mutex::new(Conns {
-                idle: vec![first],
-                open: 1,
-                lost: 0,
-            }),
-            returned: Condvar::new(),
+            conns: ConnPool::new(first, max_connections()),
             master_address,
             real_name,
             healthy: AtomicBool::new(true),
             closed: Mutex::new(false),
             wake: Condvar::new(),
-            reconnects: AtomicU64::new(0),
             zero_copy_bytes: AtomicU64::new(0),
             staged_bytes: AtomicU64::new(0),
             blocks_mapped: AtomicU64::new(0),
@@ -172,9 +143,9 @@ impl DummyLink {
         LinkStats {
             zero_copy_bytes: i.zero_copy_bytes.load(Ordering::Relaxed),
             staged_bytes: i.staged_bytes.load(Ordering::Relaxed),
-            reconnects: i.reconnects.load(Ordering::Relaxed),
+            reconnects: i.conns.reconnects(),
             blocks_mapped: i.blocks_mapped.load(Ordering::Relaxed),
-            connections: i.conns.lock().open as u64,
+            connections: i.conns.open_count() as u64,
         }
     }
 
@@ -216,13 +187,7 @@ impl DummyLink {
         if let Some(handle) = self.pinger.lock().take() {
             let _ = handle.join();
         }
-        let idle = {
-            let mut conns = self.inner.conns.lock();
-            conns.open -= conns.idle.len();
-            std::mem::take(&mut conns.idle)
-        };
-        drop(idle);
-        self.inner.returned.notify_all();
+        self.inner.conns.close();
         self.inner.healthy.store(false, Ordering::Release);
     }
 }
@@ -268,12 +233,7 @@ fn open(name: &str, id: u64, ttl: Duration) -> Result<(Conn, String, String)> {
     let mut r = Reader::new(&answer);
     let master = r.str()?.to_string();
     let real = r.str()?.to_string();
-    let conn = Conn {
-        stream,
-        mapped: HashSet::new(),
-        freed_cursor: ShmPool::global().freed_since(0).1,
-        staging: None,
-    };
+    let conn = Conn::new(stream, ShmPool::global().freed_since(0).1);
     Ok((conn, master, real))
 }
 
@@ -318,12 +278,19 @@ fn exchange(
     Ok(answer.split_off(consumed))
 }
 
-/// One piece of a request sent in one round: its wire form and, when staged, where its bytes
-/// sit in the staging block.
+/// One piece of a request sent in one round: its wire form and where its bytes sit here.
 struct Piece {
     request: usize,
     wire: WireRequest,
-    staged: Option<Staged>,
+    side: Side,
+}
+
+/// Where a piece's bytes sit on the dummy's side.
+enum Side {
+    /// In the caller's memory at `local`, inside the shared block the wire form names.
+    Shared { local: usize },
+    /// Copied through the connection's staging block.
+    Staged(Staged),
 }
 
 struct Staged {
@@ -334,89 +301,48 @@ struct Staged {
 }
 
 impl Inner {
-    /// One request/answer on a connection of its own (see [`Inner::checkout`]).
+    /// One request/answer on a connection of its own.
     fn call(&self, kind: Kind, body: &Writer) -> Result<Vec<u8>> {
-        let mut conn = self.checkout()?;
+        let mut conn = self.lend()?;
         let result = exchange(&mut conn.stream, kind, body, None);
-        self.checkin(conn, &result);
+        self.give_back(conn, &result);
         result
     }
 
-    /// A connection for one call: an idle one (one the real client closed meanwhile is
-    /// dropped, not used), a new one while fewer than
-    /// `max_connections` are open, else the next one returned (each call holds its
-    /// connection at most about the TTL: every socket call is bounded by it). A new
-    /// connection has no block mapped.
-    ///
-    /// Errors: `TRANSFER_FAIL` when the link is closed or the real client cannot be reached
-    /// (the link is then unhealthy).
-    fn checkout(&self) -> Result<Conn> {
-        let mut conns = self.conns.lock();
-        loop {
-            if *self.closed.lock() {
-                return fail(
-                    ErrorCode::TransferFail,
-                    "the link to the real client is closed",
-                );
-            }
-            if let Some(conn) = conns.idle.pop() {
-                if !crate::transfer::hung_up(conn.stream.as_raw_fd()) {
-                    return Ok(conn);
+    /// A connection for one call ([`ConnPool::lend`]), opening one when needed. Errors:
+    /// `TRANSFER_FAIL` when the link is closed or the real client cannot be reached (the link
+    /// is then unhealthy).
+    fn lend(&self) -> Result<Lent<'_>> {
+        let lent = self
+            .conns
+            .lend(|| match open(&self.name, self.id, self.ttl) {
+                Ok((conn, _, _)) => Ok(conn),
+                Err(e) => {
+                    let message = crate::error::last_error_message();
+                    fail(ErrorCode::TransferFail, format!("{e}: {message}"))
                 }
-                // The real client closed it while idle (it restarted, or dropped us).
-                conns.open -= 1;
-                conns.lost += 1;
-                continue;
-            }
-            if conns.open < self.max_connections {
-                break;
-            }
-            self.returned.wait_for(&mut conns, self.ttl);
+            });
+        if lent.is_err() {
+            self.healthy.store(false, Ordering::Release);
         }
-        conns.open += 1;
-        drop(conns);
-        match open(&self.name, self.id, self.ttl) {
-            Ok((conn, _, _)) => {
-                let mut conns = self.conns.lock();
-                if conns.lost > 0 {
-                    conns.lost -= 1;
-                    self.reconnects.fetch_add(1, Ordering::Relaxed);
-                }
-                self.healthy.store(true, Ordering::Release);
-                Ok(conn)
-            }
-            Err(e) => {
-                self.conns.lock().open -= 1;
-                self.returned.notify_one();
-                self.healthy.store(false, Ordering::Release);
-                let message = crate::error::last_error_message();
-                fail(ErrorCode::TransferFail, format!("{e}: {message}"))
-            }
-        }
+        lent
     }
 
-    /// Returns `conn` after a call that ended with `result`: to the idle ones, or, after an
-    /// I/O failure (`TRANSFER_FAIL`: the connection is unusable) or once the link is closed,
-    /// closed (the link is then unhealthy after a failure, healthy after a success).
-    fn checkin<T>(&self, conn: Conn, result: &Result<T>) {
+    /// Returns `conn` after a call that ended with `result`: an I/O failure
+    /// (`TRANSFER_FAIL`: the connection is unusable) closes it and makes the link unhealthy;
+    /// an answer makes it healthy.
+    fn give_back<T>(&self, conn: Lent<'_>, result: &Result<T>) {
         let failed = matches!(result, Err(ErrorCode::TransferFail));
         self.healthy.store(!failed, Ordering::Release);
-        let mut conns = self.conns.lock();
-        if failed || *self.closed.lock() {
-            conns.open -= 1;
-            conns.lost += usize::from(failed);
-            drop(conns);
-            drop(conn);
-        } else {
-            conns.idle.push(conn);
-            drop(conns);
-        }
-        self.returned.notify_one();
+        conn.give_back(failed);
     }
 
-    /// Every third of the TTL: pings each idle connection (a busy one is kept alive by its
-    /// own call), and, when none is open at all (the real client restarted), opens one, so
-    /// health reflects the real client even while the dummy is idle.
+    /// Every third of the TTL: when no connection is open (the real client restarted), opens
+    /// one; then pings, one at a time, each idle connection that got no answer for that long
+    /// (a busy one is kept alive by its calls), after unmapping at the real client the blocks
+    /// freed since its last call. A connection the real client closed is dropped without
+    /// touching health. So health reflects the real client while the dummy is idle, and no
+    /// connection keeps freed blocks mapped for long.
     fn ping_loop(&self) {
         let period = self.ttl / 3;
         loop {
@@ -430,16 +356,21 @@ impl Inner {
                     return;
                 }
             }
-            let (idle, open) = {
-                let mut conns = self.conns.lock();
-                (std::mem::take(&mut conns.idle), conns.open)
-            };
-            if open == 0 {
+            if self.conns.open_count() == 0 {
                 let _ = self.call(Kind::Ping, &Writer::default());
             }
-            for mut conn in idle {
-                let result = exchange(&mut conn.stream, Kind::Ping, &Writer::default(), None);
-                self.checkin(conn, &result);
+            for _ in 0..self.conns.capacity() {
+                let Some(mut conn) = self.conns.lend_quiet(period) else {
+                    break;
+                };
+                if conn.hung_up() {
+                    conn.give_back(true);
+                    continue;
+                }
+                let result = self.unmap_freed(&mut conn).and_then(|()| {
+                    exchange(&mut conn.stream, Kind::Ping, &Writer::default(), None)
+                });
+                self.give_back(conn, &result);
             }
         }
     }
@@ -512,8 +443,8 @@ impl Inner {
                 }
                 continue;
             }
-            match piece.staged {
-                Some(s) => {
+            match piece.side {
+                Side::Staged(s) => {
                     if s.read {
                         // SAFETY: the caller guarantees `local`; `stage` is in our block.
                         if let Err(e) = unsafe { copy_bytes(s.local, s.stage, s.len) } {
@@ -524,7 +455,19 @@ impl Inner {
                     }
                     self.staged_bytes.fetch_add(s.len as u64, Ordering::Relaxed);
                 }
-                None => {
+                Side::Shared { local } => {
+                    // A read whose block was re-homed meanwhile (another call on it was
+                    // abandoned) may have landed in the old file, which nothing here maps.
+                    let block = ShmPool::global().find(local, piece.wire.len);
+                    if !piece.wire.write && block.map(|(b, _)| b.id()) != Some(piece.wire.block) {
+                        set_last_error_message(format!(
+                            "shared block {} was re-homed during the call (another call on it \
+                             was abandoned): the bytes read are not trusted",
+                            piece.wire.block
+                        ));
+                        results[piece.request] = Err(ErrorCode::TransferFail);
+                        continue;
+                    }
                     self.zero_copy_bytes
                         .fetch_add(piece.wire.len, Ordering::Relaxed);
                 }
@@ -537,7 +480,7 @@ impl Inner {
     /// may still run its requests later, so no memory they name may be reused. Every pool
     /// block in `named` is re-homed ([`ShmPool::rehome`]: same addresses and bytes here, a
     /// new file and id); the connection's staging block goes with the connection, which the
-    /// caller then drops ([`Inner::checkin`]). A block that cannot be re-homed is reported in
+    /// caller then closes ([`Inner::give_back`]). A block that cannot be re-homed is reported in
     /// the last error message (it stays reachable by the stalled request).
     fn abandon(named: &HashSet<u64>) {
         for &id in named {
@@ -594,7 +537,9 @@ impl Inner {
                 pieces.push(Piece {
                     request: index,
                     wire: wire(block.id(), offset, request.len, 0),
-                    staged: None,
+                    side: Side::Shared {
+                        local: request.local_addr,
+                    },
                 });
                 continue;
             }
@@ -621,7 +566,7 @@ impl Inner {
                 pieces.push(Piece {
                     request: index,
                     wire: wire(staging.id(), used as u64, len as u64, at),
-                    staged: Some(Staged {
+                    side: Side::Staged(Staged {
                         local,
                         stage,
                         len,
@@ -641,14 +586,14 @@ impl TransferDelegate for DummyLink {
     unsafe fn transfer(&self, requests: &[TransferRequest<'_>]) -> Vec<Result<()>> {
         let inner = &self.inner;
         let mut results: Vec<Result<()>> = vec![Ok(()); requests.len()];
-        let outcome = inner.checkout().and_then(|mut conn| {
+        let outcome = inner.lend().and_then(|mut conn| {
             let mut named = HashSet::new();
             // SAFETY: forwarded from the caller.
             let outcome = unsafe { inner.run(&mut conn, requests, &mut results, &mut named) };
             if matches!(outcome, Err(ErrorCode::TransferFail)) {
                 Inner::abandon(&named);
             }
-            inner.checkin(conn, &outcome);
+            inner.give_back(conn, &outcome);
             outcome
         });
         if let Err(code) = outcome {

@@ -10,8 +10,10 @@
 //! ([`DummyServer`]). Design and protocol: `docs/standalone.md`.
 //!
 //! Modules, one job each: `wire` (the frames), `pool` (the process-wide shared-memory
-//! allocator), `link` (the dummy's side), `server` (the real client's side).
+//! allocator), `conns` (a dummy's pool of connections), `link` (the dummy's side), `server`
+//! (the real client's side).
 
+mod conns;
 mod link;
 mod pool;
 mod server;
@@ -29,8 +31,9 @@ pub fn socket_name(port: u16) -> String {
 
 /// How long a peer may stay silent before the other side gives it up:
 /// `MC_DUMMY_TTL_MS` (default 10 000 ms, upstream's `DEFAULT_CLIENT_LIVE_TTL_SEC`; at least
-/// 100 ms). The real client drops a dummy that sent nothing for this long; a dummy pings
-/// every third of it and waits at most this long for any answer.
+/// 100 ms). The real client drops a dummy connection that sent nothing for this long; a
+/// dummy pings its quiet connections every third of it and waits at most this long for any
+/// answer.
 pub fn ttl() -> std::time::Duration {
     let ms = std::env::var("MC_DUMMY_TTL_MS")
         .ok()

@@ -73,7 +73,7 @@ impl ShmPool {
     }
 
     /// Forgets the block starting at `addr` (unmapped here once no transfer holds it; the real
-    /// client unmaps its mapping on the next call of each link). Errors: `INVALID_PARAMS` when
+    /// client unmaps its mapping on the next call or ping of each link connection). Errors: `INVALID_PARAMS` when
     /// no block starts at `addr`.
     pub fn free(&self, addr: usize) -> Result<()> {
         match self.blocks.write().remove(&addr) {

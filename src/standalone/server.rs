@@ -1,10 +1,12 @@
-//! [`DummyServer`]: the real client's side. One thread accepts dummies on the abstract socket;
-//! one thread per dummy maps the blocks it sends and runs its transfers with the real client's
-//! engine, straight into / out of those mappings. Every offset and length a dummy names is
-//! checked against its mappings, and a transfer aimed at the real client itself must land in
-//! remotely accessible memory (the mounted segment): a buggy or hostile dummy gets
-//! `INVALID_PARAMS`, never a crash or a touch of other memory. A dummy that sends nothing for
-//! [`super::ttl`] or closes its socket is dropped with everything held for it.
+//! [`DummyServer`]: the real client's side. One thread accepts dummy connections on the
+//! abstract socket (a dummy opens one per transfer it runs at once); one thread per
+//! connection maps the blocks the dummy sends on it and runs its transfers with the real
+//! client's engine, straight into / out of those mappings. Every offset and length a dummy
+//! names is checked against the connection's mappings, and a transfer aimed at the real client
+//! itself must land in remotely accessible memory (the mounted segment): a buggy or hostile
+//! dummy gets `INVALID_PARAMS`, never a crash or a touch of other memory. A connection that
+//! sends nothing for [`super::ttl`] or is closed is dropped with everything held for it; a
+//! dummy's last one detaches the dummy.
 
 use super::wire::{deadline_from_wire, parse_header, Kind, Reader, WireRequest, Writer, VERSION};
 use crate::error::{fail, last_error_message, ErrorCode, Result};
@@ -21,7 +23,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Most blocks one dummy may have mapped at once (`MC_DUMMY_MAX_MAPPINGS`, default 4096).
+/// Most blocks one dummy may have mapped at once over all its connections
+/// (`MC_DUMMY_MAX_MAPPINGS`, default 4096).
 fn max_mappings() -> usize {
     std::env::var("MC_DUMMY_MAX_MAPPINGS")
         .ok()
@@ -60,6 +63,13 @@ struct Counters {
 /// [`super::DummyLink`]), shared by all the link's connections.
 type LinkKey = (u32, u64);
 
+/// What one attached dummy holds: connections open, and blocks mapped over all of them.
+#[derive(Default)]
+struct LinkHolds {
+    connections: usize,
+    mappings: usize,
+}
+
 struct Shared {
     engine: Arc<TransferEngine>,
     own_name: String,
@@ -68,7 +78,7 @@ struct Shared {
     stop: AtomicBool,
     counters: Counters,
     /// The attached dummies and how many connections each has open.
-    links: Mutex<HashMap<LinkKey, usize>>,
+    links: Mutex<HashMap<LinkKey, LinkHolds>>,
     /// The dummy connections being served: a handle on each one's socket and its thread.
     served: Mutex<Vec<Served>>,
 }
@@ -178,23 +188,50 @@ impl Shared {
     /// Counts one more connection of `link`.
     fn attach(&self, link: LinkKey) {
         let mut links = self.links.lock();
-        let open = links.entry(link).or_insert(0);
-        if *open == 0 {
+        let holds = links.entry(link).or_default();
+        if holds.connections == 0 {
             tracing::info!(pid = link.0, "dummy attached");
         }
-        *open += 1;
+        holds.connections += 1;
     }
 
-    /// Counts one connection of `link` less; its last one detaches the dummy.
-    fn detach(&self, link: LinkKey) {
+    /// Counts one connection of `link`, which held `mappings` blocks, less; its last one
+    /// detaches the dummy.
+    fn detach(&self, link: LinkKey, mappings: usize) {
         let mut links = self.links.lock();
-        let Some(open) = links.get_mut(&link) else {
+        let Some(holds) = links.get_mut(&link) else {
             return;
         };
-        *open -= 1;
-        if *open == 0 {
+        holds.connections -= 1;
+        holds.mappings = holds.mappings.saturating_sub(mappings);
+        if holds.connections == 0 {
             links.remove(&link);
             tracing::info!(pid = link.0, "dummy detached");
+        }
+    }
+
+    /// Counts one more block mapped by `link`. Errors: `INVALID_PARAMS` when it already has
+    /// [`max_mappings`] mapped over all its connections.
+    fn reserve_mapping(&self, link: LinkKey) -> Result<()> {
+        let mut links = self.links.lock();
+        let holds = links.entry(link).or_default();
+        if holds.mappings >= max_mappings() {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!(
+                    "this dummy already has {} blocks mapped (MC_DUMMY_MAX_MAPPINGS)",
+                    holds.mappings
+                ),
+            );
+        }
+        holds.mappings += 1;
+        Ok(())
+    }
+
+    /// Counts one block of `link` unmapped.
+    fn release_mapping(&self, link: LinkKey) {
+        if let Some(holds) = self.links.lock().get_mut(&link) {
+            holds.mappings = holds.mappings.saturating_sub(1);
         }
     }
 }
@@ -255,7 +292,8 @@ fn reap_ended(shared: &Shared) {
 }
 
 /// What the real client holds for one dummy connection; released (unmapped, counted) on
-/// drop. Each connection of a dummy maps its blocks on its own.
+/// drop. Each connection of a dummy maps its blocks on its own; [`max_mappings`] bounds
+/// them over all its connections.
 struct DummyState<'a> {
     shared: &'a Shared,
     /// The dummy, once its hello was accepted.
@@ -266,6 +304,7 @@ struct DummyState<'a> {
 impl Drop for DummyState<'_> {
     fn drop(&mut self) {
         let c = &self.shared.counters;
+        let held = self.mappings.len();
         for (_, mapping) in self.mappings.drain() {
             c.mappings.fetch_sub(1, Ordering::Relaxed);
             c.mapped_bytes
@@ -274,7 +313,7 @@ impl Drop for DummyState<'_> {
         c.connections.fetch_sub(1, Ordering::Relaxed);
         c.connections_dropped.fetch_add(1, Ordering::Relaxed);
         if let Some(link) = self.link {
-            self.shared.detach(link);
+            self.shared.detach(link, held);
         }
     }
 }
@@ -400,20 +439,21 @@ impl DummyState<'_> {
                 format!("block {id} already mapped"),
             );
         }
-        if self.mappings.len() >= max_mappings() {
-            return fail(
-                ErrorCode::InvalidParams,
-                format!(
-                    "this dummy already has {} blocks mapped",
-                    self.mappings.len()
-                ),
-            );
-        }
         let Ok(len) = usize::try_from(len) else {
             return fail(ErrorCode::InvalidParams, "block too large");
         };
+        let Some(link) = self.link else {
+            return fail(ErrorCode::InvalidParams, "hello first");
+        };
+        self.shared.reserve_mapping(link)?;
         let fd = fds.remove(0);
-        let mapping = PeerMapping::map(fd.as_fd(), 0, len)?;
+        let mapping = match PeerMapping::map(fd.as_fd(), 0, len) {
+            Ok(mapping) => mapping,
+            Err(e) => {
+                self.shared.release_mapping(link);
+                return Err(e);
+            }
+        };
         let c = &self.shared.counters;
         c.mappings.fetch_add(1, Ordering::Relaxed);
         c.mapped_bytes.fetch_add(len as u64, Ordering::Relaxed);
@@ -425,6 +465,9 @@ impl DummyState<'_> {
         let id = Reader::new(body).u64()?;
         match self.mappings.remove(&id) {
             Some(mapping) => {
+                if let Some(link) = self.link {
+                    self.shared.release_mapping(link);
+                }
                 let c = &self.shared.counters;
                 c.mappings.fetch_sub(1, Ordering::Relaxed);
                 c.mapped_bytes

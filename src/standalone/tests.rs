@@ -4,6 +4,7 @@
 use super::server::DummyServer;
 use super::wire::{parse_header, Kind, Reader, WireRequest, Writer, VERSION};
 use crate::device::MappedRegion;
+use crate::error::ErrorCode;
 use crate::shm::{send_with_fds, SealedMemfd};
 use crate::transfer::{DirectResolver, EngineConfig, TransferEngine};
 use std::io::Read;
@@ -323,7 +324,7 @@ fn shutdown_ends_connected_dummies_and_keeps_no_socket() {
     );
 }
 
-/// Finding S11: a dummy's transfers were serialised on its one connection, so a thread whose
+/// Finding S13: a dummy's transfers were serialised on its one connection, so a thread whose
 /// transfer waits on a stalled remote peer held up every other thread of that dummy (until
 /// the TTL ended the stalled call). With a pool of connections the other thread runs at once.
 #[test]
@@ -410,4 +411,125 @@ fn a_stalled_transfer_does_not_hold_up_the_dummys_other_threads() {
     );
     drop(link);
     drop(server);
+}
+
+/// A TCP proxy to `upstream` that holds each connection's first bytes until released: it
+/// reports on `seen` when a connection sent them, and forwards everything once `release` is
+/// set. Accepts for at most 20 s; every wait is bounded.
+fn paused_proxy(
+    upstream: std::net::SocketAddr,
+) -> (
+    String,
+    std::sync::mpsc::Receiver<()>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    listener.set_nonblocking(true).unwrap();
+    let (seen_tx, seen) = std::sync::mpsc::channel();
+    let release = Arc::new(AtomicBool::new(false));
+    let released = Arc::clone(&release);
+    std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            let Ok((mut client, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            };
+            let (seen_tx, released) = (seen_tx.clone(), Arc::clone(&released));
+            std::thread::spawn(move || {
+                client.set_nonblocking(false).unwrap();
+                client
+                    .set_read_timeout(Some(Duration::from_secs(20)))
+                    .unwrap();
+                let mut first = [0u8; 4096];
+                let Ok(n) = client.read(&mut first) else {
+                    return;
+                };
+                let _ = seen_tx.send(());
+                let waited = std::time::Instant::now();
+                while !released.load(Ordering::Acquire)
+                    && waited.elapsed() < Duration::from_secs(20)
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let mut server = std::net::TcpStream::connect(upstream).unwrap();
+                server.write_all(&first[..n]).unwrap();
+                let (mut from_server, mut to_client) =
+                    (server.try_clone().unwrap(), client.try_clone().unwrap());
+                std::thread::spawn(move || std::io::copy(&mut from_server, &mut to_client));
+                let _ = std::io::copy(&mut client, &mut server);
+            });
+        }
+    });
+    (addr, seen, release)
+}
+
+/// Finding S14 (review of the connection pool): a zero-copy read of one connection whose
+/// shared block was re-homed meanwhile (another connection's call on that block was
+/// abandoned) landed in the old file, which nothing in the dummy maps any more, and returned
+/// `Ok` with the caller's memory unchanged. It must fail instead.
+#[test]
+fn a_read_into_a_block_re_homed_during_it_fails_instead_of_returning_ok() {
+    use crate::standalone::{DummyLink, ShmPool};
+    use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
+    let (engine, _segment) = engine_with_segment();
+    let name = format!("mc-rs-test-{}-rehomed.sock", std::process::id());
+    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let link = Arc::new(DummyLink::connect(&name).unwrap());
+    // The remote owner of the bytes, behind a proxy that holds the real client's request.
+    let owner_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let owner_addr = owner_listener.local_addr().unwrap();
+    let owner = TransferEngine::new(EngineConfig {
+        local_name: owner_addr.to_string(),
+        listener: Some(owner_listener),
+        resolver: Arc::new(DirectResolver),
+        memcpy_enabled: true,
+        rdma: None,
+    })
+    .unwrap();
+    let owned = MappedRegion::new(1 << 16).unwrap();
+    // SAFETY: our own 64 KiB mapping.
+    unsafe { std::ptr::write_bytes(owned.addr() as *mut u8, 0xc3, 1 << 16) };
+    owner.register(owned.addr(), owned.len(), true).unwrap();
+    let (proxy, seen, release) = paused_proxy(owner_addr);
+
+    let block = ShmPool::global().alloc(1 << 16, "rehome test").unwrap();
+    let (addr, old_id) = (block.addr(), block.id());
+    let reader = {
+        let (link, remote_addr) = (Arc::clone(&link), owned.addr() as u64);
+        std::thread::spawn(move || {
+            let request = TransferRequest {
+                op: TransferOp::Read,
+                local_addr: addr,
+                len: 1 << 16,
+                endpoint: &proxy,
+                remote_addr,
+                epoch: 0,
+                send_by: None,
+            };
+            // SAFETY: the block stays allocated for the whole test.
+            let result = unsafe { link.transfer(&[request]) };
+            (result, crate::error::last_error_message())
+        })
+    };
+    // The real client runs the read (its mapping of the block's current file) ...
+    seen.recv_timeout(Duration::from_secs(10)).unwrap();
+    // ... when the block is re-homed, as an abandoned call on another connection does.
+    ShmPool::global().rehome(old_id).unwrap();
+    release.store(true, std::sync::atomic::Ordering::Release);
+    let (result, message) = reader.join().unwrap();
+    // SAFETY: the block is still allocated (re-homed at the same address).
+    let now = unsafe { std::slice::from_raw_parts(addr as *const u8, 1 << 16) };
+    assert!(
+        now.iter().all(|&b| b == 0),
+        "the read landed here after all"
+    );
+    assert_eq!(result, vec![Err(ErrorCode::TransferFail)], "{message}");
+    assert!(message.contains("re-homed"), "{message}");
+    drop(link);
+    drop(server);
+    drop(block);
 }

@@ -3,7 +3,10 @@
 //! (from [`KEYS`] source blocks into 16 rotating destinations, as the gets), judged with
 //! `interleave::judge` (limit, scenario, … for the same duration each; medians, ratios and
 //! spreads). Two dummy lines: into shared memory (zero-copy: one memcpy in the real client)
-//! and into ordinary memory (staged: a second copy in the dummy).
+//! and into ordinary memory (staged: a second copy in the dummy); and zero-copy gets from
+//! [`THREADS`] threads of the dummy at once against as many threads of memcpy (the threads'
+//! GB/s summed; each thread has its own destinations), which shows that one dummy's calls
+//! run concurrently (`MC_DUMMY_CONNECTIONS`; set it to 1 to see them serialised).
 
 use crate::interleave::judge;
 use crate::limits::{copy_between_gbps, Pool};
@@ -21,6 +24,8 @@ const SIZE: usize = 4 * MIB;
 const KEYS: usize = 32;
 /// Destination blocks the gets rotate over.
 const DESTINATIONS: usize = 16;
+/// Threads of the concurrent line (each rotates over its share of [`DESTINATIONS`]).
+const THREADS: usize = 2;
 
 /// Child mode: a real client with a segment on `args[0]`'s master that serves dummies;
 /// prints `READY <name>` and serves until stdin closes.
@@ -82,6 +87,28 @@ fn gets(client: &Client, duration: Duration, dst: impl Fn(usize) -> usize) -> Re
     Ok(gbps(bytes, start.elapsed().as_secs_f64()))
 }
 
+/// The sum of `per_thread(t)` for `t` in `0..THREADS`, run at once on scoped threads (each
+/// returns its own GB/s over the same duration).
+fn summed<F>(per_thread: F) -> Result<f64, String>
+where
+    F: Fn(usize) -> Result<f64, String> + Sync,
+{
+    std::thread::scope(|scope| {
+        let running: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let per_thread = &per_thread;
+                scope.spawn(move || per_thread(t))
+            })
+            .collect();
+        running.into_iter().try_fold(0.0, |sum, thread| {
+            let gbps = thread
+                .join()
+                .map_err(|_| "a benchmark thread panicked".to_string())??;
+            Ok(sum + gbps)
+        })
+    })
+}
+
 /// The scenario; see the module doc.
 pub fn run(report: &mut Report, rounds: Rounds) -> Result<(), String> {
     let duration = rounds.duration;
@@ -132,10 +159,36 @@ pub fn run(report: &mut Report, rounds: Rounds) -> Result<(), String> {
         &mut limit,
         || gets(&client, duration, |i| heap_addrs[i % DESTINATIONS]),
     )?;
+    let share = DESTINATIONS / THREADS;
+    let limit_dsts: Vec<std::sync::Mutex<Pool>> = (0..THREADS)
+        .map(|_| std::sync::Mutex::new(Pool::new(share, SIZE, 0)))
+        .collect();
+    let mut limit = || {
+        summed(|t| {
+            let mut dst = limit_dsts[t].lock().map_err(|_| "limit pool poisoned")?;
+            Ok(copy_between_gbps(&limit_src, &mut dst, duration))
+        })
+    };
+    judge(
+        report,
+        &rounds.judged(
+            &format!("dummy get 4MiB zero-copy, {THREADS} threads"),
+            "GB/s",
+            &format!("memcpy {THREADS} threads, {KEYS} -> {share} x 4MiB each"),
+        ),
+        &mut limit,
+        || {
+            summed(|t| {
+                gets(&client, duration, |i| {
+                    shared.addr() + (t * share + i % share) * SIZE
+                })
+            })
+        },
+    )?;
     let stats = client.dummy_stats().unwrap_or_default();
     eprintln!(
-        "  link: {} bytes zero-copy, {} bytes staged",
-        stats.zero_copy_bytes, stats.staged_bytes
+        "  link: {} bytes zero-copy, {} bytes staged, {} connections",
+        stats.zero_copy_bytes, stats.staged_bytes, stats.connections
     );
     client.teardown();
     drop(heap);
