@@ -51,12 +51,16 @@ struct State {
     /// Connections open: idle or lent.
     open: usize,
     /// Of the lent ones, those lent for a ping: a call that finds none idle waits for them
-    /// (a ping is short) rather than open one more.
+    /// (a ping is short) up to [`PING_WAIT`] rather than open one more.
     pinging: usize,
     /// A connection was lost to a failure since the last successful open.
     lost: bool,
     closed: bool,
 }
+
+/// How long a call that finds no idle connection waits for one out for a ping before it
+/// opens another (a ping to a hung real client lasts the TTL).
+const PING_WAIT: Duration = Duration::from_millis(100);
 
 /// The connections of one link. Thread-safe.
 pub(super) struct ConnPool {
@@ -100,13 +104,16 @@ impl ConnPool {
     }
 
     /// Lends a connection for one call: the idle one used last (one the real client closed
-    /// meanwhile is dropped, not lent); else, while fewer than `max` are open and none is out
-    /// for a ping, a new one from `open`; else the next one returned. The wait ends with the
-    /// calls holding connections, each of whose socket operations is bounded by the caller's
-    /// timeouts.
+    /// meanwhile is dropped, not lent); else, while fewer than `max` are open, a new one from
+    /// `open` (after waiting up to [`PING_WAIT`] for one out for a ping); else the next one
+    /// returned. The wait ends with the calls holding connections, each of whose socket
+    /// operations is bounded by the caller's timeouts.
     ///
     /// Errors: `TRANSFER_FAIL` once the pool is closed; `open`'s error.
     pub(super) fn lend(&self, open: impl FnOnce() -> Result<Conn>) -> Result<Lent<'_>> {
+        let asked = Instant::now();
+        // Closed outside the lock: dropping a staging block takes the shared pool's table.
+        let mut hung_up = Vec::new();
         let mut state = self.state.lock();
         loop {
             if state.closed {
@@ -118,15 +125,16 @@ impl ConnPool {
                 }
                 state.open -= 1;
                 state.lost = true;
+                hung_up.push(conn);
             }
-            if state.pinging == 0 && state.open < self.max {
+            if state.open < self.max && (state.pinging == 0 || asked.elapsed() >= PING_WAIT) {
                 break;
             }
-            self.returned
-                .wait_for(&mut state, Duration::from_millis(100));
+            self.returned.wait_for(&mut state, PING_WAIT);
         }
         state.open += 1;
         drop(state);
+        drop(hung_up);
         let opened = open();
         let mut state = self.state.lock();
         match opened {

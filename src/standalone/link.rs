@@ -184,10 +184,11 @@ impl DummyLink {
     pub fn close(&self) {
         *self.inner.closed.lock() = true;
         self.inner.wake.notify_all();
+        // Before the join: a ping in flight then ends its connection instead of keeping it.
+        self.inner.conns.close();
         if let Some(handle) = self.pinger.lock().take() {
             let _ = handle.join();
         }
-        self.inner.conns.close();
         self.inner.healthy.store(false, Ordering::Release);
     }
 }
@@ -376,6 +377,8 @@ impl Inner {
     }
 
     /// Unmaps at the real client the blocks freed here since this connection's last call.
+    /// A refusal (the real client has no such mapping) counts as done; an I/O failure
+    /// (`TRANSFER_FAIL`) ends the walk (the connection is then closed).
     fn unmap_freed(&self, c: &mut Conn) -> Result<()> {
         let (freed, next) = ShmPool::global().freed_since(c.freed_cursor);
         c.freed_cursor = next;
@@ -383,7 +386,11 @@ impl Inner {
             if c.mapped.remove(&id) {
                 let mut w = Writer::default();
                 w.u64(id);
-                exchange(&mut c.stream, Kind::Unmap, &w, None)?;
+                match exchange(&mut c.stream, Kind::Unmap, &w, None) {
+                    Err(ErrorCode::TransferFail) => return Err(ErrorCode::TransferFail),
+                    Err(code) => tracing::debug!(id, %code, "unmap refused: not mapped there"),
+                    Ok(_) => {}
+                }
             }
         }
         Ok(())

@@ -23,8 +23,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Most blocks one dummy may have mapped at once over all its connections
-/// (`MC_DUMMY_MAX_MAPPINGS`, default 4096).
+/// Most distinct blocks one dummy may have mapped at once over all its connections
+/// (`MC_DUMMY_MAX_MAPPINGS`, default 4096). A bound against runaway dummies, not hostile
+/// ones: a process of the same user that wants more opens another link.
 fn max_mappings() -> usize {
     std::env::var("MC_DUMMY_MAX_MAPPINGS")
         .ok()
@@ -63,11 +64,12 @@ struct Counters {
 /// [`super::DummyLink`]), shared by all the link's connections.
 type LinkKey = (u32, u64);
 
-/// What one attached dummy holds: connections open, and blocks mapped over all of them.
+/// What one attached dummy holds: connections open, and the blocks mapped over all of them
+/// (block id → how many of its connections map it).
 #[derive(Default)]
 struct LinkHolds {
     connections: usize,
-    mappings: usize,
+    blocks: HashMap<u64, usize>,
 }
 
 struct Shared {
@@ -77,7 +79,7 @@ struct Shared {
     ttl: Duration,
     stop: AtomicBool,
     counters: Counters,
-    /// The attached dummies and how many connections each has open.
+    /// The attached dummies: their connections and mapped blocks.
     links: Mutex<HashMap<LinkKey, LinkHolds>>,
     /// The dummy connections being served: a handle on each one's socket and its thread.
     served: Mutex<Vec<Served>>,
@@ -195,43 +197,61 @@ impl Shared {
         holds.connections += 1;
     }
 
-    /// Counts one connection of `link`, which held `mappings` blocks, less; its last one
-    /// detaches the dummy.
-    fn detach(&self, link: LinkKey, mappings: usize) {
+    /// Counts one connection of `link`, which mapped `blocks`, less; its last one detaches
+    /// the dummy.
+    fn detach(&self, link: LinkKey, blocks: impl Iterator<Item = u64>) {
         let mut links = self.links.lock();
         let Some(holds) = links.get_mut(&link) else {
             return;
         };
-        holds.connections -= 1;
-        holds.mappings = holds.mappings.saturating_sub(mappings);
+        for block in blocks {
+            holds.release(block);
+        }
+        debug_assert!(holds.connections > 0);
+        holds.connections = holds.connections.saturating_sub(1);
         if holds.connections == 0 {
             links.remove(&link);
             tracing::info!(pid = link.0, "dummy detached");
         }
     }
 
-    /// Counts one more block mapped by `link`. Errors: `INVALID_PARAMS` when it already has
-    /// [`max_mappings`] mapped over all its connections.
-    fn reserve_mapping(&self, link: LinkKey) -> Result<()> {
+    /// Counts block `block` mapped on one more connection of `link`. Errors:
+    /// `INVALID_PARAMS` when it is a block the dummy has not mapped yet and it already has
+    /// [`max_mappings`] distinct blocks mapped.
+    fn reserve_mapping(&self, link: LinkKey, block: u64) -> Result<()> {
         let mut links = self.links.lock();
         let holds = links.entry(link).or_default();
-        if holds.mappings >= max_mappings() {
+        if !holds.blocks.contains_key(&block) && holds.blocks.len() >= max_mappings() {
             return fail(
                 ErrorCode::InvalidParams,
                 format!(
                     "this dummy already has {} blocks mapped (MC_DUMMY_MAX_MAPPINGS)",
-                    holds.mappings
+                    holds.blocks.len()
                 ),
             );
         }
-        holds.mappings += 1;
+        *holds.blocks.entry(block).or_insert(0) += 1;
         Ok(())
     }
 
-    /// Counts one block of `link` unmapped.
-    fn release_mapping(&self, link: LinkKey) {
+    /// Counts block `block` unmapped on one connection of `link`.
+    fn release_mapping(&self, link: LinkKey, block: u64) {
         if let Some(holds) = self.links.lock().get_mut(&link) {
-            holds.mappings = holds.mappings.saturating_sub(1);
+            holds.release(block);
+        }
+    }
+}
+
+impl LinkHolds {
+    /// One connection less maps `block`.
+    fn release(&mut self, block: u64) {
+        if let Some(count) = self.blocks.get_mut(&block) {
+            *count -= 1;
+            if *count == 0 {
+                self.blocks.remove(&block);
+            }
+        } else {
+            debug_assert!(false, "block {block} released but not reserved");
         }
     }
 }
@@ -292,8 +312,8 @@ fn reap_ended(shared: &Shared) {
 }
 
 /// What the real client holds for one dummy connection; released (unmapped, counted) on
-/// drop. Each connection of a dummy maps its blocks on its own; [`max_mappings`] bounds
-/// them over all its connections.
+/// drop. Each connection of a dummy maps its blocks on its own; [`max_mappings`] bounds the
+/// distinct blocks of a dummy over all its connections.
 struct DummyState<'a> {
     shared: &'a Shared,
     /// The dummy, once its hello was accepted.
@@ -304,7 +324,7 @@ struct DummyState<'a> {
 impl Drop for DummyState<'_> {
     fn drop(&mut self) {
         let c = &self.shared.counters;
-        let held = self.mappings.len();
+        let held: Vec<u64> = self.mappings.keys().copied().collect();
         for (_, mapping) in self.mappings.drain() {
             c.mappings.fetch_sub(1, Ordering::Relaxed);
             c.mapped_bytes
@@ -313,7 +333,7 @@ impl Drop for DummyState<'_> {
         c.connections.fetch_sub(1, Ordering::Relaxed);
         c.connections_dropped.fetch_add(1, Ordering::Relaxed);
         if let Some(link) = self.link {
-            self.shared.detach(link, held);
+            self.shared.detach(link, held.into_iter());
         }
     }
 }
@@ -445,12 +465,12 @@ impl DummyState<'_> {
         let Some(link) = self.link else {
             return fail(ErrorCode::InvalidParams, "hello first");
         };
-        self.shared.reserve_mapping(link)?;
+        self.shared.reserve_mapping(link, id)?;
         let fd = fds.remove(0);
         let mapping = match PeerMapping::map(fd.as_fd(), 0, len) {
             Ok(mapping) => mapping,
             Err(e) => {
-                self.shared.release_mapping(link);
+                self.shared.release_mapping(link, id);
                 return Err(e);
             }
         };
@@ -466,7 +486,7 @@ impl DummyState<'_> {
         match self.mappings.remove(&id) {
             Some(mapping) => {
                 if let Some(link) = self.link {
-                    self.shared.release_mapping(link);
+                    self.shared.release_mapping(link, id);
                 }
                 let c = &self.shared.counters;
                 c.mappings.fetch_sub(1, Ordering::Relaxed);

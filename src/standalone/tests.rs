@@ -532,4 +532,5 @@ fn a_read_into_a_block_re_homed_during_it_fails_instead_of_returning_ok() {
     drop(link);
     drop(server);
     drop(block);
+    ShmPool::global().free(addr).unwrap();
 }
