@@ -30,6 +30,10 @@ const CORE: &[&str] = &[
 const REGISTER: &[&str] = &["cuMemHostRegister_v2", "cuMemHostUnregister"];
 /// Device allocation (benchmarks and checks only).
 const ALLOC: &[&str] = &["cuMemAlloc_v2", "cuMemFree_v2"];
+/// Exporting device memory as a dma-buf for a NIC (GPUDirect; CUDA 11.7 and later).
+const DMABUF: &[&str] = &["cuMemGetAddressRange_v2", "cuMemGetHandleForAddressRange"];
+/// Ordering NIC writes into device memory before later device work (CUDA 11.3 and later).
+const FLUSH: &[&str] = &["cuFlushGPUDirectRDMAWrites"];
 /// `CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP`.
 const REGISTER_FLAGS: u32 = 0x01 | 0x02;
 
@@ -46,6 +50,8 @@ struct Cuda {
     alloc: bool,
     /// Whether every symbol of [`stream::STREAM`] resolved.
     stream: bool,
+    dmabuf: bool,
+    flush: bool,
 }
 
 fn check(result: CUresult, what: &str) -> Result<(), String> {
@@ -87,11 +93,15 @@ pub(super) fn load() -> Result<Box<dyn Backend>, String> {
         let register = feature(lib, REGISTER, "host registration");
         let alloc = feature(lib, ALLOC, "device allocation");
         let stream = feature(lib, stream::STREAM, "stream operations");
+        let dmabuf = feature(lib, DMABUF, "dma-buf export (GPUDirect)");
+        let flush = feature(lib, FLUSH, "GPUDirect RDMA write flush");
         Ok(Box::new(Cuda {
             contexts,
             register,
             alloc,
             stream,
+            dmabuf,
+            flush,
         }))
     }
 }
@@ -252,5 +262,71 @@ impl Backend for Cuda {
 
     fn stream_ops(&self) -> Option<&dyn StreamOps> {
         self.stream.then_some(self as &dyn StreamOps)
+    }
+
+    /// Exports the whole allocation holding `addr` (the driver exports page-aligned ranges
+    /// of one allocation; an allocation's base is aligned), after checking that it holds
+    /// `[addr, addr+len)`.
+    fn export_dmabuf(&self, addr: usize, len: usize) -> Result<super::DmaBuf, String> {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        if !self.dmabuf {
+            return Err("this CUDA driver exports no dma-buf".into());
+        }
+        let MemoryKind::Device(device) = self.classify(addr) else {
+            return Err(format!("{addr:#x} is not device memory"));
+        };
+        self.with_context(device, || {
+            let (mut base, mut size) = (0u64, 0usize);
+            // SAFETY: probed symbol; out parameters we own.
+            check(
+                unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, addr as u64) },
+                "cuMemGetAddressRange",
+            )?;
+            let offset = addr as u64 - base;
+            if offset.saturating_add(len as u64) > size as u64 {
+                return Err(format!(
+                    "[{addr:#x}, +{len}) is not inside one device allocation"
+                ));
+            }
+            let mut fd: std::ffi::c_int = -1;
+            // SAFETY: probed symbol; `fd` receives a new descriptor we then own.
+            check(
+                unsafe {
+                    sys::cuMemGetHandleForAddressRange(
+                        (&mut fd as *mut std::ffi::c_int).cast(),
+                        base,
+                        size,
+                        sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                        0,
+                    )
+                },
+                "cuMemGetHandleForAddressRange",
+            )?;
+            if fd < 0 {
+                return Err("cuMemGetHandleForAddressRange gave no descriptor".into());
+            }
+            // SAFETY: a fresh descriptor the driver handed us.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            Ok(super::DmaBuf { fd, offset })
+        })
+    }
+
+    fn flush_nic_writes(&self, device: i32) -> Result<(), String> {
+        if !self.flush {
+            // A driver before CUDA 11.3 has no flush to call.
+            return Ok(());
+        }
+        self.with_context(device, || {
+            // SAFETY: probed symbol; the device's primary context is current.
+            check(
+                unsafe {
+                    sys::cuFlushGPUDirectRDMAWrites(
+                        sys::CUflushGPUDirectRDMAWritesTarget::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+                        sys::CUflushGPUDirectRDMAWritesScope::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER,
+                    )
+                },
+                "cuFlushGPUDirectRDMAWrites",
+            )
+        })
     }
 }

@@ -97,6 +97,27 @@ pub(crate) trait Backend: Send + Sync {
     fn stream_ops(&self) -> Option<&dyn StreamOps> {
         None
     }
+    /// The device allocation holding `[addr, addr+len)` exported as a dma-buf, for a NIC to
+    /// register it directly (GPUDirect), and the offset of `addr` in it.
+    fn export_dmabuf(&self, _addr: usize, _len: usize) -> Result<DmaBuf, String> {
+        Err("this device runtime exports no dma-buf".into())
+    }
+    /// Makes the writes a NIC has completed into memory of device `device` visible to work
+    /// the device runs later (GPUDirect RDMA reads into device memory). `Ok` when nothing
+    /// is needed.
+    fn flush_nic_writes(&self, _device: i32) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// A device allocation exported as a dma-buf ([`Runtime::export_dmabuf`]): the descriptor
+/// (closed on drop) and where the requested range starts in it.
+#[derive(Debug)]
+pub struct DmaBuf {
+    /// The dma-buf.
+    pub fd: std::os::fd::OwnedFd,
+    /// Offset of the requested address in the exported allocation.
+    pub offset: u64,
 }
 
 /// A stream's capture status as both runtimes report it (1 active, 2 invalidated, anything
@@ -286,6 +307,24 @@ impl Runtime {
     /// Whether `addr` is memory the host must not dereference.
     pub fn is_device(&self, addr: usize) -> bool {
         self.classify(addr).device().is_some()
+    }
+
+    /// The device allocation holding `[addr, addr+len)` as a dma-buf ([`DmaBuf`]).
+    ///
+    /// Errors: a message saying why not (no runtime, a runtime or driver without dma-buf
+    /// export, memory that is not device memory).
+    pub fn export_dmabuf(&self, addr: usize, len: usize) -> Result<DmaBuf, String> {
+        match &self.backend {
+            Some(b) => b.export_dmabuf(addr, len),
+            None => Err("no device runtime".into()),
+        }
+    }
+
+    /// See [`Backend::flush_nic_writes`]; `Ok` without a runtime.
+    pub fn flush_nic_writes(&self, device: i32) -> Result<(), String> {
+        self.backend
+            .as_ref()
+            .map_or(Ok(()), |b| b.flush_nic_writes(device))
     }
 
     pub(crate) fn backend(&self) -> Option<&dyn Backend> {

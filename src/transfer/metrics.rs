@@ -117,6 +117,9 @@ counters! {
     rdma_bounce_copies,
     /// Bytes of those copies.
     rdma_bounce_bytes,
+    /// Bytes RDMA moved straight into or out of device memory registered with the NIC
+    /// (GPUDirect: no staging copy).
+    rdma_gpudirect_bytes,
     /// Queue pairs this engine connected to peers (handshakes it initiated).
     rdma_connections,
     /// Queue pairs this engine's server connected for peers (handshakes it answered).

@@ -7,6 +7,10 @@ use crate::error::{fail, ErrorCode, Result};
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 
+/// Access of every registration: local write, remote read and write.
+const ACCESS: std::ffi::c_int =
+    verbs::ACCESS_LOCAL_WRITE | verbs::ACCESS_REMOTE_WRITE | verbs::ACCESS_REMOTE_READ;
+
 /// The port used (Mooncake uses port 1 of each device).
 pub(crate) const PORT: u8 = 1;
 /// `MC_GID_INDEX` (Mooncake's name): the GID table entry used for RoCE addressing. Unset:
@@ -212,15 +216,54 @@ impl RdmaDevice {
     ///
     /// Errors: `TRANSFER_FAIL` when the device refuses (e.g. unmapped memory, a lock limit).
     pub(crate) fn register(self: &Arc<Self>, addr: usize, len: usize) -> Result<Registration> {
-        let access =
-            verbs::ACCESS_LOCAL_WRITE | verbs::ACCESS_REMOTE_WRITE | verbs::ACCESS_REMOTE_READ;
         // SAFETY: the PD is live; the library only pins and maps the range.
-        let mr = unsafe { (self.verbs.reg_mr)(self.pd, addr as *mut c_void, len, access) };
+        let mr = unsafe { (self.verbs.reg_mr)(self.pd, addr as *mut c_void, len, ACCESS) };
+        self.registered(mr, format_args!("ibv_reg_mr of {len} bytes at {addr:#x}"))
+    }
+
+    /// Registers `len` bytes of the dma-buf `fd` from `offset`, addressed as `iova` in work
+    /// requests (GPUDirect: device memory exported by its driver; `iova` is its device
+    /// address, so slices name it as for host memory), with local and remote read/write
+    /// access. The dma-buf may be closed afterwards (the MR holds it).
+    ///
+    /// Errors: `TRANSFER_FAIL` naming the cause: libibverbs has no `ibv_reg_dmabuf_mr`
+    /// (rdma-core before 34), or the device or kernel refuses (soft-RoCE answers
+    /// "Operation not supported").
+    pub(crate) fn register_dmabuf(
+        self: &Arc<Self>,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+    ) -> Result<Registration> {
+        use std::os::fd::AsRawFd;
+        let Some(reg_dmabuf_mr) = self.verbs.reg_dmabuf_mr else {
+            return fail(
+                ErrorCode::TransferFail,
+                "libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 or later is needed)",
+            );
+        };
+        // SAFETY: the PD is live and `fd` an open descriptor for the call; the kernel checks
+        // that it is a dma-buf covering `offset + len`.
+        let mr = unsafe { reg_dmabuf_mr(self.pd, offset, len, iova, fd.as_raw_fd(), ACCESS) };
+        self.registered(
+            mr,
+            format_args!("ibv_reg_dmabuf_mr of {len} bytes at {iova:#x}"),
+        )
+    }
+
+    /// `mr` as a registration, or `TRANSFER_FAIL` saying that `what` failed (with errno)
+    /// when it is null.
+    fn registered(
+        self: &Arc<Self>,
+        mr: *mut Mr,
+        what: std::fmt::Arguments<'_>,
+    ) -> Result<Registration> {
         if mr.is_null() {
             return fail(
                 ErrorCode::TransferFail,
                 format_args!(
-                    "ibv_reg_mr of {len} bytes at {addr:#x} on {} failed: {}",
+                    "{what} on {} failed: {}",
                     self.name,
                     std::io::Error::last_os_error()
                 ),

@@ -6,7 +6,7 @@
 //! one thread), `qp` (one queue pair:
 //! connecting it and running work requests with bounded outstanding work), `handshake`
 //! (QP endpoints and region tables over the TCP data port), `bounce` (registered bounce
-//! buffers) and `transport` ([`RdmaTransport`]: registrations, connections per peer, slices).
+//! buffers), `gpudirect` (registering device memory with the NIC) and `transport` ([`RdmaTransport`]: registrations, connections per peer, slices).
 //!
 //! libibverbs is opened with `dlopen` on first use, so nothing here makes the library a
 //! load-time dependency of `libmooncake_rs.so`.
@@ -15,6 +15,7 @@ mod bounce;
 mod device;
 mod devices;
 mod events;
+mod gpudirect;
 mod handshake;
 mod qp;
 mod transport;

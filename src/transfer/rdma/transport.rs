@@ -177,11 +177,17 @@ impl RdmaTransport {
             .collect()
     }
 
-    /// `[addr, addr+len)` registered on every device (all or none).
+    /// `[addr, addr+len)` registered on every device (all or none); device memory by
+    /// GPUDirect ([`super::gpudirect`]).
     fn register_everywhere(&self, addr: usize, len: usize) -> Result<Vec<Arc<Registration>>> {
+        let on_device = crate::device::runtime().is_device(addr);
         self.nics
             .iter()
-            .map(|nic| nic.device.register(addr, len).map(Arc::new))
+            .map(|nic| match on_device {
+                true => super::gpudirect::register(&nic.device, addr, len),
+                false => nic.device.register(addr, len),
+            })
+            .map(|registration| registration.map(Arc::new))
             .collect()
     }
 
@@ -351,8 +357,11 @@ impl RdmaTransport {
     }
 
     /// Runs one slice to `peer` as RDMA READ/WRITE work requests on the next device in
-    /// round-robin order; the bytes copied locally (through bounces) on success. `staged`: the local memory is device memory (always
-    /// bounced, copied with the device runtime through `staging`).
+    /// round-robin order; the bytes copied locally (through bounces) on success. Local memory
+    /// inside a registration is used directly, device memory too (GPUDirect, counted in
+    /// `rdma_gpudirect_bytes`; after a READ its device is told to flush the NIC's writes).
+    /// Other memory goes through bounces; `staged`: it is device memory (copied with the
+    /// device runtime through `staging`).
     ///
     /// Errors: `STALE_SEGMENT_EPOCH` when the slice names an epoch the peer's region does not
     /// have (after one refresh); `TRANSFER_FAIL` when the range is not inside one remotely
@@ -404,13 +413,14 @@ impl RdmaTransport {
                 });
             }
         };
-        let registered = match staged {
-            true => None,
-            false => self.local_registration(slice.local as usize, slice.len, nic),
-        };
+        let registered = self.local_registration(slice.local as usize, slice.len, nic);
         let deadline = Instant::now() + self.timeout;
         let result = match registered {
             // SAFETY: forwarded from the caller; the registration is held across the run.
+            Some(registration) if staged => unsafe {
+                self.run_gpudirect(&mut conn, slice, &region, &registration, deadline)
+            },
+            // SAFETY: as above.
             Some(registration) => unsafe {
                 self.run_direct(&mut conn, slice, &region, &registration, deadline)
             },
@@ -471,6 +481,36 @@ impl RdmaTransport {
         // SAFETY: forwarded; registered memory valid until this returns.
         first_error(unsafe { conn.run(&requests, deadline) })?;
         self.count(conn.nic, read, slice.len);
+        Ok(0)
+    }
+
+    /// [`Self::run_direct`] for device memory registered by GPUDirect: counted, and after a
+    /// READ the device is told to flush the NIC's writes before later device work.
+    ///
+    /// # Safety
+    /// As [`Self::execute`].
+    unsafe fn run_gpudirect(
+        &self,
+        conn: &mut Connection,
+        slice: &Slice,
+        region: &RemoteRegion,
+        registration: &Registration,
+        deadline: Instant,
+    ) -> std::result::Result<u64, String> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.run_direct(conn, slice, region, registration, deadline) }?;
+        if slice.op == Opcode::Read {
+            let device = crate::device::runtime()
+                .classify(slice.local as usize)
+                .device()
+                .unwrap_or(0);
+            crate::device::runtime()
+                .flush_nic_writes(device)
+                .map_err(|e| format!("GPUDirect read landed, but the flush failed: {e}"))?;
+        }
+        self.metrics
+            .rdma_gpudirect_bytes
+            .fetch_add(slice.len as u64, Ordering::Relaxed);
         Ok(0)
     }
 

@@ -389,6 +389,10 @@ pub(crate) struct Verbs {
     pub(crate) alloc_pd: unsafe extern "C" fn(*mut Context) -> *mut c_void,
     pub(crate) dealloc_pd: unsafe extern "C" fn(*mut c_void) -> c_int,
     pub(crate) reg_mr: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int) -> *mut Mr,
+    /// `ibv_reg_dmabuf_mr(pd, offset, length, iova, fd, access)` (rdma-core 34 and later;
+    /// `None` in older libraries): registers memory exported as a dma-buf (GPUDirect).
+    pub(crate) reg_dmabuf_mr:
+        Option<unsafe extern "C" fn(*mut c_void, u64, usize, u64, c_int, c_int) -> *mut Mr>,
     pub(crate) dereg_mr: unsafe extern "C" fn(*mut Mr) -> c_int,
     pub(crate) create_cq:
         unsafe extern "C" fn(*mut Context, c_int, *mut c_void, *mut c_void, c_int) -> *mut Cq,
@@ -456,6 +460,7 @@ impl Verbs {
                 alloc_pd: symbol(&library, "ibv_alloc_pd")?,
                 dealloc_pd: symbol(&library, "ibv_dealloc_pd")?,
                 reg_mr: symbol(&library, "ibv_reg_mr")?,
+                reg_dmabuf_mr: symbol(&library, "ibv_reg_dmabuf_mr").ok(),
                 dereg_mr: symbol(&library, "ibv_dereg_mr")?,
                 create_cq: symbol(&library, "ibv_create_cq")?,
                 destroy_cq: symbol(&library, "ibv_destroy_cq")?,

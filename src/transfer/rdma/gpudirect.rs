@@ -1,0 +1,64 @@
+//! GPUDirect: registering device memory with a NIC directly, so RDMA reads and writes move
+//! its bytes without a staging copy through host memory.
+//!
+//! Two ways, tried in order (as NVIDIA documents them):
+//! 1. **dma-buf**: the device runtime exports the allocation as a dma-buf
+//!    ([`crate::device::Runtime::export_dmabuf`], CUDA's `cuMemGetHandleForAddressRange`) and
+//!    the NIC registers it (`ibv_reg_dmabuf_mr`; kernel 5.12+, rdma-core 34+, a driver that
+//!    supports it).
+//! 2. **peer memory**: a plain `ibv_reg_mr` of the device address, which a peer-memory
+//!    kernel module (`nvidia-peermem`) resolves.
+//!
+//! When both fail the range has no registration and its transfers are staged through the
+//! registered bounce buffers as before (counted in `rdma_bounce_*` and `device_staging_*`);
+//! transfers through a registration are counted in `rdma_gpudirect_bytes`.
+
+use super::device::{RdmaDevice, Registration};
+use crate::error::{fail, last_error_message, ErrorCode, Result};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+/// Registers the device memory `[addr, addr+len)` on `device` (see the module doc).
+///
+/// Errors: `TRANSFER_FAIL` with a message naming why each way failed.
+pub(crate) fn register(device: &Arc<RdmaDevice>, addr: usize, len: usize) -> Result<Registration> {
+    let dmabuf = crate::device::runtime()
+        .export_dmabuf(addr, len)
+        .and_then(|buf| {
+            device
+                .register_dmabuf(buf.fd.as_fd(), buf.offset, len, addr as u64)
+                .map_err(|_| last_error_message())
+        });
+    let dmabuf_problem = match dmabuf {
+        Ok(registration) => {
+            tracing::debug!(
+                addr,
+                len,
+                device = device.name(),
+                "device memory registered by dma-buf"
+            );
+            return Ok(registration);
+        }
+        Err(problem) => problem,
+    };
+    match device.register(addr, len) {
+        Ok(registration) => {
+            tracing::debug!(
+                addr,
+                len,
+                device = device.name(),
+                "device memory registered by peer memory"
+            );
+            Ok(registration)
+        }
+        Err(_) => fail(
+            ErrorCode::TransferFail,
+            format!(
+                "device memory at {addr:#x} (+{len}) cannot be registered on {} (GPUDirect): \
+                 dma-buf: {dmabuf_problem}; peer memory: {}",
+                device.name(),
+                last_error_message()
+            ),
+        ),
+    }
+}
