@@ -697,22 +697,30 @@ fn round_trip_device(client: &Client, size: usize) -> u64 {
 }
 
 /// GPUDirect's first step on a real driver (run by `scripts/gpu-check`): device memory is
-/// exported as a dma-buf, the whole allocation with the requested address's offset in it; a
-/// range that leaves its allocation, and host memory, are refused with a reason.
+/// exported as a dma-buf (the allocation, with the requested address's offset in it); a range
+/// that leaves its allocation, and host memory, are refused with a reason. A device without
+/// dma-buf support says so and the check ends there.
 #[test]
 fn child_cuda_dmabuf_export() {
     if !is_child() {
         return;
     }
     let alloc = DeviceAlloc::new(4 * MIB as usize).unwrap();
-    let exported = device::runtime().export_dmabuf(alloc.addr() + 4096, 4096);
-    let buf = exported.unwrap_or_else(|why| panic!("dma-buf export refused: {why}"));
+    let buf = match device::runtime().export_dmabuf(alloc.addr() + 4096, 4096) {
+        Ok(buf) => buf,
+        Err(why) if why.contains("does not support dma-buf") => {
+            eprintln!("NOT SUPPORTED: {why}");
+            return;
+        }
+        Err(why) => panic!("dma-buf export refused: {why}"),
+    };
     assert_eq!(buf.offset, 4096);
-    // SAFETY: an out buffer for fstat on a descriptor we own.
-    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
     use std::os::fd::AsRawFd;
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::fstat(buf.fd.as_raw_fd(), &mut stat) }, 0);
+    let target = std::fs::read_link(format!("/proc/self/fd/{}", buf.fd.as_raw_fd())).unwrap();
+    assert!(
+        target.to_string_lossy().starts_with("anon_inode:dmabuf"),
+        "{target:?}"
+    );
     let past_end = device::runtime().export_dmabuf(alloc.addr() + 4096, 4 * MIB as usize);
     assert!(past_end.is_err_and(|why| why.contains("not inside one device allocation")));
     let host = vec![0u8; 4096];

@@ -31,9 +31,18 @@ const REGISTER: &[&str] = &["cuMemHostRegister_v2", "cuMemHostUnregister"];
 /// Device allocation (benchmarks and checks only).
 const ALLOC: &[&str] = &["cuMemAlloc_v2", "cuMemFree_v2"];
 /// Exporting device memory as a dma-buf for a NIC (GPUDirect; CUDA 11.7 and later).
-const DMABUF: &[&str] = &["cuMemGetAddressRange_v2", "cuMemGetHandleForAddressRange"];
+const DMABUF: &[&str] = &[
+    "cuMemGetAddressRange_v2",
+    "cuMemGetHandleForAddressRange",
+    "cuDeviceGetAttribute",
+];
 /// Ordering NIC writes into device memory before later device work (CUDA 11.3 and later).
-const FLUSH: &[&str] = &["cuFlushGPUDirectRDMAWrites"];
+const FLUSH: &[&str] = &["cuFlushGPUDirectRDMAWrites", "cuDeviceGetAttribute"];
+/// `CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST`: the device supports
+/// `cuFlushGPUDirectRDMAWrites` (in `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS`).
+const FLUSH_OPTION_HOST: i32 = 1;
+/// The host page size the driver aligns dma-buf exports to.
+const PAGE: u64 = 4096;
 /// `CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP`.
 const REGISTER_FLAGS: u32 = 0x01 | 0x02;
 
@@ -264,9 +273,9 @@ impl Backend for Cuda {
         self.stream.then_some(self as &dyn StreamOps)
     }
 
-    /// Exports the whole allocation holding `addr` (the driver exports page-aligned ranges
-    /// of one allocation; an allocation's base is aligned), after checking that it holds
-    /// `[addr, addr+len)`.
+    /// Exports the allocation holding `addr`, widened to whole host pages (the driver
+    /// exports page-aligned ranges only), after checking that it holds `[addr, addr+len)`.
+    /// An allocation that does not start on a page boundary may be refused by the driver.
     fn export_dmabuf(&self, addr: usize, len: usize) -> Result<super::DmaBuf, String> {
         use std::os::fd::{FromRawFd, OwnedFd};
         if !self.dmabuf {
@@ -275,6 +284,13 @@ impl Backend for Cuda {
         let MemoryKind::Device(device) = self.classify(addr) else {
             return Err(format!("{addr:#x} is not device memory"));
         };
+        if device_attribute(
+            device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+        )? == 0
+        {
+            return Err(format!("CUDA device {device} does not support dma-buf"));
+        }
         self.with_context(device, || {
             let (mut base, mut size) = (0u64, 0usize);
             // SAFETY: probed symbol; out parameters we own.
@@ -282,20 +298,22 @@ impl Backend for Cuda {
                 unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, addr as u64) },
                 "cuMemGetAddressRange",
             )?;
-            let offset = addr as u64 - base;
-            if offset.saturating_add(len as u64) > size as u64 {
+            if (addr as u64 - base).saturating_add(len as u64) > size as u64 {
                 return Err(format!(
                     "[{addr:#x}, +{len}) is not inside one device allocation"
                 ));
             }
+            let start = base & !(PAGE - 1);
+            let end = (base + size as u64).div_ceil(PAGE) * PAGE;
+            let offset = addr as u64 - start;
             let mut fd: std::ffi::c_int = -1;
             // SAFETY: probed symbol; `fd` receives a new descriptor we then own.
             check(
                 unsafe {
                     sys::cuMemGetHandleForAddressRange(
                         (&mut fd as *mut std::ffi::c_int).cast(),
-                        base,
-                        size,
+                        start,
+                        (end - start) as usize,
                         sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
                         0,
                     )
@@ -312,10 +330,7 @@ impl Backend for Cuda {
     }
 
     fn flush_nic_writes(&self, device: i32) -> Result<(), String> {
-        if !self.flush {
-            // A driver before CUDA 11.3 has no flush to call.
-            return Ok(());
-        }
+        self.can_flush_nic_writes(device)?;
         self.with_context(device, || {
             // SAFETY: probed symbol; the device's primary context is current.
             check(
@@ -329,4 +344,35 @@ impl Backend for Cuda {
             )
         })
     }
+
+    fn can_flush_nic_writes(&self, device: i32) -> Result<(), String> {
+        if !self.flush {
+            return Err("this CUDA driver has no cuFlushGPUDirectRDMAWrites (CUDA 11.3+)".into());
+        }
+        let options = device_attribute(
+            device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS,
+        )?;
+        match options & FLUSH_OPTION_HOST {
+            0 => Err(format!(
+                "CUDA device {device} cannot flush GPUDirect RDMA writes (flush options {options})"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Attribute `attribute` of CUDA device `device` (ordinal). The caller has probed
+/// `cuDeviceGetAttribute` (part of [`DMABUF`] and [`FLUSH`]).
+fn device_attribute(device: i32, attribute: sys::CUdevice_attribute) -> Result<i32, String> {
+    let (mut handle, mut value) = (0, 0);
+    // SAFETY: probed symbols (CORE, and the caller's feature); out parameters we own.
+    unsafe {
+        check(sys::cuDeviceGet(&mut handle, device), "cuDeviceGet")?;
+        check(
+            sys::cuDeviceGetAttribute(&mut value, attribute, handle),
+            "cuDeviceGetAttribute",
+        )?;
+    }
+    Ok(value)
 }

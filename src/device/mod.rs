@@ -103,10 +103,14 @@ pub(crate) trait Backend: Send + Sync {
         Err("this device runtime exports no dma-buf".into())
     }
     /// Makes the writes a NIC has completed into memory of device `device` visible to work
-    /// the device runs later (GPUDirect RDMA reads into device memory). `Ok` when nothing
-    /// is needed.
+    /// the device runs later (GPUDirect RDMA reads into device memory).
     fn flush_nic_writes(&self, _device: i32) -> Result<(), String> {
-        Ok(())
+        Err("this device runtime cannot flush NIC writes".into())
+    }
+    /// Whether [`Backend::flush_nic_writes`] works on device `device`; `Err` says why not.
+    /// GPUDirect is used only where it does.
+    fn can_flush_nic_writes(&self, _device: i32) -> Result<(), String> {
+        Err("this device runtime cannot flush NIC writes".into())
     }
 }
 
@@ -320,11 +324,41 @@ impl Runtime {
         }
     }
 
-    /// See [`Backend::flush_nic_writes`]; `Ok` without a runtime.
+    /// See [`Backend::flush_nic_writes`]. Errors: no runtime, or the driver refused.
     pub fn flush_nic_writes(&self, device: i32) -> Result<(), String> {
-        self.backend
-            .as_ref()
-            .map_or(Ok(()), |b| b.flush_nic_writes(device))
+        match &self.backend {
+            Some(b) => b.flush_nic_writes(device),
+            None => Err("no device runtime".into()),
+        }
+    }
+
+    /// See [`Backend::can_flush_nic_writes`].
+    pub fn can_flush_nic_writes(&self, device: i32) -> Result<(), String> {
+        match &self.backend {
+            Some(b) => b.can_flush_nic_writes(device),
+            None => Err("no device runtime".into()),
+        }
+    }
+
+    /// Returns once the device work ordered before now that may write `[addr, ..)` (device
+    /// memory) has finished, as a synchronous driver copy from it would (the staged path's
+    /// copy gave a NIC reading the memory that ordering): a one-byte synchronous copy out of
+    /// `addr`. Errors: no runtime, or the driver refused.
+    pub fn wait_for_writers(&self, addr: usize) -> Result<(), String> {
+        let Some(backend) = &self.backend else {
+            return Err("no device runtime".into());
+        };
+        let mut byte = 0u8;
+        let dst = Side {
+            addr: &mut byte as *mut u8 as usize,
+            kind: MemoryKind::Pageable,
+        };
+        let src = Side {
+            addr,
+            kind: self.classify(addr),
+        };
+        // SAFETY: one byte of device memory the caller names, into a byte of ours.
+        unsafe { backend.copy(dst, src, 1) }
     }
 
     pub(crate) fn backend(&self) -> Option<&dyn Backend> {

@@ -45,8 +45,9 @@ pub(crate) struct Job {
     pub(crate) request: usize,
     pub(crate) route: Route,
     pub(crate) slice: Slice,
-    /// The local memory is device memory: a remote job goes through a bounce buffer (its
-    /// slice is at most [`STAGE_CHUNK`](super::staging::STAGE_CHUNK) bytes).
+    /// The local memory is device memory: a remote job goes through a bounce buffer, or over
+    /// RDMA straight to the NIC when GPUDirect registered the range (its slice is at most
+    /// [`STAGE_CHUNK`](super::staging::STAGE_CHUNK) bytes).
     pub(crate) staged: bool,
     /// The job is not started after this instant ([`super::TransferRequest::send_by`]).
     pub(crate) send_by: Option<Instant>,

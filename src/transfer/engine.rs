@@ -342,8 +342,9 @@ impl TransferEngine {
     /// up to `MC_TCP_LANES_PER_PEER` slices run in parallel on separate connections.
     ///
     /// The local buffer may be device memory (see [`crate::device`]): local requests then
-    /// copy with the driver, and remote ones go through pinned bounce buffers in slices of
-    /// at most 4 MiB. Each completed request is counted on its path ([`Self::copy_paths`]).
+    /// copy with the driver, and remote ones go in slices of at most 4 MiB through pinned
+    /// bounce buffers, or, over RDMA inside a range registered by GPUDirect, straight
+    /// to the NIC. Each completed request is counted on its path ([`Self::copy_paths`]).
     ///
     /// Errors per request (detail via `last_error_message` on this thread, for the last
     /// failed request): `STALE_SEGMENT_EPOCH` when the request names an epoch (≠ 0) that is
@@ -534,7 +535,8 @@ impl TransferEngine {
             .resolve(request.endpoint)
             .map_err(|code| refuse(&format!("cannot resolve the endpoint ({code})")))?;
         for (offset, part) in split(request.len, self.settings.lanes) {
-            // Device memory is staged through bounces of STAGE_CHUNK bytes.
+            // Device memory is staged through bounces of STAGE_CHUNK bytes (over RDMA, a
+            // GPUDirect-registered range uses the same slices without the bounce).
             let chunk = if on_device { STAGE_CHUNK as u64 } else { part };
             let mut done = 0;
             while done < part {

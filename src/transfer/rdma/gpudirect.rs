@@ -18,17 +18,28 @@ use crate::error::{fail, last_error_message, ErrorCode, Result};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-/// Registers the device memory `[addr, addr+len)` on `device` (see the module doc).
+/// Registers the device memory `[addr, addr+len)` on `device` (see the module doc), only
+/// where the device runtime can flush the NIC's writes into that memory (so a READ's bytes
+/// are visible to later device work when it completes).
 ///
-/// Errors: `TRANSFER_FAIL` with a message naming why each way failed.
+/// Errors: `TRANSFER_FAIL` with a message naming why: no flush, or why each way failed.
 pub(crate) fn register(device: &Arc<RdmaDevice>, addr: usize, len: usize) -> Result<Registration> {
-    let dmabuf = crate::device::runtime()
-        .export_dmabuf(addr, len)
-        .and_then(|buf| {
-            device
-                .register_dmabuf(buf.fd.as_fd(), buf.offset, len, addr as u64)
-                .map_err(|_| last_error_message())
-        });
+    let runtime = crate::device::runtime();
+    let ordinal = runtime.classify(addr).device().unwrap_or(0);
+    if let Err(why) = runtime.can_flush_nic_writes(ordinal) {
+        return fail(
+            ErrorCode::TransferFail,
+            format!(
+                "device memory at {addr:#x} is not registered on {} (GPUDirect): {why}",
+                device.name()
+            ),
+        );
+    }
+    let dmabuf = runtime.export_dmabuf(addr, len).and_then(|buf| {
+        device
+            .register_dmabuf(buf.fd.as_fd(), buf.offset, len, addr as u64)
+            .map_err(|_| without_code(&last_error_message()).to_string())
+    });
     let dmabuf_problem = match dmabuf {
         Ok(registration) => {
             tracing::debug!(
@@ -57,8 +68,14 @@ pub(crate) fn register(device: &Arc<RdmaDevice>, addr: usize, len: usize) -> Res
                 "device memory at {addr:#x} (+{len}) cannot be registered on {} (GPUDirect): \
                  dma-buf: {dmabuf_problem}; peer memory: {}",
                 device.name(),
-                last_error_message()
+                without_code(&last_error_message())
             ),
         ),
     }
+}
+
+/// `message` without the `CODE: ` prefix a failure's message starts with, for nesting it in
+/// another message.
+fn without_code(message: &str) -> &str {
+    message.split_once(": ").map_or(message, |(_, rest)| rest)
 }

@@ -457,7 +457,7 @@ impl RdmaTransport {
             .collect()
     }
 
-    /// Zero-copy: the work requests name the caller's registered memory.
+    /// Zero-copy: the work requests name the caller's registered memory; counted.
     ///
     /// # Safety
     /// As [`Self::execute`]; `registration` (on `conn`'s device) covers the local range.
@@ -469,9 +469,26 @@ impl RdmaTransport {
         registration: &Registration,
         deadline: Instant,
     ) -> std::result::Result<u64, String> {
-        let read = slice.op == Opcode::Read;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.post_direct(conn, slice, region, registration, deadline) }?;
+        self.count(conn.nic, slice.op == Opcode::Read, slice.len);
+        Ok(0)
+    }
+
+    /// The work requests of a zero-copy slice, posted and waited for (not counted).
+    ///
+    /// # Safety
+    /// As [`Self::run_direct`].
+    unsafe fn post_direct(
+        &self,
+        conn: &mut Connection,
+        slice: &Slice,
+        region: &RemoteRegion,
+        registration: &Registration,
+        deadline: Instant,
+    ) -> std::result::Result<(), String> {
         let requests = self.requests(
-            read,
+            slice.op == Opcode::Read,
             slice.local as u64,
             registration.lkey(),
             slice.len,
@@ -479,13 +496,13 @@ impl RdmaTransport {
             region,
         );
         // SAFETY: forwarded; registered memory valid until this returns.
-        first_error(unsafe { conn.run(&requests, deadline) })?;
-        self.count(conn.nic, read, slice.len);
-        Ok(0)
+        first_error(unsafe { conn.run(&requests, deadline) })
     }
 
-    /// [`Self::run_direct`] for device memory registered by GPUDirect: counted, and after a
-    /// READ the device is told to flush the NIC's writes before later device work.
+    /// [`Self::run_direct`] for device memory registered by GPUDirect. Before a WRITE it
+    /// waits for device work ordered before the call that may still write the source (as the
+    /// staged path's synchronous driver copy did); after a READ it flushes the NIC's writes
+    /// before later device work, and only then counts the slice (a failed flush fails it).
     ///
     /// # Safety
     /// As [`Self::execute`].
@@ -497,17 +514,22 @@ impl RdmaTransport {
         registration: &Registration,
         deadline: Instant,
     ) -> std::result::Result<u64, String> {
+        let runtime = crate::device::runtime();
+        let read = slice.op == Opcode::Read;
+        if !read {
+            runtime
+                .wait_for_writers(slice.local as usize)
+                .map_err(|e| format!("GPUDirect write: waiting for device work failed: {e}"))?;
+        }
         // SAFETY: forwarded from the caller.
-        unsafe { self.run_direct(conn, slice, region, registration, deadline) }?;
-        if slice.op == Opcode::Read {
-            let device = crate::device::runtime()
-                .classify(slice.local as usize)
-                .device()
-                .unwrap_or(0);
-            crate::device::runtime()
+        unsafe { self.post_direct(conn, slice, region, registration, deadline) }?;
+        if read {
+            let device = runtime.classify(slice.local as usize).device().unwrap_or(0);
+            runtime
                 .flush_nic_writes(device)
                 .map_err(|e| format!("GPUDirect read landed, but the flush failed: {e}"))?;
         }
+        self.count(conn.nic, read, slice.len);
         self.metrics
             .rdma_gpudirect_bytes
             .fetch_add(slice.len as u64, Ordering::Relaxed);
