@@ -324,17 +324,23 @@ fn shutdown_ends_connected_dummies_and_keeps_no_socket() {
     );
 }
 
+/// A real client's dummy server on [`engine_with_segment`] (socket named after `tag`) and a
+/// dummy link attached to it; the segment comes along to keep it mapped.
+fn served_link(tag: &str) -> (MappedRegion, DummyServer, Arc<crate::standalone::DummyLink>) {
+    let (engine, segment) = engine_with_segment();
+    let name = format!("mc-rs-test-{}-{tag}.sock", std::process::id());
+    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let link = Arc::new(crate::standalone::DummyLink::connect(&name).unwrap());
+    (segment, server, link)
+}
+
 /// Finding S13: a dummy's transfers were serialised on its one connection, so a thread whose
 /// transfer waits on a stalled remote peer held up every other thread of that dummy (until
 /// the TTL ended the stalled call). With a pool of connections the other thread runs at once.
 #[test]
 fn a_stalled_transfer_does_not_hold_up_the_dummys_other_threads() {
-    use crate::standalone::DummyLink;
     use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
-    let (engine, segment) = engine_with_segment();
-    let name = format!("mc-rs-test-{}-concurrent.sock", std::process::id());
-    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
-    let link = Arc::new(DummyLink::connect(&name).unwrap());
+    let (segment, server, link) = served_link("concurrent");
     // A peer that accepts the real client's data connection and never answers.
     let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let stalled_name = stalled.local_addr().unwrap().to_string();
@@ -473,12 +479,9 @@ fn paused_proxy(
 /// `Ok` with the caller's memory unchanged. It must fail instead.
 #[test]
 fn a_read_into_a_block_re_homed_during_it_fails_instead_of_returning_ok() {
-    use crate::standalone::{DummyLink, ShmPool};
+    use crate::standalone::ShmPool;
     use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
-    let (engine, _segment) = engine_with_segment();
-    let name = format!("mc-rs-test-{}-rehomed.sock", std::process::id());
-    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
-    let link = Arc::new(DummyLink::connect(&name).unwrap());
+    let (_segment, server, link) = served_link("rehomed");
     // The remote owner of the bytes, behind a proxy that holds the real client's request.
     let owner_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let owner_addr = owner_listener.local_addr().unwrap();

@@ -417,12 +417,8 @@ impl RdmaTransport {
         let deadline = Instant::now() + self.timeout;
         let result = match registered {
             // SAFETY: forwarded from the caller; the registration is held across the run.
-            Some(registration) if staged => unsafe {
-                self.run_gpudirect(&mut conn, slice, &region, &registration, deadline)
-            },
-            // SAFETY: as above.
             Some(registration) => unsafe {
-                self.run_direct(&mut conn, slice, &region, &registration, deadline)
+                self.run_direct(&mut conn, slice, &region, &registration, deadline, staged)
             },
             // SAFETY: forwarded from the caller.
             None => unsafe {
@@ -458,6 +454,10 @@ impl RdmaTransport {
     }
 
     /// Zero-copy: the work requests name the caller's registered memory; counted.
+    /// `on_device`: it is device memory registered by GPUDirect. Then, before a WRITE, the
+    /// call waits for device work ordered before it that may still write the source (as the
+    /// staged path's synchronous driver copy did); after a READ it flushes the NIC's writes
+    /// before later device work, and only then counts the slice (a failed flush fails it).
     ///
     /// # Safety
     /// As [`Self::execute`]; `registration` (on `conn`'s device) covers the local range.
@@ -468,27 +468,17 @@ impl RdmaTransport {
         region: &RemoteRegion,
         registration: &Registration,
         deadline: Instant,
+        on_device: bool,
     ) -> std::result::Result<u64, String> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.post_direct(conn, slice, region, registration, deadline) }?;
-        self.count(conn.nic, slice.op == Opcode::Read, slice.len);
-        Ok(0)
-    }
-
-    /// The work requests of a zero-copy slice, posted and waited for (not counted).
-    ///
-    /// # Safety
-    /// As [`Self::run_direct`].
-    unsafe fn post_direct(
-        &self,
-        conn: &mut Connection,
-        slice: &Slice,
-        region: &RemoteRegion,
-        registration: &Registration,
-        deadline: Instant,
-    ) -> std::result::Result<(), String> {
+        let runtime = crate::device::runtime();
+        let read = slice.op == Opcode::Read;
+        if on_device && !read {
+            runtime
+                .wait_for_writers(slice.local as usize)
+                .map_err(|e| format!("GPUDirect write: waiting for device work failed: {e}"))?;
+        }
         let requests = self.requests(
-            slice.op == Opcode::Read,
+            read,
             slice.local as u64,
             registration.lkey(),
             slice.len,
@@ -496,43 +486,19 @@ impl RdmaTransport {
             region,
         );
         // SAFETY: forwarded; registered memory valid until this returns.
-        first_error(unsafe { conn.run(&requests, deadline) })
-    }
-
-    /// [`Self::run_direct`] for device memory registered by GPUDirect. Before a WRITE it
-    /// waits for device work ordered before the call that may still write the source (as the
-    /// staged path's synchronous driver copy did); after a READ it flushes the NIC's writes
-    /// before later device work, and only then counts the slice (a failed flush fails it).
-    ///
-    /// # Safety
-    /// As [`Self::execute`].
-    unsafe fn run_gpudirect(
-        &self,
-        conn: &mut Connection,
-        slice: &Slice,
-        region: &RemoteRegion,
-        registration: &Registration,
-        deadline: Instant,
-    ) -> std::result::Result<u64, String> {
-        let runtime = crate::device::runtime();
-        let read = slice.op == Opcode::Read;
-        if !read {
-            runtime
-                .wait_for_writers(slice.local as usize)
-                .map_err(|e| format!("GPUDirect write: waiting for device work failed: {e}"))?;
-        }
-        // SAFETY: forwarded from the caller.
-        unsafe { self.post_direct(conn, slice, region, registration, deadline) }?;
-        if read {
+        first_error(unsafe { conn.run(&requests, deadline) })?;
+        if on_device && read {
             let device = runtime.classify(slice.local as usize).device().unwrap_or(0);
             runtime
                 .flush_nic_writes(device)
                 .map_err(|e| format!("GPUDirect read landed, but the flush failed: {e}"))?;
         }
         self.count(conn.nic, read, slice.len);
-        self.metrics
-            .rdma_gpudirect_bytes
-            .fetch_add(slice.len as u64, Ordering::Relaxed);
+        if on_device {
+            self.metrics
+                .rdma_gpudirect_bytes
+                .fetch_add(slice.len as u64, Ordering::Relaxed);
+        }
         Ok(0)
     }
 
