@@ -1,9 +1,9 @@
 //! [`memcpy_safe`]: the one primitive that copies caller memory. Host ↔ host is a plain
-//! memcpy; anything touching device memory is a driver copy on the device's context. No
+//! memcpy (a large one split across the copy crew, `crew.rs`); anything touching device memory is a driver copy on the device's context. No
 //! other code in the crate copies caller memory (a test greps the sources for it).
 
 use super::stats::{self, STATS};
-use super::{runtime, Side};
+use super::{crew, runtime, Side};
 
 /// Which way a [`memcpy_safe`] moved the bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,12 +64,27 @@ pub unsafe fn memcpy_safe(dst: *mut u8, src: *const u8, len: usize) -> Result<Co
     Ok(CopyRoute::Driver)
 }
 
-/// The CPU copy, for host memory on both sides only.
+/// The CPU copy, for host memory on both sides only: split across the copy crew when it is
+/// large enough ([`crew::split_copy`]), else one memcpy on this thread.
 ///
 /// # Safety
 /// As [`memcpy_safe`], and both ranges are host memory.
 unsafe fn host_copy(dst: *mut u8, src: *const u8, len: usize) {
     stats::add(&STATS.host_copies, &STATS.host_copy_bytes, len as u64);
+    // SAFETY: forwarded from the caller.
+    if unsafe { crew::split_copy(dst, src, len) } {
+        stats::bump(&STATS.host_split_copies);
+    } else {
+        // SAFETY: forwarded from the caller.
+        unsafe { copy_piece(dst, src, len) }
+    }
+}
+
+/// One memcpy on the calling thread: a whole host copy, or one piece of a split one.
+///
+/// # Safety
+/// As [`host_copy`].
+pub(super) unsafe fn copy_piece(dst: *mut u8, src: *const u8, len: usize) {
     // SAFETY: the caller guarantees validity, host residence and non-overlap.
     unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
 }

@@ -14,13 +14,15 @@
 //! An absent library means "host only" with one info log line; a missing optional symbol
 //! disables only the feature that needs it (see [`DeviceInfo`]).
 //!
-//! Modules: `copy` ([`memcpy_safe`], the only copy of caller memory in the crate), `pin`
+//! Modules: `copy` ([`memcpy_safe`], the only copy of caller memory in the crate), `crew`
+//! (the helper threads a large host copy is split across, `MC_COPY_THREADS`), `pin`
 //! ([`HostRegistration`], the pin budget), `region` ([`MappedRegion`], pre-faulted host
 //! mappings, optionally pinned), `stats` (counters), `cuda`, `ascend` (each with a `stream`
 //! submodule implementing `StreamOps` on the runtime's own streams), `dl` (symbol probing).
 
 mod ascend;
 mod copy;
+mod crew;
 mod cuda;
 mod dl;
 mod pin;
@@ -28,6 +30,7 @@ mod region;
 mod stats;
 
 pub use copy::{memcpy_safe, CopyRoute};
+pub use crew::threads as copy_threads;
 pub use pin::HostRegistration;
 pub use region::MappedRegion;
 pub use stats::DeviceStats;

@@ -32,6 +32,8 @@ device_counters! {
     host_copies,
     /// Bytes of those copies.
     host_copy_bytes,
+    /// Of those copies, the ones split across the copy crew (`MC_COPY_THREADS`).
+    host_split_copies,
     /// Copies done by the device driver (a side was device memory).
     driver_copies,
     /// Bytes of those copies.

@@ -19,7 +19,7 @@ mod registry;
 mod resolver;
 mod same_host;
 mod server;
-mod settings;
+pub(crate) mod settings;
 mod socket;
 mod staging;
 pub mod wire;

@@ -20,11 +20,11 @@ const MAX_TIMEOUT_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// One numeric environment tunable: its name, default and accepted range. A value that
 /// does not parse falls back to the default; one outside the range is clamped into it.
-struct Knob {
-    name: &'static str,
-    default: u64,
-    min: u64,
-    max: u64,
+pub(crate) struct Knob {
+    pub(crate) name: &'static str,
+    pub(crate) default: u64,
+    pub(crate) min: u64,
+    pub(crate) max: u64,
 }
 
 /// `MC_TRANSFER_TIMEOUT_MS`: the I/O timeout (Mooncake's 60 s hard batch timeout).
@@ -95,7 +95,7 @@ const SAME_HOST_HANDSHAKE_MS: Knob = Knob {
 
 impl Knob {
     /// The value `text` gives this knob (see [`Knob`]); a bad value is logged.
-    fn read(&self, text: Option<&str>) -> u64 {
+    pub(crate) fn read(&self, text: Option<&str>) -> u64 {
         let Some(text) = text else {
             return self.default;
         };
