@@ -22,7 +22,7 @@
 use super::copy;
 use crate::transfer::settings::Knob;
 use crossbeam_channel::{Receiver, Sender};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -45,20 +45,58 @@ const THREADS: Knob = Knob {
 const FINISH_SPIN: Duration = Duration::from_micros(50);
 
 /// The threads one large copy is cut across, the caller included: `MC_COPY_THREADS` read
-/// once, at most the CPUs this process may use (at least 1).
+/// once, at most the CPUs of the process's affinity mask (at least 1).
 pub fn threads() -> usize {
     static THREADS_NOW: OnceLock<usize> = OnceLock::new();
     *THREADS_NOW.get_or_init(|| {
-        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        let cpus = process_cpus().map_or(1, |mask| {
+            // SAFETY: counts the bits of a mask the kernel filled.
+            unsafe { libc::CPU_COUNT(&mask) }.max(1) as usize
+        });
         let asked = THREADS.read(std::env::var(THREADS.name).ok().as_deref()) as usize;
         asked.min(cpus).max(1)
     })
+}
+
+/// The CPUs the process may run on: the affinity mask of its main thread, not of the thread
+/// that happens to make the first copy (a host application may pin its workers; the helpers
+/// must not all land on one worker's CPUs). `None` when the kernel does not say.
+fn process_cpus() -> Option<libc::cpu_set_t> {
+    // SAFETY: a zeroed cpu_set_t is an empty mask; the kernel fills at most its size.
+    let mut mask: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let pid = std::process::id() as libc::pid_t;
+    // SAFETY: the mask is ours and its size is passed.
+    let got = unsafe { libc::sched_getaffinity(pid, std::mem::size_of_val(&mask), &mut mask) };
+    (got == 0).then_some(mask)
+}
+
+/// Moves the calling helper onto every CPU of the process (see [`process_cpus`]); a failure
+/// leaves it where it was started, which is only slower.
+fn spread_over_process_cpus() {
+    if let Some(mask) = process_cpus() {
+        // SAFETY: pid 0 is the calling thread; the mask is a filled cpu_set_t.
+        unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&mask), &mask) };
+    }
 }
 
 /// How many pieces a copy of `len` bytes is cut into by a crew of `threads`: as many as
 /// there are threads, but none shorter than [`MIN_PIECE`]; 1 means "not split".
 fn pieces_of(len: usize, threads: usize) -> usize {
     (len / MIN_PIECE).clamp(1, threads.max(1))
+}
+
+/// Where piece `i` of `pieces` of a copy of `len` bytes to address `dst` starts and how long
+/// it is. Inner boundaries fall on page boundaries of the destination, so no two threads
+/// write one cache line; the pieces cover `0..len` once, in order. Needs
+/// `pieces <= pieces_of(len, _)`, so every piece keeps most of its [`MIN_PIECE`].
+fn piece_at(dst: usize, len: usize, pieces: usize, i: usize) -> (usize, usize) {
+    let boundary = |k: usize| match k {
+        0 => 0,
+        k if k >= pieces => len,
+        k => ((dst + k * (len / pieces)) & !4095) - dst,
+    };
+    let start = boundary(i);
+    (start, boundary(i + 1) - start)
 }
 
 /// One piece of a caller's copy, queued for whichever thread takes it first.
@@ -73,6 +111,9 @@ impl Piece {
     /// Copies the piece, frees the helper claimed for it and counts it done (waking the
     /// caller after the last one).
     fn run(self) {
+        // Unit tests: a piece that lands late makes a caller returning early fail its test.
+        #[cfg(test)]
+        std::thread::sleep(Duration::from_millis(3));
         // SAFETY: the caller of `split_copy` guaranteed both ranges for the whole copy and
         // waits until this piece is counted done before it returns.
         unsafe { copy::copy_piece(self.dst as *mut u8, self.src as *const u8, self.len) };
@@ -132,10 +173,24 @@ fn claim_helpers(want: usize) -> usize {
     }
 }
 
+/// The process that began starting the crew (0: not begun).
+static STARTER: AtomicU32 = AtomicU32::new(0);
+
 /// The process's crew, started on first use; `None` when there is nothing to split across
 /// (one thread, or no helper could be started).
 fn crew() -> Option<&'static Crew> {
     static CREW: OnceLock<Option<Crew>> = OnceLock::new();
+    let me = std::process::id();
+    if let Some(ready) = CREW.get() {
+        return ready.as_ref().filter(|c| c.pid == me);
+    }
+    // A child forked while its parent was starting the crew would wait forever for the
+    // parent's half-done start: only the process that began it may wait for it.
+    match STARTER.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {}
+        Err(starter) if starter == me => {}
+        Err(_) => return None,
+    }
     CREW.get_or_init(|| {
         let (queue, taken) = crossbeam_channel::unbounded::<Piece>();
         let mut helpers = 0;
@@ -144,6 +199,7 @@ fn crew() -> Option<&'static Crew> {
             let started = std::thread::Builder::new()
                 .name(format!("mc-copy-{n}"))
                 .spawn(move || {
+                    spread_over_process_cpus();
                     while let Ok(piece) = rx.recv() {
                         piece.run();
                     }
@@ -164,11 +220,11 @@ fn crew() -> Option<&'static Crew> {
         (helpers > 0).then(|| Crew {
             queue,
             taken,
-            pid: std::process::id(),
+            pid: me,
         })
     })
     .as_ref()
-    .filter(|c| c.pid == std::process::id())
+    .filter(|c| c.pid == me)
 }
 
 /// Copies `len` bytes from `src` to `dst` (host memory both) split across the crew, and
@@ -179,6 +235,9 @@ fn crew() -> Option<&'static Crew> {
 /// `src` valid for reads and `dst` for writes of `len` bytes of host memory until the call
 /// returns; the ranges do not overlap.
 pub(super) unsafe fn split_copy(dst: *mut u8, src: *const u8, len: usize) -> bool {
+    if len < 2 * MIN_PIECE || threads() < 2 {
+        return false;
+    }
     let Some(crew) = crew() else {
         return false;
     };
@@ -186,15 +245,12 @@ pub(super) unsafe fn split_copy(dst: *mut u8, src: *const u8, len: usize) -> boo
     if pieces < 2 {
         return false;
     }
-    // Pieces of whole pages (the last one takes the rest), so no two threads write one line.
-    let step = (len / pieces) & !4095;
     let completion = Arc::new(Completion {
         remaining: AtomicUsize::new(pieces - 1),
         caller: std::thread::current(),
     });
     for i in 1..pieces {
-        let offset = i * step;
-        let piece_len = if i == pieces - 1 { len - offset } else { step };
+        let (offset, piece_len) = piece_at(dst as usize, len, pieces, i);
         let piece = Piece {
             dst: dst as usize + offset,
             src: src as usize + offset,
@@ -206,8 +262,9 @@ pub(super) unsafe fn split_copy(dst: *mut u8, src: *const u8, len: usize) -> boo
             unsent.0.run();
         }
     }
+    let (_, first) = piece_at(dst as usize, len, pieces, 0);
     // SAFETY: the first piece, within the caller's ranges.
-    unsafe { copy::copy_piece(dst, src, step) };
+    unsafe { copy::copy_piece(dst, src, first) };
     wait_for(crew, &completion);
     true
 }
@@ -245,6 +302,32 @@ mod tests {
     }
 
     #[test]
+    fn pieces_cover_the_copy_once_in_order_and_split_on_destination_pages() {
+        for dst in [0x10_0000usize, 0x10_0001, 0x7f00_0000_0fff] {
+            for len in [
+                2 * MIN_PIECE,
+                2 * MIN_PIECE + 1,
+                5 * MIN_PIECE + 12_345,
+                64 << 20,
+            ] {
+                for pieces in 1..=pieces_of(len, 16) {
+                    let mut next = 0;
+                    for i in 0..pieces {
+                        let (start, n) = piece_at(dst, len, pieces, i);
+                        assert_eq!(start, next, "dst {dst:#x} len {len} piece {i}/{pieces}");
+                        assert!(n >= MIN_PIECE / 2, "piece {i}/{pieces} of {len}: {n}");
+                        if i > 0 {
+                            assert_eq!((dst + start) % 4096, 0, "boundary on a page");
+                        }
+                        next = start + n;
+                    }
+                    assert_eq!(next, len, "dst {dst:#x} len {len} in {pieces}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_split_copy_lands_every_byte_and_only_those() {
         // Odd length, unaligned ends: the last piece takes the rest. Other tests of this
         // process may hold the helpers for a moment (the copy is then not split), so try a
@@ -270,23 +353,35 @@ mod tests {
     }
 
     #[test]
-    fn concurrent_split_copies_each_get_their_own_bytes() {
+    fn concurrent_split_copies_each_get_their_own_bytes_and_free_their_helpers() {
         let len = 4 * MIN_PIECE;
         let workers: Vec<_> = (0..4u8)
             .map(|t| {
                 std::thread::spawn(move || {
+                    let mut splits = 0;
                     for round in 0..8u8 {
                         let src = vec![t.wrapping_mul(16).wrapping_add(round); len];
                         let mut dst = vec![0u8; len];
                         if unsafe { split_copy(dst.as_mut_ptr(), src.as_ptr(), len) } {
                             assert!(dst == src, "thread {t} round {round}");
+                            splits += 1;
                         }
                     }
+                    splits
                 })
             })
             .collect();
-        for w in workers {
-            w.join().unwrap();
+        let splits: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        if threads() < 2 {
+            assert_eq!(splits, 0);
+            return;
+        }
+        assert!(splits > 0, "no copy of 32 was split");
+        // Every claim is given back (other tests may hold a helper for a moment).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while FREE_HELPERS.load(Ordering::Acquire) != threads() - 1 {
+            assert!(Instant::now() < deadline, "claims leaked");
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }

@@ -40,6 +40,11 @@ impl Conn {
         }
     }
 
+    /// Notes that the real client just answered on this connection (so a ping waits).
+    pub(super) fn answered(&mut self) {
+        self.last_answer = Instant::now();
+    }
+
     /// Whether the real client closed this connection (it restarted, or dropped us).
     pub(super) fn hung_up(&self) -> bool {
         crate::transfer::hung_up(self.stream.as_raw_fd())
@@ -67,6 +72,8 @@ pub(super) struct ConnPool {
     state: Mutex<State>,
     /// Signalled when a connection is returned or closed, and on [`ConnPool::close`].
     returned: Condvar,
+    /// Signalled on [`ConnPool::close`] only (for [`ConnPool::closed_within`]).
+    closing: Condvar,
     max: usize,
     reconnects: AtomicU64,
 }
@@ -83,6 +90,7 @@ impl ConnPool {
                 closed: false,
             }),
             returned: Condvar::new(),
+            closing: Condvar::new(),
             max: max.max(1),
             reconnects: AtomicU64::new(0),
         }
@@ -181,6 +189,16 @@ impl ConnPool {
         };
         drop(idle);
         self.returned.notify_all();
+        self.closing.notify_all();
+    }
+
+    /// Waits up to `period` unless the pool is closed or gets closed meanwhile; returns
+    /// whether it is closed.
+    pub(super) fn closed_within(&self, period: Duration) -> bool {
+        let deadline = Instant::now() + period;
+        let mut state = self.state.lock();
+        while !state.closed && !self.closing.wait_until(&mut state, deadline).timed_out() {}
+        state.closed
     }
 
     fn lent(&self, conn: Conn, ping: bool) -> Lent<'_> {
@@ -192,7 +210,7 @@ impl ConnPool {
     }
 
     /// Takes back `conn`: idle again, or closed when `failed` or the pool is closed.
-    fn take_back(&self, mut conn: Conn, ping: bool, failed: bool) {
+    fn take_back(&self, conn: Conn, ping: bool, failed: bool) {
         let mut state = self.state.lock();
         state.pinging -= usize::from(ping);
         if failed || state.closed {
@@ -201,7 +219,6 @@ impl ConnPool {
             drop(state);
             drop(conn);
         } else {
-            conn.last_answer = Instant::now();
             state.idle.push(conn);
             drop(state);
         }

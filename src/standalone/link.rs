@@ -11,7 +11,7 @@ use super::wire::{deadline_to_wire, parse_header, Kind, Reader, WireRequest, Wri
 use crate::error::{fail, set_last_error_message, ErrorCode, Result};
 use crate::transfer::copy::copy_bytes;
 use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::io::Read;
 use std::os::fd::AsFd;
@@ -76,8 +76,6 @@ struct Inner {
     master_address: String,
     real_name: String,
     healthy: AtomicBool,
-    closed: Mutex<bool>,
-    wake: Condvar,
     zero_copy_bytes: AtomicU64,
     staged_bytes: AtomicU64,
     blocks_mapped: AtomicU64,
@@ -102,8 +100,6 @@ impl DummyLink {
             master_address,
             real_name,
             healthy: AtomicBool::new(true),
-            closed: Mutex::new(false),
-            wake: Condvar::new(),
             zero_copy_bytes: AtomicU64::new(0),
             staged_bytes: AtomicU64::new(0),
             blocks_mapped: AtomicU64::new(0),
@@ -182,9 +178,8 @@ impl DummyLink {
     /// Stops the pinger and closes the idle connections; a call still running closes its
     /// connection when it ends, and later calls fail (`TRANSFER_FAIL`). Idempotent.
     pub fn close(&self) {
-        *self.inner.closed.lock() = true;
-        self.inner.wake.notify_all();
-        // Before the join: a ping in flight then ends its connection instead of keeping it.
+        // Wakes the pinger; before the join, so a ping in flight ends its connection instead
+        // of keeping it.
         self.inner.conns.close();
         if let Some(handle) = self.pinger.lock().take() {
             let _ = handle.join();
@@ -279,6 +274,21 @@ fn exchange(
     Ok(answer.split_off(consumed))
 }
 
+/// [`exchange`] on a pool connection, noting on it that the real client answered (a refusal
+/// is an answer too; an I/O failure is not).
+fn exchange_on(
+    c: &mut Conn,
+    kind: Kind,
+    body: &Writer,
+    fd: Option<std::os::fd::BorrowedFd<'_>>,
+) -> Result<Vec<u8>> {
+    let result = exchange(&mut c.stream, kind, body, fd);
+    if !matches!(result, Err(ErrorCode::TransferFail)) {
+        c.answered();
+    }
+    result
+}
+
 /// One piece of a request sent in one round: its wire form and where its bytes sit here.
 struct Piece {
     request: usize,
@@ -305,7 +315,7 @@ impl Inner {
     /// One request/answer on a connection of its own.
     fn call(&self, kind: Kind, body: &Writer) -> Result<Vec<u8>> {
         let mut conn = self.lend()?;
-        let result = exchange(&mut conn.stream, kind, body, None);
+        let result = exchange_on(&mut conn, kind, body, None);
         self.give_back(conn, &result);
         result
     }
@@ -347,15 +357,8 @@ impl Inner {
     fn ping_loop(&self) {
         let period = self.ttl / 3;
         loop {
-            {
-                let mut closed = self.closed.lock();
-                if *closed {
-                    return;
-                }
-                self.wake.wait_for(&mut closed, period);
-                if *closed {
-                    return;
-                }
+            if self.conns.closed_within(period) {
+                return;
             }
             if self.conns.open_count() == 0 {
                 let _ = self.call(Kind::Ping, &Writer::default());
@@ -368,9 +371,9 @@ impl Inner {
                     conn.give_back(true);
                     continue;
                 }
-                let result = self.unmap_freed(&mut conn).and_then(|()| {
-                    exchange(&mut conn.stream, Kind::Ping, &Writer::default(), None)
-                });
+                let result = self
+                    .unmap_freed(&mut conn)
+                    .and_then(|()| exchange_on(&mut conn, Kind::Ping, &Writer::default(), None));
                 self.give_back(conn, &result);
             }
         }
@@ -386,7 +389,7 @@ impl Inner {
             if c.mapped.remove(&id) {
                 let mut w = Writer::default();
                 w.u64(id);
-                match exchange(&mut c.stream, Kind::Unmap, &w, None) {
+                match exchange_on(c, Kind::Unmap, &w, None) {
                     Err(ErrorCode::TransferFail) => return Err(ErrorCode::TransferFail),
                     Err(code) => tracing::debug!(id, %code, "unmap refused: not mapped there"),
                     Ok(_) => {}
@@ -406,7 +409,7 @@ impl Inner {
         };
         let mut w = Writer::default();
         w.u64(block.id()).u64(block.len() as u64);
-        exchange(&mut c.stream, Kind::Map, &w, Some(fd))?;
+        exchange_on(c, Kind::Map, &w, Some(fd))?;
         c.mapped.insert(block.id());
         self.blocks_mapped.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -430,7 +433,7 @@ impl Inner {
         for piece in pieces.iter() {
             piece.wire.encode(&mut w);
         }
-        let answer = exchange(&mut c.stream, Kind::Transfer, &w, None)?;
+        let answer = exchange_on(c, Kind::Transfer, &w, None)?;
         let mut r = Reader::new(&answer);
         let count = r.u32()? as usize;
         if count != pieces.len() {
