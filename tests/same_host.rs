@@ -166,6 +166,46 @@ fn two_processes_exchange_through_the_mapped_segment_with_no_tcp_byte() {
     assert_eq!(end.same_host_refusals, 0);
 }
 
+/// A mapped copy of 2 MiB or more is cut across the copy crew (`MC_COPY_THREADS`) when a
+/// helper is free: the bytes land exactly, and `host_split_copies` shows the route. Other
+/// tests of this binary may hold the helpers for a moment, so the get is repeated (bounded)
+/// until one is split.
+#[test]
+fn a_large_mapped_get_is_split_across_the_copy_crew_and_lands_exactly() {
+    use mooncake_rs::device::{copy_threads, DeviceStats};
+    let master = Master::start(&[]);
+    let peer = PeerClient::start_same_host(&master.addr(), "64 MB", &[]);
+    let client = local_client(&master.addr(), 0, 64 * MIB as u64);
+    let size = 9 * MIB + 4097;
+    let value = pattern(size, 41);
+    client.put_from("crew", &value, &on(&peer.name)).unwrap();
+    let start = client.metrics().transfer;
+    let mut split = false;
+    for _ in 0..50 {
+        let before = DeviceStats::snapshot().host_split_copies;
+        // Unaligned destination: the pieces' boundaries follow its pages, not the offset.
+        let mut out = vec![0u8; size + 1];
+        assert_eq!(client.get_into("crew", &mut out[1..]), Ok(size as u64));
+        assert!(out[1..] == value[..], "the mapped get's bytes");
+        assert_eq!(out[0], 0, "nothing before the destination");
+        if DeviceStats::snapshot().host_split_copies > before {
+            split = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        split,
+        copy_threads() > 1,
+        "split exactly when there are helpers"
+    );
+    assert_eq!(
+        tcp_bytes(&start, &client.metrics().transfer),
+        0,
+        "no byte over TCP"
+    );
+}
+
 #[test]
 fn a_remount_makes_the_old_mapping_unusable_and_never_yields_old_or_foreign_bytes() {
     let mut master = Master::start(&[]);
