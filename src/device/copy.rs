@@ -1,6 +1,7 @@
 //! [`memcpy_safe`]: the one primitive that copies caller memory. Host ↔ host is a plain
-//! memcpy (a large one split across the copy crew, `crew.rs`); anything touching device memory is a driver copy on the device's context. No
-//! other code in the crate copies caller memory (a test greps the sources for it).
+//! memcpy (a large one split across the copy crew, `crew.rs`); anything touching device
+//! memory is a driver copy on the device's context. No other code in the crate copies caller
+//! memory (a test greps the sources for it).
 
 use super::stats::{self, STATS};
 use super::{crew, runtime, Side};

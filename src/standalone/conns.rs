@@ -195,7 +195,7 @@ impl ConnPool {
     /// Waits up to `period` unless the pool is closed or gets closed meanwhile; returns
     /// whether it is closed.
     pub(super) fn closed_within(&self, period: Duration) -> bool {
-        let deadline = Instant::now() + period;
+        let deadline = crate::master::deadline(Instant::now(), period);
         let mut state = self.state.lock();
         while !state.closed && !self.closing.wait_until(&mut state, deadline).timed_out() {}
         state.closed
@@ -273,5 +273,20 @@ impl Drop for Lent<'_> {
         if let Some(conn) = self.conn.take() {
             self.pool.take_back(conn, self.ping, true);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closed_within_takes_any_period_and_sees_a_close() {
+        let (ours, _theirs) = UnixStream::pair().unwrap();
+        let pool = ConnPool::new(Conn::new(ours, 0), 1);
+        assert!(!pool.closed_within(Duration::from_millis(1)));
+        pool.close();
+        // A huge period (MC_DUMMY_TTL_MS is not capped) must not overflow `Instant`.
+        assert!(pool.closed_within(Duration::MAX));
     }
 }
