@@ -847,6 +847,18 @@ fn bad_batch_arguments() {
         "NULL key",
     );
     assert!(outs.iter().all(|b| b.is_null()));
+    // NULL results: -600 and, as documented, nothing written to `out`.
+    let sentinel = std::ptr::NonNull::<mc_buffer_t>::dangling().as_ptr();
+    let mut untouched = [sentinel; 2];
+    expect(
+        mc_store_batch_get_buffer(s, keys.as_ptr(), 2, untouched.as_mut_ptr(), null_mut()).into(),
+        BAD,
+        "NULL results array",
+    );
+    assert!(
+        untouched.iter().all(|b| *b == sentinel),
+        "a call refused for NULL results wrote to out"
+    );
     // count 0 is valid everywhere, with NULL arrays.
     assert_eq!(
         mc_store_batch_put_from(s, null(), null(), null(), 0, null(), null_mut()),

@@ -781,6 +781,93 @@ fn a_cq_overrun_fails_the_key_and_the_next_call_works() {
     assert_eq!(tiny.metrics().tcp_read_bytes, 0);
 }
 
+/// A write whose writer's grant (`send_by`) ends while its work requests are being posted
+/// (4096 work requests of 4 KiB, one outstanding at a time): nothing is posted after it, so
+/// the call fails `STALE_WRITE_TOKEN` (counted in `late_sends_refused`), the end of the range
+/// never changes, nothing lands after the call returned, and the connection, not broken,
+/// serves the next call.
+#[test]
+fn a_write_past_its_send_by_posts_nothing_more() {
+    let Some((device, host)) = vm() else { return };
+    let device = RdmaDevice::open(&device).unwrap();
+    let owner = engine(&device, &host);
+    let serial = engine_with(
+        &device,
+        &host,
+        &[
+            ("MC_MAX_WR", "1"),
+            ("MC_SLICE_SIZE", "4096"),
+            ("MC_TCP_LANES_PER_PEER", "1"),
+        ],
+    );
+    let len = 16 * MIB;
+    let mut segment = vec![0x11u8; len];
+    let remote = segment.as_mut_ptr() as usize;
+    owner.register(remote, len, true).unwrap();
+    let local = pattern(len, 4);
+    let local_addr = local.as_ptr() as usize;
+    serial.register(local_addr, len, false).unwrap();
+    // Connect first, so that the grant below runs out while posting.
+    let small = 4096;
+    assert_eq!(
+        transfer_one(
+            &serial,
+            &owner,
+            TransferOp::Write,
+            local_addr,
+            small,
+            remote
+        ),
+        Ok(())
+    );
+    let before = serial.metrics();
+    let request = TransferRequest {
+        op: TransferOp::Write,
+        local_addr,
+        len: len as u64,
+        endpoint: owner.local_name(),
+        remote_addr: remote as u64,
+        epoch: 0,
+        send_by: Some(Instant::now() + Duration::from_millis(5)),
+    };
+    let started = Instant::now();
+    // SAFETY: `local` is valid for reads of its length for the call.
+    let result = unsafe { serial.transfer(&[request]) }.pop().unwrap();
+    let message = last_error_message();
+    eprintln!(
+        "16 MiB write with a 5 ms grant: {result:?} after {:?}: {message}",
+        started.elapsed()
+    );
+    assert_eq!(result, Err(ErrorCode::StaleWriteToken), "{message}");
+    let after = serial.metrics();
+    assert!(after.late_sends_refused > before.late_sends_refused);
+    assert!(
+        segment[len - small..].iter().all(|b| *b == 0x11),
+        "the whole range was written after the grant ended"
+    );
+    let snapshot = segment.clone();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(segment == snapshot, "a byte landed after the call returned");
+    let tail = len - small;
+    assert_eq!(
+        transfer_one(
+            &serial,
+            &owner,
+            TransferOp::Write,
+            local_addr + tail,
+            small,
+            remote + tail
+        ),
+        Ok(())
+    );
+    assert!(segment[tail..] == local[tail..]);
+    assert_eq!(
+        serial.metrics().rdma_connections,
+        before.rdma_connections,
+        "the late stop broke the connection"
+    );
+}
+
 // --- multi-device, descriptors, remount ---
 
 /// Reads `dst.len()` bytes of `from`'s registered `remote` (naming `epoch`) into `dst`.

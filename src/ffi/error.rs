@@ -1,7 +1,6 @@
 //! Error codes, error messages and the library version (`mc_strerror`,
 //! `mc_last_error_message`, `mc_version`).
 
-use super::check;
 use super::panic::{ffi_boundary, StaticStr};
 use crate::error::{last_error_message, ErrorCode};
 use once_cell::sync::Lazy;
@@ -128,12 +127,14 @@ pub extern "C" fn mc_strerror(code: i64) -> *const c_char {
 pub extern "C" fn mc_last_error_message(buf: *mut c_char, len: usize) -> usize {
     ffi_boundary!({
         let message = last_error_message();
-        if len > 0 {
-            if let Ok(out) = check::bytes_mut(buf, len, "buf") {
-                let n = message.len().min(len - 1);
-                out[..n].copy_from_slice(&message.as_bytes()[..n]);
-                out[n] = 0;
-            }
+        // A NULL `buf` is skipped here, not refused through `check`: refusing it would
+        // record a new message in place of the one asked for.
+        if len > 0 && !buf.is_null() {
+            let n = message.len().min(len - 1);
+            // SAFETY: the caller promises `len` writable bytes at `buf`; `n + 1 <= len`.
+            let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n + 1) };
+            out[..n].copy_from_slice(&message.as_bytes()[..n]);
+            out[n] = 0;
         }
         Ok(message.len())
     })
@@ -192,5 +193,10 @@ mod tests {
         assert_eq!(mc_last_error_message(small.as_mut_ptr(), 8), full);
         assert_eq!(text(small.as_ptr()), "INVALID");
         assert_eq!(mc_last_error_message(std::ptr::null_mut(), 4), full);
+        // Refusing a NULL buffer must not replace the message it was asked for.
+        assert_eq!(
+            crate::error::last_error_message(),
+            "INVALID_PARAMS: key is NULL"
+        );
     }
 }

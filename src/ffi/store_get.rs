@@ -216,6 +216,8 @@ pub extern "C" fn mc_store_batch_get_buffer(
 ) -> c_int {
     ffi_boundary!(poison: store, {
         let out = check::array_mut(out, count, "out")?;
+        // Both arrays are checked before `out` is written.
+        check::array_mut(results, count, "results")?;
         check::fill(out, std::ptr::null_mut());
         batch::run(store, count, results, |client| {
             let keys = check::keys(keys, count)?;

@@ -9,7 +9,7 @@
 
 use super::eviction::{self, Candidate};
 use super::metrics::Counters;
-use super::objects::ObjectMeta;
+use super::objects::{deadline, ObjectMeta};
 use super::service::{MasterService, EVICTION_PERIOD};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -76,7 +76,7 @@ impl MasterService {
             return;
         }
         Counters::add(&self.counters.table_scans, 1);
-        let mut next_due = now + timeout;
+        let mut next_due = deadline(now, timeout);
         for mut shard in self.objects.shards() {
             let mut abandoned = Vec::new();
             for (key, meta) in shard.iter() {
@@ -86,7 +86,7 @@ impl MasterService {
                 if now.saturating_duration_since(started) >= timeout {
                     abandoned.push(key.clone());
                 } else {
-                    next_due = next_due.min(started + timeout);
+                    next_due = next_due.min(deadline(started, timeout));
                 }
             }
             for key in abandoned {
@@ -95,7 +95,7 @@ impl MasterService {
                 }
             }
         }
-        *self.next_reclaim.lock() = next_due.max(now + timeout.min(RECLAIM_PERIOD));
+        *self.next_reclaim.lock() = next_due.max(deadline(now, timeout.min(RECLAIM_PERIOD)));
     }
 
     /// Whether eviction may take `meta`: complete, mounted, not hard-pinned, unleased, unpinned.

@@ -690,6 +690,23 @@ fn absurd_values_never_panic() {
 }
 
 #[test]
+fn an_unbounded_release_timeout_in_seconds_never_panics_maintenance() {
+    // `--put_start_release_timeout_sec` takes any u64; u64::MAX seconds does not fit in an
+    // `Instant`, so every deadline the reclaim scan computes from it must be capped.
+    let config = MasterConfig {
+        put_start_release_timeout_s: u64::MAX,
+        put_start_release_timeout_ms: None,
+        ..MasterConfig::default()
+    };
+    let (m, c, _) = setup(config, 1 << 20);
+    start(&m, c, "unfinished", 4096).unwrap();
+    m.eviction_tick();
+    m.eviction_tick();
+    // The write is not due (its timeout is practically endless) and is still in progress.
+    assert_eq!(end(&m, c, "unfinished"), Ok(()));
+    assert!(get(&m, "unfinished").is_ok());
+}
+#[test]
 fn a_full_table_with_nothing_evictable_is_not_rescanned_every_tick() {
     let (m, c, _) = setup(fast_config(), 1 << 20);
     let keys: Vec<String> = (0..15).map(|i| format!("pinned-{i}")).collect();

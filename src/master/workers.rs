@@ -2,6 +2,7 @@
 //! on [`Workers::stop`] or when the service is dropped.
 
 use parking_lot::{Condvar, Mutex};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -32,7 +33,8 @@ pub(crate) struct Workers {
 
 impl Workers {
     /// Runs `job(&target)` every `period` on a new thread named `name` until stopped or until
-    /// `target` is gone. A failure to spawn is logged (the master then runs without that job).
+    /// `target` is gone. A failure to spawn is logged (the master then runs without that job);
+    /// a round that panics is logged and the thread goes on with the next round.
     pub(crate) fn spawn<T: Send + Sync + 'static>(
         &self,
         name: &str,
@@ -41,14 +43,20 @@ impl Workers {
         job: fn(&T),
     ) {
         let signal = Arc::clone(&self.signal);
+        let thread_name = name.to_string();
         let spawned = std::thread::Builder::new()
-            .name(name.to_string())
+            .name(thread_name.clone())
             .spawn(move || {
                 while !signal.wait(period) {
                     let Some(target) = target.upgrade() else {
                         break;
                     };
-                    job(&target);
+                    // A panicking round is a bug; it is logged, and the next round still
+                    // runs (a dead maintenance thread would stop every free and eviction).
+                    let round = std::panic::catch_unwind(AssertUnwindSafe(|| job(&target)));
+                    if round.is_err() {
+                        tracing::error!(name = %thread_name, "a master background round panicked");
+                    }
                 }
             });
         match spawned {
@@ -68,5 +76,38 @@ impl Workers {
                 tracing::error!("master thread panicked");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::wait_until;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Counts rounds; the first one panics.
+    struct Flaky(AtomicU32);
+
+    fn flaky_round(target: &Flaky) {
+        if target.0.fetch_add(1, Ordering::SeqCst) == 0 {
+            panic!("first round fails");
+        }
+    }
+
+    #[test]
+    fn a_panicking_round_does_not_end_the_thread() {
+        let workers = Workers::default();
+        let target = Arc::new(Flaky(AtomicU32::new(0)));
+        workers.spawn(
+            "mc-test-flaky",
+            Duration::from_millis(1),
+            Arc::downgrade(&target),
+            flaky_round,
+        );
+        let went_on = wait_until(Duration::from_secs(10), || {
+            target.0.load(Ordering::SeqCst) >= 3
+        });
+        workers.stop();
+        assert!(went_on, "rounds stopped after a panic");
     }
 }

@@ -17,6 +17,16 @@ use std::sync::{Arc, OnceLock};
 pub struct SharedBlock {
     id: u64,
     region: MappedRegion,
+    holder: Holder,
+}
+
+/// Who may free a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holder {
+    /// The caller that allocated it ([`ShmPool::free`]).
+    Caller,
+    /// A [`BlockGuard`] (a dummy's local buffer or staging area), on its drop only.
+    Guard,
 }
 
 impl SharedBlock {
@@ -63,28 +73,49 @@ impl ShmPool {
     /// until [`free`](Self::free) (or the drop of a [`BlockGuard`] around it). Errors: `INVALID_PARAMS` for `len == 0` or too large; `INTERNAL_ERROR`
     /// when the kernel refuses the memfd or the mapping.
     pub fn alloc(&self, len: u64, what: &str) -> Result<Arc<SharedBlock>> {
+        self.alloc_for(len, what, Holder::Caller)
+    }
+
+    fn alloc_for(&self, len: u64, what: &str, holder: Holder) -> Result<Arc<SharedBlock>> {
         let region = MappedRegion::shared(len, what)?;
         let block = Arc::new(SharedBlock {
             id: self.next_id.fetch_add(1, Ordering::Relaxed) + 1,
             region,
+            holder,
         });
         self.blocks.write().insert(block.addr(), Arc::clone(&block));
         Ok(block)
     }
 
-    /// Forgets the block starting at `addr` (unmapped here once no transfer holds it; the real
-    /// client unmaps its mapping on the next call or ping of each link connection). Errors: `INVALID_PARAMS` when
-    /// no block starts at `addr`.
+    /// Forgets the caller's block starting at `addr` (unmapped here once no transfer holds it;
+    /// the real client unmaps its mapping on the next call or ping of each link connection).
+    /// Errors: `INVALID_PARAMS` when no block starts at `addr`, or when it is a dummy's own
+    /// block (its local buffer or staging area), which only the dummy frees.
     pub fn free(&self, addr: usize) -> Result<()> {
-        match self.blocks.write().remove(&addr) {
-            Some(block) => {
-                self.freed.lock().push(block.id);
+        let mut blocks = self.blocks.write();
+        match blocks.get(&addr).map(|b| b.holder) {
+            Some(Holder::Caller) => {
+                self.forget(&mut blocks, addr);
                 Ok(())
             }
+            Some(Holder::Guard) => fail(
+                ErrorCode::InvalidParams,
+                format!(
+                    "{addr:#x} is a dummy's own shared memory (its local buffer or staging \
+                     area), not memory from mc_shm_alloc"
+                ),
+            ),
             None => fail(
                 ErrorCode::InvalidParams,
                 format!("{addr:#x} is not the start of a shared-memory block"),
             ),
+        }
+    }
+
+    /// Removes the block at `addr` from `blocks` (the table, locked) and logs its id as freed.
+    fn forget(&self, blocks: &mut BTreeMap<usize, Arc<SharedBlock>>, addr: usize) {
+        if let Some(block) = blocks.remove(&addr) {
+            self.freed.lock().push(block.id);
         }
     }
 
@@ -113,6 +144,7 @@ impl ShmPool {
         let block = Arc::new(SharedBlock {
             id: self.next_id.fetch_add(1, Ordering::Relaxed) + 1,
             region,
+            holder: old.holder,
         });
         blocks.insert(block.addr(), block);
         drop(blocks);
@@ -142,7 +174,9 @@ pub struct BlockGuard(Arc<SharedBlock>);
 impl BlockGuard {
     /// Allocates a block from the global pool; errors as [`ShmPool::alloc`].
     pub fn new(len: u64, what: &str) -> Result<BlockGuard> {
-        ShmPool::global().alloc(len, what).map(BlockGuard)
+        ShmPool::global()
+            .alloc_for(len, what, Holder::Guard)
+            .map(BlockGuard)
     }
     /// The block.
     pub fn block(&self) -> &Arc<SharedBlock> {
@@ -152,7 +186,8 @@ impl BlockGuard {
 
 impl Drop for BlockGuard {
     fn drop(&mut self) {
-        // Only this guard frees its block: it is in the table.
-        let _ = ShmPool::global().free(self.0.addr());
+        // Only this guard frees its block ([`ShmPool::free`] refuses it).
+        let pool = ShmPool::global();
+        pool.forget(&mut pool.blocks.write(), self.0.addr());
     }
 }

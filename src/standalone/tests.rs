@@ -537,3 +537,25 @@ fn a_read_into_a_block_re_homed_during_it_fails_instead_of_returning_ok() {
     drop(block);
     ShmPool::global().free(addr).unwrap();
 }
+
+#[test]
+fn a_dummys_own_blocks_are_not_the_callers_to_free() {
+    use super::pool::{BlockGuard, ShmPool};
+    let pool = ShmPool::global();
+    let guard = BlockGuard::new(4096, "guarded test block").unwrap();
+    let (addr, id) = (guard.block().addr(), guard.block().id());
+    assert_eq!(pool.free(addr), Err(ErrorCode::InvalidParams));
+    assert!(
+        crate::error::last_error_message().contains("dummy's own"),
+        "{}",
+        crate::error::last_error_message()
+    );
+    let held = |addr| pool.find(addr, 1).map(|(block, _)| block.id());
+    assert_eq!(held(addr), Some(id), "a refused free forgot the block");
+    drop(guard);
+    assert_ne!(held(addr), Some(id), "the guard's drop left its block");
+    // The caller's own blocks still free once, then are unknown.
+    let own = pool.alloc(4096, "caller test block").unwrap().addr();
+    assert_eq!(pool.free(own), Ok(()));
+    assert_eq!(pool.free(own), Err(ErrorCode::InvalidParams));
+}

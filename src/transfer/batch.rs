@@ -224,7 +224,9 @@ unsafe fn execute(io: &Io, unit: &[Job]) -> Vec<Result<u64, SliceError>> {
             .iter()
             .map(|job| match &io.rdma {
                 // SAFETY: forwarded from the caller.
-                Some(rdma) => unsafe { rdma.execute(peer, &job.slice, job.staged, &io.staging) },
+                Some(rdma) => unsafe {
+                    rdma.execute(peer, &job.slice, job.staged, &io.staging, job.send_by)
+                },
                 None => Err(SliceError::from(
                     "RDMA job without the RDMA transport".to_string(),
                 )),

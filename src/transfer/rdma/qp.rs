@@ -317,8 +317,11 @@ impl QueuePair {
     }
 
     /// Runs `requests`, at most `max_wr` outstanding, and waits for every completion; one
-    /// result per request, in order. After an error completion nothing more is posted (the
-    /// QP is in error; the rest fail as not run); at `deadline`, when `peer_alive` (asked
+    /// result per request, in order. No request is posted at or after `post_by` (a writer's
+    /// grant ended): the rest fail as not posted, and the QP stays usable, not broken (so an
+    /// error with [`Self::is_broken`] false means exactly that). After an error completion
+    /// nothing more is posted (the QP is in error; the rest fail as not run); at `deadline`,
+    /// when `peer_alive` (asked
     /// every [`LIVENESS_PERIOD`] without a completion) says the peer is gone, or when the
     /// device reported an asynchronous error for the CQ or QP (a CQ overrun), the QP is
     /// moved to the error state and drained. Either way the QP is marked broken, and every
@@ -332,6 +335,7 @@ impl QueuePair {
         &mut self,
         requests: &[WorkRequest],
         deadline: Instant,
+        post_by: Option<Instant>,
         peer_alive: &dyn Fn() -> bool,
     ) -> Vec<Completion> {
         let mut results: Vec<Option<Completion>> = vec![None; requests.len()];
@@ -341,10 +345,19 @@ impl QueuePair {
         let mut next = 0;
         let mut outstanding = 0u32;
         let mut failure: Option<String> = None;
+        let mut late = false;
         let mut completions = vec![WorkCompletion::default(); 32];
         let mut progress = Instant::now();
         loop {
-            while failure.is_none() && next < requests.len() && outstanding < self.settings.max_wr {
+            while failure.is_none()
+                && !late
+                && next < requests.len()
+                && outstanding < self.settings.max_wr
+            {
+                if post_by.is_some_and(|by| Instant::now() >= by) {
+                    late = true;
+                    break;
+                }
                 // SAFETY: forwarded from the caller.
                 match unsafe { self.post(next as u64, &requests[next]) } {
                     Ok(()) => {
@@ -407,6 +420,7 @@ impl QueuePair {
         }
         let unrun = match &failure {
             Some(problem) => format!("not run: {problem}"),
+            None if late => "not posted: its writer's grant ended".into(),
             None => "not run".into(),
         };
         results

@@ -137,7 +137,7 @@ fn write_then_read_moves_exactly_the_bytes() {
         })
         .collect();
     // SAFETY: the buffers are registered and live until the end of the test.
-    let results = unsafe { a.run(&writes, deadline(), &|| true) };
+    let results = unsafe { a.run(&writes, deadline(), None, &|| true) };
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     assert!(target == source);
     let read = WorkRequest {
@@ -150,11 +150,45 @@ fn write_then_read_moves_exactly_the_bytes() {
     };
     // SAFETY: as above.
     assert_eq!(
-        unsafe { a.run(&[read], deadline(), &|| true) },
+        unsafe { a.run(&[read], deadline(), None, &|| true) },
         vec![Ok(())]
     );
     assert!(back == source);
     assert!(!a.is_broken());
+}
+
+#[test]
+fn nothing_is_posted_after_post_by_and_the_qp_stays_usable() {
+    let Some(device) = vm_device() else { return };
+    let (mut a, _b) = pair(&device);
+    let len = 64 << 10;
+    let source = vec![0x5Au8; len];
+    let mut target = vec![0x11u8; len];
+    let src = device.register(source.as_ptr() as usize, len).unwrap();
+    let dst = device.register(target.as_mut_ptr() as usize, len).unwrap();
+    let write = WorkRequest {
+        read: false,
+        local: source.as_ptr() as u64,
+        lkey: src.lkey(),
+        len: len as u32,
+        remote: target.as_ptr() as u64,
+        rkey: dst.rkey(),
+    };
+    let passed = Some(Instant::now());
+    // SAFETY: the buffers are registered and live until the end of the test.
+    let results = unsafe { a.run(&[write, write], deadline(), passed, &|| true) };
+    assert!(results.iter().all(Result::is_err), "{results:?}");
+    let problem = results[0].as_ref().unwrap_err();
+    assert!(problem.contains("grant ended"), "{problem}");
+    assert!(!a.is_broken(), "a late stop is not a QP error");
+    assert!(target.iter().all(|b| *b == 0x11), "a late write was posted");
+    let later = Some(Instant::now() + Duration::from_secs(30));
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { a.run(&[write], deadline(), later, &|| true) },
+        vec![Ok(())]
+    );
+    assert!(target == source);
 }
 
 #[test]
@@ -179,7 +213,7 @@ fn a_stale_rkey_is_refused_by_the_nic_and_no_byte_lands() {
         rkey: stale,
     };
     // SAFETY: the buffers are live; `src` is registered.
-    let results = unsafe { a.run(&[write, write], deadline(), &|| true) };
+    let results = unsafe { a.run(&[write, write], deadline(), None, &|| true) };
     let first = results[0].as_ref().unwrap_err();
     assert!(first.contains("remote access error"), "{first}");
     assert!(results[1].is_err(), "{results:?}");
@@ -190,7 +224,7 @@ fn a_stale_rkey_is_refused_by_the_nic_and_no_byte_lands() {
     );
     // A broken QP refuses work; a new pair works with the fresh key.
     // SAFETY: as above.
-    assert!(unsafe { a.run(&[write], deadline(), &|| true) }[0].is_err());
+    assert!(unsafe { a.run(&[write], deadline(), None, &|| true) }[0].is_err());
     let (mut c, _d) = pair(&device);
     let write = WorkRequest {
         rkey: fresh.rkey(),
@@ -198,7 +232,7 @@ fn a_stale_rkey_is_refused_by_the_nic_and_no_byte_lands() {
     };
     // SAFETY: as above.
     assert_eq!(
-        unsafe { c.run(&[write], deadline(), &|| true) },
+        unsafe { c.run(&[write], deadline(), None, &|| true) },
         vec![Ok(())]
     );
     assert!(target.iter().all(|b| *b == 0xA5));
@@ -224,7 +258,14 @@ fn a_peer_qp_gone_fails_by_the_retry_limit_without_hanging() {
     };
     let started = Instant::now();
     // SAFETY: the buffers are registered and live.
-    let results = unsafe { a.run(&[read], Instant::now() + Duration::from_secs(30), &|| true) };
+    let results = unsafe {
+        a.run(
+            &[read],
+            Instant::now() + Duration::from_secs(30),
+            None,
+            &|| true,
+        )
+    };
     eprintln!(
         "failed by the retry limit after {:?}: {results:?}",
         started.elapsed()

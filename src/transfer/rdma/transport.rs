@@ -86,8 +86,23 @@ fn peer_closed(control: &TcpStream) -> bool {
     closed || control.set_nonblocking(false).is_err()
 }
 
+/// Why a run of work requests did not complete.
+enum RunError {
+    /// The writer's `send_by` passed before every request was posted; the QP is fine.
+    Late,
+    /// A request failed, timed out or could not be prepared.
+    Failed(String),
+}
+
+impl From<String> for RunError {
+    fn from(problem: String) -> Self {
+        RunError::Failed(problem)
+    }
+}
+
 impl Connection {
-    /// [`QueuePair::run`], giving up early when the peer closed the control connection.
+    /// [`QueuePair::run`], giving up early when the peer closed the control connection;
+    /// nothing is posted at or after `send_by`. The first failure, if any.
     ///
     /// # Safety
     /// As [`QueuePair::run`].
@@ -95,11 +110,19 @@ impl Connection {
         &mut self,
         requests: &[WorkRequest],
         deadline: Instant,
-    ) -> Vec<std::result::Result<(), String>> {
+        send_by: Option<Instant>,
+    ) -> std::result::Result<(), RunError> {
         let control = &self.control;
         let alive = || !peer_closed(control);
         // SAFETY: forwarded from the caller.
-        unsafe { self.qp.run(requests, deadline, &alive) }
+        let results = unsafe { self.qp.run(requests, deadline, send_by, &alive) };
+        match results.into_iter().find(|r| r.is_err()) {
+            None => Ok(()),
+            // Only requests left unposted at `send_by` fail without breaking the QP.
+            Some(Err(_)) if !self.qp.is_broken() => Err(RunError::Late),
+            Some(Err(problem)) => Err(RunError::Failed(problem)),
+            Some(Ok(())) => Ok(()),
+        }
     }
 }
 
@@ -364,7 +387,9 @@ impl RdmaTransport {
     /// device runtime through `staging`).
     ///
     /// Errors: `STALE_SEGMENT_EPOCH` when the slice names an epoch the peer's region does not
-    /// have (after one refresh); `TRANSFER_FAIL` when the range is not inside one remotely
+    /// have (after one refresh); `STALE_WRITE_TOKEN` when `send_by` passes (while connecting
+    /// or mid-slice) before every work request was posted: none is posted after it, those
+    /// posted before complete, and the connection stays usable; `TRANSFER_FAIL` when the range is not inside one remotely
     /// accessible region of the peer, the peer cannot be reached, or a work request fails
     /// (remote access error for a stale rkey, retries exceeded for a dead peer, timeout): the
     /// QP is then dropped and the next call connects a new one.
@@ -377,6 +402,7 @@ impl RdmaTransport {
         slice: &Slice,
         staged: bool,
         staging: &Staging,
+        send_by: Option<Instant>,
     ) -> std::result::Result<u64, SliceError> {
         let what = format!(
             "RDMA {:?} of {} bytes at {:#x} on {peer}",
@@ -415,18 +441,29 @@ impl RdmaTransport {
         };
         let registered = self.local_registration(slice.local as usize, slice.len, nic);
         let deadline = Instant::now() + self.timeout;
+        let limits = Limits { deadline, send_by };
         let result = match registered {
             // SAFETY: forwarded from the caller; the registration is held across the run.
             Some(registration) => unsafe {
-                self.run_direct(&mut conn, slice, &region, &registration, deadline, staged)
+                self.run_direct(&mut conn, slice, &region, &registration, limits, staged)
             },
             // SAFETY: forwarded from the caller.
-            None => unsafe {
-                self.run_bounced(&mut conn, slice, &region, staged, staging, deadline)
-            },
+            None => unsafe { self.run_bounced(&mut conn, slice, &region, staged, staging, limits) },
         };
         self.give_back(peer, conn);
-        result.map_err(|problem| SliceError::from(format!("{what}: {problem}")))
+        result.map_err(|error| match error {
+            RunError::Late => {
+                bump(&self.metrics.late_sends_refused);
+                SliceError {
+                    code: ErrorCode::StaleWriteToken,
+                    message: format!(
+                        "{what}: stopped before all of it was posted: its writer's grant ended"
+                    ),
+                    unreachable: false,
+                }
+            }
+            RunError::Failed(problem) => SliceError::from(format!("{what}: {problem}")),
+        })
     }
 
     /// Work requests of at most `slice_size` bytes covering `len` bytes from `local` (key
@@ -467,9 +504,9 @@ impl RdmaTransport {
         slice: &Slice,
         region: &RemoteRegion,
         registration: &Registration,
-        deadline: Instant,
+        limits: Limits,
         on_device: bool,
-    ) -> std::result::Result<u64, String> {
+    ) -> std::result::Result<u64, RunError> {
         let runtime = crate::device::runtime();
         let read = slice.op == Opcode::Read;
         if on_device && !read {
@@ -486,7 +523,7 @@ impl RdmaTransport {
             region,
         );
         // SAFETY: forwarded; registered memory valid until this returns.
-        first_error(unsafe { conn.run(&requests, deadline) })?;
+        unsafe { conn.run(&requests, limits.deadline, limits.send_by) }?;
         if on_device && read {
             let device = runtime.classify(slice.local as usize).device().unwrap_or(0);
             runtime
@@ -514,8 +551,8 @@ impl RdmaTransport {
         region: &RemoteRegion,
         staged: bool,
         staging: &Staging,
-        deadline: Instant,
-    ) -> std::result::Result<u64, String> {
+        limits: Limits,
+    ) -> std::result::Result<u64, RunError> {
         let read = slice.op == Opcode::Read;
         let bounce = self.nics[conn.nic].bounces.take()?;
         let copy = |dst: *mut u8, src: *const u8, len: usize| -> std::result::Result<(), String> {
@@ -550,7 +587,7 @@ impl RdmaTransport {
                 region,
             );
             // SAFETY: the bounce is registered and ours until it is dropped.
-            first_error(unsafe { conn.run(&requests, deadline) })?;
+            unsafe { conn.run(&requests, limits.deadline, limits.send_by) }?;
             if read {
                 copy(local, bounce.ptr(), len)?;
             }
@@ -577,6 +614,9 @@ impl RdmaTransport {
     }
 }
 
-fn first_error(results: Vec<std::result::Result<(), String>>) -> std::result::Result<(), String> {
-    results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
+/// When a slice's run must end, and after when nothing more may be posted.
+#[derive(Clone, Copy)]
+struct Limits {
+    deadline: Instant,
+    send_by: Option<Instant>,
 }
