@@ -868,6 +868,33 @@ fn a_write_past_its_send_by_posts_nothing_more() {
     );
 }
 
+/// After `shutdown` an engine moves no byte by RDMA: the next call fails `TRANSFER_FAIL`
+/// without connecting (no new QP), and the owner's bytes stay as they were.
+#[test]
+fn a_shut_down_engine_makes_no_rdma_connection() {
+    let Some((device, host)) = vm() else { return };
+    let device = RdmaDevice::open(&device).unwrap();
+    let (owner, initiator) = (engine(&device, &host), engine(&device, &host));
+    let len = 64 << 10;
+    let mut segment = vec![0x11u8; len];
+    let remote = segment.as_mut_ptr() as usize;
+    owner.register(remote, len, true).unwrap();
+    let first = pattern(len, 5);
+    assert_eq!(write(&initiator, &owner, &first, remote as u64, 0), Ok(()));
+    assert!(segment == first);
+    initiator.shutdown();
+    let connections = initiator.metrics().rdma_connections;
+    let second = pattern(len, 6);
+    assert_eq!(
+        write(&initiator, &owner, &second, remote as u64, 0),
+        Err(ErrorCode::TransferFail)
+    );
+    let message = last_error_message();
+    assert!(message.contains("shut down"), "{message}");
+    assert_eq!(initiator.metrics().rdma_connections, connections);
+    assert!(segment == first, "a shut-down engine wrote");
+}
+
 // --- multi-device, descriptors, remount ---
 
 /// Reads `dst.len()` bytes of `from`'s registered `remote` (naming `epoch`) into `dst`.

@@ -48,7 +48,7 @@ impl Bounces {
                     .map_err(|e| format!("cannot map an RDMA bounce buffer: {e}"))?;
                 let registration = self
                     .device
-                    .register(region.addr(), BOUNCE_LEN)
+                    .register(region.addr(), BOUNCE_LEN, false)
                     .map_err(|_| crate::error::last_error_message())?;
                 Buffer {
                     registration,

@@ -7,9 +7,16 @@ use crate::error::{fail, ErrorCode, Result};
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 
-/// Access of every registration: local write, remote read and write.
-const ACCESS: std::ffi::c_int =
-    verbs::ACCESS_LOCAL_WRITE | verbs::ACCESS_REMOTE_WRITE | verbs::ACCESS_REMOTE_READ;
+/// Access of a registration: local write (READs land in it) and, when peers may reach it
+/// (`remote_accessible`: a segment, a remotely accessible buffer), remote read and write. A
+/// local-only range (a caller's buffer, a bounce) refuses any peer's work request, whatever
+/// rkey it names.
+fn access(remote_accessible: bool) -> std::ffi::c_int {
+    match remote_accessible {
+        true => verbs::ACCESS_LOCAL_WRITE | verbs::ACCESS_REMOTE_WRITE | verbs::ACCESS_REMOTE_READ,
+        false => verbs::ACCESS_LOCAL_WRITE,
+    }
+}
 
 /// The port used (Mooncake uses port 1 of each device).
 pub(crate) const PORT: u8 = 1;
@@ -212,19 +219,26 @@ impl RdmaDevice {
         &self.name
     }
 
-    /// Registers `[addr, addr+len)` for local write and remote read and write.
+    /// Registers `[addr, addr+len)` for local write, and for remote read and write when
+    /// `remote_accessible` ([`access`]).
     ///
     /// Errors: `TRANSFER_FAIL` when the device refuses (e.g. unmapped memory, a lock limit).
-    pub(crate) fn register(self: &Arc<Self>, addr: usize, len: usize) -> Result<Registration> {
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        addr: usize,
+        len: usize,
+        remote_accessible: bool,
+    ) -> Result<Registration> {
+        let access = access(remote_accessible);
         // SAFETY: the PD is live; the library only pins and maps the range.
-        let mr = unsafe { (self.verbs.reg_mr)(self.pd, addr as *mut c_void, len, ACCESS) };
+        let mr = unsafe { (self.verbs.reg_mr)(self.pd, addr as *mut c_void, len, access) };
         self.registered(mr, format_args!("ibv_reg_mr of {len} bytes at {addr:#x}"))
     }
 
     /// Registers `len` bytes of the dma-buf `fd` from `offset`, addressed as `iova` in work
     /// requests (GPUDirect: device memory exported by its driver; `iova` is its device
-    /// address, so slices name it as for host memory), with local and remote read/write
-    /// access. The dma-buf may be closed afterwards (the MR holds it).
+    /// address, so slices name it as for host memory), with [`access`] as for `register`.
+    /// The dma-buf may be closed afterwards (the MR holds it).
     ///
     /// Errors: `TRANSFER_FAIL` naming the cause: libibverbs has no `ibv_reg_dmabuf_mr`
     /// (rdma-core before 34), or the device or kernel refuses (soft-RoCE answers
@@ -235,6 +249,7 @@ impl RdmaDevice {
         offset: u64,
         len: usize,
         iova: u64,
+        remote_accessible: bool,
     ) -> Result<Registration> {
         use std::os::fd::AsRawFd;
         let Some(reg_dmabuf_mr) = self.verbs.reg_dmabuf_mr else {
@@ -245,7 +260,16 @@ impl RdmaDevice {
         };
         // SAFETY: the PD is live and `fd` an open descriptor for the call; the kernel checks
         // that it is a dma-buf covering `offset + len`.
-        let mr = unsafe { reg_dmabuf_mr(self.pd, offset, len, iova, fd.as_raw_fd(), ACCESS) };
+        let mr = unsafe {
+            reg_dmabuf_mr(
+                self.pd,
+                offset,
+                len,
+                iova,
+                fd.as_raw_fd(),
+                access(remote_accessible),
+            )
+        };
         self.registered(
             mr,
             format_args!("ibv_reg_dmabuf_mr of {len} bytes at {iova:#x}"),

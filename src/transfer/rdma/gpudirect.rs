@@ -20,10 +20,16 @@ use std::sync::Arc;
 
 /// Registers the device memory `[addr, addr+len)` on `device` (see the module doc), only
 /// where the device runtime can flush the NIC's writes into that memory (so a READ's bytes
-/// are visible to later device work when it completes).
+/// are visible to later device work when it completes); peers may reach it only when
+/// `remote_accessible`.
 ///
 /// Errors: `TRANSFER_FAIL` with a message naming why: no flush, or why each way failed.
-pub(crate) fn register(device: &Arc<RdmaDevice>, addr: usize, len: usize) -> Result<Registration> {
+pub(crate) fn register(
+    device: &Arc<RdmaDevice>,
+    addr: usize,
+    len: usize,
+    remote_accessible: bool,
+) -> Result<Registration> {
     let runtime = crate::device::runtime();
     let ordinal = runtime.classify(addr).device().unwrap_or(0);
     if let Err(why) = runtime.can_flush_nic_writes(ordinal) {
@@ -37,7 +43,13 @@ pub(crate) fn register(device: &Arc<RdmaDevice>, addr: usize, len: usize) -> Res
     }
     let dmabuf = runtime.export_dmabuf(addr, len).and_then(|buf| {
         device
-            .register_dmabuf(buf.fd.as_fd(), buf.offset, len, addr as u64)
+            .register_dmabuf(
+                buf.fd.as_fd(),
+                buf.offset,
+                len,
+                addr as u64,
+                remote_accessible,
+            )
             .map_err(|_| without_code(&last_error_message()).to_string())
     });
     let dmabuf_problem = match dmabuf {
@@ -52,7 +64,7 @@ pub(crate) fn register(device: &Arc<RdmaDevice>, addr: usize, len: usize) -> Res
         }
         Err(problem) => problem,
     };
-    match device.register(addr, len) {
+    match device.register(addr, len, remote_accessible) {
         Ok(registration) => {
             tracing::debug!(
                 addr,

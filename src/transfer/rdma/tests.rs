@@ -88,7 +88,7 @@ fn layouts_agree_with_the_library() {
     let Some(device) = vm_device() else { return };
     let mut buffer = vec![0u8; 8192];
     let addr = buffer.as_mut_ptr() as usize;
-    let registration = device.register(addr, buffer.len()).unwrap();
+    let registration = device.register(addr, buffer.len(), true).unwrap();
     // ibv_mr: addr/length at the offsets we read, keys set.
     assert_eq!(registration.range(), (addr, buffer.len()));
     assert_ne!(registration.lkey(), 0);
@@ -121,9 +121,15 @@ fn write_then_read_moves_exactly_the_bytes() {
     let source: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
     let mut target = vec![0u8; len];
     let mut back = vec![0u8; len];
-    let src = device.register(source.as_ptr() as usize, len).unwrap();
-    let dst = device.register(target.as_mut_ptr() as usize, len).unwrap();
-    let bck = device.register(back.as_mut_ptr() as usize, len).unwrap();
+    let src = device
+        .register(source.as_ptr() as usize, len, false)
+        .unwrap();
+    let dst = device
+        .register(target.as_mut_ptr() as usize, len, true)
+        .unwrap();
+    let bck = device
+        .register(back.as_mut_ptr() as usize, len, false)
+        .unwrap();
     // 64 slices of 16 KiB with max_wr 16: the window refills while completions arrive.
     let slice = 16 << 10;
     let writes: Vec<WorkRequest> = (0..len / slice)
@@ -164,8 +170,12 @@ fn nothing_is_posted_after_post_by_and_the_qp_stays_usable() {
     let len = 64 << 10;
     let source = vec![0x5Au8; len];
     let mut target = vec![0x11u8; len];
-    let src = device.register(source.as_ptr() as usize, len).unwrap();
-    let dst = device.register(target.as_mut_ptr() as usize, len).unwrap();
+    let src = device
+        .register(source.as_ptr() as usize, len, false)
+        .unwrap();
+    let dst = device
+        .register(target.as_mut_ptr() as usize, len, true)
+        .unwrap();
     let write = WorkRequest {
         read: false,
         local: source.as_ptr() as u64,
@@ -192,17 +202,54 @@ fn nothing_is_posted_after_post_by_and_the_qp_stays_usable() {
 }
 
 #[test]
+fn a_local_only_registration_refuses_a_peers_work_requests() {
+    let Some(device) = vm_device() else { return };
+    let (mut a, _b) = pair(&device);
+    let len = 64 << 10;
+    let source = vec![0xC3u8; len];
+    let mut private = vec![0x11u8; len];
+    let src = device
+        .register(source.as_ptr() as usize, len, false)
+        .unwrap();
+    let local_only = device
+        .register(private.as_mut_ptr() as usize, len, false)
+        .unwrap();
+    let write = WorkRequest {
+        read: false,
+        local: source.as_ptr() as u64,
+        lkey: src.lkey(),
+        len: len as u32,
+        remote: private.as_ptr() as u64,
+        rkey: local_only.rkey(),
+    };
+    // SAFETY: the buffers are registered and live until the end of the test.
+    let results = unsafe { a.run(&[write], deadline(), None, &|| true) };
+    let problem = results[0].as_ref().unwrap_err();
+    assert!(problem.contains("remote access error"), "{problem}");
+    assert!(
+        private.iter().all(|b| *b == 0x11),
+        "a peer wrote into local-only memory"
+    );
+}
+
+#[test]
 fn a_stale_rkey_is_refused_by_the_nic_and_no_byte_lands() {
     let Some(device) = vm_device() else { return };
     let (mut a, _b) = pair(&device);
     let len = 64 << 10;
     let source = vec![0xA5u8; len];
     let mut target = vec![0x11u8; len];
-    let src = device.register(source.as_ptr() as usize, len).unwrap();
-    let dst = device.register(target.as_mut_ptr() as usize, len).unwrap();
+    let src = device
+        .register(source.as_ptr() as usize, len, false)
+        .unwrap();
+    let dst = device
+        .register(target.as_mut_ptr() as usize, len, true)
+        .unwrap();
     let stale = dst.rkey();
     drop(dst); // Unmount: the region is deregistered before its space is reused.
-    let fresh = device.register(target.as_mut_ptr() as usize, len).unwrap();
+    let fresh = device
+        .register(target.as_mut_ptr() as usize, len, true)
+        .unwrap();
     assert_ne!(fresh.rkey(), stale, "re-registration gives a new rkey");
     let write = WorkRequest {
         read: false,
@@ -246,8 +293,12 @@ fn a_peer_qp_gone_fails_by_the_retry_limit_without_hanging() {
     let len = 4096;
     let mut local = vec![0u8; len];
     let remote = vec![7u8; len];
-    let l = device.register(local.as_mut_ptr() as usize, len).unwrap();
-    let r = device.register(remote.as_ptr() as usize, len).unwrap();
+    let l = device
+        .register(local.as_mut_ptr() as usize, len, false)
+        .unwrap();
+    let r = device
+        .register(remote.as_ptr() as usize, len, true)
+        .unwrap();
     let read = WorkRequest {
         read: true,
         local: local.as_mut_ptr() as u64,
@@ -289,7 +340,7 @@ fn a_dmabuf_registration_the_device_refuses_is_a_clean_error() {
         "the VM's rdma-core has ibv_reg_dmabuf_mr"
     );
     let file = crate::shm::SealedMemfd::create("not a dma-buf", 1 << 16).unwrap();
-    let refused = device.register_dmabuf(file.fd(), 0, 1 << 16, 0x10000);
+    let refused = device.register_dmabuf(file.fd(), 0, 1 << 16, 0x10000, true);
     assert!(matches!(refused, Err(ErrorCode::TransferFail)));
     let message = last_error_message();
     assert!(
@@ -301,7 +352,7 @@ fn a_dmabuf_registration_the_device_refuses_is_a_clean_error() {
         "{message}"
     );
     let host = crate::device::MappedRegion::new(1 << 16).unwrap();
-    assert!(super::gpudirect::register(&device, host.addr(), 1 << 16).is_err());
+    assert!(super::gpudirect::register(&device, host.addr(), 1 << 16, true).is_err());
     let message = last_error_message();
     assert!(
         message.contains("(GPUDirect): no device runtime"),

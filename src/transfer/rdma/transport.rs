@@ -24,7 +24,7 @@ use crate::transfer::wire::Opcode;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -154,6 +154,8 @@ pub(crate) struct RdmaTransport {
     regions: RwLock<BTreeMap<usize, LocalRegion>>,
     /// Idle connections per (peer, index of our device).
     idle: Mutex<HashMap<(SocketAddr, usize), Vec<Connection>>>,
+    /// Set by [`Self::close`]: no connection is made or pooled after it.
+    closed: AtomicBool,
     metrics: Arc<Metrics>,
 }
 
@@ -184,6 +186,7 @@ impl RdmaTransport {
             timeout,
             regions: RwLock::new(BTreeMap::new()),
             idle: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
             metrics,
         }
     }
@@ -200,15 +203,20 @@ impl RdmaTransport {
             .collect()
     }
 
-    /// `[addr, addr+len)` registered on every device (all or none); device memory by
-    /// GPUDirect ([`super::gpudirect`]).
-    fn register_everywhere(&self, addr: usize, len: usize) -> Result<Vec<Arc<Registration>>> {
+    /// `[addr, addr+len)` registered on every device (all or none), for peers' access too
+    /// when `remote_accessible`; device memory by GPUDirect ([`super::gpudirect`]).
+    fn register_everywhere(
+        &self,
+        addr: usize,
+        len: usize,
+        remote_accessible: bool,
+    ) -> Result<Vec<Arc<Registration>>> {
         let on_device = crate::device::runtime().is_device(addr);
         self.nics
             .iter()
             .map(|nic| match on_device {
-                true => super::gpudirect::register(&nic.device, addr, len),
-                false => nic.device.register(addr, len),
+                true => super::gpudirect::register(&nic.device, addr, len, remote_accessible),
+                false => nic.device.register(addr, len, remote_accessible),
             })
             .map(|registration| registration.map(Arc::new))
             .collect()
@@ -219,7 +227,7 @@ impl RdmaTransport {
     /// Errors: `TRANSFER_FAIL` when a device refuses the registration (then it is registered
     /// on none).
     pub(crate) fn register(&self, addr: usize, len: usize, remote_accessible: bool) -> Result<()> {
-        let registrations = self.register_everywhere(addr, len)?;
+        let registrations = self.register_everywhere(addr, len, remote_accessible)?;
         self.regions.write().insert(
             addr,
             LocalRegion {
@@ -255,7 +263,7 @@ impl RdmaTransport {
         };
         let (len, remote_accessible) = (region.len, region.remote_accessible);
         drop(region);
-        let registrations = self.register_everywhere(base, len)?;
+        let registrations = self.register_everywhere(base, len, remote_accessible)?;
         regions.insert(
             base,
             LocalRegion {
@@ -320,6 +328,11 @@ impl RdmaTransport {
             message,
             unreachable: true,
         };
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(unreachable(format!(
+                "RDMA to {peer}: the transfer engine is shut down"
+            )));
+        }
         let mut control = TcpStream::connect_timeout(&peer, self.timeout)
             .map_err(|e| unreachable(format!("RDMA control connection to {peer}: {e}")))?;
         let _ = control.set_nodelay(true);
@@ -368,15 +381,23 @@ impl RdmaTransport {
             return;
         }
         let mut idle = self.idle.lock();
+        // Checked under the lock, so nothing is pooled after `close` cleared the map.
+        if self.closed.load(Ordering::SeqCst) {
+            return;
+        }
         let list = idle.entry((peer, conn.nic)).or_default();
         if list.len() < MAX_IDLE_PER_PEER {
             list.push(conn);
         }
     }
 
-    /// Drops every pooled connection (their peers' QPs go with the control connections).
+    /// Drops every pooled connection (their peers' QPs go with the control connections);
+    /// later slices fail `TRANSFER_FAIL` without connecting. Slices already running finish
+    /// on their connections, which are then dropped.
     pub(crate) fn close(&self) {
-        self.idle.lock().clear();
+        let mut idle = self.idle.lock();
+        self.closed.store(true, Ordering::SeqCst);
+        idle.clear();
     }
 
     /// Runs one slice to `peer` as RDMA READ/WRITE work requests on the next device in
@@ -389,10 +410,11 @@ impl RdmaTransport {
     /// Errors: `STALE_SEGMENT_EPOCH` when the slice names an epoch the peer's region does not
     /// have (after one refresh); `STALE_WRITE_TOKEN` when `send_by` passes (while connecting
     /// or mid-slice) before every work request was posted: none is posted after it, those
-    /// posted before complete, and the connection stays usable; `TRANSFER_FAIL` when the range is not inside one remotely
-    /// accessible region of the peer, the peer cannot be reached, or a work request fails
-    /// (remote access error for a stale rkey, retries exceeded for a dead peer, timeout): the
-    /// QP is then dropped and the next call connects a new one.
+    /// posted before complete, and the connection stays usable; `TRANSFER_FAIL` when the
+    /// range is not inside one remotely accessible region of the peer, the peer cannot be
+    /// reached, the transport is closed, or a work request fails (remote access error for a
+    /// stale rkey, retries exceeded for a dead peer, timeout): the QP is then dropped and the
+    /// next call connects a new one.
     ///
     /// # Safety
     /// `slice.local` is valid for `slice.len` bytes for the operation until this returns.
