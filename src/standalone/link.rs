@@ -7,7 +7,9 @@
 
 use super::conns::{Conn, ConnPool, Lent};
 use super::pool::{BlockGuard, SharedBlock, ShmPool};
-use super::wire::{deadline_to_wire, parse_header, Kind, Reader, WireRequest, Writer, VERSION};
+use super::wire::{
+    deadline_to_wire, parse_header, Kind, Reader, WireRequest, Writer, VERSION, WORKING,
+};
 use crate::error::{fail, set_last_error_message, ErrorCode, Result};
 use crate::transfer::copy::copy_bytes;
 use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
@@ -89,7 +91,11 @@ impl DummyLink {
     /// Errors: `INVALID_PARAMS` when nobody serves `name` or the real client refuses the
     /// dummy; `INTERNAL_ERROR` when the pinger thread cannot be made.
     pub fn connect(name: &str) -> Result<DummyLink> {
-        let ttl = super::ttl();
+        Self::connect_with_ttl(name, super::ttl())
+    }
+
+    /// [`Self::connect`] with a TTL of `ttl` instead of [`super::ttl`].
+    pub(super) fn connect_with_ttl(name: &str, ttl: Duration) -> Result<DummyLink> {
         let id = fastrand::u64(..);
         let (first, master_address, real_name) = open(name, id, ttl)?;
         let inner = Arc::new(Inner {
@@ -233,8 +239,9 @@ fn open(name: &str, id: u64, ttl: Duration) -> Result<(Conn, String, String)> {
     Ok((conn, master, real))
 }
 
-/// Sends one request (with `fd` attached) and reads its answer; the answer's payload after the
-/// code and message. Errors: `TRANSFER_FAIL` for an I/O failure (the connection is then
+/// Sends one request (with `fd` attached) and reads its answer, waiting up to the TTL for it
+/// or for each heartbeat ([`WORKING`]) of a request still running; the answer's payload after
+/// the code and message. Errors: `TRANSFER_FAIL` for an I/O failure (the connection is then
 /// unusable); the real client's code (message recorded) when it refused the request.
 fn exchange(
     stream: &mut UnixStream,
@@ -254,11 +261,17 @@ fn exchange(
         return io_fail("send", e);
     }
     crate::spin::before_read(stream);
-    let mut header = [0u8; 5];
-    if let Err(e) = stream.read_exact(&mut header) {
-        return io_fail("receive", e);
-    }
-    let (_, len) = parse_header(header)?;
+    // Each heartbeat of a request still running restarts the wait (the read timeout).
+    let len = loop {
+        let mut header = [0u8; 5];
+        if let Err(e) = stream.read_exact(&mut header) {
+            return io_fail("receive", e);
+        }
+        match parse_header(header)? {
+            (WORKING, 0) => continue,
+            (_, len) => break len,
+        }
+    };
     let mut answer = vec![0u8; len];
     if let Err(e) = stream.read_exact(&mut answer) {
         return io_fail("receive", e);

@@ -8,7 +8,9 @@
 //! sends nothing for [`super::ttl`] or is closed is dropped with everything held for it; a
 //! dummy's last one detaches the dummy.
 
-use super::wire::{deadline_from_wire, parse_header, Kind, Reader, WireRequest, Writer, VERSION};
+use super::wire::{
+    deadline_from_wire, parse_header, Kind, Reader, WireRequest, Writer, VERSION, WORKING,
+};
 use crate::error::{fail, last_error_message, ErrorCode, Result};
 use crate::shm::{recv_with_fds, PeerMapping};
 use crate::transfer::{TransferEngine, TransferOp, TransferRequest};
@@ -21,7 +23,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Most distinct blocks one dummy may have mapped at once over all its connections
 /// (`MC_DUMMY_MAX_MAPPINGS`, default 4096). A bound against runaway dummies, not hostile
@@ -109,6 +111,17 @@ impl DummyServer {
         own_name: &str,
         master_address: &str,
     ) -> Result<DummyServer> {
+        Self::start_with_ttl(name, engine, own_name, master_address, super::ttl())
+    }
+
+    /// [`Self::start`] with a dummy TTL of `ttl` instead of [`super::ttl`].
+    pub(super) fn start_with_ttl(
+        name: &str,
+        engine: Arc<TransferEngine>,
+        own_name: &str,
+        master_address: &str,
+        ttl: Duration,
+    ) -> Result<DummyServer> {
         let listener = SocketAddr::from_abstract_name(name.as_bytes())
             .and_then(|addr| UnixListener::bind_addr(&addr));
         let listener = match listener {
@@ -124,7 +137,7 @@ impl DummyServer {
             engine,
             own_name: own_name.to_string(),
             master_address: master_address.to_string(),
-            ttl: super::ttl(),
+            ttl,
             stop: AtomicBool::new(false),
             counters: Counters::default(),
             links: Mutex::new(HashMap::new()),
@@ -340,13 +353,77 @@ impl Drop for DummyState<'_> {
 
 /// Serves one dummy connection until it closes, falls silent past the TTL, or breaks the
 /// protocol.
-fn serve(shared: &Shared, mut stream: UnixStream) {
+fn serve(shared: &Shared, stream: UnixStream) {
     if stream.set_read_timeout(Some(shared.ttl)).is_err()
         || stream.set_write_timeout(Some(shared.ttl)).is_err()
     {
         return;
     }
     shared.counters.connections.fetch_add(1, Ordering::Relaxed);
+    let heartbeat = Heartbeat::default();
+    std::thread::scope(|scope| {
+        let beating = std::thread::Builder::new()
+            .name("mc-dummy-heartbeat".into())
+            .spawn_scoped(scope, || heartbeat.run(&stream, shared.ttl / 3));
+        if let Err(error) = beating {
+            tracing::warn!(%error, "no heartbeat thread: long requests may time out");
+        }
+        serve_requests(shared, &stream, &heartbeat);
+        heartbeat.stop();
+    });
+}
+
+/// Tells a dummy that its request is still running: every `period` while one has run for at
+/// least `period`, an empty [`WORKING`] frame. Writes to the connection only under its lock,
+/// which the answer's write also holds, so frames never interleave. Thread-safe.
+#[derive(Default)]
+struct Heartbeat {
+    state: Mutex<Beat>,
+    wake: parking_lot::Condvar,
+}
+
+#[derive(Default)]
+struct Beat {
+    /// When the request being served started; `None` between requests.
+    busy_since: Option<Instant>,
+    stopped: bool,
+}
+
+impl Heartbeat {
+    fn run(&self, mut stream: &UnixStream, period: Duration) {
+        let mut beat = self.state.lock();
+        while !beat.stopped {
+            self.wake.wait_for(&mut beat, period);
+            let long = beat
+                .busy_since
+                .is_some_and(|since| since.elapsed() >= period);
+            if long && !beat.stopped && stream.write_all(&Writer::default().frame(WORKING)).is_err()
+            {
+                break;
+            }
+        }
+    }
+
+    /// A request starts.
+    fn busy(&self) {
+        self.state.lock().busy_since = Some(Instant::now());
+    }
+
+    /// The request ended: writes its answer (no heartbeat after it). Errors: the write's.
+    fn answer(&self, mut stream: &UnixStream, frame: &[u8]) -> std::io::Result<()> {
+        let mut beat = self.state.lock();
+        beat.busy_since = None;
+        stream.write_all(frame)
+    }
+
+    fn stop(&self) {
+        self.state.lock().stopped = true;
+        self.wake.notify_all();
+    }
+}
+
+/// Serves the requests of one connection until it ends or the server stops.
+fn serve_requests(shared: &Shared, stream: &UnixStream, heartbeat: &Heartbeat) {
     let mut state = DummyState {
         shared,
         link: None,
@@ -354,9 +431,10 @@ fn serve(shared: &Shared, mut stream: UnixStream) {
     };
     while !shared.stop.load(Ordering::Acquire) {
         let greeted = state.link.is_some();
-        let Ok((kind, body, fds)) = read_frame(&stream) else {
+        let Ok((kind, body, fds)) = read_frame(stream) else {
             break;
         };
+        heartbeat.busy();
         let mut payload = Writer::default();
         let outcome = match Kind::from_u8(kind) {
             Some(Kind::Hello) if greeted => fail(ErrorCode::InvalidParams, "hello twice"),
@@ -388,7 +466,7 @@ fn serve(shared: &Shared, mut stream: UnixStream) {
             Err(code) => answer.i32(code.code()).str(&last_error_message()),
         };
         answer.0.extend_from_slice(&payload.0);
-        if stream.write_all(&answer.frame(0)).is_err() {
+        if heartbeat.answer(stream, &answer.frame(0)).is_err() {
             break;
         }
     }

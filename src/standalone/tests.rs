@@ -327,11 +327,79 @@ fn shutdown_ends_connected_dummies_and_keeps_no_socket() {
 /// A real client's dummy server on [`engine_with_segment`] (socket named after `tag`) and a
 /// dummy link attached to it; the segment comes along to keep it mapped.
 fn served_link(tag: &str) -> (MappedRegion, DummyServer, Arc<crate::standalone::DummyLink>) {
+    served_link_with(tag, super::ttl())
+}
+
+/// [`served_link`] with a dummy TTL of `ttl` on both sides.
+fn served_link_with(
+    tag: &str,
+    ttl: Duration,
+) -> (MappedRegion, DummyServer, Arc<crate::standalone::DummyLink>) {
     let (engine, segment) = engine_with_segment();
     let name = format!("mc-rs-test-{}-{tag}.sock", std::process::id());
-    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
-    let link = Arc::new(crate::standalone::DummyLink::connect(&name).unwrap());
+    let server =
+        DummyServer::start_with_ttl(&name, Arc::clone(&engine), OWN, "127.0.0.1:1", ttl).unwrap();
+    let link = Arc::new(crate::standalone::DummyLink::connect_with_ttl(&name, ttl).unwrap());
     (segment, server, link)
+}
+
+/// Finding (review of the standalone layout): a dummy waited at most its TTL for any answer,
+/// so a call the real client was still working on (a large or slow transfer, well within the
+/// engine's timeouts) failed `TRANSFER_FAIL` and was abandoned. The real client's heartbeats
+/// now keep the dummy waiting: a read held 1 s by a slow peer, with a TTL of 300 ms, lands
+/// and returns `Ok` without a reconnect.
+#[test]
+fn a_call_longer_than_the_ttl_succeeds_on_the_real_clients_heartbeats() {
+    use crate::standalone::ShmPool;
+    use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
+    let (_segment, server, link) = served_link_with("slow", Duration::from_millis(300));
+    let owner_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let owner_addr = owner_listener.local_addr().unwrap();
+    let owner = TransferEngine::new(EngineConfig {
+        local_name: owner_addr.to_string(),
+        listener: Some(owner_listener),
+        resolver: Arc::new(DirectResolver),
+        memcpy_enabled: true,
+        rdma: None,
+    })
+    .unwrap();
+    let owned = MappedRegion::new(1 << 16).unwrap();
+    // SAFETY: our own 64 KiB mapping.
+    unsafe { std::ptr::write_bytes(owned.addr() as *mut u8, 0x6b, 1 << 16) };
+    owner.register(owned.addr(), owned.len(), true).unwrap();
+    let (proxy, seen, release) = paused_proxy(owner_addr);
+    let block = ShmPool::global().alloc(1 << 16, "slow call test").unwrap();
+    let addr = block.addr();
+    let reader = {
+        let (link, remote_addr) = (Arc::clone(&link), owned.addr() as u64);
+        std::thread::spawn(move || {
+            let request = TransferRequest {
+                op: TransferOp::Read,
+                local_addr: addr,
+                len: 1 << 16,
+                endpoint: &proxy,
+                remote_addr,
+                epoch: 0,
+                send_by: None,
+            };
+            // SAFETY: the block stays allocated for the whole test.
+            let result = unsafe { link.transfer(&[request]) };
+            (result, crate::error::last_error_message())
+        })
+    };
+    seen.recv_timeout(Duration::from_secs(10)).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    release.store(true, std::sync::atomic::Ordering::Release);
+    let (result, message) = reader.join().unwrap();
+    assert_eq!(result, vec![Ok(())], "{message}");
+    // SAFETY: the block is allocated (64 KiB at `addr`).
+    let landed = unsafe { std::slice::from_raw_parts(addr as *const u8, 1 << 16) };
+    assert!(landed.iter().all(|&b| b == 0x6b), "the read did not land");
+    assert_eq!(link.stats().reconnects, 0, "{:?}", link.stats());
+    drop(link);
+    drop(server);
+    drop(block);
+    ShmPool::global().free(addr).unwrap();
 }
 
 /// Finding S13: a dummy's transfers were serialised on its one connection, so a thread whose

@@ -7,7 +7,11 @@ use crate::error::{fail, ErrorCode, Result};
 use std::time::{Duration, Instant};
 
 /// Protocol version in [`Kind::Hello`]; the real client refuses any other.
-pub(super) const VERSION: u32 = 3;
+pub(super) const VERSION: u32 = 4;
+/// Kind of an empty answer frame the real client sends every third of the TTL while a
+/// request still runs; the request's answer (kind 0) follows. Keeps a long transfer from
+/// being taken for a hung real client.
+pub(super) const WORKING: u8 = 0xfe;
 /// Largest frame body either side accepts (a batch of many requests fits easily).
 pub(super) const MAX_BODY: usize = 64 << 20;
 
