@@ -16,7 +16,6 @@ use crate::shm::{recv_with_fds, PeerMapping};
 use crate::transfer::{TransferEngine, TransferOp, TransferRequest};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::io::Write;
 use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
@@ -390,15 +389,14 @@ struct Beat {
 }
 
 impl Heartbeat {
-    fn run(&self, mut stream: &UnixStream, period: Duration) {
+    fn run(&self, stream: &UnixStream, period: Duration) {
         let mut beat = self.state.lock();
         while !beat.stopped {
             self.wake.wait_for(&mut beat, period);
             let long = beat
                 .busy_since
                 .is_some_and(|since| since.elapsed() >= period);
-            if long && !beat.stopped && stream.write_all(&Writer::default().frame(WORKING)).is_err()
-            {
+            if long && !beat.stopped && send(stream, &Writer::default().frame(WORKING)).is_err() {
                 break;
             }
         }
@@ -410,16 +408,22 @@ impl Heartbeat {
     }
 
     /// The request ended: writes its answer (no heartbeat after it). Errors: the write's.
-    fn answer(&self, mut stream: &UnixStream, frame: &[u8]) -> std::io::Result<()> {
+    fn answer(&self, stream: &UnixStream, frame: &[u8]) -> std::io::Result<()> {
         let mut beat = self.state.lock();
         beat.busy_since = None;
-        stream.write_all(frame)
+        send(stream, frame)
     }
 
     fn stop(&self) {
         self.state.lock().stopped = true;
         self.wake.notify_all();
     }
+}
+
+/// Writes all of `frame` without raising `SIGPIPE` when the dummy is gone (the server may run
+/// in a process that does not ignore it).
+fn send(stream: &UnixStream, frame: &[u8]) -> std::io::Result<()> {
+    crate::shm::send_with_fds(stream, frame, &[])
 }
 
 /// Serves the requests of one connection until it ends or the server stops.
@@ -473,6 +477,11 @@ fn serve_requests(shared: &Shared, stream: &UnixStream, heartbeat: &Heartbeat) {
 }
 
 /// Reads one frame and the descriptors that came with it. Errors end the dummy.
+/// Most descriptors a frame may carry (a `Map` request carries one). A dummy sending more, on
+/// any chunk of a frame, is dropped at once (the descriptors closed), so it cannot fill the
+/// real client's descriptor table by spreading a long frame over many messages.
+const MAX_FDS_PER_FRAME: usize = 1;
+
 fn read_frame(stream: &UnixStream) -> std::io::Result<(u8, Vec<u8>, Vec<OwnedFd>)> {
     let mut fds = Vec::new();
     let mut header = [0u8; 5];
@@ -488,6 +497,12 @@ fn read_full(stream: &UnixStream, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> std
     while got < buf.len() {
         let (n, more) = recv_with_fds(stream.as_fd(), &mut buf[got..])?;
         fds.extend(more);
+        if fds.len() > MAX_FDS_PER_FRAME {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("more than {MAX_FDS_PER_FRAME} descriptor in one frame"),
+            ));
+        }
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }

@@ -627,3 +627,36 @@ fn a_dummys_own_blocks_are_not_the_callers_to_free() {
     assert_eq!(pool.free(own), Ok(()));
     assert_eq!(pool.free(own), Err(ErrorCode::InvalidParams));
 }
+
+/// Finding (review of the standalone layout): the real client kept every descriptor attached
+/// to any chunk of a frame until the frame ended, so a dummy sending a long frame one byte per
+/// message, each with descriptors, could fill the real client's descriptor table. A second
+/// descriptor in one frame now drops the connection at once.
+#[test]
+fn a_frame_with_more_than_one_descriptor_drops_the_connection() {
+    let (engine, _segment) = engine_with_segment();
+    let name = format!("mc-rs-test-{}-fdflood.sock", std::process::id());
+    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let mut s = connect(&name);
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut hello = Writer::default();
+    hello.u32(VERSION).u32(1).u64(1);
+    assert_eq!(call(&mut s, Kind::Hello as u8, &hello, None).0, 0);
+    // A Map frame declaring a 4 KiB body, sent a byte at a time, a descriptor on each byte.
+    let mut body = Writer::default();
+    body.0.resize(4096, 0);
+    let frame = body.frame(Kind::Map as u8);
+    let memfd = SealedMemfd::create("fd flood test", 4096).unwrap();
+    for byte in frame.chunks(1).take(8) {
+        if send_with_fds(s.as_fd(), byte, &[memfd.fd()]).is_err() {
+            break; // Dropped already.
+        }
+    }
+    let mut answer = [0u8; 1];
+    let ended = match s.read(&mut answer) {
+        Ok(n) => n == 0,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    };
+    assert!(ended, "the real client kept reading the flooding frame");
+    drop(server);
+}
