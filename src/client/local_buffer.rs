@@ -19,13 +19,13 @@ impl Backing {
     fn addr(&self) -> usize {
         match self {
             Backing::Private(region) => region.addr(),
-            Backing::Shared(guard) => guard.block().addr(),
+            Backing::Shared(guard) => guard.addr(),
         }
     }
     fn len(&self) -> usize {
         match self {
             Backing::Private(region) => region.len(),
-            Backing::Shared(guard) => guard.block().len(),
+            Backing::Shared(guard) => guard.len(),
         }
     }
 }

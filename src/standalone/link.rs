@@ -530,10 +530,10 @@ impl Inner {
     ) -> Result<()> {
         self.unmap_freed(c)?;
         let staging = match &c.staging {
-            Some(guard) => Arc::clone(guard.block()),
+            Some(guard) => guard.block()?,
             None => {
                 let guard = BlockGuard::new(staging_bytes(), "dummy staging")?;
-                Arc::clone(c.staging.insert(guard).block())
+                c.staging.insert(guard).block()?
             }
         };
         let capacity = staging.len();

@@ -168,19 +168,45 @@ impl ShmPool {
 }
 
 /// A block that is freed from the pool when this guard drops (a dummy's local buffer and
-/// staging area). Ownership: holds the block; clones of its `Arc` keep the pages mapped.
-pub struct BlockGuard(Arc<SharedBlock>);
+/// staging area). Ownership: it holds only the block's address; the pool holds the block, so
+/// after a re-home the successor is what the guard stands for and frees, and the replaced
+/// block's file is released at once (not kept until the guard drops).
+pub struct BlockGuard {
+    addr: usize,
+    len: usize,
+}
 
 impl BlockGuard {
     /// Allocates a block from the global pool; errors as [`ShmPool::alloc`].
     pub fn new(len: u64, what: &str) -> Result<BlockGuard> {
-        ShmPool::global()
-            .alloc_for(len, what, Holder::Guard)
-            .map(BlockGuard)
+        let block = ShmPool::global().alloc_for(len, what, Holder::Guard)?;
+        Ok(BlockGuard {
+            addr: block.addr(),
+            len: block.len(),
+        })
     }
-    /// The block.
-    pub fn block(&self) -> &Arc<SharedBlock> {
-        &self.0
+    /// Address of the first byte (the same for every successor).
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+    /// Length in bytes (a whole number of pages).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Never true: blocks have at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The block at the guard's address now (the successor after a re-home).
+    /// Errors: `INTERNAL_ERROR` if the pool has no block there (never, while the guard lives).
+    pub fn block(&self) -> Result<Arc<SharedBlock>> {
+        match ShmPool::global().find(self.addr, 1) {
+            Some((block, 0)) => Ok(block),
+            _ => fail(
+                ErrorCode::InternalError,
+                format!("no shared block at {:#x} for its guard", self.addr),
+            ),
+        }
     }
 }
 
@@ -188,6 +214,6 @@ impl Drop for BlockGuard {
     fn drop(&mut self) {
         // Only this guard frees its block ([`ShmPool::free`] refuses it).
         let pool = ShmPool::global();
-        pool.forget(&mut pool.blocks.write(), self.0.addr());
+        pool.forget(&mut pool.blocks.write(), self.addr);
     }
 }

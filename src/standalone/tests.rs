@@ -611,7 +611,7 @@ fn a_dummys_own_blocks_are_not_the_callers_to_free() {
     use super::pool::{BlockGuard, ShmPool};
     let pool = ShmPool::global();
     let guard = BlockGuard::new(4096, "guarded test block").unwrap();
-    let (addr, id) = (guard.block().addr(), guard.block().id());
+    let (addr, id) = (guard.addr(), guard.block().unwrap().id());
     assert_eq!(pool.free(addr), Err(ErrorCode::InvalidParams));
     assert!(
         crate::error::last_error_message().contains("dummy's own"),
@@ -659,4 +659,38 @@ fn a_frame_with_more_than_one_descriptor_drops_the_connection() {
     };
     assert!(ended, "the real client kept reading the flooding frame");
     drop(server);
+}
+
+/// Finding (review of the standalone layout): a guard held its block's first `Arc`, so after
+/// a re-home (an abandoned call naming the dummy's local buffer) the replaced block, with its
+/// memfd and pages, stayed alive until the guard dropped: a second local buffer's worth of
+/// shared memory per client, and `guard.block()` named a stale id. The guard now stands for
+/// the block at its address.
+#[test]
+fn a_re_homed_guarded_block_releases_its_old_file() {
+    use super::pool::{BlockGuard, ShmPool};
+    let name = format!("guard rehome test {}", std::process::id());
+    let files = || {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+            .filter(|link| link.to_string_lossy().contains(&name))
+            .count()
+    };
+    let guard = BlockGuard::new(1 << 16, &name).unwrap();
+    assert_eq!(files(), 1);
+    let old_id = guard.block().unwrap().id();
+    ShmPool::global().rehome(old_id).unwrap();
+    let current = ShmPool::global().find(guard.addr(), 1).unwrap().0.id();
+    assert_ne!(current, old_id);
+    assert_eq!(
+        guard.block().unwrap().id(),
+        current,
+        "the guard names a stale block"
+    );
+    assert_eq!(files(), 0, "the replaced block's file is still open");
+    let addr = guard.addr();
+    drop(guard);
+    let held = ShmPool::global().find(addr, 1).map(|(block, _)| block.id());
+    assert_ne!(held, Some(current), "the guard's drop left its successor");
 }
