@@ -183,8 +183,10 @@ impl PeerMaps {
     /// The mapping through which a request to `[addr, addr+len)` of `endpoint`'s segment,
     /// mount `epoch`, is served; `None`: use the network. Requests naming no epoch (0) never
     /// take this path: only segment replicas, whose mount the owner can vouch for, do. A
-    /// cached mapping of another epoch, or whose owner closed its connection or retired the
-    /// mount, is dropped and a new handshake made (at most one per call).
+    /// request naming another epoch than a cached mapping its owner still serves uses the
+    /// network and leaves the mapping alone; a cached mapping whose owner closed its
+    /// connection or retired the mount is dropped and a new handshake made (at most one per
+    /// call).
     ///
     /// The handshake runs outside the cache lock, one per endpoint at a time: a caller that
     /// finds one in flight waits for it at most the handshake timeout and then uses the
@@ -207,6 +209,9 @@ impl PeerMaps {
                 Some(Entry::Mapped(peer)) if peer.epoch == epoch && peer.usable() => {
                     return peer.covers(addr, len).then(|| Arc::clone(peer));
                 }
+                // The owner still serves the cached mount: the request names a stale one. The
+                // network refuses it (`STALE_SEGMENT_EPOCH`); the mapping stays.
+                Some(Entry::Mapped(peer)) if peer.usable() => return None,
                 Some(Entry::Mapped(_)) => {
                     bump(&self.metrics.same_host_mappings_dropped);
                     break;

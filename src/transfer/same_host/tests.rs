@@ -149,3 +149,32 @@ fn an_endpoint_whose_address_is_not_of_this_host_is_never_asked() {
     let (local, _exporter, _file, _mine) = owner(9);
     assert!(peers.lookup(&local, 9, 0x10_0000, 16).is_some());
 }
+
+/// Finding (review of the same-host path): a request naming a stale epoch dropped the cached,
+/// still current mapping, so requests of the old and the current mount alternating (while
+/// the master still hands out descriptors of a remounted owner) remapped the whole segment
+/// each time. A stale request now goes to the network and leaves the mapping alone.
+#[test]
+fn a_stale_epoch_request_keeps_the_current_mapping() {
+    let (endpoint, _exporter, _file, _mine) = owner(12);
+    let metrics = Arc::new(Metrics::default());
+    let peers = maps(&metrics);
+    let first = peers.lookup(&endpoint, 12, 0x10_0000, 16).unwrap();
+    assert!(
+        peers.lookup(&endpoint, 11, 0x10_0000, 16).is_none(),
+        "stale"
+    );
+    let again = peers.lookup(&endpoint, 12, 0x10_0000, 16).unwrap();
+    assert!(
+        Arc::ptr_eq(&first, &again),
+        "the current mapping was remade"
+    );
+    let snapshot = metrics.snapshot();
+    assert_eq!(
+        (
+            snapshot.same_host_handshakes,
+            snapshot.same_host_mappings_dropped
+        ),
+        (1, 0)
+    );
+}
