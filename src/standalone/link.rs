@@ -8,7 +8,7 @@
 use super::conns::{Conn, ConnPool, Lent};
 use super::pool::{BlockGuard, SharedBlock, ShmPool};
 use super::wire::{
-    deadline_to_wire, parse_header, Kind, Reader, WireRequest, Writer, VERSION, WORKING,
+    deadline_to_wire, parse_header, Kind, Reader, WireRequest, Writer, MAX_BODY, VERSION, WORKING,
 };
 use crate::error::{fail, set_last_error_message, ErrorCode, Result};
 use crate::transfer::copy::copy_bytes;
@@ -22,6 +22,10 @@ use std::os::unix::net::{SocketAddr, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Largest body of the pieces of one `Transfer` round: a call with more (about a million
+/// requests) is sent in several rounds, each well inside the real client's [`MAX_BODY`].
+const ROUND_BODY: usize = MAX_BODY / 2;
 
 /// Bytes of the staging block (`MC_DUMMY_STAGING_BYTES`, default 8 MiB, at least 4 KiB).
 fn staging_bytes() -> u64 {
@@ -539,6 +543,9 @@ impl Inner {
         let capacity = staging.len();
         let mut pieces = Vec::new();
         let mut used = 0usize;
+        // Bytes the pieces of this round encode to: a round is sent before its frame would
+        // pass ROUND_BODY (the real client refuses frames over MAX_BODY).
+        let mut body = 0usize;
         for (index, request) in requests.iter().enumerate() {
             if request.len == 0 {
                 continue;
@@ -554,9 +561,16 @@ impl Inner {
                 send_by_monotonic_ns,
                 endpoint: request.endpoint.to_string(),
             };
+            let piece_len = WireRequest::encoded_len(request.endpoint);
             if let Some((block, offset)) = ShmPool::global().find(request.local_addr, request.len) {
                 self.ensure_mapped(c, &block)?;
                 named.insert(block.id());
+                if body + piece_len > ROUND_BODY {
+                    // SAFETY: forwarded from the caller.
+                    unsafe { self.round(c, &mut pieces, results) }?;
+                    (used, body) = (0, 0);
+                }
+                body += piece_len;
                 pieces.push(Piece {
                     request: index,
                     wire: wire(block.id(), offset, request.len, 0),
@@ -569,11 +583,12 @@ impl Inner {
             self.ensure_mapped(c, &staging)?;
             let mut at = 0u64;
             while at < request.len {
-                if used == capacity {
+                if used == capacity || body + piece_len > ROUND_BODY {
                     // SAFETY: forwarded from the caller.
                     unsafe { self.round(c, &mut pieces, results) }?;
-                    used = 0;
+                    (used, body) = (0, 0);
                 }
+                body += piece_len;
                 let len = (request.len - at).min((capacity - used) as u64) as usize;
                 let local = (request.local_addr as *mut u8).wrapping_add(at as usize);
                 let stage = (staging.addr() as *mut u8).wrapping_add(used);

@@ -694,3 +694,68 @@ fn a_re_homed_guarded_block_releases_its_old_file() {
     let held = ShmPool::global().find(addr, 1).map(|(block, _)| block.id());
     assert_ne!(held, Some(current), "the guard's drop left its successor");
 }
+
+/// Finding (review of the standalone layout): a dummy sent every piece of a call in one
+/// `Transfer` frame, so a call encoding to more than the real client's 64 MiB frame limit
+/// (about a million requests) failed whole: the real client dropped the connection. It is
+/// now sent in rounds. Endpoint names of 4 KB make 20 000 requests (81 MB) enough here.
+#[test]
+fn a_call_over_one_frame_is_sent_in_rounds() {
+    use crate::standalone::ShmPool;
+    use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
+    let (segment, server, link) = served_link("rounds");
+    let block = ShmPool::global().alloc(4096, "rounds test").unwrap();
+    // SAFETY: our own 4 KiB block.
+    unsafe { std::ptr::write_bytes(block.addr() as *mut u8, 0x5c, 1) };
+    let unreachable = format!("{}:1", "x".repeat(4000));
+    let one_byte = |endpoint, remote_addr| TransferRequest {
+        op: TransferOp::Write,
+        local_addr: block.addr(),
+        len: 1,
+        endpoint,
+        remote_addr,
+        epoch: 0,
+        send_by: None,
+    };
+    let n = 20_000;
+    let piece = super::wire::WireRequest::encoded_len(&unreachable);
+    assert!(
+        n * piece > super::wire::MAX_BODY,
+        "the call must not fit one frame"
+    );
+    let mut requests: Vec<TransferRequest<'_>> =
+        (0..n).map(|_| one_byte(&unreachable, 0x1000)).collect();
+    requests.push(one_byte(OWN, segment.addr() as u64));
+    // SAFETY: the block and the segment outlive the call.
+    let results = unsafe { link.transfer(&requests) };
+    let message = crate::error::last_error_message();
+    assert_eq!(results.len(), n + 1);
+    assert_eq!(results[n], Ok(()), "{message}");
+    assert!(results[..n].iter().all(Result::is_err));
+    // SAFETY: the segment is mapped; nothing else writes it now.
+    assert_eq!(unsafe { *(segment.addr() as *const u8) }, 0x5c);
+    assert_eq!(link.stats().reconnects, 0, "{:?}", link.stats());
+    drop(link);
+    drop(server);
+    ShmPool::global().free(block.addr()).unwrap();
+}
+
+#[test]
+fn a_wire_requests_encoded_length_is_what_it_encodes() {
+    let request = super::wire::WireRequest {
+        write: true,
+        block: 1,
+        offset: 2,
+        len: 3,
+        remote_addr: 4,
+        epoch: 5,
+        send_by_monotonic_ns: 6,
+        endpoint: "127.0.0.1:12345".into(),
+    };
+    let mut w = Writer::default();
+    request.encode(&mut w);
+    assert_eq!(
+        w.0.len(),
+        super::wire::WireRequest::encoded_len(&request.endpoint)
+    );
+}

@@ -202,6 +202,11 @@ pub(super) fn deadline_from_wire(ns: u64) -> Option<Instant> {
 }
 
 impl WireRequest {
+    /// Bytes [`Self::encode`] writes for a request naming `endpoint`.
+    pub(super) fn encoded_len(endpoint: &str) -> usize {
+        1 + 6 * 8 + 4 + endpoint.len()
+    }
+
     pub(super) fn encode(&self, w: &mut Writer) {
         w.u8(u8::from(self.write))
             .u64(self.block)
