@@ -35,7 +35,7 @@ unsafe impl Sync for MappedRegion {}
 impl MappedRegion {
     /// Maps `len` bytes (> 0) of anonymous private memory, asks for transparent huge pages and
     /// faults every page in. `INVALID_PARAMS` for a zero or oversized `len`,
-    /// `INTERNAL_ERROR` when the kernel refuses the mapping.
+    /// `INTERNAL_ERROR` when the kernel refuses the mapping or cannot provide its pages.
     pub fn new(len: u64) -> Result<MappedRegion> {
         let len = checked_len(len)?;
         Self::map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, None)
@@ -80,7 +80,7 @@ impl MappedRegion {
             file,
             owns_range: AtomicBool::new(true),
         };
-        region.prefault();
+        region.prefault()?;
         Ok(region)
     }
 
@@ -106,7 +106,8 @@ impl MappedRegion {
     ///
     /// Errors: `INVALID_PARAMS` for an anonymous region; [`SealedMemfd::create`]'s and
     /// `INTERNAL_ERROR` when the kernel refuses the mapping: the region then keeps its
-    /// previous file and pages.
+    /// previous file and pages; `INTERNAL_ERROR` when the kernel cannot provide the fresh
+    /// pages (the region then maps the fresh file, not all of it populated).
     pub fn renew_shared(&mut self, what: &str) -> Result<()> {
         if self.file.is_none() {
             return fail(
@@ -131,10 +132,12 @@ impl MappedRegion {
         };
         let remapped = base != libc::MAP_FAILED;
         let error = std::io::Error::last_os_error();
-        if remapped {
+        let prefaulted = if remapped {
             self.file = Some(file);
-            self.prefault();
-        }
+            self.prefault()
+        } else {
+            Ok(())
+        };
         if was_pinned {
             // SAFETY: our own mapping; `pin` is dropped before the unmapping in `Drop`.
             self.pin = unsafe { HostRegistration::new(self.addr(), self.len, what) };
@@ -148,7 +151,7 @@ impl MappedRegion {
                 ),
             );
         }
-        Ok(())
+        prefaulted
     }
 
     fn pin(mut self, what: &str) -> Result<MappedRegion> {
@@ -243,14 +246,33 @@ impl MappedRegion {
         self.pin.is_some()
     }
 
-    fn prefault(&self) {
-        // SAFETY: the range is our own mapping. Both calls are advisory; failure only costs speed.
-        unsafe {
+    /// Faults every page in: `MADV_POPULATE_WRITE` where the kernel has it (5.14+), else each
+    /// page is touched. Errors: `INTERNAL_ERROR` when the kernel says it cannot provide the
+    /// pages (`ENOMEM` under strict overcommit or a memory limit, `EFAULT`, `EHWPOISON`):
+    /// touching them instead would get the process killed or a `SIGBUS`.
+    fn prefault(&self) -> Result<()> {
+        // SAFETY: the range is our own mapping. The huge-page hint is advisory.
+        let populated = unsafe {
             libc::madvise(self.base.cast(), self.len, libc::MADV_HUGEPAGE);
             const MADV_POPULATE_WRITE: libc::c_int = 23;
-            if libc::madvise(self.base.cast(), self.len, MADV_POPULATE_WRITE) == 0 {
-                return;
-            }
+            libc::madvise(self.base.cast(), self.len, MADV_POPULATE_WRITE)
+        };
+        if populated == 0 {
+            return Ok(());
+        }
+        let error = std::io::Error::last_os_error();
+        // EINVAL (an older kernel), EPERM/ENOSYS (a sandbox): unsupported, touch instead.
+        if matches!(
+            error.raw_os_error(),
+            Some(libc::ENOMEM | libc::EFAULT | libc::EHWPOISON)
+        ) {
+            return fail(
+                ErrorCode::InternalError,
+                format!(
+                    "the kernel cannot provide the {} bytes of a mapping: {error}",
+                    self.len
+                ),
+            );
         }
         let page = 4096;
         let mut offset = 0;
@@ -259,6 +281,7 @@ impl MappedRegion {
             unsafe { self.base.add(offset).write_volatile(0) };
             offset += page;
         }
+        Ok(())
     }
 
     /// Base address.

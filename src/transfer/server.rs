@@ -361,13 +361,22 @@ async fn serve_rdma_handshake(
     if let Err(stop) = before(deadline, conn.read_exact(&mut theirs)).await {
         return stop;
     }
-    let (_qp, reply) = match rdma.accept(&theirs) {
+    // Creating and connecting the QP makes blocking verbs calls (and waits while a remount
+    // re-registers a segment): off the runtime, so the other connections keep being served.
+    let rdma = Arc::clone(rdma);
+    let accepted = tokio::task::spawn_blocking(move || {
+        rdma.accept(&theirs)
+            .map_err(|_| crate::error::last_error_message())
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("RDMA handshake task failed: {e}")));
+    let (_qp, reply) = match accepted {
         Ok(accepted) => accepted,
-        Err(_) => {
+        Err(why) => {
             let refusal = Refusal {
                 v2: true,
                 status: Status::AddrRejected,
-                why: crate::error::last_error_message(),
+                why,
             };
             reject(conn.get_mut(), context, refusal).await;
             return Stop::Refused;

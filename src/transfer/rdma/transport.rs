@@ -81,7 +81,11 @@ fn peer_closed(control: &TcpStream) -> bool {
     let closed = match control.peek(&mut byte) {
         Ok(0) => true,
         Ok(_) => false,
-        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        // Nothing to read (or a signal interrupted the peek): still open.
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+        ),
     };
     closed || control.set_nonblocking(false).is_err()
 }
