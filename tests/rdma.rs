@@ -839,6 +839,10 @@ fn a_write_past_its_send_by_posts_nothing_more() {
         started.elapsed()
     );
     assert_eq!(result, Err(ErrorCode::StaleWriteToken), "{message}");
+    assert!(
+        segment[small..2 * small] == local[small..2 * small],
+        "nothing was posted: the grant ended before the run, not during it"
+    );
     let after = serial.metrics();
     assert!(after.late_sends_refused > before.late_sends_refused);
     assert!(

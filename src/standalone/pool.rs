@@ -95,7 +95,9 @@ impl ShmPool {
         let mut blocks = self.blocks.write();
         match blocks.get(&addr).map(|b| b.holder) {
             Some(Holder::Caller) => {
-                self.forget(&mut blocks, addr);
+                let removed = self.forget(&mut blocks, addr);
+                drop(blocks);
+                drop(removed); // Unmapped (if last) outside the table's lock.
                 Ok(())
             }
             Some(Holder::Guard) => fail(
@@ -112,11 +114,17 @@ impl ShmPool {
         }
     }
 
-    /// Removes the block at `addr` from `blocks` (the table, locked) and logs its id as freed.
-    fn forget(&self, blocks: &mut BTreeMap<usize, Arc<SharedBlock>>, addr: usize) {
-        if let Some(block) = blocks.remove(&addr) {
-            self.freed.lock().push(block.id);
-        }
+    /// Removes the block at `addr` from `blocks` (the table, locked) and logs its id as freed;
+    /// returns it, for the caller to drop after releasing the lock (dropping the last `Arc`
+    /// unmaps the block, which may take long).
+    fn forget(
+        &self,
+        blocks: &mut BTreeMap<usize, Arc<SharedBlock>>,
+        addr: usize,
+    ) -> Option<Arc<SharedBlock>> {
+        let block = blocks.remove(&addr)?;
+        self.freed.lock().push(block.id);
+        Some(block)
     }
 
     /// The block holding all of `[addr, addr + len)` and the offset of `addr` in it.
@@ -214,6 +222,7 @@ impl Drop for BlockGuard {
     fn drop(&mut self) {
         // Only this guard frees its block ([`ShmPool::free`] refuses it).
         let pool = ShmPool::global();
-        pool.forget(&mut pool.blocks.write(), self.addr);
+        let removed = pool.forget(&mut pool.blocks.write(), self.addr);
+        drop(removed); // Outside the table's lock (the statement above released it).
     }
 }

@@ -367,14 +367,31 @@ fn serve(shared: &Shared, stream: UnixStream) {
         if let Err(error) = beating {
             tracing::warn!(%error, "no heartbeat thread: long requests may time out");
         }
+        // Stopped also when serving panics, or the scope would wait for it forever while
+        // it tells the dummy a dead request is still running.
+        let _stop = StopOnDrop(&heartbeat);
         serve_requests(shared, &stream, &heartbeat);
-        heartbeat.stop();
     });
 }
 
-/// Tells a dummy that its request is still running: every `period` while one has run for at
-/// least `period`, an empty [`WORKING`] frame. Writes to the connection only under its lock,
-/// which the answer's write also holds, so frames never interleave. Thread-safe.
+/// Stops its heartbeat when dropped.
+struct StopOnDrop<'a>(&'a Heartbeat);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+/// Longest a request is reported as still running: a real client whose request runs longer
+/// is taken as wedged, its heartbeats stop, and the dummy gives up after its TTL.
+const MAX_REPORTED_RUN: Duration = Duration::from_secs(600);
+
+/// Tells a dummy that its request is still running: at every wake (each `period`) while one
+/// has run for at least half a `period` (and at most [`MAX_REPORTED_RUN`]), an empty
+/// [`WORKING`] frame; so the first comes within 1.5 periods of the start and the next every
+/// period. Writes to the connection only under its lock, which the answer's write also
+/// holds, so frames never interleave. Thread-safe.
 #[derive(Default)]
 struct Heartbeat {
     state: Mutex<Beat>,
@@ -395,7 +412,7 @@ impl Heartbeat {
             self.wake.wait_for(&mut beat, period);
             let long = beat
                 .busy_since
-                .is_some_and(|since| since.elapsed() >= period);
+                .is_some_and(|since| (period / 2..MAX_REPORTED_RUN).contains(&since.elapsed()));
             if long && !beat.stopped && send(stream, &Writer::default().frame(WORKING)).is_err() {
                 break;
             }
@@ -476,12 +493,12 @@ fn serve_requests(shared: &Shared, stream: &UnixStream, heartbeat: &Heartbeat) {
     }
 }
 
-/// Reads one frame and the descriptors that came with it. Errors end the dummy.
 /// Most descriptors a frame may carry (a `Map` request carries one). A dummy sending more, on
 /// any chunk of a frame, is dropped at once (the descriptors closed), so it cannot fill the
 /// real client's descriptor table by spreading a long frame over many messages.
 const MAX_FDS_PER_FRAME: usize = 1;
 
+/// Reads one frame and the descriptors that came with it. Errors end the dummy.
 fn read_frame(stream: &UnixStream) -> std::io::Result<(u8, Vec<u8>, Vec<OwnedFd>)> {
     let mut fds = Vec::new();
     let mut header = [0u8; 5];

@@ -279,7 +279,9 @@ impl TransferEngine {
     /// refuses the old epoch and before the range is re-registered with the NIC: a remount that
     /// gives the segment fresh pages (see [`crate::device::MappedRegion::renew_shared`]) must
     /// register the *new* pages, or RDMA peers would read and write the old ones. Errors: as
-    /// `set_region_epoch`, and `replace_pages`' (then the range is not re-registered).
+    /// `set_region_epoch`, and `replace_pages`'. The range is re-registered even when
+    /// `replace_pages` failed (it may have replaced the pages before failing), so the NIC
+    /// never serves the previous pages or the previous rkey under the new epoch.
     pub fn set_region_epoch_with(
         &self,
         base: usize,
@@ -287,11 +289,12 @@ impl TransferEngine {
         replace_pages: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         self.registry.set_epoch(base, epoch)?;
-        replace_pages()?;
-        match &self.rdma {
+        let replaced = replace_pages();
+        let registered = match &self.rdma {
             Some(rdma) => rdma.set_epoch(base, epoch),
             None => Ok(()),
-        }
+        };
+        replaced.and(registered)
     }
 
     /// Offers mount `epoch` of our segment `[base, base+len)`, whose pages are the memfd

@@ -321,10 +321,10 @@ impl QueuePair {
     /// grant ended): the rest fail as not posted, and the QP stays usable, not broken (so an
     /// error with [`Self::is_broken`] false means exactly that). After an error completion
     /// nothing more is posted (the QP is in error; the rest fail as not run); at `deadline`,
-    /// when `peer_alive` (asked
-    /// every [`LIVENESS_PERIOD`] without a completion) says the peer is gone, or when the
-    /// device reported an asynchronous error for the CQ or QP (a CQ overrun), the QP is
-    /// moved to the error state and drained. Either way the QP is marked broken, and every
+    /// when `peer_alive` (asked every [`LIVENESS_PERIOD`] without a completion) says the peer
+    /// is gone, or when the device reported an asynchronous error for the CQ or QP (a CQ
+    /// overrun), the QP is moved to the error state and drained. A completion naming no
+    /// request of this run also fails it. Either way the QP is marked broken, and every
     /// posted request has completed (or flushed, or the QP is destroyed) before this
     /// returns, so no caller memory is touched after.
     ///
@@ -386,8 +386,14 @@ impl QueuePair {
                     failure.get_or_insert_with(|| problem.clone());
                     Err(problem)
                 };
-                if let Some(slot) = slot {
-                    *slot = Some(outcome);
+                match slot {
+                    Some(slot) => *slot = Some(outcome),
+                    // Not one of ours: the provider misbehaves; trust nothing of this QP.
+                    None => {
+                        failure.get_or_insert_with(|| {
+                            format!("a completion names unknown work request {}", wc.wr_id)
+                        });
+                    }
                 }
             }
             let now = Instant::now();

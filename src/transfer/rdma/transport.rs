@@ -120,12 +120,11 @@ impl Connection {
         let alive = || !peer_closed(control);
         // SAFETY: forwarded from the caller.
         let results = unsafe { self.qp.run(requests, deadline, send_by, &alive) };
-        match results.into_iter().find(|r| r.is_err()) {
+        match results.into_iter().find_map(std::result::Result::err) {
             None => Ok(()),
             // Only requests left unposted at `send_by` fail without breaking the QP.
-            Some(Err(_)) if !self.qp.is_broken() => Err(RunError::Late),
-            Some(Err(problem)) => Err(RunError::Failed(problem)),
-            Some(Ok(())) => Ok(()),
+            Some(_) if !self.qp.is_broken() => Err(RunError::Late),
+            Some(problem) => Err(RunError::Failed(problem)),
         }
     }
 }
