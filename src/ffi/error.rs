@@ -1,6 +1,7 @@
 //! Error codes, error messages and the library version (`mc_strerror`,
 //! `mc_last_error_message`, `mc_version`).
 
+use super::check;
 use super::panic::{ffi_boundary, StaticStr};
 use crate::error::{last_error_message, ErrorCode};
 use once_cell::sync::Lazy;
@@ -131,10 +132,11 @@ pub extern "C" fn mc_last_error_message(buf: *mut c_char, len: usize) -> usize {
         // record a new message in place of the one asked for.
         if len > 0 && !buf.is_null() {
             let n = message.len().min(len - 1);
-            // SAFETY: the caller promises `len` writable bytes at `buf`; `n + 1 <= len`.
-            let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n + 1) };
-            out[..n].copy_from_slice(&message.as_bytes()[..n]);
-            out[n] = 0;
+            // Non-NULL, and `n + 1 <= len` bytes: this check cannot fail (nor record).
+            if let Ok(out) = check::bytes_mut(buf, n + 1, "buf") {
+                out[..n].copy_from_slice(&message.as_bytes()[..n]);
+                out[n] = 0;
+            }
         }
         Ok(message.len())
     })

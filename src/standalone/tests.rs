@@ -26,6 +26,13 @@ fn connect(name: &str) -> UnixStream {
     stream
 }
 
+/// A copy of the `len` bytes at `addr`, which must lie in a live mapping of this test (a
+/// registered region or a shared block) that nothing writes meanwhile.
+fn bytes_at(addr: usize, len: usize) -> Vec<u8> {
+    // SAFETY: the caller's mapping covers the range, and nothing writes it meanwhile.
+    unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec()
+}
+
 /// Sends a frame (with an optional descriptor); returns the answer's code, message, payload.
 fn call(
     stream: &mut UnixStream,
@@ -173,8 +180,7 @@ fn a_hostile_dummy_gets_invalid_params_and_the_real_client_keeps_serving() {
     unsafe { std::ptr::write_bytes(dummy_view.addr() as *mut u8, 0xab, 64) };
     let (codes, message) = transfer(&mut s, &[request(true, 1, 0, 64, seg + 128, OWN)]);
     assert_eq!(codes, vec![0], "{message}");
-    // SAFETY: our own registered region of 64 KiB.
-    let seg_bytes = unsafe { std::slice::from_raw_parts(segment.addr() as *const u8, 256) };
+    let seg_bytes = bytes_at(segment.addr(), 256);
     assert!(seg_bytes[128..192].iter().all(|b| *b == 0xab));
     assert!(seg_bytes[..128]
         .iter()
@@ -259,8 +265,7 @@ fn a_transfer_read_after_its_deadline_is_refused_and_lands_nothing() {
         crate::ErrorCode::StaleWriteToken.code(),
         "a write past its deadline was run: {message}"
     );
-    // SAFETY: our own registered region of 64 KiB.
-    let seg_bytes = unsafe { std::slice::from_raw_parts(segment.addr() as *const u8, 64) };
+    let seg_bytes = bytes_at(segment.addr(), 64);
     assert!(seg_bytes.iter().all(|b| *b == 0), "no byte landed");
 }
 
@@ -352,49 +357,17 @@ fn served_link_with(
 #[test]
 fn a_call_longer_than_the_ttl_succeeds_on_the_real_clients_heartbeats() {
     use crate::standalone::ShmPool;
-    use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
     let (_segment, server, link) = served_link_with("slow", Duration::from_millis(900));
-    let owner_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let owner_addr = owner_listener.local_addr().unwrap();
-    let owner = TransferEngine::new(EngineConfig {
-        local_name: owner_addr.to_string(),
-        listener: Some(owner_listener),
-        resolver: Arc::new(DirectResolver),
-        memcpy_enabled: true,
-        rdma: None,
-    })
-    .unwrap();
-    let owned = MappedRegion::new(1 << 16).unwrap();
-    // SAFETY: our own 64 KiB mapping.
-    unsafe { std::ptr::write_bytes(owned.addr() as *mut u8, 0x6b, 1 << 16) };
-    owner.register(owned.addr(), owned.len(), true).unwrap();
-    let (proxy, seen, release) = paused_proxy(owner_addr);
+    let (_owner, owned, proxy, seen, release) = paused_owner(0x6b);
     let block = ShmPool::global().alloc(1 << 16, "slow call test").unwrap();
     let addr = block.addr();
-    let reader = {
-        let (link, remote_addr) = (Arc::clone(&link), owned.addr() as u64);
-        std::thread::spawn(move || {
-            let request = TransferRequest {
-                op: TransferOp::Read,
-                local_addr: addr,
-                len: 1 << 16,
-                endpoint: &proxy,
-                remote_addr,
-                epoch: 0,
-                send_by: None,
-            };
-            // SAFETY: the block stays allocated for the whole test.
-            let result = unsafe { link.transfer(&[request]) };
-            (result, crate::error::last_error_message())
-        })
-    };
+    let reader = spawn_read(&link, addr, proxy, owned.addr() as u64);
     seen.recv_timeout(Duration::from_secs(10)).unwrap();
     std::thread::sleep(Duration::from_millis(2500));
     release.store(true, std::sync::atomic::Ordering::Release);
     let (result, message) = reader.join().unwrap();
     assert_eq!(result, vec![Ok(())], "{message}");
-    // SAFETY: the block is allocated (64 KiB at `addr`).
-    let landed = unsafe { std::slice::from_raw_parts(addr as *const u8, 1 << 16) };
+    let landed = bytes_at(addr, 1 << 16);
     assert!(landed.iter().all(|&b| b == 0x6b), "the read did not land");
     assert_eq!(link.stats().reconnects, 0, "{:?}", link.stats());
     drop(link);
@@ -474,8 +447,7 @@ fn a_stalled_transfer_does_not_hold_up_the_dummys_other_threads() {
         "{server_stats:?}"
     );
     assert_eq!(link_stats.connections, 2, "{link_stats:?}");
-    // SAFETY: the segment is mapped; nothing writes it now.
-    let landed = unsafe { std::slice::from_raw_parts(segment.addr() as *const u8, 4096) };
+    let landed = bytes_at(segment.addr(), 4096);
     assert!(landed.iter().all(|&b| b == 0x5a));
     assert_eq!(
         stalled_result
@@ -542,16 +514,18 @@ fn paused_proxy(
     (addr, seen, release)
 }
 
-/// Finding S14 (review of the connection pool): a zero-copy read of one connection whose
-/// shared block was re-homed meanwhile (another connection's call on that block was
-/// abandoned) landed in the old file, which nothing in the dummy maps any more, and returned
-/// `Ok` with the caller's memory unchanged. It must fail instead.
-#[test]
-fn a_read_into_a_block_re_homed_during_it_fails_instead_of_returning_ok() {
-    use crate::standalone::ShmPool;
-    use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
-    let (_segment, server, link) = served_link("rehomed");
-    // The remote owner of the bytes, behind a proxy that holds the real client's request.
+/// A remote owner of 64 KiB filled with `fill`, reached through a [`paused_proxy`]: its
+/// engine (keep it alive), its memory, the proxy's endpoint, `seen` and `release`.
+#[allow(clippy::type_complexity)]
+fn paused_owner(
+    fill: u8,
+) -> (
+    Arc<TransferEngine>,
+    MappedRegion,
+    String,
+    std::sync::mpsc::Receiver<()>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
     let owner_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let owner_addr = owner_listener.local_addr().unwrap();
     let owner = TransferEngine::new(EngineConfig {
@@ -564,37 +538,60 @@ fn a_read_into_a_block_re_homed_during_it_fails_instead_of_returning_ok() {
     .unwrap();
     let owned = MappedRegion::new(1 << 16).unwrap();
     // SAFETY: our own 64 KiB mapping.
-    unsafe { std::ptr::write_bytes(owned.addr() as *mut u8, 0xc3, 1 << 16) };
+    unsafe { std::ptr::write_bytes(owned.addr() as *mut u8, fill, 1 << 16) };
     owner.register(owned.addr(), owned.len(), true).unwrap();
     let (proxy, seen, release) = paused_proxy(owner_addr);
+    (owner, owned, proxy, seen, release)
+}
+
+/// On a new thread, reads 64 KiB of `remote_addr` at `endpoint` into `addr` (in a shared
+/// block that stays allocated until the thread is joined) through `link`; the results and the
+/// thread's last error message.
+fn spawn_read(
+    link: &Arc<crate::standalone::DummyLink>,
+    addr: usize,
+    endpoint: String,
+    remote_addr: u64,
+) -> std::thread::JoinHandle<(Vec<crate::Result<()>>, String)> {
+    use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
+    let link = Arc::clone(link);
+    std::thread::spawn(move || {
+        let request = TransferRequest {
+            op: TransferOp::Read,
+            local_addr: addr,
+            len: 1 << 16,
+            endpoint: &endpoint,
+            remote_addr,
+            epoch: 0,
+            send_by: None,
+        };
+        // SAFETY: the caller keeps the block allocated until the thread is joined.
+        let result = unsafe { link.transfer(&[request]) };
+        (result, crate::error::last_error_message())
+    })
+}
+
+/// Finding S14 (review of the connection pool): a zero-copy read of one connection whose
+/// shared block was re-homed meanwhile (another connection's call on that block was
+/// abandoned) landed in the old file, which nothing in the dummy maps any more, and returned
+/// `Ok` with the caller's memory unchanged. It must fail instead.
+#[test]
+fn a_read_into_a_block_re_homed_during_it_fails_instead_of_returning_ok() {
+    use crate::standalone::ShmPool;
+    let (_segment, server, link) = served_link("rehomed");
+    // The remote owner of the bytes, behind a proxy that holds the real client's request.
+    let (_owner, owned, proxy, seen, release) = paused_owner(0xc3);
 
     let block = ShmPool::global().alloc(1 << 16, "rehome test").unwrap();
     let (addr, old_id) = (block.addr(), block.id());
-    let reader = {
-        let (link, remote_addr) = (Arc::clone(&link), owned.addr() as u64);
-        std::thread::spawn(move || {
-            let request = TransferRequest {
-                op: TransferOp::Read,
-                local_addr: addr,
-                len: 1 << 16,
-                endpoint: &proxy,
-                remote_addr,
-                epoch: 0,
-                send_by: None,
-            };
-            // SAFETY: the block stays allocated for the whole test.
-            let result = unsafe { link.transfer(&[request]) };
-            (result, crate::error::last_error_message())
-        })
-    };
+    let reader = spawn_read(&link, addr, proxy, owned.addr() as u64);
     // The real client runs the read (its mapping of the block's current file) ...
     seen.recv_timeout(Duration::from_secs(10)).unwrap();
     // ... when the block is re-homed, as an abandoned call on another connection does.
     ShmPool::global().rehome(old_id).unwrap();
     release.store(true, std::sync::atomic::Ordering::Release);
     let (result, message) = reader.join().unwrap();
-    // SAFETY: the block is still allocated (re-homed at the same address).
-    let now = unsafe { std::slice::from_raw_parts(addr as *const u8, 1 << 16) };
+    let now = bytes_at(addr, 1 << 16);
     assert!(
         now.iter().all(|&b| b == 0),
         "the read landed here after all"

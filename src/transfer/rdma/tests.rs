@@ -2,7 +2,7 @@
 //! (`RDMA_VM=1`, see `scripts/rdma-tests.sh`) and print that they skipped elsewhere.
 //! On the host only the "no device / no library" errors are checked.
 
-use super::device::RdmaDevice;
+use super::device::{RdmaDevice, Registration};
 use super::events::CompletionMode;
 use super::qp::{Endpoint, QpSettings, QueuePair, WorkRequest};
 use super::verbs::{self, Verbs};
@@ -163,6 +163,35 @@ fn write_then_read_moves_exactly_the_bytes() {
     assert!(!a.is_broken());
 }
 
+/// A WRITE of all of `source` into `target`, both registered on `device` (`target` for peers'
+/// access only when `remote_accessible`); keep the registrations while the request is used.
+fn whole_write(
+    device: &Arc<RdmaDevice>,
+    source: &[u8],
+    target: &mut [u8],
+    remote_accessible: bool,
+) -> (WorkRequest, [Registration; 2]) {
+    let src = device
+        .register(source.as_ptr() as usize, source.len(), false)
+        .unwrap();
+    let dst = device
+        .register(
+            target.as_mut_ptr() as usize,
+            target.len(),
+            remote_accessible,
+        )
+        .unwrap();
+    let write = WorkRequest {
+        read: false,
+        local: source.as_ptr() as u64,
+        lkey: src.lkey(),
+        len: source.len() as u32,
+        remote: target.as_ptr() as u64,
+        rkey: dst.rkey(),
+    };
+    (write, [src, dst])
+}
+
 #[test]
 fn nothing_is_posted_after_post_by_and_the_qp_stays_usable() {
     let Some(device) = vm_device() else { return };
@@ -170,20 +199,7 @@ fn nothing_is_posted_after_post_by_and_the_qp_stays_usable() {
     let len = 64 << 10;
     let source = vec![0x5Au8; len];
     let mut target = vec![0x11u8; len];
-    let src = device
-        .register(source.as_ptr() as usize, len, false)
-        .unwrap();
-    let dst = device
-        .register(target.as_mut_ptr() as usize, len, true)
-        .unwrap();
-    let write = WorkRequest {
-        read: false,
-        local: source.as_ptr() as u64,
-        lkey: src.lkey(),
-        len: len as u32,
-        remote: target.as_ptr() as u64,
-        rkey: dst.rkey(),
-    };
+    let (write, _registered) = whole_write(&device, &source, &mut target, true);
     let passed = Some(Instant::now());
     // SAFETY: the buffers are registered and live until the end of the test.
     let results = unsafe { a.run(&[write, write], deadline(), passed, &|| true) };
@@ -208,20 +224,7 @@ fn a_local_only_registration_refuses_a_peers_work_requests() {
     let len = 64 << 10;
     let source = vec![0xC3u8; len];
     let mut private = vec![0x11u8; len];
-    let src = device
-        .register(source.as_ptr() as usize, len, false)
-        .unwrap();
-    let local_only = device
-        .register(private.as_mut_ptr() as usize, len, false)
-        .unwrap();
-    let write = WorkRequest {
-        read: false,
-        local: source.as_ptr() as u64,
-        lkey: src.lkey(),
-        len: len as u32,
-        remote: private.as_ptr() as u64,
-        rkey: local_only.rkey(),
-    };
+    let (write, _registered) = whole_write(&device, &source, &mut private, false);
     // SAFETY: the buffers are registered and live until the end of the test.
     let results = unsafe { a.run(&[write], deadline(), None, &|| true) };
     let problem = results[0].as_ref().unwrap_err();
