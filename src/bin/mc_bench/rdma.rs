@@ -8,7 +8,9 @@
 //! `ib_read_bw` / our get in both modes and `ib_write_bw` / our put in both modes for the same
 //! bytes (the modes' order alternates between rounds); the best of the rounds is reported
 //! with the spread (max/min − 1). 64 KiB runs twice: one key per call (one read or write in
-//! flight) and 16 keys per call (a batch; perftest's default queue depth is 128). 4 KiB get p50
+//! flight; judged against perftest at its default queue depth of 128 and, like for like,
+//! against perftest with one request in flight, `-t 1` / `-o 1`, in the same rounds) and 16
+//! keys per call (a batch, against the default depth). 4 KiB get p50
 //! in both modes is compared with `ib_read_lat`'s typical latency.
 
 use super::report::Report;
@@ -49,10 +51,12 @@ fn perftest(
     size: usize,
     iters: usize,
     port: u16,
+    extra: &[&str],
 ) -> Result<Vec<f64>, String> {
     let common = |cmd: &mut Command| {
         cmd.args(["-d", &target.device, "-x", &target.gid_index, "-F"])
             .args(["-s", &size.to_string(), "-n", &iters.to_string()])
+            .args(extra)
             .args(["-p", &port.to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -249,39 +253,67 @@ pub fn run(report: &mut Report) -> Result<(), String> {
             (false, 1) => format!("{} KiB", size >> 10),
             (false, n) => format!("{} KiB x{n} batch", size >> 10),
         };
+        // A single-key call of less than a slice has one work request in flight: its like
+        // for like is perftest with one in flight too (`-t 1`, and `-o 1` for reads), run in
+        // the same rounds next to the default depth.
+        let one_in_flight = batch == 1 && size < 1 << 20;
         let (mut ib_r, mut ib_w) = (vec![], vec![]);
+        let (mut ib_r1, mut ib_w1) = (vec![], vec![]);
         let (mut our_r, mut our_w) = ([vec![], vec![]], [vec![], vec![]]);
         for round in 0..ROUNDS {
-            port += 1;
-            ib_r.push(perftest("ib_read_bw", &target, size, iters, port)?[3]);
-            both_modes(round, &mut our_r, |mode| {
-                ours(&pair, mode, TransferOp::Read, size, iters, batch)
-            })?;
-            port += 1;
-            ib_w.push(perftest("ib_write_bw", &target, size, iters, port)?[3]);
-            both_modes(round, &mut our_w, |mode| {
-                ours(&pair, mode, TransferOp::Write, size, iters, batch)
-            })?;
+            for (op, tool, depth_one, limits, mine) in [
+                (
+                    TransferOp::Read,
+                    "ib_read_bw",
+                    &["-t", "1", "-o", "1"][..],
+                    [&mut ib_r, &mut ib_r1],
+                    &mut our_r,
+                ),
+                (
+                    TransferOp::Write,
+                    "ib_write_bw",
+                    &["-t", "1"][..],
+                    [&mut ib_w, &mut ib_w1],
+                    &mut our_w,
+                ),
+            ] {
+                let [deep, shallow] = limits;
+                port += 1;
+                deep.push(perftest(tool, &target, size, iters, port, &[])?[3]);
+                if one_in_flight {
+                    port += 1;
+                    shallow.push(perftest(tool, &target, size, iters, port, depth_one)?[3]);
+                }
+                both_modes(round, mine, |mode| {
+                    ours(&pair, mode, op, size, iters, batch)
+                })?;
+            }
         }
-        for (what, limit, mine, ib) in [
-            ("get", "ib_read_bw", &our_r, &ib_r),
-            ("put", "ib_write_bw", &our_w, &ib_w),
+        let size_label = label.split(" x").next().unwrap_or(&label);
+        for (what, limit, mine, ib, ib1) in [
+            ("get", "ib_read_bw", &our_r, &ib_r, &ib_r1),
+            ("put", "ib_write_bw", &our_w, &ib_w, &ib_w1),
         ] {
-            let (limit_value, limit_spread) = best(ib);
+            let mut limits = vec![(format!("{limit} {size_label}"), best(ib))];
+            if one_in_flight {
+                limits.push((format!("{limit} {size_label} 1 in flight"), best(ib1)));
+            }
             for (mode, name) in MODES.iter().enumerate() {
                 let (value, spread) = best(&mine[mode]);
-                report.line(
-                    &format!("rdma {what} {label} {name} (MiB/s)"),
-                    value,
-                    "MiB/s",
-                    &format!("{limit} {}", label.split(" x").next().unwrap_or(&label)),
-                    limit_value,
-                );
-                println!(
-                    "  spread: ours ({name}) {:.1}%, {limit} {:.1}% (best of {ROUNDS})",
-                    spread * 100.0,
-                    limit_spread * 100.0
-                );
+                for (limit_name, (limit_value, limit_spread)) in &limits {
+                    report.line(
+                        &format!("rdma {what} {label} {name} (MiB/s)"),
+                        value,
+                        "MiB/s",
+                        limit_name,
+                        *limit_value,
+                    );
+                    println!(
+                        "  spread: ours ({name}) {:.1}%, {limit_name} {:.1}% (best of {ROUNDS})",
+                        spread * 100.0,
+                        limit_spread * 100.0
+                    );
+                }
             }
         }
     }
@@ -289,7 +321,7 @@ pub fn run(report: &mut Report) -> Result<(), String> {
     for round in 0..ROUNDS {
         port += 1;
         // ib_read_lat fields: bytes, iterations, t_min, t_max, t_typical, ...
-        ib_lat.push(perftest("ib_read_lat", &target, 4096, 1000, port)?[4]);
+        ib_lat.push(perftest("ib_read_lat", &target, 4096, 1000, port, &[])?[4]);
         both_modes(round, &mut our_lat, |mode| get_p50(&pair, mode, 1000))?;
     }
     let low = |v: &[f64]| v.iter().copied().fold(f64::MAX, f64::min);
