@@ -132,6 +132,7 @@ impl Client {
             let own = segment.as_ref().map(OwnSegment::current);
             meta.publish_segment(&hostname, &descriptor(&hostname, addr, own.as_ref()))?;
         }
+        let streams = StreamEngine::start(StreamConfig::from_env(), &engine)?;
         let core = Arc::new(ClientCore {
             id,
             hostname,
@@ -141,7 +142,7 @@ impl Client {
             segment,
             local_buffer,
             sessions: Sessions::default(),
-            streams: StreamEngine::start(StreamConfig::from_env())?,
+            streams,
             counters,
             master_reachable: AtomicBool::new(true),
             closed: AtomicBool::new(false),

@@ -28,6 +28,7 @@ use super::workers::{FetchPool, Job};
 use crate::device::{self, StreamOps};
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::MasterApi;
+use crate::transfer::TransferEngine;
 use crate::types::ClientId;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
@@ -214,9 +215,12 @@ pub(crate) struct StreamEngine {
 }
 
 impl StreamEngine {
-    /// Allocates the slab and staging and starts the threads. `INTERNAL_ERROR` when memory
-    /// or threads are refused.
-    pub(crate) fn start(config: StreamConfig) -> Result<StreamEngine> {
+    /// Allocates the slab and staging (registered with `engine` when it moves bytes by RDMA)
+    /// and starts the threads. `INTERNAL_ERROR` when memory or threads are refused.
+    pub(crate) fn start(
+        config: StreamConfig,
+        engine: &Arc<TransferEngine>,
+    ) -> Result<StreamEngine> {
         let rt = device::runtime();
         let ops = rt
             .backend()
@@ -227,7 +231,7 @@ impl StreamEngine {
             None => Ok(addr),
         })
         .or_else(|_| GateSlab::new(config.tickets, Ok))?;
-        let staging = StagingPool::new(config.staging_bytes)?;
+        let staging = StagingPool::new(config.staging_bytes, engine)?;
         let (released_tx, released_rx) = crossbeam_channel::unbounded();
         let unpinner = Unpinner::start().or_else(|e| fail(ErrorCode::InternalError, e))?;
         let shared = Arc::new(Shared {

@@ -3,6 +3,12 @@
 //! offset allocator. Data fetched from other clients lands here first, and the stream copies
 //! it to the caller's buffer when the stream reaches that point.
 //!
+//! With an RDMA transfer engine the whole region is registered with the NIC (local access
+//! only) for as long as it is mapped, so fetches READ straight into staging and on-stream
+//! puts WRITE straight out of it: no bounce buffer, no extra copy. A fetch never READs
+//! straight into the caller's destination, registered or not: the stream may still be using
+//! that memory until it reaches the call, and the bytes must not land before then.
+//!
 //! Quarantine: a range is shared (`Arc<StagingBuf>`) by the ticket and the transfer that
 //! fills it. It returns to the pool only when both let go — after the stream passed the
 //! ticket's release point *and* the transfer is terminal — so a late transfer never writes
@@ -11,22 +17,59 @@
 use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{Allocation, OffsetAllocator};
+use crate::transfer::TransferEngine;
 use std::sync::Arc;
+
+/// The staging region's registration with a transfer engine; unregistered when dropped.
+struct EngineRegistration {
+    engine: Arc<TransferEngine>,
+    addr: usize,
+}
+
+impl Drop for EngineRegistration {
+    fn drop(&mut self) {
+        // A transfer still running on the range keeps its NIC registration until it ends.
+        if let Err(e) = self.engine.unregister(self.addr) {
+            tracing::debug!(error = %e, "unregistering the stream staging region failed");
+        }
+    }
+}
 
 /// The staging region and its allocator. Thread-safe.
 pub(crate) struct StagingPool {
+    /// Declared before `region`: unregistered before the region is unmapped.
+    _registration: Option<EngineRegistration>,
     region: Option<MappedRegion>,
     allocator: Arc<OffsetAllocator>,
 }
 
 impl StagingPool {
     /// A pool of `bytes` bytes (0: no staging; every staged call fails with `TRY_AGAIN`).
-    pub(crate) fn new(bytes: u64) -> Result<Arc<StagingPool>> {
+    /// When `engine` moves bytes by RDMA, the region is registered with it (local access
+    /// only) until the pool is dropped; a registration the engine refuses is logged and the
+    /// transfers go through bounce buffers instead.
+    pub(crate) fn new(bytes: u64, engine: &Arc<TransferEngine>) -> Result<Arc<StagingPool>> {
         let region = match bytes {
             0 => None,
             n => Some(MappedRegion::pinned(n, "stream staging")?),
         };
+        let registration = region
+            .as_ref()
+            .filter(|_| engine.uses_rdma())
+            .and_then(
+                |region| match engine.register(region.addr(), region.len(), false) {
+                    Ok(()) => Some(EngineRegistration {
+                        engine: Arc::clone(engine),
+                        addr: region.addr(),
+                    }),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "stream staging is not registered for RDMA");
+                        None
+                    }
+                },
+            );
         Ok(Arc::new(StagingPool {
+            _registration: registration,
             region,
             allocator: OffsetAllocator::new(bytes),
         }))

@@ -416,6 +416,12 @@ impl TransferEngine {
         self.metrics.snapshot()
     }
 
+    /// Whether remote transfers go by RDMA (`protocol = "rdma"`), so registered local memory
+    /// is read and written by the NIC without a bounce copy.
+    pub fn uses_rdma(&self) -> bool {
+        self.rdma.is_some()
+    }
+
     /// The bytes this engine moved by RDMA through each of its devices, in the order
     /// `device_name` named them (empty without RDMA). A snapshot; thread-safe.
     pub fn rdma_device_bytes(&self) -> Vec<RdmaDeviceBytes> {
