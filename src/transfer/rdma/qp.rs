@@ -372,8 +372,8 @@ impl QueuePair {
             }
             let polled = self.poll(&mut completions);
             if polled < 0 {
-                failure.get_or_insert_with(|| format!("ibv_poll_cq returned {polled}"));
-                self.drain(&mut results, &mut outstanding);
+                let cause = failure.get_or_insert_with(|| format!("ibv_poll_cq returned {polled}"));
+                self.drain(cause, &mut results, &mut outstanding);
                 break;
             }
             for wc in &completions[..polled as usize] {
@@ -400,19 +400,20 @@ impl QueuePair {
             if polled > 0 {
                 progress = now;
             } else if let Some(fault) = self.signal.fault() {
-                failure.get_or_insert(fault);
-                self.drain(&mut results, &mut outstanding);
+                let cause = failure.get_or_insert(fault);
+                self.drain(cause, &mut results, &mut outstanding);
                 break;
             } else if now >= deadline {
-                failure.get_or_insert_with(|| "timed out waiting for completions".into());
-                self.drain(&mut results, &mut outstanding);
+                let cause =
+                    failure.get_or_insert_with(|| "timed out waiting for completions".into());
+                self.drain(cause, &mut results, &mut outstanding);
                 break;
             } else if now >= progress + LIVENESS_PERIOD {
                 if !peer_alive() {
-                    failure.get_or_insert_with(|| {
+                    let cause = failure.get_or_insert_with(|| {
                         "the peer closed its control connection (it died or shut down)".into()
                     });
-                    self.drain(&mut results, &mut outstanding);
+                    self.drain(cause, &mut results, &mut outstanding);
                     break;
                 }
                 progress = now;
@@ -507,11 +508,12 @@ impl QueuePair {
         }
     }
 
-    /// Moves the QP to the error state and waits (bounded) until every outstanding request
-    /// has flushed, filling their results. If the flush does not finish in time, or cannot
-    /// (an asynchronous CQ error: completions were lost), the QP is destroyed now, which
-    /// also stops the NIC touching the memory.
-    fn drain(&mut self, results: &mut [Option<Completion>], outstanding: &mut u32) {
+    /// Moves the QP to the error state because of `cause` and waits (bounded) until every
+    /// outstanding request has flushed, filling their results with `cause` and the
+    /// completion (a flushed request's own status says only "flushed"). If the flush does
+    /// not finish in time, or cannot (an asynchronous CQ error: completions were lost), the
+    /// QP is destroyed now, which also stops the NIC touching the memory.
+    fn drain(&mut self, cause: &str, results: &mut [Option<Completion>], outstanding: &mut u32) {
         self.broken = true;
         let mut attr = QpAttr {
             qp_state: verbs::QPS_ERR,
@@ -528,7 +530,7 @@ impl QueuePair {
             for wc in &completions[..polled as usize] {
                 *outstanding -= 1;
                 if let Some(slot) = results.get_mut(wc.wr_id as usize) {
-                    slot.get_or_insert_with(|| Err(describe(wc)));
+                    slot.get_or_insert_with(|| Err(format!("{cause}; {}", describe(wc))));
                 }
             }
             if polled == 0 {

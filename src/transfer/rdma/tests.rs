@@ -288,11 +288,18 @@ fn a_stale_rkey_is_refused_by_the_nic_and_no_byte_lands() {
     assert!(target.iter().all(|b| *b == 0xA5));
 }
 
-#[test]
-fn a_peer_qp_gone_fails_by_the_retry_limit_without_hanging() {
-    let Some(device) = vm_device() else { return };
-    let (mut a, b) = pair(&device);
-    drop(b); // The peer's QP is destroyed (its process died).
+/// A 4 KiB READ on a QP (with `settings`) whose peer QP was destroyed, run with
+/// `deadline`: its results, how long the run took, whether the QP is broken after it, and
+/// whether the local buffer is untouched.
+fn read_from_a_gone_peer(
+    device: &Arc<RdmaDevice>,
+    settings: QpSettings,
+    deadline: Instant,
+) -> (Vec<super::qp::Completion>, Duration, bool, bool) {
+    let mut a = QueuePair::new(device, settings).unwrap();
+    let b = QueuePair::new(device, settings).unwrap();
+    a.connect(&b.endpoint()).unwrap();
+    drop(b); // The peer's QP is destroyed (its process died, or the fabric dropped it).
     let len = 4096;
     let mut local = vec![0u8; len];
     let remote = vec![7u8; len];
@@ -311,23 +318,52 @@ fn a_peer_qp_gone_fails_by_the_retry_limit_without_hanging() {
         rkey: r.rkey(),
     };
     let started = Instant::now();
-    // SAFETY: the buffers are registered and live.
-    let results = unsafe {
-        a.run(
-            &[read],
-            Instant::now() + Duration::from_secs(30),
-            None,
-            &|| true,
-        )
-    };
-    eprintln!(
-        "failed by the retry limit after {:?}: {results:?}",
-        started.elapsed()
-    );
+    // SAFETY: the buffers are registered and live until the run returned.
+    let results = unsafe { a.run(&[read], deadline, None, &|| true) };
+    let took = started.elapsed();
+    (results, took, a.is_broken(), local.iter().all(|b| *b == 0))
+}
+
+#[test]
+fn a_peer_qp_gone_fails_by_the_retry_limit_without_hanging() {
+    let Some(device) = vm_device() else { return };
+    let limit = Duration::from_secs(30);
+    let (results, took, broken, untouched) =
+        read_from_a_gone_peer(&device, settings(), Instant::now() + limit);
+    eprintln!("failed by the retry limit after {took:?}: {results:?}");
     assert!(results[0].is_err(), "{results:?}");
-    assert!(started.elapsed() < Duration::from_secs(30));
-    assert!(a.is_broken());
-    assert!(local.iter().all(|b| *b == 0));
+    assert!(
+        !results[0].as_ref().unwrap_err().contains("timed out"),
+        "{results:?}"
+    );
+    assert!(took < limit);
+    assert!(broken);
+    assert!(untouched);
+}
+
+/// With an ACK timeout far longer than the run's deadline (the NIC would keep retrying for
+/// hours), the run's own deadline ends it: the request fails "timed out", the QP is moved to
+/// the error state and drained (the call returns soon after the deadline, not after the
+/// NIC's retries), it is reported broken (the owner reconnects), and no byte landed.
+#[test]
+fn a_run_past_its_deadline_times_out_drains_and_breaks_the_qp() {
+    let Some(device) = vm_device() else { return };
+    let patient = QpSettings {
+        ack_timeout: 31,
+        ..settings()
+    };
+    let deadline = Instant::now() + Duration::from_millis(500);
+    let (results, took, broken, untouched) = read_from_a_gone_peer(&device, patient, deadline);
+    eprintln!("timed out after {took:?}: {results:?}");
+    let problem = results[0].as_ref().unwrap_err();
+    assert!(
+        problem.contains("timed out waiting for completions"),
+        "{problem}"
+    );
+    assert!(Instant::now() >= deadline);
+    assert!(took < Duration::from_secs(10), "drain took {took:?}");
+    assert!(broken);
+    assert!(untouched);
 }
 
 /// GPUDirect's dma-buf registration reaches the library's `ibv_reg_dmabuf_mr`, and a
