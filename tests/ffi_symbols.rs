@@ -77,3 +77,25 @@ fn library_has_the_soname() {
         "{dynamic}"
     );
 }
+
+/// The library loads on a machine without rdma-core: libibverbs (and every other RDMA or
+/// device runtime library) is opened at run time by `protocol = "rdma"`, never a load-time
+/// dependency. The needed libraries are the C runtime's alone.
+#[test]
+fn library_needs_no_rdma_or_device_runtime_at_load_time() {
+    let dynamic = tool("readelf", &["-d"]);
+    let needed: Vec<&str> = dynamic
+        .lines()
+        .filter(|line| line.contains("(NEEDED)"))
+        .filter_map(|line| line.split('[').nth(1)?.split(']').next())
+        .collect();
+    assert!(!needed.is_empty(), "{dynamic}");
+    for library in &needed {
+        assert!(
+            ["libc.so", "libm.so", "libgcc_s.so", "ld-linux"]
+                .iter()
+                .any(|ok| library.starts_with(ok)),
+            "{library} is a load-time dependency: {needed:?}"
+        );
+    }
+}

@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::churn::churn;
 use common::{local_client, pattern, wait_until, Master, PeerClient};
 use mooncake_rs::transfer::{
     DirectResolver, EngineConfig, TransferEngine, TransferOp, TransferRequest,
@@ -350,46 +351,6 @@ fn concurrent_churn_never_returns_a_torn_value() {
     let client = local_client(&master.addr(), 64 * MIB as u64, 0);
     let segments = [peer.name.clone(), client.get_hostname()];
     let deadline = Instant::now() + Duration::from_secs(8);
-    let threads: Vec<_> = (0..4u64)
-        .map(|t| {
-            let client = client.clone();
-            let segments = segments.clone();
-            std::thread::spawn(move || {
-                let mut rng = fastrand::Rng::with_seed(t);
-                let mut verified = 0u64;
-                for _ in 0..400 {
-                    if Instant::now() > deadline {
-                        break;
-                    }
-                    let key = format!("churn-{}", rng.u8(..16));
-                    match rng.u8(..3) {
-                        0 => {
-                            let seed = rng.u8(..);
-                            let len = 4096 * rng.usize(1..16);
-                            let mut value = pattern(len, seed);
-                            value[0] = seed;
-                            let seg = &segments[rng.usize(..2)];
-                            let _ = client.put_from(&key, &value, &on(seg));
-                        }
-                        1 => {
-                            let mut out = vec![0u8; 64 * 1024];
-                            if let Ok(n) = client.get_into(&key, &mut out) {
-                                let n = n as usize;
-                                let mut expect = pattern(n, out[0]);
-                                expect[0] = out[0];
-                                assert_eq!(&out[..n], &expect[..], "torn read of {key}");
-                                verified += 1;
-                            }
-                        }
-                        _ => {
-                            let _ = client.remove(&key, true);
-                        }
-                    }
-                }
-                verified
-            })
-        })
-        .collect();
-    let verified: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let verified = churn(&client, &segments, deadline);
     assert!(verified > 0, "no read succeeded");
 }

@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::churn::churn;
 use common::{pattern, wait_until, Launched, Master};
 use mooncake_rs::client::{Client, SetupConfig};
 use mooncake_rs::device::MappedRegion;
@@ -475,7 +476,8 @@ fn sessions_and_upsert_go_by_rdma() {
     no_tcp(&before, &after);
 }
 
-/// On-stream puts and gets on a host stream go through the RDMA transport.
+/// On-stream puts and gets on a host stream go through the RDMA transport, WRITing from and
+/// READing into the registered stream staging without bounce buffers.
 #[test]
 fn on_stream_puts_and_gets_on_host_streams_go_by_rdma() {
     use mooncake_rs::client::Buf;
@@ -504,6 +506,11 @@ fn on_stream_puts_and_gets_on_host_streams_go_by_rdma() {
     assert_eq!(put.wait(limit), 0);
     let mid = client.metrics().transfer;
     assert_eq!(mid.rdma_write_bytes - before.rdma_write_bytes, total);
+    // Staging is registered with the NIC: the WRITEs leave straight from it.
+    assert_eq!(
+        mid.rdma_bounce_bytes, before.rdma_bounce_bytes,
+        "on-stream put bounced"
+    );
     let mut outs: Vec<Vec<u8>> = values.iter().map(|v| vec![0u8; v.len()]).collect();
     let dsts = outs
         .iter_mut()
@@ -521,7 +528,94 @@ fn on_stream_puts_and_gets_on_host_streams_go_by_rdma() {
     assert!(outs == values, "on-stream bytes");
     let after = client.metrics().transfer;
     assert_eq!(after.rdma_read_bytes - mid.rdma_read_bytes, total);
+    // The READs land straight in (registered) staging; the stream's copy is the only one.
+    assert_eq!(
+        after.rdma_bounce_bytes, mid.rdma_bounce_bytes,
+        "on-stream get bounced"
+    );
     no_tcp(&before, &after);
+}
+
+/// Four threads of one RDMA client put, get and remove 16 keys at random on two owner
+/// processes at once: every get that succeeds returns one whole committed value (pooled QPs
+/// and bounce buffers shared by concurrent calls, keys removed and re-put into reused space),
+/// and every byte moves by RDMA.
+#[test]
+fn concurrent_churn_over_rdma_never_returns_a_torn_value() {
+    let Some((device, host)) = vm() else { return };
+    let master = Master::start(&["--default_kv_lease_ttl=200"]);
+    let owners = [
+        Owner::start(&master.addr(), "32 MB", &device, &host),
+        Owner::start(&master.addr(), "32 MB", &device, &host),
+    ];
+    let client = rdma_client(&master.addr(), &device, &host, 0);
+    let segments: Vec<String> = owners.iter().map(|o| o.name.clone()).collect();
+    let before = client.metrics().transfer;
+    let verified = churn(&client, &segments, Instant::now() + Duration::from_secs(20));
+    let after = client.metrics().transfer;
+    eprintln!(
+        "verified {verified} gets; {} bytes read and {} written by RDMA",
+        after.rdma_read_bytes - before.rdma_read_bytes,
+        after.rdma_write_bytes - before.rdma_write_bytes
+    );
+    assert!(verified > 0, "no read succeeded");
+    assert!(after.rdma_read_bytes > before.rdma_read_bytes);
+    assert!(after.rdma_write_bytes > before.rdma_write_bytes);
+    no_tcp(&before, &after);
+}
+
+/// The master dies and comes back on the same port: the owner process remounts its segment
+/// (a new epoch, so the NIC re-registers it under a new rkey), and the client's pooled queue
+/// pair, whose region table names the first mount, is replaced by a new connection: the put
+/// and get after the restart go by RDMA and move exactly their bytes; the first mount's
+/// objects are gone.
+#[test]
+fn a_restarted_master_is_rejoined_and_the_remounted_segment_is_reached_by_rdma() {
+    let Some((device, host)) = vm() else { return };
+    let mut master = Master::start(&[]);
+    let port = master.port;
+    let owner = Owner::start(&master.addr(), "32 MB", &device, &host);
+    let client = rdma_client(&master.addr(), &device, &host, 0);
+    let first = pattern(MIB, 11);
+    client.put_from("before", &first, &on(&owner.name)).unwrap();
+    let mut out = vec![0u8; MIB];
+    assert_eq!(client.get_into("before", &mut out), Ok(MIB as u64));
+    assert!(out == first);
+    master.kill();
+    assert!(
+        wait_until(Duration::from_secs(10), || client.health_check() == 2),
+        "health never became 2"
+    );
+    let _restarted = Master::start_on(port, &[]);
+    assert!(
+        wait_until(Duration::from_secs(30), || client.health_check() == 0),
+        "client never rejoined"
+    );
+    let before = client.metrics().transfer;
+    let value = pattern(MIB, 12);
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            client.put_from("after", &value, &on(&owner.name)).is_ok()
+        }),
+        "no put succeeded after the restart (segment not remounted?): {}",
+        last_error_message()
+    );
+    let mut out = vec![0u8; MIB];
+    assert_eq!(client.get_into("after", &mut out), Ok(MIB as u64));
+    assert!(out == value, "bytes after the remount");
+    let after = client.metrics().transfer;
+    assert!(
+        after.rdma_connections > before.rdma_connections,
+        "the pooled connection's table predates the remount: {after:?}"
+    );
+    assert!(after.rdma_write_bytes - before.rdma_write_bytes >= MIB as u64);
+    assert_eq!(after.rdma_read_bytes - before.rdma_read_bytes, MIB as u64);
+    no_tcp(&before, &after);
+    assert_eq!(
+        client.is_exist("before"),
+        Ok(false),
+        "a restarted master starts empty"
+    );
 }
 
 /// A P2P owner process on RDMA; `(process, segment name)`.

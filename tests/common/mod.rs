@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod churn;
 pub mod standin;
 pub mod streams;
 
