@@ -5,7 +5,7 @@
 # by -t, each in both completion modes (MC_RDMA_COMPLETION=poll, then event). Exit status:
 # the tests' (124: the VM timed out, 125: the VM did not start).
 #
-#   scripts/rdma-tests.sh            # lib verbs tests + tests/rdma.rs
+#   scripts/rdma-tests.sh            # lib verbs tests, tests/rdma.rs, device memory over RDMA
 #   RDMA_VM_TOOL=/path/run-in-rdma-vm.sh RDMA_VM_LIMIT_S=480 scripts/rdma-tests.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,8 @@ echo "== building the RDMA test binaries"
 # the library a second time with other features (minutes on CI's 2 cores).
 lib="$(executable --lib)"
 itest="$(executable --test rdma)"
-[ -x "$lib" ] && [ -x "$itest" ] || { echo "test binaries not found" >&2; exit 1; }
+devtest="$(executable --test device_standin)"
+[ -x "$lib" ] && [ -x "$itest" ] && [ -x "$devtest" ] || { echo "test binaries not found" >&2; exit 1; }
 
 echo "== running them in the RDMA VM (limit ${limit}s)"
 # MC_SAME_HOST=0: the "two nodes" are processes of one host, which would otherwise exchange
@@ -59,5 +60,9 @@ echo "== running them in the RDMA VM (limit ${limit}s)"
     echo \"-- MC_RDMA_COMPLETION=\$mode: tests/rdma.rs\"
     '$itest' --test-threads=1 --nocapture 2>&1 | tee \$log
     ! grep 'skipped:' \$log || { echo 'a tests/rdma.rs test skipped inside the VM' >&2; exit 1; }
+    echo \"-- MC_RDMA_COMPLETION=\$mode: tests/device_standin.rs over RDMA\"
+    '$devtest' over_rdma --test-threads=1 --nocapture 2>&1 | tee \$log
+    ! grep 'skipped:' \$log || { echo 'the device-memory RDMA test skipped inside the VM' >&2; exit 1; }
+    grep -q '1 passed' \$log || { echo 'no device-memory RDMA test ran' >&2; exit 1; }
   done
 "

@@ -579,6 +579,94 @@ fn child_cuda_remote_paths() {
         .unwrap();
 }
 
+/// Device memory over RDMA, inside the soft-RoCE VM (`scripts/rdma-tests.sh` runs it there;
+/// elsewhere it prints that it skipped). The stand-in offers no GPUDirect (no flush
+/// attribute), so device memory, registered or not, is staged: one driver copy per bounce.
+#[test]
+fn cuda_device_memory_over_rdma_is_staged_through_bounces() {
+    if std::env::var_os("RDMA_VM").is_none() {
+        eprintln!("skipped: needs the soft-RoCE VM (scripts/rdma-tests.sh)");
+        return;
+    }
+    // Two clients of one process: keep them off the same-host mapped path.
+    child("cuda_rdma_paths", &cuda(), &[("MC_SAME_HOST", "0")]);
+}
+
+#[test]
+fn child_cuda_rdma_paths() {
+    if !is_child() {
+        return;
+    }
+    let device = std::env::var("RDMA_VM_DEV").expect("RDMA_VM_DEV");
+    let host = std::env::var("RDMA_VM_ADDR").expect("RDMA_VM_ADDR");
+    let master = TcpMaster::start();
+    let owner = master.rdma_client(64 * MIB, &device, &host);
+    let client = master.rdma_client(0, &device, &host);
+    let remote = ReplicateConfig {
+        preferred_segments: vec![owner.get_hostname()],
+        ..ReplicateConfig::default()
+    };
+    // 9 MiB + 1: more than one bounce (4 MiB) per part.
+    let size = 9 * MIB as usize + 1;
+    let n = size as u64;
+    let value = pattern(size, 9);
+    let src = device_with(&value);
+    let dst = DeviceAlloc::new(size).unwrap();
+    let start = client.metrics();
+    for registered in [false, true] {
+        if registered {
+            // The stand-in cannot flush NIC writes: GPUDirect refuses, the range is kept
+            // registered without an MR and staged like unregistered device memory.
+            for d in [&src, &dst] {
+                client.register_buffer(d.addr(), d.len()).unwrap();
+            }
+        }
+        let key = format!("dev-{registered}");
+        let before = client.metrics();
+        // SAFETY: device memory of its length.
+        let r =
+            unsafe { client.write_raw(&[&key], vec![vec![buf(&src)]], &remote, WriteMode::Put) };
+        assert_eq!(
+            r,
+            vec![Ok(())],
+            "{}",
+            mooncake_rs::error::last_error_message()
+        );
+        // SAFETY: device memory of its length.
+        let r = unsafe { client.get_into_raw(&[&key], vec![vec![buf(&dst)]], false) };
+        assert_eq!(
+            r,
+            vec![Ok(n)],
+            "{}",
+            mooncake_rs::error::last_error_message()
+        );
+        assert_eq!(read_device(&dst), value, "registered: {registered}");
+        let after = client.metrics();
+        let (t, b) = (&after.transfer, &before.transfer);
+        assert_eq!(
+            delta(after.paths.device_to_remote, before.paths.device_to_remote),
+            (1, n, n)
+        );
+        assert_eq!(
+            delta(after.paths.remote_to_device, before.paths.remote_to_device),
+            (1, n, n)
+        );
+        assert_eq!(t.rdma_write_bytes - b.rdma_write_bytes, n);
+        assert_eq!(t.rdma_read_bytes - b.rdma_read_bytes, n);
+        assert_eq!(t.rdma_bounce_bytes - b.rdma_bounce_bytes, 2 * n);
+        assert_eq!(t.device_staging_bytes - b.device_staging_bytes, 2 * n);
+        assert_eq!(t.rdma_gpudirect_bytes, b.rdma_gpudirect_bytes);
+    }
+    let end = client.metrics().transfer;
+    assert_eq!(
+        end.tcp_read_bytes + end.tcp_write_bytes,
+        start.transfer.tcp_read_bytes + start.transfer.tcp_write_bytes
+    );
+    for d in [&src, &dst] {
+        client.unregister_buffer(d.addr()).unwrap();
+    }
+}
+
 #[test]
 fn child_host_read_crashes() {
     if !is_child() {

@@ -160,12 +160,35 @@ impl TcpMaster {
 
     /// A client of this master over TCP with a `segment`-byte segment and no local buffer.
     pub fn client(&self, segment: u64) -> Client {
+        self.client_with(
+            segment,
+            SetupConfig {
+                local_hostname: "127.0.0.1".into(),
+                ..SetupConfig::default()
+            },
+        )
+    }
+
+    /// As [`TcpMaster::client`], over RDMA on `device` with data address `host` (inside
+    /// the soft-RoCE VM: `RDMA_VM_DEV`, `RDMA_VM_ADDR`).
+    pub fn rdma_client(&self, segment: u64, device: &str, host: &str) -> Client {
+        self.client_with(
+            segment,
+            SetupConfig {
+                local_hostname: host.into(),
+                protocol: "rdma".into(),
+                device_name: device.into(),
+                ..SetupConfig::default()
+            },
+        )
+    }
+
+    fn client_with(&self, segment: u64, base: SetupConfig) -> Client {
         Client::setup(SetupConfig {
-            local_hostname: "127.0.0.1".into(),
             global_segment_size: segment,
             local_buffer_size: 0,
             master_server_addr: self.rpc.local_addr().to_string(),
-            ..SetupConfig::default()
+            ..base
         })
         .unwrap()
     }
