@@ -53,7 +53,18 @@ struct Owner {
 
 impl Owner {
     fn start(master: &str, segment: &str, device: &str, host: &str) -> Owner {
-        let args = vec![
+        Owner::start_with(master, segment, device, host, &[])
+    }
+
+    /// As [`Owner::start`], with `extra` flags.
+    fn start_with(
+        master: &str,
+        segment: &str,
+        device: &str,
+        host: &str,
+        extra: &[String],
+    ) -> Owner {
+        let mut args = vec![
             format!("--master_server_address={master}"),
             format!("--host={host}"),
             format!("--global_segment_size={segment}"),
@@ -61,6 +72,7 @@ impl Owner {
             "--protocol=rdma".into(),
             format!("--device_name={device}"),
         ];
+        args.extend_from_slice(extra);
         let mut process = Launched::spawn(env!("CARGO_BIN_EXE_mooncake_client"), &args);
         let line = process.first_line();
         let name = line
@@ -73,14 +85,25 @@ impl Owner {
 }
 
 fn rdma_client(master: &str, device: &str, host: &str, local_buffer: u64) -> Client {
+    rdma_client_with(master, device, host, local_buffer, "P2PHANDSHAKE")
+}
+
+/// As [`rdma_client`], discovering peers through `metadata_server`.
+fn rdma_client_with(
+    master: &str,
+    device: &str,
+    host: &str,
+    local_buffer: u64,
+    metadata_server: &str,
+) -> Client {
     Client::setup(SetupConfig {
         local_hostname: host.into(),
+        metadata_server: metadata_server.into(),
         global_segment_size: 0,
         local_buffer_size: local_buffer,
         protocol: "rdma".into(),
         device_name: device.into(),
         master_server_addr: master.into(),
-        ..SetupConfig::default()
     })
     .unwrap_or_else(|e| panic!("rdma client setup: {e}: {}", last_error_message()))
 }
@@ -233,7 +256,37 @@ fn batches_and_multi_buffers_round_trip() {
         after.rdma_read_bytes - mid.rdma_read_bytes,
         whole.len() as u64
     );
-    no_tcp(&before, &after);
+    // put_parts (one object from parts) and batch_get_buffer (several, zero-copy into the
+    // registered local buffer), one absent key failing alone.
+    let put = client.put_parts(
+        "parts",
+        &[parts[1].as_slice(), parts[0].as_slice()],
+        &on(&owner.name),
+    );
+    assert_eq!(put, Ok(()));
+    let put_done = client.metrics().transfer;
+    let handles = client.batch_get_buffer(&["parts", "batch-3", "absent"]);
+    assert_eq!(handles.len(), 3);
+    assert_eq!(
+        handles[0].as_ref().unwrap().as_slice(),
+        &[parts[1].as_slice(), parts[0].as_slice()].concat()[..]
+    );
+    assert_eq!(handles[1].as_ref().unwrap().as_slice(), &values[3][..]);
+    assert_eq!(
+        handles[2].as_ref().map(|_| ()).map_err(|code| *code),
+        Err(ErrorCode::ObjectNotFound)
+    );
+    drop(handles);
+    let last = client.metrics().transfer;
+    assert_eq!(
+        last.rdma_bounce_bytes, put_done.rdma_bounce_bytes,
+        "batch_get_buffer reads into the registered local buffer"
+    );
+    assert_eq!(
+        last.rdma_read_bytes - put_done.rdma_read_bytes,
+        (parts[0].len() + parts[1].len() + values[3].len()) as u64
+    );
+    no_tcp(&before, &last);
 }
 
 #[test]
@@ -616,6 +669,50 @@ fn a_restarted_master_is_rejoined_and_the_remounted_segment_is_reached_by_rdma()
         Ok(false),
         "a restarted master starts empty"
     );
+}
+
+/// With the master's HTTP metadata service instead of P2PHANDSHAKE, the client learns the
+/// owner's data address from the service and the bytes still go by RDMA (rkeys come with the
+/// RDMA handshake on that address, whichever way it was found).
+#[test]
+fn http_metadata_discovery_moves_the_bytes_by_rdma() {
+    let Some((device, host)) = vm() else { return };
+    let http_port = common::free_port();
+    let master = Master::start(&[
+        "--enable_http_metadata_server=true",
+        &format!("--http_metadata_server_port={http_port}"),
+        "--http_metadata_server_host=127.0.0.1",
+    ]);
+    let url = format!("http://127.0.0.1:{http_port}/metadata");
+    let owner = Owner::start_with(
+        &master.addr(),
+        "32 MB",
+        &device,
+        &host,
+        &[format!("--metadata_server={url}")],
+    );
+    let client = rdma_client_with(&master.addr(), &device, &host, 0, &url);
+    let value = pattern(3 * MIB + 17, 21);
+    let before = client.metrics().transfer;
+    client
+        .put_from("via-http", &value, &on(&owner.name))
+        .unwrap();
+    let mut out = vec![0u8; value.len()];
+    assert_eq!(
+        client.get_into("via-http", &mut out),
+        Ok(value.len() as u64)
+    );
+    assert!(out == value);
+    let after = client.metrics().transfer;
+    assert_eq!(
+        after.rdma_write_bytes - before.rdma_write_bytes,
+        value.len() as u64
+    );
+    assert_eq!(
+        after.rdma_read_bytes - before.rdma_read_bytes,
+        value.len() as u64
+    );
+    no_tcp(&before, &after);
 }
 
 /// A P2P owner process on RDMA; `(process, segment name)`.
