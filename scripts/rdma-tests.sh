@@ -49,7 +49,8 @@ echo "== running them in the RDMA VM (limit ${limit}s)"
   rdma link show rxe1/1 | grep -q ACTIVE || { echo 'rxe1 did not become active' >&2; exit 1; }
   export RDMA_VM_DEV2=rxe1
   # A test that finds no device returns early and passes, printing 'skipped:'. In here every
-  # one must run: the leg fails on any such line rather than pass having tested nothing.
+  # one must run: the leg fails on any such line, or when a filter matched no test, rather
+  # than pass having tested nothing.
   set -o pipefail
   log=\$(mktemp)
   for mode in poll event; do
@@ -57,9 +58,11 @@ echo "== running them in the RDMA VM (limit ${limit}s)"
     echo \"-- MC_RDMA_COMPLETION=\$mode: lib transfer::rdma\"
     '$lib' transfer::rdma:: --test-threads=1 --nocapture 2>&1 | tee \$log
     ! grep 'skipped:' \$log || { echo 'a lib RDMA test skipped inside the VM' >&2; exit 1; }
+    grep -Eq 'test result: ok\\. [1-9][0-9]* passed' \$log || { echo 'no lib RDMA test ran' >&2; exit 1; }
     echo \"-- MC_RDMA_COMPLETION=\$mode: tests/rdma.rs\"
     '$itest' --test-threads=1 --nocapture 2>&1 | tee \$log
     ! grep 'skipped:' \$log || { echo 'a tests/rdma.rs test skipped inside the VM' >&2; exit 1; }
+    grep -Eq 'test result: ok\\. [1-9][0-9]* passed' \$log || { echo 'no tests/rdma.rs test ran' >&2; exit 1; }
     echo \"-- MC_RDMA_COMPLETION=\$mode: tests/device_standin.rs over RDMA\"
     '$devtest' over_rdma --test-threads=1 --nocapture 2>&1 | tee \$log
     ! grep 'skipped:' \$log || { echo 'the device-memory RDMA test skipped inside the VM' >&2; exit 1; }

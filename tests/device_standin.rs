@@ -588,8 +588,13 @@ fn cuda_device_memory_over_rdma_is_staged_through_bounces() {
         eprintln!("skipped: needs the soft-RoCE VM (scripts/rdma-tests.sh)");
         return;
     }
-    // Two clients of one process: keep them off the same-host mapped path.
-    child("cuda_rdma_paths", &cuda(), &[("MC_SAME_HOST", "0")]);
+    // Two clients of one process: keep them off the same-host mapped path. One part per
+    // request, so each part spans several 4 MiB bounces.
+    child(
+        "cuda_rdma_paths",
+        &cuda(),
+        &[("MC_SAME_HOST", "0"), ("MC_TCP_LANES_PER_PEER", "1")],
+    );
 }
 
 #[test]
@@ -606,7 +611,7 @@ fn child_cuda_rdma_paths() {
         preferred_segments: vec![owner.get_hostname()],
         ..ReplicateConfig::default()
     };
-    // 9 MiB + 1: more than one bounce (4 MiB) per part.
+    // 9 MiB + 1 in one part (MC_TCP_LANES_PER_PEER=1): three bounces of at most 4 MiB.
     let size = 9 * MIB as usize + 1;
     let n = size as u64;
     let value = pattern(size, 9);

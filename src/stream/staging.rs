@@ -4,8 +4,10 @@
 //! it to the caller's buffer when the stream reaches that point.
 //!
 //! With an RDMA transfer engine the whole region is registered with the NIC (local access
-//! only) for as long as it is mapped, so fetches READ straight into staging and on-stream
-//! puts WRITE straight out of it: no bounce buffer, no extra copy. A fetch never READs
+//! only) from the first on-stream call until it is unmapped, so fetches READ straight into
+//! staging and on-stream puts WRITE straight out of it: no bounce buffer, no extra copy (the
+//! registration counts against `RLIMIT_MEMLOCK` like every other MR; a client that makes no
+//! on-stream call registers nothing). A fetch never READs
 //! straight into the caller's destination, registered or not: the stream may still be using
 //! that memory until it reaches the call, and the bytes must not land before then.
 //!
@@ -18,18 +20,23 @@ use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{Allocation, OffsetAllocator};
 use crate::transfer::TransferEngine;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 
-/// The staging region's registration with a transfer engine; unregistered when dropped.
+/// The staging region's registration with a transfer engine; unregistered when dropped. It
+/// holds the engine weakly: an engine dropped first has deregistered the range itself, while
+/// the region was still mapped.
 struct EngineRegistration {
-    engine: Arc<TransferEngine>,
+    engine: Weak<TransferEngine>,
     addr: usize,
 }
 
 impl Drop for EngineRegistration {
     fn drop(&mut self) {
+        let Some(engine) = self.engine.upgrade() else {
+            return;
+        };
         // A transfer still running on the range keeps its NIC registration until it ends.
-        if let Err(e) = self.engine.unregister(self.addr) {
+        if let Err(e) = engine.unregister(self.addr) {
             tracing::debug!(error = %e, "unregistering the stream staging region failed");
         }
     }
@@ -37,8 +44,12 @@ impl Drop for EngineRegistration {
 
 /// The staging region and its allocator. Thread-safe.
 pub(crate) struct StagingPool {
-    /// Declared before `region`: unregistered before the region is unmapped.
-    _registration: Option<EngineRegistration>,
+    /// The engine to register the region with: set when it moves bytes by RDMA.
+    engine: Option<Weak<TransferEngine>>,
+    /// Made on the first range handed out (so a client that never makes an on-stream call
+    /// locks no memory for it). Declared before `region`: unregistered before the region is
+    /// unmapped.
+    registration: OnceLock<Option<EngineRegistration>>,
     region: Option<MappedRegion>,
     allocator: Arc<OffsetAllocator>,
 }
@@ -46,33 +57,37 @@ pub(crate) struct StagingPool {
 impl StagingPool {
     /// A pool of `bytes` bytes (0: no staging; every staged call fails with `TRY_AGAIN`).
     /// When `engine` moves bytes by RDMA, the region is registered with it (local access
-    /// only) until the pool is dropped; a registration the engine refuses is logged and the
-    /// transfers go through bounce buffers instead.
+    /// only) when the first range is handed out, until the pool is dropped. A device that
+    /// refuses the registration leaves the range without an MR (the engine logs why, at debug
+    /// level) and the transfers go through bounce buffers instead.
     pub(crate) fn new(bytes: u64, engine: &Arc<TransferEngine>) -> Result<Arc<StagingPool>> {
         let region = match bytes {
             0 => None,
             n => Some(MappedRegion::pinned(n, "stream staging")?),
         };
-        let registration = region
-            .as_ref()
-            .filter(|_| engine.uses_rdma())
-            .and_then(
-                |region| match engine.register(region.addr(), region.len(), false) {
-                    Ok(()) => Some(EngineRegistration {
-                        engine: Arc::clone(engine),
-                        addr: region.addr(),
-                    }),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "stream staging is not registered for RDMA");
-                        None
-                    }
-                },
-            );
         Ok(Arc::new(StagingPool {
-            _registration: registration,
+            engine: engine.uses_rdma().then(|| Arc::downgrade(engine)),
+            registration: OnceLock::new(),
             region,
             allocator: OffsetAllocator::new(bytes),
         }))
+    }
+
+    /// Registers `region` with the engine, once.
+    fn register(&self, region: &MappedRegion) {
+        self.registration.get_or_init(|| {
+            let engine = self.engine.as_ref()?.upgrade()?;
+            match engine.register(region.addr(), region.len(), false) {
+                Ok(()) => Some(EngineRegistration {
+                    engine: Arc::downgrade(&engine),
+                    addr: region.addr(),
+                }),
+                Err(e) => {
+                    tracing::warn!(error = %e, "stream staging is not registered for RDMA");
+                    None
+                }
+            }
+        });
     }
 
     /// Whether the region is registered with the device runtime.
@@ -93,6 +108,7 @@ impl StagingPool {
                 ),
             );
         };
+        self.register(region);
         Ok(Arc::new(StagingBuf {
             addr: region.addr() + allocation.offset() as usize,
             _allocation: allocation,

@@ -528,7 +528,7 @@ impl QueuePair {
                 break;
             }
             for wc in &completions[..polled as usize] {
-                *outstanding -= 1;
+                *outstanding = outstanding.saturating_sub(1);
                 if let Some(slot) = results.get_mut(wc.wr_id as usize) {
                     slot.get_or_insert_with(|| Err(format!("{cause}; {}", describe(wc))));
                 }
@@ -567,6 +567,8 @@ const DRAIN_WAIT: Duration = Duration::from_secs(2);
 
 fn describe(wc: &WorkCompletion) -> String {
     let name = match wc.status {
+        // Only a drain reports a success as an error: the run had already failed.
+        verbs::WC_SUCCESS => "success, but the run had already failed",
         verbs::WC_REM_ACCESS_ERR => "remote access error (stale or wrong rkey)",
         5 => "flushed (queue pair in error)",
         12 => "transport retry counter exceeded (peer gone?)",
