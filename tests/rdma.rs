@@ -120,6 +120,29 @@ fn no_tcp(before: &TransferMetrics, after: &TransferMetrics) {
     );
 }
 
+/// Between the two snapshots exactly `written` bytes went by RDMA WRITE and `read` by RDMA
+/// READ, and nothing over TCP.
+fn moved_by_rdma(before: &TransferMetrics, after: &TransferMetrics, written: u64, read: u64) {
+    assert_eq!(
+        after.rdma_write_bytes - before.rdma_write_bytes,
+        written,
+        "RDMA WRITE bytes"
+    );
+    assert_eq!(
+        after.rdma_read_bytes - before.rdma_read_bytes,
+        read,
+        "RDMA READ bytes"
+    );
+    no_tcp(before, after);
+}
+
+/// Between the two snapshots exactly `read` bytes went by RDMA READ, none through a bounce
+/// (they landed in registered memory: the local buffer).
+fn read_zero_copy(before: &TransferMetrics, after: &TransferMetrics, read: usize) {
+    assert_eq!(after.rdma_bounce_bytes, before.rdma_bounce_bytes, "bounced");
+    assert_eq!(after.rdma_read_bytes - before.rdma_read_bytes, read as u64);
+}
+
 #[test]
 fn rdma_setup_without_a_device_names_the_problem() {
     let device = match vm() {
@@ -247,15 +270,7 @@ fn batches_and_multi_buffers_round_trip() {
     // get_buffer: the local buffer is registered, so the read is zero-copy into it.
     let mid = client.metrics().transfer;
     assert_eq!(client.get_buffer("multi").unwrap().as_slice(), &whole[..]);
-    let after = client.metrics().transfer;
-    assert_eq!(
-        after.rdma_bounce_bytes, mid.rdma_bounce_bytes,
-        "local buffer is registered"
-    );
-    assert_eq!(
-        after.rdma_read_bytes - mid.rdma_read_bytes,
-        whole.len() as u64
-    );
+    read_zero_copy(&mid, &client.metrics().transfer, whole.len());
     // put_parts (one object from parts) and batch_get_buffer (several, zero-copy into the
     // registered local buffer), one absent key failing alone.
     let put = client.put_parts(
@@ -278,13 +293,10 @@ fn batches_and_multi_buffers_round_trip() {
     );
     drop(handles);
     let last = client.metrics().transfer;
-    assert_eq!(
-        last.rdma_bounce_bytes, put_done.rdma_bounce_bytes,
-        "batch_get_buffer reads into the registered local buffer"
-    );
-    assert_eq!(
-        last.rdma_read_bytes - put_done.rdma_read_bytes,
-        (parts[0].len() + parts[1].len() + values[3].len()) as u64
+    read_zero_copy(
+        &put_done,
+        &last,
+        parts[0].len() + parts[1].len() + values[3].len(),
     );
     no_tcp(&before, &last);
 }
@@ -518,14 +530,8 @@ fn sessions_and_upsert_go_by_rdma() {
     assert_eq!(client.get_into("sess", &mut back), Ok(newer.len() as u64));
     assert!(back == newer, "upserted bytes");
     let after = client.metrics().transfer;
-    assert_eq!(
-        after.rdma_write_bytes - read.rdma_write_bytes,
-        newer.len() as u64
-    );
-    assert_eq!(
-        after.rdma_read_bytes - read.rdma_read_bytes,
-        newer.len() as u64
-    );
+    let n = newer.len() as u64;
+    moved_by_rdma(&read, &after, n, n);
     no_tcp(&before, &after);
 }
 
@@ -703,16 +709,8 @@ fn http_metadata_discovery_moves_the_bytes_by_rdma() {
         Ok(value.len() as u64)
     );
     assert!(out == value);
-    let after = client.metrics().transfer;
-    assert_eq!(
-        after.rdma_write_bytes - before.rdma_write_bytes,
-        value.len() as u64
-    );
-    assert_eq!(
-        after.rdma_read_bytes - before.rdma_read_bytes,
-        value.len() as u64
-    );
-    no_tcp(&before, &after);
+    let n = value.len() as u64;
+    moved_by_rdma(&before, &client.metrics().transfer, n, n);
 }
 
 /// A P2P owner process on RDMA; `(process, segment name)`.
