@@ -7,9 +7,9 @@
 //! only) from the first on-stream call until it is unmapped, so fetches READ straight into
 //! staging and on-stream puts WRITE straight out of it: no bounce buffer, no extra copy (the
 //! registration counts against `RLIMIT_MEMLOCK` like every other MR; a client that makes no
-//! on-stream call registers nothing). A fetch never READs
-//! straight into the caller's destination, registered or not: the stream may still be using
-//! that memory until it reaches the call, and the bytes must not land before then.
+//! on-stream call registers nothing). A fetch never READs straight into the caller's
+//! destination, registered or not: the stream may still be using that memory until it
+//! reaches the call, and the bytes must not land before then.
 //!
 //! Quarantine: a range is shared (`Arc<StagingBuf>`) by the ticket and the transfer that
 //! fills it. It returns to the pool only when both let go — after the stream passed the
