@@ -4,9 +4,11 @@
 //! RealClient; [`master`] keeps metadata; [`transfer`] moves bytes; [`rpc`] is the only
 //! module that knows the wire.
 
+pub mod alloc;
 pub mod cli;
 pub mod client;
 pub mod device;
+pub mod env;
 pub mod error;
 pub mod ffi;
 pub mod master;

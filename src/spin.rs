@@ -1,4 +1,5 @@
-//! Bounded busy-waiting for a socket to become readable, before a blocking wait on it.
+//! Time helpers: [`deadline`] (an `Instant` that never overflows) and bounded busy-waiting
+//! for a socket to become readable, before a blocking wait on it.
 //!
 //! A thread that blocks for an answer lets its CPU go idle, and waking an idle CPU (a deep
 //! C-state on bare metal, a halted vCPU in a virtual machine) costs tens of microseconds per
@@ -144,4 +145,12 @@ mod tests {
         drop(a);
         assert!(until_readable(b.as_fd(), Duration::from_secs(5)));
     }
+}
+
+/// Longest span a deadline may lie ahead (keeps `Instant` arithmetic from overflowing).
+const MAX_SPAN: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `from + span`, with `span` capped at a century so absurd configured values never panic.
+pub(crate) fn deadline(from: Instant, span: Duration) -> Instant {
+    from.checked_add(span.min(MAX_SPAN)).unwrap_or(from)
 }

@@ -5,6 +5,11 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// `master_server_addr` value that selects the in-process master.
+pub const EMBEDDED_MASTER: &str = "embedded";
+/// `metadata_server` value for decentralised endpoint discovery (segment name = data address).
+pub const P2P_HANDSHAKE: &str = "P2PHANDSHAKE";
+
 /// The version string the master returns from `service_ready`; clients require an exact match
 /// (Mooncake's `MOONCAKE_STORE_VERSION`).
 pub const STORE_VERSION: &str = "2.0.0";

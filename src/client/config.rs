@@ -1,15 +1,12 @@
 //! Setup arguments of a client (Mooncake's `setup_real`) and their validation.
 
 use crate::error::{fail, ErrorCode, Result};
+use crate::types::{EMBEDDED_MASTER, P2P_HANDSHAKE};
 
 /// Default segment and local buffer size (16 MiB, as Mooncake).
 pub const DEFAULT_SIZE: u64 = 16 * 1024 * 1024;
 /// Largest local buffer Mooncake accepts (1 TiB).
 pub const MAX_LOCAL_BUFFER_SIZE: u64 = 1 << 40;
-/// `master_server_addr` value that selects the in-process master.
-pub const EMBEDDED_MASTER: &str = "embedded";
-/// `metadata_server` value for decentralised endpoint discovery (segment name = data address).
-pub const P2P_HANDSHAKE: &str = "P2PHANDSHAKE";
 
 /// Everything `setup` takes. Plain data; validated by [`SetupConfig::validate`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,82 +113,9 @@ impl SetupConfig {
     }
 }
 
-/// Parses Mooncake's human-readable sizes: a plain byte count or a number with a
-/// `K/KB/KiB/M/MB/MiB/G/GB/GiB/T/TB/TiB` suffix (binary multiples, case-insensitive).
-pub fn parse_size(text: &str) -> Result<u64> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        other => {
-            return fail(
-                ErrorCode::InvalidParams,
-                format!("unknown size unit '{other}'"),
-            )
-        }
-    };
-    let out_of_range = || {
-        fail(
-            ErrorCode::InvalidParams,
-            format!("size '{text}' out of range"),
-        )
-    };
-    // A whole number is scaled exactly; only a fraction goes through a double (a u64 above
-    // 2^53 does not survive one).
-    if let Ok(whole) = number.parse::<u64>() {
-        return whole.checked_mul(multiplier).map_or_else(out_of_range, Ok);
-    }
-    let value: f64 = match number.parse() {
-        Ok(v) => v,
-        Err(_) => return fail(ErrorCode::InvalidParams, format!("bad size '{text}'")),
-    };
-    let bytes = value * multiplier as f64;
-    // u64::MAX as f64 is 2^64, itself out of range.
-    if !(0.0..u64::MAX as f64).contains(&bytes) {
-        return out_of_range();
-    }
-    Ok(bytes as u64)
-}
-
-/// Reads an environment variable as a number, falling back to `default` when unset or
-/// unparsable.
-pub fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
-
-/// Reads a boolean environment variable (`1/true/yes/on`, `0/false/no/off`).
-pub fn env_bool(name: &str) -> Option<bool> {
-    let value = std::env::var(name).ok()?;
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Some(true),
-        "0" | "false" | "no" | "off" => Some(false),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse_like_mooncake() {
-        assert_eq!(parse_size("1024").unwrap(), 1024);
-        assert_eq!(parse_size("4 GB").unwrap(), 4 << 30);
-        assert_eq!(parse_size("16MiB").unwrap(), 16 << 20);
-        assert_eq!(parse_size("1.5k").unwrap(), 1536);
-        assert_eq!(parse_size("12 parsecs"), Err(ErrorCode::InvalidParams));
-        assert_eq!(parse_size(""), Err(ErrorCode::InvalidParams));
-    }
 
     #[test]
     fn validation_matches_spec() {

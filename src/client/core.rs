@@ -1,13 +1,14 @@
 //! [`Client`]: one set-up client (Mooncake's RealClient after `setup_real`), its resources and
 //! its life cycle. The operations live in sibling modules as further `impl Client` blocks.
 
-use super::config::{env_bool, env_u64, MetadataMode, SetupConfig};
+use super::config::{MetadataMode, SetupConfig};
 use super::heartbeat::{ping_timeout, Heartbeat};
 use super::local_buffer::LocalBuffer;
 use super::metrics::{ClientCounters, CountedMaster};
 use super::own_segment::{OwnSegment, SEGMENT_FILE};
 use super::sessions::Sessions;
 use crate::device::MappedRegion;
+use crate::env::{env_bool, env_u64};
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{MasterApi, MasterConfig, MasterService};
 use crate::rpc;
@@ -180,12 +181,12 @@ impl Client {
     pub fn init_all(protocol: &str, device_name: &str, mount_segment_size: u64) -> Result<Client> {
         Client::setup(SetupConfig {
             local_hostname: "localhost".into(),
-            metadata_server: super::config::P2P_HANDSHAKE.into(),
+            metadata_server: crate::types::P2P_HANDSHAKE.into(),
             global_segment_size: mount_segment_size,
             local_buffer_size: 1 << 30,
             protocol: protocol.into(),
             device_name: device_name.into(),
-            master_server_addr: super::config::EMBEDDED_MASTER.into(),
+            master_server_addr: crate::types::EMBEDDED_MASTER.into(),
         })
     }
 
@@ -452,7 +453,7 @@ pub(super) mod tests {
                 local_hostname: "liveness-test".into(),
                 global_segment_size: segment,
                 local_buffer_size: 0,
-                master_server_addr: super::super::config::EMBEDDED_MASTER.into(),
+                master_server_addr: crate::types::EMBEDDED_MASTER.into(),
                 ..SetupConfig::default()
             },
             master,

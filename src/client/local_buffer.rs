@@ -1,9 +1,9 @@
 //! The registered local buffer: memory the copying `put` stages values in and `get_buffer`
 //! returns objects in. Allocations are RAII [`LocalAlloc`] values.
 
+use crate::alloc::{Allocation, OffsetAllocator};
 use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
-use crate::master::{Allocation, OffsetAllocator};
 use crate::standalone::BlockGuard;
 use crate::transfer::TransferEngine;
 use std::sync::Arc;

@@ -28,9 +28,11 @@ mod remove;
 mod sessions;
 mod write;
 
+pub use crate::env::parse_size;
+pub use crate::types::{EMBEDDED_MASTER, P2P_HANDSHAKE};
 pub use buffer::BufferHandle;
 pub(crate) use config::MetadataMode;
-pub use config::{parse_size, SetupConfig, EMBEDDED_MASTER, P2P_HANDSHAKE};
+pub use config::SetupConfig;
 pub(crate) use core::{descriptor, start_engine};
 pub use core::{health, Client};
 pub use local_buffer::LocalAlloc;

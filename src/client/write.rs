@@ -39,7 +39,7 @@ impl GrantedWrite {
         let ttl = Duration::from_millis(grant.write_ttl_ms);
         GrantedWrite {
             token: grant.token,
-            deadline: crate::master::deadline(asked_at, ttl),
+            deadline: crate::spin::deadline(asked_at, ttl),
         }
     }
 

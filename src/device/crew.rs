@@ -20,7 +20,7 @@
 //! copies share the queue.
 
 use super::copy;
-use crate::transfer::settings::Knob;
+use crate::env::Knob;
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -4,7 +4,7 @@
 //! Thread-safety: one `parking_lot::Mutex`, a leaf lock; due allocations are dropped after it
 //! is released.
 
-use super::allocator::Allocation;
+use crate::alloc::Allocation;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -9,8 +9,9 @@
 
 use super::eviction::{self, Candidate};
 use super::metrics::Counters;
-use super::objects::{deadline, ObjectMeta};
+use super::objects::ObjectMeta;
 use super::service::{MasterService, EVICTION_PERIOD};
+use crate::spin::deadline;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 

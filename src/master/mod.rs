@@ -2,8 +2,6 @@
 //! client liveness. [`MasterApi`] is its interface; [`MasterService`] the in-process master
 //! (lock order and ownership rules in `service.rs`).
 
-mod allocator;
-pub use allocator::{Allocation, OffsetAllocator};
 mod api;
 mod config;
 mod deferred;
@@ -20,7 +18,6 @@ mod routes;
 mod segments;
 mod service;
 mod workers;
-pub(crate) use objects::deadline;
 pub(crate) use workers::Workers;
 mod writes;
 

@@ -3,7 +3,8 @@
 //! Thread-safety: 1024 `parking_lot::Mutex` shards selected by key hash. At most one shard
 //! lock is held at a time (see the lock order in `service.rs`).
 
-use super::allocator::Allocation;
+use crate::alloc::Allocation;
+use crate::spin::deadline;
 use crate::types::{
     ClientId, QueryResult, ReplicaDescriptor, ReplicaStatus, ReplicateConfig, SoftPinAction,
     WriteToken,
@@ -17,14 +18,6 @@ use std::time::{Duration, Instant};
 
 /// Number of metadata shards (Mooncake's `kNumShards`).
 pub(crate) const NUM_SHARDS: usize = 1024;
-
-/// Longest span a deadline may lie ahead (keeps `Instant` arithmetic from overflowing).
-const MAX_SPAN: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// `from + span`, with `span` capped at a century so absurd configured values never panic.
-pub(crate) fn deadline(from: Instant, span: Duration) -> Instant {
-    from.checked_add(span.min(MAX_SPAN)).unwrap_or(from)
-}
 
 /// One replica: its range (shared with pins and deferred frees; its liveness says whether
 /// the mount that placed it is current) and descriptor.

@@ -4,7 +4,7 @@
 //! Thread-safety: one `parking_lot::Mutex`; it may be taken while a shard lock is held, never
 //! the other way round. Records are returned to the caller and dropped outside the lock.
 
-use super::allocator::Allocation;
+use crate::alloc::Allocation;
 use crate::types::ClientId;
 use parking_lot::Mutex;
 use std::collections::HashMap;

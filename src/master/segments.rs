@@ -5,8 +5,8 @@
 //! then allocator locks (leaves); mount/unmount take it exclusively and never lock anything
 //! else except an allocator (to mark it dead).
 
-use super::allocator::{Allocation, OffsetAllocator};
 use super::metrics::SegmentMetrics;
+use crate::alloc::{Allocation, OffsetAllocator};
 use crate::error::{fail, ErrorCode, Result};
 use crate::types::{BufferDescriptor, ClientId, ReplicateConfig, Segment, SegmentId};
 use parking_lot::RwLock;

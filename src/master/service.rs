@@ -17,13 +17,14 @@ use super::config::MasterConfig;
 use super::deferred::DeferredFrees;
 use super::liveness::ClientTable;
 use super::metrics::{Counters, MasterMetrics};
-use super::objects::{deadline, ObjectMeta, ObjectTable, Phase};
+use super::objects::{ObjectMeta, ObjectTable, Phase};
 use super::pins::PinTable;
 use super::routes::RouteTable;
 use super::segments::SegmentRegistry;
 use super::workers::Workers;
 use super::MasterApi;
 use crate::error::{fail, ErrorCode, Result};
+use crate::spin::deadline;
 use crate::types::{
     ClientId, ClientStatus, DeploymentMode, P2pOwner, P2pRoute, PingResponse, PinnedObject,
     QueryResult, ReplicateConfig, Segment, SegmentId, WriteGrant, WriteToken, STORE_VERSION,

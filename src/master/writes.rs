@@ -1,8 +1,9 @@
 //! Write paths of [`MasterService`]: put/upsert start, put end and revoke (spec §4.2, §4.9).
 
-use super::objects::{deadline, ObjectMeta, Replica, Shard};
+use super::objects::{ObjectMeta, Replica, Shard};
 use super::service::{check_key, MasterService};
 use crate::error::{fail, ErrorCode, Result};
+use crate::spin::deadline;
 use crate::types::{ClientId, ReplicateConfig, SoftPinAction, WriteGrant, WriteToken};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

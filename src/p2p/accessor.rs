@@ -22,7 +22,7 @@ use super::counters::{bump, Counters};
 use super::quarantine::Quarantine;
 use crate::client::{LocalAlloc, LocalBuffer};
 use crate::error::{fail, ErrorCode, Result};
-use crate::master::deadline;
+use crate::spin::deadline;
 use crate::transfer::{copy, TransferEngine, TransferOp, TransferRequest};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -11,9 +11,9 @@
 
 use super::config::TieredConfig;
 use super::records::shard_index;
+use crate::alloc::{Allocation, OffsetAllocator};
 use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
-use crate::master::{Allocation, OffsetAllocator};
 use crate::transfer::TransferEngine;
 use parking_lot::RwLock;
 use std::collections::hash_map::RandomState;

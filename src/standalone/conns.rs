@@ -195,7 +195,7 @@ impl ConnPool {
     /// Waits up to `period` unless the pool is closed or gets closed meanwhile; returns
     /// whether it is closed.
     pub(super) fn closed_within(&self, period: Duration) -> bool {
-        let deadline = crate::master::deadline(Instant::now(), period);
+        let deadline = crate::spin::deadline(Instant::now(), period);
         let mut state = self.state.lock();
         while !state.closed && !self.closing.wait_until(&mut state, deadline).timed_out() {}
         state.closed

@@ -542,7 +542,7 @@ fn hello(shared: &Shared, body: &[u8], payload: &mut Writer) -> Result<LinkKey> 
         );
     }
     let link = r.u64()?;
-    if crate::client::EMBEDDED_MASTER == shared.master_address || shared.master_address.is_empty() {
+    if crate::types::EMBEDDED_MASTER == shared.master_address || shared.master_address.is_empty() {
         return fail(
             ErrorCode::InvalidParams,
             "this real client runs an in-process master: dummies cannot reach it",

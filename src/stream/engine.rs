@@ -120,7 +120,7 @@ impl StreamConfig {
         let num = |name: &str, default: u64| {
             std::env::var(name)
                 .ok()
-                .and_then(|v| crate::client::parse_size(&v).ok())
+                .and_then(|v| crate::env::parse_size(&v).ok())
                 .unwrap_or(default)
         };
         StreamConfig {

@@ -16,9 +16,9 @@
 //! ticket's release point *and* the transfer is terminal — so a late transfer never writes
 //! into a range handed to someone else.
 
+use crate::alloc::{Allocation, OffsetAllocator};
 use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
-use crate::master::{Allocation, OffsetAllocator};
 use crate::transfer::TransferEngine;
 use std::sync::{Arc, OnceLock, Weak};
 

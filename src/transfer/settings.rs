@@ -1,5 +1,6 @@
 //! Tunables read from the environment once, when an engine is created.
 
+use crate::env::Knob;
 use std::time::Duration;
 
 /// Smallest part a request is split into for parallel lanes.
@@ -17,15 +18,6 @@ const MAX_LANES: u64 = 16;
 const MAX_CONNECTIONS: u64 = 1 << 20;
 /// Upper bound of the timeouts: a week (keeps every `Instant + timeout` far from overflow).
 const MAX_TIMEOUT_MS: u64 = 7 * 24 * 3600 * 1000;
-
-/// One numeric environment tunable: its name, default and accepted range. A value that
-/// does not parse falls back to the default; one outside the range is clamped into it.
-pub(crate) struct Knob {
-    pub(crate) name: &'static str,
-    pub(crate) default: u64,
-    pub(crate) min: u64,
-    pub(crate) max: u64,
-}
 
 /// `MC_TRANSFER_TIMEOUT_MS`: the I/O timeout (Mooncake's 60 s hard batch timeout).
 const TIMEOUT_MS: Knob = Knob {
@@ -92,31 +84,6 @@ const SAME_HOST_HANDSHAKE_MS: Knob = Knob {
     min: 1,
     max: MAX_TIMEOUT_MS,
 };
-
-impl Knob {
-    /// The value `text` gives this knob (see [`Knob`]); a bad value is logged.
-    pub(crate) fn read(&self, text: Option<&str>) -> u64 {
-        let Some(text) = text else {
-            return self.default;
-        };
-        match text.trim().parse::<u64>() {
-            Ok(value) if (self.min..=self.max).contains(&value) => value,
-            Ok(value) => {
-                let clamped = value.clamp(self.min, self.max);
-                tracing::warn!("{}={value} is out of range; using {clamped}", self.name);
-                clamped
-            }
-            Err(_) => {
-                tracing::warn!(
-                    "{}={text:?} is not a number; using the default {}",
-                    self.name,
-                    self.default
-                );
-                self.default
-            }
-        }
-    }
-}
 
 /// Engine tunables. Plain values; copied into each component that needs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
