@@ -12,6 +12,7 @@ pub mod env;
 pub mod error;
 pub mod ffi;
 pub mod master;
+pub mod metadata;
 pub mod p2p;
 mod process;
 pub mod rpc;

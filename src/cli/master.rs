@@ -4,11 +4,10 @@
 use super::glog::GlogFlags;
 use super::Program;
 use crate::master::{MasterConfig, MasterInterface, MasterService};
+use crate::metadata::{metadata_handler, MetadataStore};
 use crate::rpc::server::{ServerLimits, ServerOptions};
 use crate::rpc::stats::RpcStats;
-use crate::rpc::{
-    metadata_handler, HttpRequest, HttpResponse, HttpServer, MetadataStore, RpcServer,
-};
+use crate::rpc::{HttpRequest, HttpResponse, HttpServer, RpcServer};
 use crate::types::DeploymentMode;
 
 /// The default of `--p2p_route_grace_ms`: [`crate::p2p::MASTER_ROUTE_GRACE`].

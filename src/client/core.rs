@@ -55,7 +55,7 @@ pub(super) struct ClientCore {
     pub(super) master_reachable: AtomicBool,
     closed: AtomicBool,
     heartbeat: Mutex<Option<Heartbeat>>,
-    metadata: Option<rpc::HttpMetadataClient>,
+    metadata: Option<crate::metadata::HttpMetadataClient>,
     /// A dummy's link to its real client (see `dummy.rs`); `None` for a real client.
     pub(super) dummy: Option<Arc<DummyLink>>,
 }
@@ -315,7 +315,11 @@ impl Drop for ClientCore {
 pub(crate) fn start_engine(
     config: &SetupConfig,
     metadata_mode: &MetadataMode,
-) -> Result<(String, Arc<TransferEngine>, Option<rpc::HttpMetadataClient>)> {
+) -> Result<(
+    String,
+    Arc<TransferEngine>,
+    Option<crate::metadata::HttpMetadataClient>,
+)> {
     let (hostname, listener) = if config.is_embedded() {
         (config.local_hostname.trim().to_string(), None)
     } else {
@@ -325,10 +329,10 @@ pub(crate) fn start_engine(
     let (resolver, metadata): (Arc<dyn SegmentResolver>, _) = match metadata_mode {
         MetadataMode::P2pHandshake => (Arc::new(DirectResolver), None),
         MetadataMode::Http(url) => (
-            Arc::new(rpc::HttpMetadataResolver::new(
-                rpc::HttpMetadataClient::new(url)?,
+            Arc::new(crate::metadata::HttpMetadataResolver::new(
+                crate::metadata::HttpMetadataClient::new(url)?,
             )),
-            Some(rpc::HttpMetadataClient::new(url)?),
+            Some(crate::metadata::HttpMetadataClient::new(url)?),
         ),
     };
     let rdma = match config.uses_rdma() {
@@ -348,7 +352,11 @@ pub(crate) fn start_engine(
 /// A dummy's engine: no listener, segment name `""`, every transfer handed to `link`.
 fn start_dummy_engine(
     link: &Arc<DummyLink>,
-) -> Result<(String, Arc<TransferEngine>, Option<rpc::HttpMetadataClient>)> {
+) -> Result<(
+    String,
+    Arc<TransferEngine>,
+    Option<crate::metadata::HttpMetadataClient>,
+)> {
     let engine = TransferEngine::new(EngineConfig {
         local_name: String::new(),
         listener: None,
@@ -365,17 +373,17 @@ pub(crate) fn descriptor(
     hostname: &str,
     addr: SocketAddr,
     segment: Option<&Segment>,
-) -> rpc::SegmentDescriptor {
+) -> crate::metadata::SegmentDescriptor {
     let host = hostname
         .rsplit_once(':')
         .map(|(h, _)| h)
         .unwrap_or(hostname);
-    rpc::SegmentDescriptor {
+    crate::metadata::SegmentDescriptor {
         host: host.to_string(),
         rpc_port: addr.port(),
         tcp_data_port: addr.port(),
         buffers: segment
-            .map(|s| rpc::BufferEntry {
+            .map(|s| crate::metadata::BufferEntry {
                 name: "*".into(),
                 addr: s.base,
                 length: s.size,

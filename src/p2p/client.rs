@@ -71,7 +71,7 @@ struct Inner {
     direction: TransferDirection,
     workers: Workers,
     closed: AtomicBool,
-    metadata: Option<rpc::HttpMetadataClient>,
+    metadata: Option<crate::metadata::HttpMetadataClient>,
 }
 
 impl P2pClient {

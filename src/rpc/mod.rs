@@ -8,7 +8,6 @@
 //! - [`client::RpcClient`]: the blocking [`Call`] transport of any interface;
 //!   [`client::RpcMasterClient`] is the master's; [`client::connect_master`] gives a ready `Arc<dyn MasterApi>`.
 //! - [`http`]: a small HTTP/1.1 server and blocking client.
-//! - [`metadata`]: Mooncake's HTTP metadata service (store, route, publish, resolve).
 //! - [`net`]: client timeouts (`MC_RPC_*`) and connecting.
 //! - `serve`: the accept loop and private runtime both servers run on.
 
@@ -17,7 +16,6 @@ pub mod client;
 pub mod codec;
 pub mod http;
 pub mod interface;
-pub mod metadata;
 pub mod net;
 mod serve;
 pub mod server;
@@ -29,10 +27,6 @@ mod tests;
 pub use client::{connect_master, RemoteMasterApi, RpcClient, RpcMasterClient};
 pub use http::{HttpHandler, HttpRequest, HttpResponse, HttpServer};
 pub use interface::{Call, Interface};
-pub use metadata::{
-    metadata_handler, BufferEntry, HttpMetadataClient, HttpMetadataResolver, MetadataStore,
-    SegmentDescriptor,
-};
 pub use net::Timeouts;
 pub use server::RpcServer;
 pub use stats::RpcStats;

@@ -9,13 +9,14 @@
 
 use super::copy::copy_bytes;
 use super::metrics::{bump, Metrics};
-use super::pool::{ConnectionPool, Slice, SliceError};
 use super::rdma::RdmaTransport;
 use super::registry::{Registry, StaleEpoch};
 use super::same_host::{copy_mapped, MappedTarget};
 use super::settings::{MIN_SLICE, PIPELINE_GROUP_BYTES, PIPELINE_GROUP_SLICES, PIPELINE_MAX_SLICE};
 use super::staging::Staging;
-use super::wire::Opcode;
+use super::tcp::pool::ConnectionPool;
+use super::transport::Opcode;
+use super::transport::{Slice, SliceError};
 use crate::error::ErrorCode;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};

@@ -4,15 +4,16 @@
 
 use super::batch::{split, Executor, Io, Job, Route};
 use super::metrics::{add, bump, CopyPaths, Metrics, Path, PathCounters, TransferMetrics};
-use super::pool::{ConnectionPool, Slice};
 use super::rdma::{RdmaDeviceBytes, RdmaDevices, RdmaTransport};
 use super::registry::{MemoryRegion, Registry, MAX_EPOCH};
 use super::resolver::SegmentResolver;
 use super::same_host::{Exporter, MappedPeer, PeerMaps};
-use super::server::Server;
 use super::settings::Settings;
 use super::staging::{Staging, STAGE_CHUNK};
-use super::wire::Opcode;
+use super::tcp::pool::ConnectionPool;
+use super::tcp::server::Server;
+use super::transport::Opcode;
+use super::transport::Slice;
 use crate::device::{self, MemoryKind};
 use crate::error::{fail, last_error_message, ErrorCode, Result};
 use std::net::SocketAddr;

@@ -2,8 +2,8 @@ use super::*;
 use crate::error::ErrorCode;
 use crate::shm::{PeerMapping, SealedMemfd};
 use crate::transfer::metrics::Metrics;
-use crate::transfer::pool::Slice;
-use crate::transfer::wire::Opcode;
+use crate::transfer::transport::Opcode;
+use crate::transfer::transport::Slice;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! `recv` / `sendmsg` on raw addresses, so that registered memory (which other connections
 //! and local copies touch concurrently) is never viewed as a Rust slice.
 
-use super::gather::{Cursor, MAX_IOV};
+use crate::transfer::gather::{Cursor, MAX_IOV};
 use std::io;
 use std::os::fd::RawFd;
 

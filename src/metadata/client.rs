@@ -323,8 +323,8 @@ impl crate::transfer::SegmentResolver for HttpMetadataResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metadata::{metadata_handler, BufferEntry, MetadataStore};
     use crate::rpc::http::HttpServer;
-    use crate::rpc::metadata::{metadata_handler, BufferEntry, MetadataStore};
     use std::sync::Arc;
 
     fn server() -> (HttpServer, Arc<MetadataStore>, String) {

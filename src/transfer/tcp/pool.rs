@@ -34,12 +34,13 @@
 //! other socket failure, a timeout or a malformed frame fails the slice it happened on and
 //! every slice after it; socket failures are marked [`SliceError::unreachable`].
 
-use super::gather::Cursor;
-use super::metrics::{bump, Metrics};
-use super::settings::Settings;
 use super::socket::{idle_connection_dead, set_abortive_close};
-use super::wire::{Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
+use super::wire::{SessionHeader, Status, HEADER_LEN, STATUS_LEN};
 use crate::error::ErrorCode;
+use crate::transfer::gather::Cursor;
+use crate::transfer::metrics::{bump, Metrics};
+use crate::transfer::settings::Settings;
+use crate::transfer::transport::{Opcode, Slice, SliceError};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -56,43 +57,6 @@ const PIPELINE_WINDOW: usize = 64 << 10;
 /// Request bytes (headers plus WRITE payloads) of a pipelined run small enough to go out in
 /// its first send call whatever its answers weigh (see the module docs): 32 READ headers.
 const ONE_SEND_REQUESTS: usize = 32 * HEADER_LEN;
-
-/// One wire request as the initiator sees it: `len` bytes between `local` (this process)
-/// and `remote` (an address in the peer process).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Slice {
-    /// Direction: READ fills `local`, WRITE sends from `local`.
-    pub(crate) op: Opcode,
-    /// Local memory; see [`ConnectionPool::execute`] for the validity contract.
-    pub(crate) local: *mut u8,
-    /// Number of bytes (> 0).
-    pub(crate) len: usize,
-    /// Target address in the peer process.
-    pub(crate) remote: u64,
-    /// The segment epoch the target range must have (0: unchecked).
-    pub(crate) epoch: u64,
-}
-
-/// Why a slice (or a local job) failed: the code its request reports and a detail.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct SliceError {
-    pub(crate) code: ErrorCode,
-    pub(crate) message: String,
-    /// The peer could not be reached or the connection failed (connect refused, reset,
-    /// timed out, closed early), as opposed to a refusal: the peer's address may be stale.
-    pub(crate) unreachable: bool,
-}
-
-impl From<String> for SliceError {
-    /// A `TRANSFER_FAIL` with `message`, not [`unreachable`](SliceError::unreachable).
-    fn from(message: String) -> SliceError {
-        SliceError {
-            code: ErrorCode::TransferFail,
-            message,
-            unreachable: false,
-        }
-    }
-}
 
 impl Slice {
     /// The wire header of this slice (always protocol v2).

@@ -8,6 +8,8 @@
 
 pub mod client;
 pub mod store;
+#[cfg(test)]
+mod tests;
 
 pub use client::{CacheLimits, HttpMetadataClient, HttpMetadataResolver};
 pub use store::{metadata_handler, MetadataStore};

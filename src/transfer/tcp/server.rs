@@ -41,14 +41,14 @@
 //! reference to it is ever formed here, since other connections and local copies access it
 //! concurrently.
 
-use super::gather::Cursor;
-use super::metrics::{add, bump, Metrics};
-use super::rdma::{RdmaTransport, REQUEST_LEN};
-use super::registry::Registry;
-use super::settings::Settings;
 use super::socket::{recv_into, send_parts, set_abortive_close, RawPart};
 use super::wire::{is_rdma_connect, Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
 use crate::error::{fail, ErrorCode, Result};
+use crate::transfer::gather::Cursor;
+use crate::transfer::metrics::{add, bump, Metrics};
+use crate::transfer::rdma::{RdmaTransport, REQUEST_LEN};
+use crate::transfer::registry::Registry;
+use crate::transfer::settings::Settings;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;

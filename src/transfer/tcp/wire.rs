@@ -28,14 +28,7 @@ const EPOCH_MASK: u64 = (1 << 56) - 1;
 /// High 32 bits of every status frame: "MCTV".
 const STATUS_MAGIC: u64 = 0x4D43_5456;
 
-/// Direction of one wire request, as seen by the initiator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Opcode {
-    /// The initiator pulls `size` bytes from `addr` in the server process.
-    Read = 0,
-    /// The initiator pushes `size` bytes to `addr` in the server process.
-    Write = 1,
-}
+pub use crate::transfer::transport::Opcode;
 
 /// One request on the wire. `addr` is an absolute virtual address in the server process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
