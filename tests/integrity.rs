@@ -11,7 +11,7 @@ use mooncake_rs::master::{
     MasterApi, MasterConfig, MasterInterface, MasterRequest, MasterResponse, MasterService,
     RemoteMaster,
 };
-use mooncake_rs::rpc::{Call, Interface, RpcServer};
+use mooncake_rs::rpc::{Call, Interface};
 use mooncake_rs::types::ReplicateConfig;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,7 +59,8 @@ fn replica_of_the_wrong_size_is_never_written() {
     let skewing: Arc<dyn MasterApi> = Arc::new(RemoteMaster(SkewingMaster {
         inner: service.clone(),
     }));
-    let server = RpcServer::start("127.0.0.1:0".parse().unwrap(), skewing).unwrap();
+    let server =
+        mooncake_rs::master::remote::serve("127.0.0.1:0".parse().unwrap(), skewing).unwrap();
     let client = client_of(&server.local_addr().to_string(), 1 << 20);
     let config = ReplicateConfig::default();
     let neighbour = pattern(4096, 7);

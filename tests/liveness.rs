@@ -10,7 +10,7 @@ use mooncake_rs::master::{
     MasterApi, MasterConfig, MasterInterface, MasterRequest, MasterResponse, MasterService,
     RemoteMaster,
 };
-use mooncake_rs::rpc::{Call, Interface, RpcServer};
+use mooncake_rs::rpc::{Call, Interface};
 use mooncake_rs::types::ReplicateConfig;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -60,7 +60,9 @@ fn a_stalled_master_shard_does_not_expire_a_pinging_client() {
         stalled: AtomicBool::new(false),
     });
     let api: Arc<dyn MasterApi> = Arc::new(RemoteMaster(Stalling(stalling.clone())));
-    let server = RpcServer::start_with_threads("127.0.0.1:0".parse().unwrap(), api, 2).unwrap();
+    let server =
+        mooncake_rs::master::remote::serve_with_threads("127.0.0.1:0".parse().unwrap(), api, 2)
+            .unwrap();
     let client = local_client(&server.local_addr().to_string(), 4 * MIB, MIB);
     let value = pattern(4096, 7);
     client

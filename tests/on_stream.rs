@@ -9,7 +9,6 @@ use common::streams::{buf, embedded, on, Blocker};
 use common::{local_client, pattern, wait_until, PeerClient};
 use mooncake_rs::client::{Buf, Client};
 use mooncake_rs::master::{MasterConfig, MasterService};
-use mooncake_rs::rpc::RpcServer;
 use mooncake_rs::stream::{HostEvent, HostStream, StreamRef, Ticket, TICKET_PENDING};
 use mooncake_rs::types::ReplicateConfig;
 use mooncake_rs::ErrorCode;
@@ -177,7 +176,8 @@ fn pinned_bytes_survive_forced_removal_and_eviction_during_the_window() {
         default_kv_lease_ttl_ms: 50,
         ..MasterConfig::default()
     });
-    let server = RpcServer::start("127.0.0.1:0".parse().unwrap(), master.clone()).unwrap();
+    let server =
+        mooncake_rs::master::remote::serve("127.0.0.1:0".parse().unwrap(), master.clone()).unwrap();
     let client = local_client(&server.local_addr().to_string(), 16 * MIB as u64, 0);
     let value = pattern(4 * MIB, 9);
     client
@@ -328,7 +328,8 @@ fn ticket_slots_run_out_with_try_again_and_come_back() {
 fn freeing_a_ticket_early_is_safe_and_teardown_cancels_waiting_gates() {
     // A master and a peer client in this process; the reader's object lives on the peer.
     let master = MasterService::new(MasterConfig::default());
-    let server = RpcServer::start("127.0.0.1:0".parse().unwrap(), master.clone()).unwrap();
+    let server =
+        mooncake_rs::master::remote::serve("127.0.0.1:0".parse().unwrap(), master.clone()).unwrap();
     let addr = server.local_addr().to_string();
     let peer = local_client(&addr, 64 * MIB as u64, 0);
     let reader = local_client(&addr, 16 * MIB as u64, 0);
@@ -433,7 +434,8 @@ fn a_peer_killed_mid_transfer_fails_the_ticket_and_the_stream_goes_on() {
 #[test]
 fn staging_exhaustion_is_try_again_and_gives_the_pins_back() {
     let master = MasterService::new(MasterConfig::default());
-    let server = RpcServer::start("127.0.0.1:0".parse().unwrap(), master.clone()).unwrap();
+    let server =
+        mooncake_rs::master::remote::serve("127.0.0.1:0".parse().unwrap(), master.clone()).unwrap();
     let addr = server.local_addr().to_string();
     let peer = local_client(&addr, 96 * MIB as u64, 0);
     let reader = local_client(&addr, 8 * MIB as u64, 0);

@@ -217,7 +217,7 @@ fn run(flags: Flags) -> Result<(), String> {
     };
     let options = ServerOptions {
         limits: limits_from(&flags),
-        ..ServerOptions::master(threads)
+        ..crate::master::remote::server_options(threads)
     };
     // The HTTP listeners are bound first: a master whose RPC port accepts serves them too,
     // and one that cannot bind them exits before any client reaches it. `/metrics` shows the

@@ -11,7 +11,6 @@ use crate::device::MappedRegion;
 use crate::env::{env_bool, env_u64};
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{MasterApi, MasterConfig, MasterService};
-use crate::rpc;
 use crate::standalone::DummyLink;
 use crate::stream::{StreamConfig, StreamEngine};
 use crate::transfer::rdma::RdmaDevices;
@@ -96,7 +95,10 @@ impl Client {
             let service = MasterService::new(embedded_config);
             (service.clone(), Some(service))
         } else {
-            (rpc::connect_master(config.master_server_addr.trim())?, None)
+            (
+                crate::master::connect_master(config.master_server_addr.trim())?,
+                None,
+            )
         };
         let counters = ClientCounters::default();
         let master = CountedMaster::wrap(master, counters.master_calls.clone());
@@ -169,7 +171,7 @@ impl Client {
         // that stop pinging, and releases their pins.
         if !embedded {
             let pinger =
-                rpc::client::connect_pinger(config.master_server_addr.trim(), ping_timeout());
+                crate::master::connect_pinger(config.master_server_addr.trim(), ping_timeout());
             *core.heartbeat.lock() = Some(Heartbeat::start(&core, pinger));
         }
         tracing::info!(name = %core.hostname, client = %core.id, embedded, "client set up");

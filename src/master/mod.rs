@@ -1,6 +1,7 @@
 //! The master: object metadata, segments and their allocators, leases, pins, eviction and
 //! client liveness. [`MasterApi`] is its interface; [`MasterService`] the in-process master
-//! (lock order and ownership rules in `service.rs`).
+//! (lock order and ownership rules in `service.rs`); [`remote`] its RPC client and server glue.
+//! It imports no client-side part (client, p2p, node, stream, standalone, ffi).
 
 mod api;
 mod config;
@@ -12,6 +13,9 @@ mod metrics;
 mod objects;
 mod pins;
 mod reads;
+pub mod remote;
+#[cfg(test)]
+mod remote_tests;
 mod removal;
 mod route_claims;
 mod routes;
@@ -29,4 +33,7 @@ mod tests;
 pub use api::{MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster};
 pub use config::MasterConfig;
 pub use metrics::{MasterMetrics, SegmentMetrics};
+pub use remote::{
+    connect_master, connect_pinger, RemoteMasterApi, RpcMasterClient, MASTER_SCAN_METHODS,
+};
 pub use service::MasterService;

@@ -85,7 +85,7 @@ impl P2pClient {
     /// `INTERNAL_ERROR` when memory cannot be mapped.
     pub fn setup_p2p(config: P2pSetupConfig) -> Result<P2pClient> {
         let settings = config.validate()?;
-        let master = rpc::connect_master(settings.base.master_server_addr.trim())?;
+        let master = crate::master::connect_master(settings.base.master_server_addr.trim())?;
         master.p2p_list_owners().or_else(|code| {
             fail(
                 code,

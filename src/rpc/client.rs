@@ -1,6 +1,7 @@
 //! The RPC client: blocking sockets, called straight from the caller's thread.
 //!
-//! [`RpcClient`] (any [`Interface`]; [`RpcMasterClient`] for the master) keeps a small pool of idle connections. A call takes one (or connects
+//! [`RpcClient`] (any [`Interface`]; the master's is `crate::master::RpcMasterClient`) keeps a
+//! small pool of idle connections. A call takes one (or connects
 //! lazily), writes the request frame, reads the answer frame and puts the connection back.
 //! A connection that saw any error is dropped, never reused; an idle connection the master
 //! has closed (restart) is noticed before use and replaced, so calls work again as soon as a
@@ -9,16 +10,12 @@
 use super::codec;
 use super::interface::{Call, Interface};
 use super::net::{self, Timeouts};
-use crate::error::{fail, ErrorCode, Result};
-use crate::master::{MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster};
-use crate::types::STORE_VERSION;
+use crate::error::Result;
 use parking_lot::Mutex;
 use std::io::{self, Write};
 use std::marker::PhantomData;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// Idle connections kept per client; more are closed after use.
 const MAX_IDLE_CONNECTIONS: usize = 16;
@@ -32,32 +29,6 @@ pub struct RpcClient<I> {
     timeouts: Timeouts,
     idle: Mutex<Vec<TcpStream>>,
     interface: PhantomData<fn() -> I>,
-}
-
-/// The master's transport.
-pub type RpcMasterClient = RpcClient<MasterInterface>;
-
-/// A [`MasterApi`] backed by a remote master.
-pub type RemoteMasterApi = RemoteMaster<RpcMasterClient>;
-
-/// Connects to the master at `addr` ("host:port") with timeouts from the environment and
-/// returns it as a [`MasterApi`]. Errors as [`RpcMasterClient::connect`].
-pub fn connect_master(addr: &str) -> Result<Arc<dyn MasterApi>> {
-    Ok(Arc::new(RemoteMaster(RpcMasterClient::connect(addr)?)))
-}
-
-/// A [`MasterApi`] for liveness pings alone, to the master at `addr` ("host:port"): its own
-/// connection, never shared with data-path calls (a slow call elsewhere cannot hold it), with
-/// `timeout` on connecting and on each wait for the answer. Connects lazily, on the first
-/// ping; a ping that fails drops its connection, so the next one connects afresh (and lands
-/// on another server shard). Thread-safe; meant for one heartbeat thread. Errors per ping:
-/// `RPC_FAIL`, `RPC_TIMEOUT`.
-pub fn connect_pinger(addr: &str, timeout: Duration) -> Arc<dyn MasterApi> {
-    let timeouts = Timeouts {
-        connect: timeout,
-        request: timeout,
-    };
-    Arc::new(RemoteMaster(RpcMasterClient::new(addr, timeouts)))
 }
 
 impl<I: Interface> RpcClient<I> {
@@ -92,33 +63,6 @@ impl<I: Interface> RpcClient<I> {
         let mut idle = self.idle.lock();
         if idle.len() < MAX_IDLE_CONNECTIONS {
             idle.push(stream);
-        }
-    }
-}
-
-impl RpcMasterClient {
-    /// Connects to `addr` with [`Timeouts::from_env`] and checks the master's version.
-    ///
-    /// Errors: `RPC_FAIL` / `RPC_TIMEOUT` if the master cannot be reached, `INVALID_VERSION`
-    /// (-300) if its `service_ready` is not [`STORE_VERSION`].
-    pub fn connect(addr: &str) -> Result<RpcMasterClient> {
-        RpcMasterClient::with_timeouts(addr, Timeouts::from_env())
-    }
-
-    /// As [`RpcMasterClient::connect`], with explicit timeouts.
-    pub fn with_timeouts(addr: &str, timeouts: Timeouts) -> Result<RpcMasterClient> {
-        let client = RpcMasterClient::new(addr, timeouts);
-        match client.call(MasterRequest::service_ready {})? {
-            MasterResponse::service_ready(Ok(version)) if version == STORE_VERSION => Ok(client),
-            MasterResponse::service_ready(Ok(version)) => fail(
-                ErrorCode::InvalidVersion,
-                format_args!("master {addr} runs version {version}, expected {STORE_VERSION}"),
-            ),
-            MasterResponse::service_ready(Err(code)) => Err(code),
-            other => fail(
-                ErrorCode::RpcFail,
-                format_args!("unexpected answer to service_ready: {other:?}"),
-            ),
         }
     }
 }

@@ -106,7 +106,7 @@ pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T> {
 }
 
 /// For the payload of an enum whose variants each hold a `Result<_, ErrorCode>` (every
-/// [`crate::master::MasterResponse`]): the error when that `Result` is `Err`, else `None`.
+/// `Response` an [`rpc_interface!`](crate::rpc::interface) declares): the error when that `Result` is `Err`, else `None`.
 /// Reads only the first bytes, without decoding the answer (bincode writes a variant index,
 /// then the `Result` tag, 0 = `Ok`, 1 = `Err`, then the content).
 pub fn enum_result_error(payload: &[u8]) -> Option<ErrorCode> {
@@ -255,11 +255,11 @@ pub async fn read_frame_limited<R: AsyncRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::master::{MasterRequest, MasterResponse};
+    use crate::rpc::test_interface::{TestRequest, TestResponse};
     use crate::types::{ReplicateConfig, Uuid};
 
-    fn sample_request() -> MasterRequest {
-        MasterRequest::batch_put_start {
+    fn sample_request() -> TestRequest {
+        TestRequest::batch_put_start {
             client: Uuid { hi: 1, lo: 2 },
             keys: vec!["a".into(), "key/β".into()],
             sizes: vec![3, 1 << 40],
@@ -274,7 +274,7 @@ mod tests {
         assert_eq!(len, frame.len() - HEADER_LEN);
 
         let payload = read_frame(&mut &frame[..]).unwrap();
-        let decoded: MasterRequest = decode_payload(&payload).unwrap();
+        let decoded: TestRequest = decode_payload(&payload).unwrap();
         assert_eq!(format!("{decoded:?}"), format!("{:?}", sample_request()));
 
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -294,31 +294,30 @@ mod tests {
 
     #[test]
     fn results_inside_responses_round_trip() {
-        let response =
-            MasterResponse::batch_remove(Ok(vec![Ok(()), Err(ErrorCode::ObjectHasLease)]));
+        let response = TestResponse::batch_remove(Ok(vec![Ok(()), Err(ErrorCode::ObjectHasLease)]));
         let frame = encode_frame(&response).unwrap();
-        let decoded: MasterResponse = decode_payload(&frame[HEADER_LEN..]).unwrap();
+        let decoded: TestResponse = decode_payload(&frame[HEADER_LEN..]).unwrap();
         assert_eq!(format!("{decoded:?}"), format!("{response:?}"));
     }
 
     #[test]
     fn the_outcome_of_an_encoded_response_is_read_from_its_prefix() {
-        let outcome = |response: &MasterResponse| {
+        let outcome = |response: &TestResponse| {
             enum_result_error(&encode_frame(response).unwrap()[HEADER_LEN..])
         };
         assert_eq!(
-            outcome(&MasterResponse::service_ready(Ok("2.0.0".into()))),
+            outcome(&TestResponse::service_ready(Ok("2.0.0".into()))),
             None
         );
         assert_eq!(
-            outcome(&MasterResponse::batch_remove(Ok(vec![Err(
+            outcome(&TestResponse::batch_remove(Ok(vec![Err(
                 ErrorCode::ObjectHasLease
             )]))),
             None
         );
         for &code in ErrorCode::ALL {
-            assert_eq!(outcome(&MasterResponse::unpin(Err(code))), Some(code));
-            assert_eq!(outcome(&MasterResponse::remove_all(Err(code))), Some(code));
+            assert_eq!(outcome(&TestResponse::unpin(Err(code))), Some(code));
+            assert_eq!(outcome(&TestResponse::remove_all(Err(code))), Some(code));
         }
         assert_eq!(enum_result_error(&[]), None);
     }
@@ -330,22 +329,22 @@ mod tests {
         // Every truncation, a trailing byte, and pseudo-random noise.
         for cut in 0..payload.len() {
             assert_eq!(
-                decode_payload::<MasterRequest>(&payload[..cut]).unwrap_err(),
+                decode_payload::<TestRequest>(&payload[..cut]).unwrap_err(),
                 ErrorCode::RpcFail
             );
         }
         let mut trailing = payload.to_vec();
         trailing.push(0);
-        assert!(decode_payload::<MasterRequest>(&trailing).is_err());
+        assert!(decode_payload::<TestRequest>(&trailing).is_err());
         let mut rng = fastrand::Rng::with_seed(7);
         for _ in 0..2000 {
             let noise: Vec<u8> = (0..rng.usize(0..64)).map(|_| rng.u8(..)).collect();
-            let _ = decode_payload::<MasterRequest>(&noise);
-            let _ = decode_payload::<MasterResponse>(&noise);
+            let _ = decode_payload::<TestRequest>(&noise);
+            let _ = decode_payload::<TestResponse>(&noise);
         }
         // A length prefix claiming a huge string inside a small payload.
         let huge_string = [7u8, 0xfc, 0xff, 0xff, 0xff, 0x7f];
-        assert!(decode_payload::<MasterRequest>(&huge_string).is_err());
+        assert!(decode_payload::<TestRequest>(&huge_string).is_err());
     }
 
     #[test]
@@ -396,7 +395,7 @@ mod tests {
     /// such an answer, already whole in the socket, with one receive call (one syscall).
     #[test]
     fn a_small_answer_is_read_with_one_read_call() {
-        let answer = encode_frame(&MasterResponse::service_ready(Ok("x".repeat(1635)))).unwrap();
+        let answer = encode_frame(&TestResponse::service_ready(Ok("x".repeat(1635)))).unwrap();
         let mut socket = CountingReader {
             bytes: &answer,
             most: usize::MAX,
@@ -416,7 +415,7 @@ mod tests {
             assert_eq!(read_answer(&mut socket).unwrap(), answer[HEADER_LEN..]);
         }
         // A large answer: the rest after the first read.
-        let large = encode_frame(&MasterResponse::service_ready(Ok("y".repeat(100_000)))).unwrap();
+        let large = encode_frame(&TestResponse::service_ready(Ok("y".repeat(100_000)))).unwrap();
         assert_eq!(read_answer(&mut &large[..]).unwrap(), large[HEADER_LEN..]);
         // Unasked bytes after the answer, a cut answer, a cut header, an oversized header.
         let mut extra = answer.clone();
@@ -440,7 +439,7 @@ mod tests {
 
     #[test]
     fn oversized_messages_are_not_encoded() {
-        let big = MasterRequest::remove_by_regex {
+        let big = TestRequest::remove_by_regex {
             pattern: "x".repeat(MAX_FRAME_LEN + 1),
             force: false,
         };

@@ -1,12 +1,13 @@
-//! The wire: framing and encoding of master RPCs, the tokio servers and the blocking clients.
-//! No other module knows the byte layout of anything sent over a socket.
+//! The generic wire: framing and encoding of RPCs, the tokio servers and the blocking clients,
+//! and a small HTTP server and client. It knows no caller: the master (`master/remote.rs`) and
+//! the P2P owner declare their interfaces with [`interface`] and serve them through
+//! [`RpcServer`]. It imports neither `master` nor `transfer`.
 //!
 //! - [`codec`]: `u32` LE length + bincode payload frames, with a size guard.
 //! - [`interface`]: one list per RPC interface ([`Interface`], [`Call`]); the master's and
 //!   the P2P owner's interfaces are declared with it.
-//! - [`server::RpcServer`]: serves any [`Interface`] (an `Arc<dyn MasterApi>` by default); [`stats::RpcStats`] counts calls.
-//! - [`client::RpcClient`]: the blocking [`Call`] transport of any interface;
-//!   [`client::RpcMasterClient`] is the master's; [`client::connect_master`] gives a ready `Arc<dyn MasterApi>`.
+//! - [`server::RpcServer`]: serves any [`Interface`]; [`stats::RpcStats`] counts calls.
+//! - [`client::RpcClient`]: the blocking [`Call`] transport of any interface.
 //! - [`http`]: a small HTTP/1.1 server and blocking client.
 //! - [`net`]: client timeouts (`MC_RPC_*`) and connecting.
 //! - `serve`: the accept loop and private runtime both servers run on.
@@ -22,9 +23,9 @@ pub mod server;
 pub mod stats;
 
 #[cfg(test)]
-mod tests;
+mod test_interface;
 
-pub use client::{connect_master, RemoteMasterApi, RpcClient, RpcMasterClient};
+pub use client::RpcClient;
 pub use http::{HttpHandler, HttpRequest, HttpResponse, HttpServer};
 pub use interface::{Call, Interface};
 pub use net::Timeouts;

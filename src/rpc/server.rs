@@ -1,5 +1,4 @@
-//! The RPC server: serves any [`Interface`] (the master's `Arc<dyn MasterApi>`, a P2P
-//! owner's `Arc<dyn PeerApi>`) over the framed protocol of [`super::codec`].
+//! The RPC server: serves any [`Interface`] (the master's, a P2P owner's) over the framed protocol of [`super::codec`].
 //!
 //! Each connection carries a sequence of request frames, each an `I::Request`, and gets
 //! one `I::Response` frame per request, in order. A frame that does not decode closes the
@@ -13,8 +12,8 @@
 //!
 //! The service traits are synchronous; each call runs inline on the shard thread that read its
 //! request (see the `serve` module), as Mooncake's coro_rpc runs handlers on its I/O threads,
-//! except the table scans named in [`ServerOptions::scan_methods`] (the master's
-//! `remove_all` and `remove_by_regex`): they run on a small pool of scan threads with a bounded
+//! except the table scans named in [`ServerOptions::scan_methods`] (the master names its
+//! `remove_all` and `remove_by_regex`, `crate::master::MASTER_SCAN_METHODS`): they run on a small pool of scan threads with a bounded
 //! queue (a full queue answers `TASK_PENDING_LIMIT_EXCEEDED`), so a scan over millions of keys
 //! holds only its own connection, never a shard's other connections (pings among them).
 //! Measured on loopback (release, 2 vCPUs, p50): `service_ready` 8.6 µs against 7.3 µs for a
@@ -28,7 +27,6 @@ use super::interface::Interface;
 use super::serve::Acceptor;
 use super::stats::RpcStats;
 use crate::error::{ErrorCode, Result};
-use crate::master::{MasterApi, MasterInterface};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -39,9 +37,6 @@ use tokio::sync::oneshot;
 
 /// Worker threads of [`RpcServer::start`] (Mooncake's `--max_threads` default).
 pub const DEFAULT_WORKER_THREADS: usize = 16;
-
-/// The master's methods that scan the whole object table.
-pub const MASTER_SCAN_METHODS: &[&str] = &["remove_all", "remove_by_regex"];
 
 /// Limits of an RPC server; see the module documentation. Plain value, `Copy`. The master
 /// binary sets each from the flag named on its field.
@@ -88,17 +83,6 @@ pub struct ServerOptions {
     pub scan_methods: &'static [&'static str],
 }
 
-impl ServerOptions {
-    /// The master's options: `threads` shards, default limits, [`MASTER_SCAN_METHODS`].
-    pub fn master(threads: usize) -> ServerOptions {
-        ServerOptions {
-            threads,
-            limits: ServerLimits::default(),
-            scan_methods: MASTER_SCAN_METHODS,
-        }
-    }
-}
-
 /// A running RPC server. Owns its threads (see [`Acceptor`]); thread-safe;
 /// [`RpcServer::shutdown`] is idempotent and also runs on drop.
 pub struct RpcServer {
@@ -107,24 +91,6 @@ pub struct RpcServer {
 }
 
 impl RpcServer {
-    /// Binds `addr` (port 0 picks a free port) and serves `api` with
-    /// [`DEFAULT_WORKER_THREADS`] workers until shut down.
-    ///
-    /// Errors: `RPC_FAIL` if the address cannot be bound.
-    pub fn start(addr: SocketAddr, api: Arc<dyn MasterApi>) -> Result<RpcServer> {
-        RpcServer::start_with_threads(addr, api, DEFAULT_WORKER_THREADS)
-    }
-
-    /// As [`RpcServer::start`], with `threads` shard threads (at least 1) and
-    /// [`ServerOptions::master`].
-    pub fn start_with_threads(
-        addr: SocketAddr,
-        api: Arc<dyn MasterApi>,
-        threads: usize,
-    ) -> Result<RpcServer> {
-        RpcServer::serve_with::<MasterInterface>(addr, api, ServerOptions::master(threads))
-    }
-
     /// Binds `addr` (port 0 picks a free port) and serves `api` through interface `I` with
     /// `threads` shard threads (at least 1) named after `I::NAME`, default limits and no scan
     /// methods.

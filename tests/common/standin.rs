@@ -154,7 +154,8 @@ pub struct TcpMaster {
 impl TcpMaster {
     pub fn start() -> TcpMaster {
         let service = MasterService::new(MasterConfig::default());
-        let rpc = RpcServer::start("127.0.0.1:0".parse().unwrap(), service).unwrap();
+        let rpc =
+            mooncake_rs::master::remote::serve("127.0.0.1:0".parse().unwrap(), service).unwrap();
         TcpMaster { rpc }
     }
 

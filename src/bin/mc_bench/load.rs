@@ -7,7 +7,8 @@
 use crate::limits::median;
 use crate::report::Report;
 use mooncake_rs::master::{MasterApi, MasterConfig, MasterService, RemoteMaster};
-use mooncake_rs::rpc::{RemoteMasterApi, RpcMasterClient, RpcServer, Timeouts};
+use mooncake_rs::master::{RemoteMasterApi, RpcMasterClient};
+use mooncake_rs::rpc::Timeouts;
 use mooncake_rs::types::{ClientId, ReplicateConfig, Segment, Uuid};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -108,8 +109,11 @@ pub fn run(report: &mut Report) -> Result<(), String> {
             .collect();
         put(&*service, owner, keys)?;
     }
-    let rpc = RpcServer::start("127.0.0.1:0".parse().map_err(|_| "addr")?, service.clone())
-        .map_err(|e| format!("rpc server: {e}"))?;
+    let rpc = mooncake_rs::master::remote::serve(
+        "127.0.0.1:0".parse().map_err(|_| "addr")?,
+        service.clone(),
+    )
+    .map_err(|e| format!("rpc server: {e}"))?;
     let addr = rpc.local_addr().to_string();
     let idle_master = connect(&addr, LOAD_LIMIT)?;
     let mut idle = (0..2000)

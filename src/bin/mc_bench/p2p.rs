@@ -11,7 +11,7 @@ use mooncake_rs::p2p::{
     P2pClient, P2pSetupConfig, PeerApi, PeerInterface, RemotePeer, RequestOptions,
     TransferDirection,
 };
-use mooncake_rs::rpc::{RpcClient, RpcServer, Timeouts};
+use mooncake_rs::rpc::{RpcClient, Timeouts};
 use mooncake_rs::types::DeploymentMode;
 use std::io::Read;
 use std::sync::{Arc, Barrier};
@@ -124,8 +124,11 @@ pub fn run(report: &mut Report, rounds: Rounds) -> Result<(), String> {
         deployment_mode: DeploymentMode::P2p,
         ..MasterConfig::default()
     });
-    let rpc = RpcServer::start("127.0.0.1:0".parse().map_err(|_| "addr")?, service.clone())
-        .map_err(|e| format!("rpc server: {e}"))?;
+    let rpc = mooncake_rs::master::remote::serve(
+        "127.0.0.1:0".parse().map_err(|_| "addr")?,
+        service.clone(),
+    )
+    .map_err(|e| format!("rpc server: {e}"))?;
     let master = rpc.local_addr().to_string();
     let (owner, line) = spawn_child(&["--serve-p2p-owner", &master])?;
     let (owner_name, owner_rpc) = line.split_once(' ').ok_or("owner READY line")?;

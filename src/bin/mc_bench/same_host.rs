@@ -11,7 +11,6 @@ use crate::report::Report;
 use crate::scenarios::{gbps, spawn_child_env, MIB};
 use mooncake_rs::client::{Client, SetupConfig};
 use mooncake_rs::master::{MasterConfig, MasterService};
-use mooncake_rs::rpc::RpcServer;
 use mooncake_rs::types::ReplicateConfig;
 use std::time::Instant;
 
@@ -23,8 +22,11 @@ const ROUND_BYTES: usize = 32 * MIB;
 /// Runs the scenarios; `rounds` interleaved rounds per size.
 pub fn run(report: &mut Report, rounds: usize) -> Result<(), String> {
     let service = MasterService::new(MasterConfig::default());
-    let rpc = RpcServer::start("127.0.0.1:0".parse().map_err(|_| "addr")?, service.clone())
-        .map_err(|e| format!("rpc server: {e}"))?;
+    let rpc = mooncake_rs::master::remote::serve(
+        "127.0.0.1:0".parse().map_err(|_| "addr")?,
+        service.clone(),
+    )
+    .map_err(|e| format!("rpc server: {e}"))?;
     let master = rpc.local_addr().to_string();
     let (peer, peer_name) = spawn_child_env(
         &["--serve-segment", &master, "1 GB"],

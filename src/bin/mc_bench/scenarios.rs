@@ -8,7 +8,6 @@ use crate::report::Report;
 use mooncake_rs::alloc::OffsetAllocator;
 use mooncake_rs::client::{parse_size, Client, SetupConfig};
 use mooncake_rs::master::{MasterConfig, MasterService};
-use mooncake_rs::rpc::RpcServer;
 use mooncake_rs::types::ReplicateConfig;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
@@ -329,8 +328,11 @@ fn over_tcp(report: &mut Report, rounds: Rounds, redis_1m: Option<f64>) -> Resul
     let duration = rounds.duration;
     let mut raw = RawTcp::connect().map_err(|e| format!("raw tcp: {e}"))?;
     let service = MasterService::new(MasterConfig::default());
-    let rpc = RpcServer::start("127.0.0.1:0".parse().map_err(|_| "addr")?, service.clone())
-        .map_err(|e| format!("rpc server: {e}"))?;
+    let rpc = mooncake_rs::master::remote::serve(
+        "127.0.0.1:0".parse().map_err(|_| "addr")?,
+        service.clone(),
+    )
+    .map_err(|e| format!("rpc server: {e}"))?;
     let master = rpc.local_addr().to_string();
     let (peer, peer_name) = spawn_peer(&master, "512 MB")?;
     let client = Client::setup(SetupConfig {

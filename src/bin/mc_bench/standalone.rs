@@ -14,7 +14,6 @@ use crate::report::Report;
 use crate::scenarios::{gbps, spawn_child, Rounds, MIB};
 use mooncake_rs::client::{parse_size, Buf, Client, SetupConfig};
 use mooncake_rs::master::{MasterConfig, MasterService};
-use mooncake_rs::rpc::RpcServer;
 use mooncake_rs::standalone::ShmPool;
 use mooncake_rs::types::ReplicateConfig;
 use std::io::Read;
@@ -113,8 +112,11 @@ where
 pub fn run(report: &mut Report, rounds: Rounds) -> Result<(), String> {
     let duration = rounds.duration;
     let service = MasterService::new(MasterConfig::default());
-    let rpc = RpcServer::start("127.0.0.1:0".parse().map_err(|_| "addr")?, service.clone())
-        .map_err(|e| format!("rpc server: {e}"))?;
+    let rpc = mooncake_rs::master::remote::serve(
+        "127.0.0.1:0".parse().map_err(|_| "addr")?,
+        service.clone(),
+    )
+    .map_err(|e| format!("rpc server: {e}"))?;
     let master = rpc.local_addr().to_string();
     let (_real, name) = spawn_child(&["--serve-real-client", &master, "512 MB"])?;
     let client = Client::setup_dummy(0, 16 * MIB as u64, &name).map_err(|e| {

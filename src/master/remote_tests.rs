@@ -1,9 +1,11 @@
 //! RPC server and client together over 127.0.0.1, against a recording fixture master.
 
-use super::{RpcMasterClient, RpcServer, Timeouts};
+use super::remote::{self, RpcMasterClient};
+use super::{MasterApi, MasterRequest, MasterResponse, RemoteMaster};
 use crate::error::{ErrorCode, Result};
-use crate::master::{MasterApi, MasterRequest, MasterResponse, RemoteMaster};
+use crate::rpc::server::ServerLimits;
 use crate::rpc::Call;
+use crate::rpc::{RpcServer, Timeouts};
 use crate::types::*;
 use parking_lot::Mutex;
 use std::io::{Read, Write};
@@ -236,7 +238,7 @@ fn short_timeouts() -> Timeouts {
 
 fn start(version: &str) -> (RpcServer, Arc<Fixture>) {
     let fixture = Fixture::new(version);
-    let server = RpcServer::start(loopback(), fixture.clone()).unwrap();
+    let server = remote::serve(loopback(), fixture.clone()).unwrap();
     (server, fixture)
 }
 
@@ -369,7 +371,7 @@ fn calls_fail_while_the_master_is_down_and_resume_after_it_restarts() {
     server.shutdown(); // idempotent
     assert_eq!(master.ping(Uuid::default()).err(), Some(ErrorCode::RpcFail));
 
-    let restarted = RpcServer::start(addr, Fixture::new(STORE_VERSION)).unwrap();
+    let restarted = remote::serve(addr, Fixture::new(STORE_VERSION)).unwrap();
     assert_eq!(master.ping(Uuid { hi: 0, lo: 5 }).unwrap().view_version, 5);
     drop(restarted);
 }
@@ -419,10 +421,10 @@ fn garbage_frames_close_the_connection_but_not_the_server() {
 /// `client` sends no pings while the table is built (seconds on a loaded machine), so its
 /// lease outlives the test: with the default 10 s `client_ttl` a fresh-clone CI run expired it
 /// half-way and the next `batch_put_start` found no segment (`NoAvailableHandle`).
-fn master_with_objects(count: usize, client: ClientId) -> Arc<crate::master::MasterService> {
-    let master = crate::master::MasterService::new(crate::master::MasterConfig {
+fn master_with_objects(count: usize, client: ClientId) -> Arc<super::MasterService> {
+    let master = super::MasterService::new(super::MasterConfig {
         client_ttl_ms: Some(3_600_000),
-        ..crate::master::MasterConfig::default()
+        ..super::MasterConfig::default()
     });
     let segment = Segment {
         id: Uuid::random(),
@@ -456,7 +458,7 @@ fn pings_are_answered_while_another_connection_removes_a_million_keys() {
     let client = Uuid { hi: 1, lo: 2 };
     let master = master_with_objects(OBJECTS, client);
     // One shard: today every connection shares it, as 17 connections share 16 shards.
-    let server = RpcServer::start_with_threads(loopback(), master.clone(), 1).unwrap();
+    let server = remote::serve_with_threads(loopback(), master.clone(), 1).unwrap();
     let timeouts = Timeouts {
         connect: Duration::from_secs(1),
         request: Duration::from_secs(30),
@@ -517,8 +519,8 @@ fn a_frame_declaring_64m_keys_is_refused_without_allocating_gigabytes() {
         keys: Vec::new(),
         force: false,
     })
-    .unwrap()[super::codec::HEADER_LEN];
-    let keys = super::codec::MAX_FRAME_LEN - 16;
+    .unwrap()[crate::rpc::codec::HEADER_LEN];
+    let keys = crate::rpc::codec::MAX_FRAME_LEN - 16;
     let mut payload = vec![variant, 252];
     payload.extend_from_slice(&(keys as u32).to_le_bytes());
     payload.resize(payload.len() + keys + 1, 0);
@@ -527,12 +529,12 @@ fn a_frame_declaring_64m_keys_is_refused_without_allocating_gigabytes() {
     drop(payload);
     let before = peak_rss_kib(true);
     raw.write_all(&frame).unwrap();
-    let answer = super::codec::read_frame(&mut raw);
+    let answer = crate::rpc::codec::read_frame(&mut raw);
     let grown_mib = (peak_rss_kib(false) - before) / 1024;
     // The frame itself is buffered (64 MiB) and other tests of this process run meanwhile;
     // decoding it in full took 1856 MiB before the item budget.
     assert!(grown_mib < 512, "peak RSS grew by {grown_mib} MiB");
-    let answer: MasterResponse = super::codec::decode_payload(&answer.unwrap()).unwrap();
+    let answer: MasterResponse = crate::rpc::codec::decode_payload(&answer.unwrap()).unwrap();
     assert!(
         matches!(
             answer,
@@ -543,18 +545,15 @@ fn a_frame_declaring_64m_keys_is_refused_without_allocating_gigabytes() {
     assert_eq!(server.stats().refused_requests(), 1);
 }
 
-fn start_limited(limits: super::server::ServerLimits) -> (RpcServer, Arc<Fixture>) {
+fn start_limited(limits: ServerLimits) -> (RpcServer, Arc<Fixture>) {
     let fixture = Fixture::new(STORE_VERSION);
-    let options = super::server::ServerOptions {
+    let options = crate::rpc::server::ServerOptions {
         limits,
-        ..super::server::ServerOptions::master(1)
+        ..remote::server_options(1)
     };
-    let server = RpcServer::serve_with::<crate::master::MasterInterface>(
-        loopback(),
-        fixture.clone(),
-        options,
-    )
-    .unwrap();
+    let server =
+        RpcServer::serve_with::<super::MasterInterface>(loopback(), fixture.clone(), options)
+            .unwrap();
     (server, fixture)
 }
 
@@ -567,7 +566,7 @@ fn closed_within(raw: &mut TcpStream, limit: Duration) -> bool {
 
 #[test]
 fn connections_beyond_the_cap_are_closed_and_counted() {
-    let (server, _) = start_limited(super::server::ServerLimits {
+    let (server, _) = start_limited(ServerLimits {
         max_connections: 2,
         ..Default::default()
     });
@@ -589,7 +588,7 @@ fn connections_beyond_the_cap_are_closed_and_counted() {
 #[test]
 fn a_half_sent_frame_and_an_idle_connection_are_dropped_by_their_timeouts() {
     let read_timeout = Duration::from_millis(300);
-    let (server, _) = start_limited(super::server::ServerLimits {
+    let (server, _) = start_limited(ServerLimits {
         read_timeout,
         idle_timeout: Duration::from_millis(600),
         ..Default::default()
@@ -617,7 +616,7 @@ fn a_half_sent_frame_and_an_idle_connection_are_dropped_by_their_timeouts() {
 
 #[test]
 fn a_full_scan_queue_answers_task_pending_limit_exceeded() {
-    let (server, fixture) = start_limited(super::server::ServerLimits {
+    let (server, fixture) = start_limited(ServerLimits {
         scan_threads: 1,
         scan_queue: 1,
         ..Default::default()
