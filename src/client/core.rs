@@ -4,13 +4,13 @@
 use super::config::{MetadataMode, SetupConfig};
 use super::heartbeat::{ping_timeout, Heartbeat};
 use super::local_buffer::LocalBuffer;
-use super::metrics::{ClientCounters, CountedMaster};
+use super::metrics::ClientCounters;
 use super::own_segment::{OwnSegment, SEGMENT_FILE};
 use super::sessions::Sessions;
 use crate::device::MappedRegion;
 use crate::env::{env_bool, env_u64};
 use crate::error::{fail, ErrorCode, Result};
-use crate::master::{MasterApi, MasterConfig, MasterService};
+use crate::master::{ForwardMaster, MasterApi, MasterConfig, MasterService};
 use crate::standalone::DummyLink;
 use crate::stream::{StreamConfig, StreamEngine};
 use crate::transfer::rdma::RdmaDevices;
@@ -101,7 +101,12 @@ impl Client {
             )
         };
         let counters = ClientCounters::default();
-        let master = CountedMaster::wrap(master, counters.master_calls.clone());
+        // Every master call is counted on its way, called directly (the embedded master is
+        // never encoded); the liveness pings have their own connection and are not counted.
+        let calls = Arc::clone(&counters.master_calls);
+        let master: Arc<dyn MasterApi> = Arc::new(ForwardMaster::new(master, move || {
+            calls.fetch_add(1, Ordering::Relaxed);
+        }));
         let (hostname, engine, metadata) = match &dummy {
             Some(link) => start_dummy_engine(link)?,
             None => start_engine(&config, &metadata_mode)?,

@@ -2,9 +2,6 @@
 
 use super::core::Client;
 use crate::device::{DeviceInfo, DeviceStats};
-use crate::error::Result;
-use crate::master::{MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster};
-use crate::rpc::{Call, Interface};
 use crate::stream::StreamMetrics;
 use crate::transfer::{CopyPaths, TransferMetrics};
 use serde::Serialize;
@@ -23,28 +20,6 @@ pub(super) struct ClientCounters {
     pub(super) failed_ops: AtomicU64,
     /// Master calls made (RPCs, or direct calls to an embedded master).
     pub(super) master_calls: Arc<AtomicU64>,
-}
-
-/// Counts every master call on the way to the real master (any [`MasterApi`]): the generated
-/// forwarding implementation over a transport that dispatches in process. The heartbeat's
-/// pings do not pass here (they have their own connection), so they are not counted.
-pub(super) struct CountedMaster {
-    inner: Arc<dyn MasterApi>,
-    calls: Arc<AtomicU64>,
-}
-
-impl CountedMaster {
-    /// `inner`, with every call counted in `calls`.
-    pub(super) fn wrap(inner: Arc<dyn MasterApi>, calls: Arc<AtomicU64>) -> Arc<dyn MasterApi> {
-        Arc::new(RemoteMaster(CountedMaster { inner, calls }))
-    }
-}
-
-impl Call<MasterInterface> for CountedMaster {
-    fn call(&self, request: MasterRequest) -> Result<MasterResponse> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        Ok(MasterInterface::dispatch(request, &*self.inner))
-    }
 }
 
 impl ClientCounters {

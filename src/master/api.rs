@@ -25,6 +25,8 @@ rpc_interface! {
     response MasterResponse;
     /// A [`MasterApi`] that forwards every call through a [`crate::rpc::Call`] transport.
     remote RemoteMaster;
+    /// A [`MasterApi`] that calls another one directly, after a hook (counting, tracing).
+    forward ForwardMaster;
     /// Version handshake: returns [`crate::types::STORE_VERSION`].
     fn service_ready() -> Result<String>;
     /// Liveness ping from a client that owns segments.

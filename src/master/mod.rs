@@ -30,7 +30,9 @@ mod integrity_tests;
 #[cfg(test)]
 mod tests;
 
-pub use api::{MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster};
+pub use api::{
+    ForwardMaster, MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster,
+};
 pub use config::MasterConfig;
 pub use metrics::{MasterMetrics, SegmentMetrics};
 pub use remote::{

@@ -4,7 +4,9 @@
 //! enums (`Request` with one variant per method and its arguments, `Response` with one
 //! variant per method holding its answer), a marker type implementing [`Interface`] (used by
 //! the generic [`crate::rpc::RpcServer::serve`] and [`crate::rpc::RpcClient`]) and a
-//! `Remote<C>` forwarding implementation of the trait over any [`Call`] transport. The
+//! `Remote<C>` forwarding implementation of the trait over any [`Call`] transport; with a
+//! `forward` line also a `Forward<F>` implementation that calls another implementation
+//! directly after a hook (the client counts its master calls so, without building requests). The
 //! master's interface (`crate::master::MasterApi`) and the P2P owner's interface
 //! (`crate::p2p::PeerApi`) are both declared this way, so a server, its client and the
 //! in-process implementation cannot drift apart.
@@ -44,6 +46,47 @@ pub trait Call<I: Interface>: Send + Sync {
 
 /// Declares an RPC interface from one list of methods; see the module documentation.
 macro_rules! rpc_interface {
+    (
+        $(#[$idoc:meta])* interface $iface:ident = $label:literal;
+        $(#[$tdoc:meta])* trait $api:ident;
+        request $req:ident;
+        response $resp:ident;
+        $(#[$rdoc:meta])* remote $remote:ident;
+        $(#[$fdoc:meta])* forward $forward:ident;
+        $( $(#[$doc:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty; )*
+    ) => {
+        $crate::rpc::interface::rpc_interface! {
+            $(#[$idoc])* interface $iface = $label;
+            $(#[$tdoc])* trait $api;
+            request $req;
+            response $resp;
+            $(#[$rdoc])* remote $remote;
+            $( $(#[$doc])* fn $name ( $($arg : $ty),* ) -> $ret; )*
+        }
+
+        $(#[$fdoc])*
+        pub struct $forward<F> {
+            inner: ::std::sync::Arc<dyn $api>,
+            before_call: F,
+        }
+
+        impl<F: Fn() + Send + Sync> $forward<F> {
+            /// Forwards every call to `inner` directly (no request is built), after
+            /// `before_call` ran.
+            pub fn new(inner: ::std::sync::Arc<dyn $api>, before_call: F) -> $forward<F> {
+                $forward { inner, before_call }
+            }
+        }
+
+        impl<F: Fn() + Send + Sync> $api for $forward<F> {
+            $(
+                fn $name(&self, $($arg: $ty),*) -> $ret {
+                    (self.before_call)();
+                    self.inner.$name($($arg),*)
+                }
+            )*
+        }
+    };
     (
         $(#[$idoc:meta])* interface $iface:ident = $label:literal;
         $(#[$tdoc:meta])* trait $api:ident;
