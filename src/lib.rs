@@ -13,6 +13,7 @@ pub mod error;
 pub mod ffi;
 pub mod master;
 pub mod metadata;
+mod node;
 pub mod p2p;
 mod process;
 pub mod rpc;

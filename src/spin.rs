@@ -85,6 +85,14 @@ pub fn before_read(socket: &impl AsFd) {
     until_readable(socket.as_fd(), budget());
 }
 
+/// Longest span a deadline may lie ahead (keeps `Instant` arithmetic from overflowing).
+const MAX_SPAN: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `from + span`, with `span` capped at a century so absurd configured values never panic.
+pub(crate) fn deadline(from: Instant, span: Duration) -> Instant {
+    from.checked_add(span.min(MAX_SPAN)).unwrap_or(from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,12 +153,4 @@ mod tests {
         drop(a);
         assert!(until_readable(b.as_fd(), Duration::from_secs(5)));
     }
-}
-
-/// Longest span a deadline may lie ahead (keeps `Instant` arithmetic from overflowing).
-const MAX_SPAN: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// `from + span`, with `span` capped at a century so absurd configured values never panic.
-pub(crate) fn deadline(from: Instant, span: Duration) -> Instant {
-    from.checked_add(span.min(MAX_SPAN)).unwrap_or(from)
 }

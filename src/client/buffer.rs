@@ -2,11 +2,11 @@
 //! caller as an owning [`BufferHandle`].
 
 use super::core::Client;
-use super::local_buffer::LocalAlloc;
 use super::metrics::ClientCounters;
 use super::plan::{self, Buf};
 use super::read::ReadJob;
 use crate::error::{fail, ErrorCode, Result};
+use crate::node::LocalAlloc;
 
 /// An object read into the client's local buffer. Owns that memory: dropping the handle
 /// returns it. Valid after the client is torn down (the buffer stays mapped until the last

@@ -1,25 +1,22 @@
 //! [`Client`]: one set-up client (Mooncake's RealClient after `setup_real`), its resources and
 //! its life cycle. The operations live in sibling modules as further `impl Client` blocks.
 
-use super::config::{MetadataMode, SetupConfig};
-use super::heartbeat::{ping_timeout, Heartbeat};
-use super::local_buffer::LocalBuffer;
 use super::metrics::ClientCounters;
-use super::own_segment::{OwnSegment, SEGMENT_FILE};
 use super::sessions::Sessions;
 use crate::device::MappedRegion;
-use crate::env::{env_bool, env_u64};
 use crate::error::{fail, ErrorCode, Result};
-use crate::master::{ForwardMaster, MasterApi, MasterConfig, MasterService};
+use crate::master::{ForwardMaster, MasterApi, MasterConfig};
+use crate::node::{
+    publish_endpoint, start_dummy_engine, start_engine, LivenessHook, LocalBuffer, MasterLink,
+    OwnSegment, SetupConfig, SEGMENT_FILE,
+};
 use crate::standalone::DummyLink;
 use crate::stream::{StreamConfig, StreamEngine};
-use crate::transfer::rdma::RdmaDevices;
-use crate::transfer::{DirectResolver, EngineConfig, SegmentResolver, TransferEngine};
-use crate::types::{ClientId, Segment, Uuid};
-use parking_lot::Mutex;
-use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use crate::transfer::TransferEngine;
+use crate::types::{ClientId, ClientStatus, PingResponse, Segment, Uuid};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 /// `health_check` answers (Mooncake's `HealthCheckStatus`).
 pub mod health {
@@ -39,21 +36,21 @@ pub struct Client {
     pub(super) core: Arc<ClientCore>,
 }
 
-/// The client's state, shared by its clones and its heartbeat thread.
+/// The client's state, shared by its clones and its liveness thread.
 pub(super) struct ClientCore {
     pub(super) id: ClientId,
     pub(super) hostname: String,
+    /// The master for every call this client makes (counted, called directly).
     pub(super) master: Arc<dyn MasterApi>,
-    embedded_master: Option<Arc<MasterService>>,
+    /// Which master, and the liveness loop that keeps this client alive there.
+    link: MasterLink,
     pub(super) engine: Arc<TransferEngine>,
     pub(super) segment: Option<OwnSegment>,
     pub(super) local_buffer: Option<Arc<LocalBuffer>>,
     pub(super) sessions: Sessions,
     pub(super) streams: StreamEngine,
     pub(super) counters: ClientCounters,
-    pub(super) master_reachable: AtomicBool,
     closed: AtomicBool,
-    heartbeat: Mutex<Option<Heartbeat>>,
     metadata: Option<crate::metadata::HttpMetadataClient>,
     /// A dummy's link to its real client (see `dummy.rs`); `None` for a real client.
     pub(super) dummy: Option<Arc<DummyLink>>,
@@ -90,23 +87,15 @@ impl Client {
         dummy: Option<Arc<DummyLink>>,
     ) -> Result<Client> {
         let metadata_mode = config.validate()?;
-        let embedded = config.is_embedded();
-        let (master, embedded_master): (Arc<dyn MasterApi>, _) = if embedded {
-            let service = MasterService::new(embedded_config);
-            (service.clone(), Some(service))
-        } else {
-            (
-                crate::master::connect_master(config.master_server_addr.trim())?,
-                None,
-            )
-        };
+        let link = MasterLink::open(&config.master_server_addr, embedded_config)?;
         let counters = ClientCounters::default();
         // Every master call is counted on its way, called directly (the embedded master is
         // never encoded); the liveness pings have their own connection and are not counted.
         let calls = Arc::clone(&counters.master_calls);
-        let master: Arc<dyn MasterApi> = Arc::new(ForwardMaster::new(master, move || {
-            calls.fetch_add(1, Ordering::Relaxed);
-        }));
+        let master: Arc<dyn MasterApi> =
+            Arc::new(ForwardMaster::new(link.api().clone(), move || {
+                calls.fetch_add(1, Ordering::Relaxed);
+            }));
         let (hostname, engine, metadata) = match &dummy {
             Some(link) => start_dummy_engine(link)?,
             None => start_engine(&config, &metadata_mode)?,
@@ -136,33 +125,24 @@ impl Client {
                 Some(OwnSegment::new(segment, region))
             }
         };
-        if let (Some(meta), Some(addr)) = (&metadata, engine.listen_addr()) {
-            let own = segment.as_ref().map(OwnSegment::current);
-            meta.publish_segment(&hostname, &descriptor(&hostname, addr, own.as_ref()))?;
-        }
+        let own = segment.as_ref().map(OwnSegment::current);
+        publish_endpoint(metadata.as_ref(), &hostname, &engine, own.as_ref())?;
         let streams = StreamEngine::start(StreamConfig::from_env(), &engine)?;
         let core = Arc::new(ClientCore {
             id,
             hostname,
             master,
-            embedded_master,
+            link,
             engine,
             segment,
             local_buffer,
             sessions: Sessions::default(),
             streams,
             counters,
-            master_reachable: AtomicBool::new(true),
             closed: AtomicBool::new(false),
-            heartbeat: Mutex::new(None),
             metadata,
             dummy,
         });
-        // The in-process master's own client cannot be dead while it runs: never expired
-        // (a process stall would otherwise race its monitor against the heartbeat).
-        if let Some(service) = &core.embedded_master {
-            service.keep_alive(core.id);
-        }
         if let Some(own) = &core.segment {
             let mounted = own
                 .next_mount(&core.engine)
@@ -173,13 +153,12 @@ impl Client {
             }
         }
         // Every client of a remote master pings, segment or not: the master expires clients
-        // that stop pinging, and releases their pins.
-        if !embedded {
-            let pinger =
-                crate::master::connect_pinger(config.master_server_addr.trim(), ping_timeout());
-            *core.heartbeat.lock() = Some(Heartbeat::start(&core, pinger));
-        }
-        tracing::info!(name = %core.hostname, client = %core.id, embedded, "client set up");
+        // that stop pinging, and releases their pins. The in-process master's own client
+        // cannot be dead while it runs: never expired (a process stall would otherwise race
+        // its monitor against the heartbeat).
+        let hook: Weak<dyn LivenessHook> = Arc::downgrade(&core) as Weak<ClientCore>;
+        core.link.keep_alive(core.id, hook);
+        tracing::info!(name = %core.hostname, client = %core.id, embedded = core.link.is_embedded(), "client set up");
         Ok(Client { core })
     }
 
@@ -209,7 +188,7 @@ impl Client {
         let link_down = self.core.dummy.as_ref().is_some_and(|l| !l.is_healthy());
         if self.core.closed.load(Ordering::Acquire) {
             health::NOT_INITIALIZED
-        } else if self.core.master_reachable.load(Ordering::Acquire) && !link_down {
+        } else if self.core.link.is_reachable() && !link_down {
             health::HEALTHY
         } else {
             health::MASTER_UNREACHABLE
@@ -279,9 +258,7 @@ impl ClientCore {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Some(heartbeat) = self.heartbeat.lock().take() {
-            heartbeat.stop();
-        }
+        self.link.stop_liveness();
         self.streams.shutdown();
         if let Some(own) = &self.segment {
             if let Err(e) = self.master.unmount_segment(self.id, own.id()) {
@@ -297,10 +274,25 @@ impl ClientCore {
         if let Some(link) = &self.dummy {
             link.close();
         }
-        if let Some(master) = &self.embedded_master {
-            master.shutdown();
-        }
+        self.link.shutdown();
         tracing::info!(name = %self.hostname, "client torn down");
+    }
+}
+
+impl LivenessHook for ClientCore {
+    /// `NeedRemount` (the master restarted or expired us) remounts the segment, empty, under
+    /// a new epoch; a client without a segment just keeps pinging (the master registers it
+    /// again on its next pin).
+    fn on_answer(&self, _sent_at: Instant, answer: &PingResponse) -> Result<()> {
+        if answer.status != ClientStatus::NeedRemount {
+            return Ok(());
+        }
+        let Some(own) = &self.segment else {
+            return Ok(());
+        };
+        let segment = own.next_mount(&self.engine)?;
+        tracing::warn!(segment = %segment.name, epoch = segment.epoch, "master lost our segment; remounting it (empty, new epoch)");
+        self.master.remount_segments(self.id, vec![segment])
     }
 }
 
@@ -308,151 +300,6 @@ impl Drop for ClientCore {
     fn drop(&mut self) {
         self.shutdown();
     }
-}
-
-/// Starts the transfer engine of a client set up with `config`: in embedded mode without a
-/// listener; otherwise on the data port of `local_hostname` (see [`bind_endpoint`]), with the
-/// segment resolver (and HTTP metadata client) of `metadata_mode`. Returns the final segment
-/// name, the engine and the metadata client. Shared by [`Client::setup`] and the P2P client.
-///
-/// Errors: `INTERNAL_ERROR` when no port could be bound; `INVALID_PARAMS` for an unresolvable
-/// host; `TRANSFER_FAIL` when the engine cannot start, or for `protocol = "rdma"` when
-/// libibverbs, the device or its port is missing (the message names which); HTTP metadata
-/// client errors.
-pub(crate) fn start_engine(
-    config: &SetupConfig,
-    metadata_mode: &MetadataMode,
-) -> Result<(
-    String,
-    Arc<TransferEngine>,
-    Option<crate::metadata::HttpMetadataClient>,
-)> {
-    let (hostname, listener) = if config.is_embedded() {
-        (config.local_hostname.trim().to_string(), None)
-    } else {
-        let (name, listener) = bind_endpoint(config.local_hostname.trim())?;
-        (name, Some(listener))
-    };
-    let (resolver, metadata): (Arc<dyn SegmentResolver>, _) = match metadata_mode {
-        MetadataMode::P2pHandshake => (Arc::new(DirectResolver), None),
-        MetadataMode::Http(url) => (
-            Arc::new(crate::metadata::HttpMetadataResolver::new(
-                crate::metadata::HttpMetadataClient::new(url)?,
-            )),
-            Some(crate::metadata::HttpMetadataClient::new(url)?),
-        ),
-    };
-    let rdma = match config.uses_rdma() {
-        true => Some(RdmaDevices::open(&config.device_name)?),
-        false => None,
-    };
-    let engine = TransferEngine::new(EngineConfig {
-        local_name: hostname.clone(),
-        listener,
-        resolver,
-        memcpy_enabled: env_bool("MC_STORE_MEMCPY").unwrap_or(true),
-        rdma,
-    })?;
-    Ok((hostname, engine, metadata))
-}
-
-/// A dummy's engine: no listener, segment name `""`, every transfer handed to `link`.
-fn start_dummy_engine(
-    link: &Arc<DummyLink>,
-) -> Result<(
-    String,
-    Arc<TransferEngine>,
-    Option<crate::metadata::HttpMetadataClient>,
-)> {
-    let engine = TransferEngine::new(EngineConfig {
-        local_name: String::new(),
-        listener: None,
-        resolver: Arc::new(DirectResolver),
-        memcpy_enabled: false,
-        rdma: None,
-    })?;
-    engine.set_delegate(Arc::clone(link) as Arc<dyn crate::transfer::TransferDelegate>)?;
-    Ok((String::new(), engine, None))
-}
-
-/// What this client publishes to an HTTP metadata service: its host, data port and segment.
-pub(crate) fn descriptor(
-    hostname: &str,
-    addr: SocketAddr,
-    segment: Option<&Segment>,
-) -> crate::metadata::SegmentDescriptor {
-    let host = hostname
-        .rsplit_once(':')
-        .map(|(h, _)| h)
-        .unwrap_or(hostname);
-    crate::metadata::SegmentDescriptor {
-        host: host.to_string(),
-        rpc_port: addr.port(),
-        tcp_data_port: addr.port(),
-        buffers: segment
-            .map(|s| crate::metadata::BufferEntry {
-                name: "*".into(),
-                addr: s.base,
-                length: s.size,
-            })
-            .into_iter()
-            .collect(),
-    }
-}
-
-/// Binds the data listener for `local_hostname`: its own port when it has one, else a free
-/// port in `[MC_STORE_CLIENT_MIN_PORT, MC_STORE_CLIENT_MAX_PORT]` (random start, up to
-/// `MC_STORE_CLIENT_SETUP_RETRIES` tries). Returns the final `host:port` name.
-fn bind_endpoint(local_hostname: &str) -> Result<(String, TcpListener)> {
-    if let Some((host, port)) = local_hostname.rsplit_once(':') {
-        if let Ok(port) = port.parse::<u16>() {
-            let listener = bind(host, port)?;
-            return Ok((local_hostname.to_string(), listener));
-        }
-    }
-    let min = env_u64("MC_STORE_CLIENT_MIN_PORT", 12300).min(65535) as u16;
-    let max = env_u64("MC_STORE_CLIENT_MAX_PORT", 14300).clamp(min as u64, 65535) as u16;
-    let retries = env_u64("MC_STORE_CLIENT_SETUP_RETRIES", 20).max(1);
-    for _ in 0..retries {
-        let port = fastrand::u16(min..=max);
-        if let Ok(listener) = bind(local_hostname, port) {
-            return Ok((format!("{local_hostname}:{port}"), listener));
-        }
-    }
-    fail(
-        ErrorCode::InternalError,
-        format!("no free port for {local_hostname} in [{min}, {max}] after {retries} tries"),
-    )
-}
-
-fn bind(host: &str, port: u16) -> Result<TcpListener> {
-    let addrs: Vec<SocketAddr> = match (host, port).to_socket_addrs() {
-        Ok(a) => a.collect(),
-        Err(e) => {
-            return fail(
-                ErrorCode::InvalidParams,
-                format!("cannot resolve '{host}': {e}"),
-            )
-        }
-    };
-    let mut last = None;
-    for addr in addrs
-        .iter()
-        .filter(|a| a.is_ipv4())
-        .chain(addrs.iter().filter(|a| a.is_ipv6()))
-    {
-        match TcpListener::bind(addr) {
-            Ok(listener) => return Ok(listener),
-            Err(e) => last = Some(e),
-        }
-    }
-    fail(
-        ErrorCode::InternalError,
-        format!(
-            "cannot bind {host}:{port}: {}",
-            last.map(|e| e.to_string()).unwrap_or_default()
-        ),
-    )
 }
 
 #[cfg(test)]
@@ -490,10 +337,8 @@ pub(super) mod tests {
             .put_from("kept", b"embedded bytes", &ReplicateConfig::default())
             .unwrap();
         // A process stall: nothing pings (the heartbeat, if any, is stopped) for 5 ttls.
-        if let Some(heartbeat) = client.core.heartbeat.lock().take() {
-            heartbeat.stop();
-        }
-        let master = client.core.embedded_master.clone().unwrap();
+        client.core.link.stop_liveness();
+        let master = client.core.link.embedded_service().unwrap().clone();
         let expired =
             crate::test_util::wait_until(ttl * 5, || master.metrics().clients_expired > 0);
         assert!(!expired, "the embedded master expired its own client");

@@ -2,10 +2,10 @@
 //! client on the same host (`mooncake_client`), over shared memory (see `crate::standalone`
 //! and `docs/standalone.md`).
 
-use super::config::SetupConfig;
 use super::core::Client;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::MasterConfig;
+use crate::node::SetupConfig;
 use crate::standalone::{port_of, socket_name, DummyLink, LinkStats, ServerStats, ShmPool};
 use crate::types::P2P_HANDSHAKE;
 use std::sync::Arc;

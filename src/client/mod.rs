@@ -11,15 +11,11 @@
 //! that may be host or device memory; the C API uses them for every put/get path.
 
 mod buffer;
-mod config;
 mod core;
 mod dummy;
-mod heartbeat;
-mod local_buffer;
 mod metrics;
 mod on_stream;
 mod on_stream_put;
-mod own_segment;
 mod pins;
 mod plan;
 mod ranges;
@@ -29,14 +25,10 @@ mod sessions;
 mod write;
 
 pub use crate::env::parse_size;
+pub use crate::node::{LocalAlloc, SetupConfig};
 pub use crate::types::{EMBEDDED_MASTER, P2P_HANDSHAKE};
 pub use buffer::BufferHandle;
-pub(crate) use config::MetadataMode;
-pub use config::SetupConfig;
-pub(crate) use core::{descriptor, start_engine};
 pub use core::{health, Client};
-pub use local_buffer::LocalAlloc;
-pub(crate) use local_buffer::LocalBuffer;
 pub use metrics::{ClientMetrics, GetBufferStats};
 pub use plan::Buf;
 pub use ranges::RangeRequest;

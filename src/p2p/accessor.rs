@@ -20,8 +20,8 @@
 use super::api::{PeerApi, RemoteBufferDesc, RemoteRead, RemoteWrite, WriteGrant};
 use super::counters::{bump, Counters};
 use super::quarantine::Quarantine;
-use crate::client::{LocalAlloc, LocalBuffer};
 use crate::error::{fail, ErrorCode, Result};
+use crate::node::{LocalAlloc, LocalBuffer};
 use crate::spin::deadline;
 use crate::transfer::{copy, TransferEngine, TransferOp, TransferRequest};
 use std::sync::atomic::{AtomicU64, Ordering};

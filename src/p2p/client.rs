@@ -13,19 +13,19 @@ use super::api::{PeerApi, PeerInterface};
 use super::config::{P2pSetupConfig, TransferDirection};
 use super::counters::{bump, Counters, P2pCounters};
 use super::owner::{DataManager, OwnerParts};
-use super::registration::PING_INTERVAL;
 use super::routing::Router;
 use super::tiered::TieredBackend;
-use crate::client::{descriptor, start_engine, LocalBuffer};
 use crate::error::{fail, ErrorCode, Result};
-use crate::master::{MasterApi, Workers};
+use crate::master::{MasterApi, MasterConfig, Workers};
+use crate::node::{publish_endpoint, start_engine, LivenessHook, LocalBuffer, MasterLink};
 use crate::rpc::{self, RpcServer};
 use crate::transfer::{TransferEngine, TransferMetrics};
-use crate::types::{ClientStatus, P2pOwner, Uuid};
+use crate::types::{ClientStatus, P2pOwner, PingResponse, Uuid};
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 /// The keys of one batch that live at one owner: (index, size, route was cached).
 type OwnerGroup = (P2pOwner, Vec<(usize, u64, bool)>);
@@ -60,6 +60,8 @@ pub struct P2pClient {
 
 struct Inner {
     master: Arc<dyn MasterApi>,
+    /// The master connection and the liveness loop of an owner.
+    link: MasterLink,
     engine: Arc<TransferEngine>,
     owner: Option<Arc<DataManager>>,
     me: Option<P2pOwner>,
@@ -85,7 +87,8 @@ impl P2pClient {
     /// `INTERNAL_ERROR` when memory cannot be mapped.
     pub fn setup_p2p(config: P2pSetupConfig) -> Result<P2pClient> {
         let settings = config.validate()?;
-        let master = crate::master::connect_master(settings.base.master_server_addr.trim())?;
+        let link = MasterLink::open(&settings.base.master_server_addr, MasterConfig::default())?;
+        let master = Arc::clone(link.api());
         master.p2p_list_owners().or_else(|code| {
             fail(
                 code,
@@ -93,9 +96,7 @@ impl P2pClient {
             )
         })?;
         let (hostname, engine, metadata) = start_engine(&settings.base, &settings.metadata)?;
-        if let (Some(meta), Some(addr)) = (&metadata, engine.listen_addr()) {
-            meta.publish_segment(&hostname, &descriptor(&hostname, addr, None))?;
-        }
+        publish_endpoint(metadata.as_ref(), &hostname, &engine, None)?;
         let id = Uuid::random();
         let counters = Arc::new(Counters::default());
         let backend = TieredBackend::new(&settings.tiers, &engine, settings.shard_count)?;
@@ -150,6 +151,7 @@ impl P2pClient {
                 rpc::Timeouts::from_env().request,
             ),
             master,
+            link,
             engine,
             owner,
             me,
@@ -169,12 +171,8 @@ impl P2pClient {
                 Arc::downgrade(owner),
                 DataManager::scan,
             );
-            inner.workers.spawn(
-                "mc-p2p-ping",
-                PING_INTERVAL,
-                Arc::downgrade(&inner),
-                Inner::ping,
-            );
+            let hook: Weak<dyn LivenessHook> = Arc::downgrade(&inner) as Weak<Inner>;
+            inner.link.keep_alive(id, hook);
         }
         tracing::info!(name = %inner.engine.local_name(), owner = inner.me.is_some(), "P2P client set up");
         Ok(P2pClient { inner })
@@ -506,62 +504,12 @@ impl Inner {
         (results, retry)
     }
 
-    /// The owner's liveness ping; re-registers with a master that forgot us, reclaiming our
-    /// keys and dropping those it refused (written, taken or removed while we were gone),
-    /// and confirms our standing ([`super::registration`]) only once the master knows all our
-    /// keys.
-    fn ping(&self) {
-        let (Some(me), Some(owner)) = (&self.me, &self.owner) else {
-            return;
-        };
-        let registration = owner.registration();
-        let sent_at = std::time::Instant::now();
-        match self.master.ping(me.client) {
-            Ok(answer) => {
-                let answered_at = std::time::Instant::now();
-                if answer.status == ClientStatus::NeedRemount {
-                    tracing::warn!("master forgot this owner; registering again with its keys");
-                    registration.forgotten();
-                    if let Err(code) = self.master.p2p_register_owner(me.clone()) {
-                        tracing::warn!(%code, "re-registration failed; will retry");
-                        return;
-                    }
-                }
-                if registration.must_republish() {
-                    // Another master's view, and we were unconfirmed when this one answered:
-                    // the old one may have expired us and routed our keys elsewhere (and
-                    // removed them) before it died, which this one cannot know. View 0 says
-                    // so: it keeps only what it already routes to us.
-                    let mut view = registration.view();
-                    if view != answer.view_version && !registration.confirmed_at(answered_at) {
-                        view = 0;
-                    }
-                    match owner.reclaim(view) {
-                        Ok(0) => {}
-                        Ok(dropped) => {
-                            tracing::warn!(
-                                dropped,
-                                "dropped keys the master no longer routes to us"
-                            )
-                        }
-                        Err(code) => {
-                            tracing::warn!(%code, "reclaiming our keys failed; will retry");
-                            return;
-                        }
-                    }
-                    registration.republished();
-                }
-                registration.confirm(sent_at, answer.view_version);
-            }
-            Err(code) => tracing::warn!(%code, "master ping failed"),
-        }
-    }
-
     fn shutdown(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
         self.workers.stop();
+        self.link.stop_liveness();
         if let Some(rpc) = &self.rpc {
             rpc.shutdown();
         }
@@ -580,6 +528,41 @@ impl Inner {
         }
         self.engine.shutdown();
         tracing::info!(name = %self.engine.local_name(), "P2P client torn down");
+    }
+}
+
+impl LivenessHook for Inner {
+    /// An owner's answer: re-registers with a master that forgot us, reclaiming our keys and
+    /// dropping those it refused (written, taken or removed while we were gone), and confirms
+    /// our standing ([`super::registration`]) only once the master knows all our keys.
+    fn on_answer(&self, sent_at: Instant, answer: &PingResponse) -> Result<()> {
+        let (Some(me), Some(owner)) = (&self.me, &self.owner) else {
+            return Ok(());
+        };
+        let registration = owner.registration();
+        let answered_at = Instant::now();
+        if answer.status == ClientStatus::NeedRemount {
+            tracing::warn!("master forgot this owner; registering again with its keys");
+            registration.forgotten();
+            self.master.p2p_register_owner(me.clone())?;
+        }
+        if registration.must_republish() {
+            // Another master's view, and we were unconfirmed when this one answered: the old
+            // one may have expired us and routed our keys elsewhere (and removed them) before
+            // it died, which this one cannot know. View 0 says so: it keeps only what it
+            // already routes to us.
+            let mut view = registration.view();
+            if view != answer.view_version && !registration.confirmed_at(answered_at) {
+                view = 0;
+            }
+            let dropped = owner.reclaim(view)?;
+            if dropped > 0 {
+                tracing::warn!(dropped, "dropped keys the master no longer routes to us");
+            }
+            registration.republished();
+        }
+        registration.confirm(sent_at, answer.view_version);
+        Ok(())
     }
 }
 

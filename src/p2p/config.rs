@@ -1,8 +1,8 @@
 //! The P2P client's setup arguments (Mooncake's `setup_p2p_real_client`), the transfer
 //! direction, and the TieredBackend JSON configuration. Plain data; validated at setup.
 
-use crate::client::{MetadataMode, SetupConfig};
 use crate::error::{fail, ErrorCode, Result};
+use crate::node::{MetadataMode, SetupConfig};
 use serde::Deserialize;
 use std::time::Duration;
 
@@ -89,7 +89,7 @@ impl Default for P2pSetupConfig {
     fn default() -> Self {
         P2pSetupConfig {
             local_hostname: "127.0.0.1".into(),
-            metadata_server: crate::client::P2P_HANDSHAKE.into(),
+            metadata_server: crate::types::P2P_HANDSHAKE.into(),
             tiered_backend_config_json: String::new(),
             local_buffer_size: 16 << 20,
             protocol: "tcp".into(),

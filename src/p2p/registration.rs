@@ -13,6 +13,7 @@
 //! the soak and the test harness use 2). Thread-safe: one leaf lock and one atomic.
 
 use crate::error::{fail, ErrorCode, Result};
+use crate::node::PING_INTERVAL;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,9 +21,6 @@ use std::time::{Duration, Instant};
 /// How long after sending its last confirmed ping an owner still serves reads: twice the
 /// ping interval, at most the master's client TTL.
 pub const FENCE_AFTER: Duration = Duration::from_secs(2);
-
-/// How often an owner pings the master (and re-registers with one that forgot it).
-pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The `mooncake_master` binary's default `--p2p_route_grace_ms`: [`FENCE_AFTER`] plus one
 /// ping interval. An owner of a restarted master's previous life last confirmed before that

@@ -21,17 +21,17 @@ use crate::types::{fresh_epoch, Segment, SegmentId};
 use parking_lot::Mutex;
 
 /// The name of the segment's memfd (in `/proc/<pid>/maps`).
-pub(super) const SEGMENT_FILE: &str = "mooncake segment";
+pub(crate) const SEGMENT_FILE: &str = "mooncake segment";
 
 /// The mounted segment. Owns the mapping; it is unmapped when the client core is dropped.
-pub(super) struct OwnSegment {
+pub(crate) struct OwnSegment {
     segment: Mutex<Segment>,
     region: Mutex<MappedRegion>,
 }
 
 impl OwnSegment {
     /// `segment` (its epoch is replaced by [`OwnSegment::next_mount`]) over `region`.
-    pub(super) fn new(segment: Segment, region: MappedRegion) -> OwnSegment {
+    pub(crate) fn new(segment: Segment, region: MappedRegion) -> OwnSegment {
         OwnSegment {
             segment: Mutex::new(segment),
             region: Mutex::new(region),
@@ -46,7 +46,7 @@ impl OwnSegment {
     ///
     /// Errors: the engine's (`INVALID_PARAMS` when the region is not registered); the fresh
     /// file's (`INTERNAL_ERROR`): then nothing is mounted and the caller retries later.
-    pub(super) fn next_mount(&self, engine: &TransferEngine) -> Result<Segment> {
+    pub(crate) fn next_mount(&self, engine: &TransferEngine) -> Result<Segment> {
         let mut segment = self.segment.lock();
         let mut region = self.region.lock();
         let epoch = fresh_epoch();
@@ -77,17 +77,17 @@ impl OwnSegment {
     }
 
     /// The description of the current mount.
-    pub(super) fn current(&self) -> Segment {
+    pub(crate) fn current(&self) -> Segment {
         self.segment.lock().clone()
     }
 
     /// The segment's id (the same for every mount).
-    pub(super) fn id(&self) -> SegmentId {
+    pub(crate) fn id(&self) -> SegmentId {
         self.segment.lock().id
     }
 
     /// Whether the memory is registered with the device runtime.
-    pub(super) fn is_pinned(&self) -> bool {
+    pub(crate) fn is_pinned(&self) -> bool {
         self.region.lock().is_pinned()
     }
 }

@@ -1,7 +1,7 @@
 //! Setup arguments of a client (Mooncake's `setup_real`) and their validation.
 
 use crate::error::{fail, ErrorCode, Result};
-use crate::types::{EMBEDDED_MASTER, P2P_HANDSHAKE};
+use crate::types::P2P_HANDSHAKE;
 
 /// Default segment and local buffer size (16 MiB, as Mooncake).
 pub const DEFAULT_SIZE: u64 = 16 * 1024 * 1024;
@@ -61,8 +61,7 @@ impl SetupConfig {
 
     /// True when `master_server_addr` selects the in-process master.
     pub fn is_embedded(&self) -> bool {
-        let addr = self.master_server_addr.trim();
-        addr.is_empty() || addr == EMBEDDED_MASTER
+        super::master_link::is_embedded_addr(&self.master_server_addr)
     }
 
     /// Checks every argument; `INVALID_PARAMS` with a detail on the first bad one.

@@ -70,7 +70,7 @@ impl LocalBuffer {
     }
 
     /// Size in bytes.
-    pub(super) fn capacity(&self) -> u64 {
+    pub(crate) fn capacity(&self) -> u64 {
         self.region.len() as u64
     }
 

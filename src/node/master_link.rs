@@ -1,0 +1,270 @@
+//! A process handle's link to its master: which master (decided once, from
+//! `master_server_addr`: the in-process [`MasterService`] for `embedded` or empty, else a
+//! remote one over RPC), the handle's data-path [`MasterApi`], and the **single liveness
+//! loop** both clients use.
+//!
+//! Liveness: every handle that a remote master must keep alive (every centralized client, with
+//! or without a segment; every P2P owner) pings once a second over a connection of its own
+//! with a short timeout (`MC_PING_TIMEOUT_MS`), so a slow data-path call or a stalled server
+//! shard cannot make it miss `client_ttl`. A failed ping is retried once on a fresh
+//! connection; a second failure marks the master unreachable (`health_check` = 2). Each
+//! answer goes to the handle's [`LivenessHook`] with the time its ping was sent: the
+//! centralized client remounts its segment on `NeedRemount`, a P2P owner re-registers and
+//! republishes its keys. A hook that fails leaves the master marked unreachable, and runs
+//! again on the next answer. An embedded handle runs no loop: its master keeps it alive (see
+//! `MasterService::keep_alive`).
+//!
+//! Ownership and threads: the link owns the loop's thread, which holds the hook weakly, so
+//! dropping the handle ends it; [`MasterLink::stop_liveness`] ends it at once and
+//! [`MasterLink::shutdown`] also shuts the embedded master down. All methods take `&self` and are thread-safe.
+
+use crate::error::Result;
+use crate::master::{connect_master, connect_pinger, MasterApi, MasterConfig, MasterService};
+use crate::types::{ClientId, PingResponse, EMBEDDED_MASTER};
+use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Interval between pings (Mooncake: 1 s).
+pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Default of `MC_PING_TIMEOUT_MS`: well below the master's default `client_ttl` (10 s) even
+/// with the retry (2 × 2 s + the 1 s interval).
+pub(crate) const DEFAULT_PING_TIMEOUT_MS: u64 = 2000;
+
+/// The ping timeout: `MC_PING_TIMEOUT_MS` (ms, default [`DEFAULT_PING_TIMEOUT_MS`]) bounds
+/// connecting and waiting for each answer. Unset, unparsable or 0: the default (a bad value
+/// is logged). Keep `2 × timeout + 1 s` below the master's `client_ttl`.
+pub(crate) fn ping_timeout() -> Duration {
+    let default = Duration::from_millis(DEFAULT_PING_TIMEOUT_MS);
+    let Ok(text) = std::env::var("MC_PING_TIMEOUT_MS") else {
+        return default;
+    };
+    match text.trim().parse::<u64>() {
+        Ok(ms) if ms > 0 => Duration::from_millis(ms),
+        _ => {
+            tracing::warn!(value = %text, default = DEFAULT_PING_TIMEOUT_MS, "ignoring invalid MC_PING_TIMEOUT_MS");
+            default
+        }
+    }
+}
+
+/// True when `master_server_addr` selects the in-process master.
+pub(crate) fn is_embedded_addr(addr: &str) -> bool {
+    let addr = addr.trim();
+    addr.is_empty() || addr == EMBEDDED_MASTER
+}
+
+/// What a handle does with each answer of its liveness loop. Implemented by the centralized
+/// client's core (remount on `NeedRemount`) and by the P2P client (re-register, republish,
+/// confirm its standing). Called on the loop's thread only, one answer at a time.
+pub(crate) trait LivenessHook: Send + Sync {
+    /// The master answered the ping sent at `sent_at` with `answer`. An error (a remount or
+    /// re-registration that failed) marks the master unreachable until the next answer.
+    fn on_answer(&self, sent_at: Instant, answer: &PingResponse) -> Result<()>;
+}
+
+/// A handle's master: see the module documentation.
+pub(crate) struct MasterLink {
+    api: Arc<dyn MasterApi>,
+    /// `host:port` of a remote master; `None` for the embedded one.
+    remote_addr: Option<String>,
+    embedded: Option<Arc<MasterService>>,
+    reachable: Arc<AtomicBool>,
+    liveness: Mutex<Option<Liveness>>,
+}
+
+impl MasterLink {
+    /// The master `master_server_addr` names: the in-process master (configured by
+    /// `embedded_config`) for `embedded` or empty, else a connection to the remote master.
+    ///
+    /// Errors: RPC errors and `INVALID_VERSION` from connecting to a remote master.
+    pub(crate) fn open(master_server_addr: &str, embedded_config: MasterConfig) -> Result<Self> {
+        let (api, remote_addr, embedded): (Arc<dyn MasterApi>, _, _) =
+            if is_embedded_addr(master_server_addr) {
+                let service = MasterService::new(embedded_config);
+                (service.clone(), None, Some(service))
+            } else {
+                let addr = master_server_addr.trim();
+                (connect_master(addr)?, Some(addr.to_string()), None)
+            };
+        Ok(MasterLink {
+            api,
+            remote_addr,
+            embedded,
+            reachable: Arc::new(AtomicBool::new(true)),
+            liveness: Mutex::new(None),
+        })
+    }
+
+    /// The master for data-path calls (the embedded one is called directly).
+    pub(crate) fn api(&self) -> &Arc<dyn MasterApi> {
+        &self.api
+    }
+
+    /// Whether this is the in-process master.
+    pub(crate) fn is_embedded(&self) -> bool {
+        self.embedded.is_some()
+    }
+
+    /// The in-process master, for tests that look inside it.
+    #[cfg(test)]
+    pub(crate) fn embedded_service(&self) -> Option<&Arc<MasterService>> {
+        self.embedded.as_ref()
+    }
+
+    /// Whether the last ping (if any) was answered and its hook succeeded.
+    pub(crate) fn is_reachable(&self) -> bool {
+        self.reachable.load(Ordering::Acquire)
+    }
+
+    /// Keeps `client` alive at the master: an embedded master is told never to expire it
+    /// (its own process cannot be dead while it runs); for a remote master the liveness loop
+    /// starts on a thread named `mc-heartbeat`, pinging as `client` and giving each answer
+    /// to `hook`. A second call replaces nothing (the first loop keeps running). A thread
+    /// that cannot be started is logged; `health_check` then does not track the master.
+    pub(crate) fn keep_alive(&self, client: ClientId, hook: Weak<dyn LivenessHook>) {
+        if let Some(service) = &self.embedded {
+            service.keep_alive(client);
+            return;
+        }
+        let Some(addr) = &self.remote_addr else {
+            return;
+        };
+        let mut liveness = self.liveness.lock();
+        if liveness.is_none() {
+            let pinger = connect_pinger(addr, ping_timeout());
+            *liveness = Some(Liveness::start(
+                client,
+                pinger,
+                hook,
+                Arc::clone(&self.reachable),
+            ));
+        }
+    }
+
+    /// Stops the liveness loop, waiting for at most one in-flight ping (bounded by the ping
+    /// timeout and its retry). Idempotent.
+    pub(crate) fn stop_liveness(&self) {
+        if let Some(liveness) = self.liveness.lock().take() {
+            liveness.stop();
+        }
+    }
+
+    /// [`MasterLink::stop_liveness`], then shuts an embedded master down. Idempotent.
+    pub(crate) fn shutdown(&self) {
+        self.stop_liveness();
+        if let Some(master) = &self.embedded {
+            master.shutdown();
+        }
+    }
+}
+
+/// A running liveness thread.
+struct Liveness {
+    stop: Sender<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Liveness {
+    fn start(
+        client: ClientId,
+        pinger: Arc<dyn MasterApi>,
+        hook: Weak<dyn LivenessHook>,
+        reachable: Arc<AtomicBool>,
+    ) -> Liveness {
+        let (stop, stopped) = bounded::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name("mc-heartbeat".into())
+            .spawn(move || loop {
+                match stopped.recv_timeout(PING_INTERVAL) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+                let Some(hook) = hook.upgrade() else { return };
+                ping_once(client, &*pinger, &*hook, &reachable);
+            })
+            .ok();
+        if thread.is_none() {
+            tracing::error!(
+                "could not start the heartbeat thread; health_check will not track the master"
+            );
+        }
+        Liveness { stop, thread }
+    }
+
+    fn stop(mut self) {
+        let _ = self.stop.try_send(());
+        if let Some(thread) = self.thread.take() {
+            // The last handle may be dropped on the loop's own thread (it held the hook).
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+/// One ping, retried once: the failed attempt dropped its connection, so the retry connects
+/// afresh. Returns the answer with the time the answered attempt was sent.
+fn ping_with_retry(client: ClientId, pinger: &dyn MasterApi) -> Result<(Instant, PingResponse)> {
+    let sent_at = Instant::now();
+    match pinger.ping(client) {
+        Ok(answer) => Ok((sent_at, answer)),
+        Err(e) => {
+            tracing::debug!(error = %e, "ping failed; retrying on a fresh connection");
+            let sent_at = Instant::now();
+            pinger.ping(client).map(|answer| (sent_at, answer))
+        }
+    }
+}
+
+fn ping_once(
+    client: ClientId,
+    pinger: &dyn MasterApi,
+    hook: &dyn LivenessHook,
+    reachable: &AtomicBool,
+) {
+    match ping_with_retry(client, pinger) {
+        Ok((sent_at, answer)) => {
+            if let Err(e) = hook.on_answer(sent_at, &answer) {
+                tracing::warn!(error = %e, "acting on the master's answer failed; will retry");
+                reachable.store(false, Ordering::Release);
+                return;
+            }
+            if !reachable.swap(true, Ordering::AcqRel) {
+                tracing::info!("master reachable again");
+            }
+        }
+        Err(e) => {
+            if reachable.swap(false, Ordering::AcqRel) {
+                tracing::warn!(error = %e, "master ping failed");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ping_timeout_comes_from_the_environment_with_a_safe_default() {
+        // The only test of this binary that sets MC_PING_TIMEOUT_MS.
+        for (value, ms) in [
+            (Some("250"), 250),
+            (Some("0"), DEFAULT_PING_TIMEOUT_MS),
+            (Some("soon"), DEFAULT_PING_TIMEOUT_MS),
+            (None, DEFAULT_PING_TIMEOUT_MS),
+        ] {
+            match value {
+                Some(v) => std::env::set_var("MC_PING_TIMEOUT_MS", v),
+                None => std::env::remove_var("MC_PING_TIMEOUT_MS"),
+            }
+            assert_eq!(ping_timeout(), Duration::from_millis(ms));
+        }
+        std::env::remove_var("MC_PING_TIMEOUT_MS");
+    }
+}

@@ -1,0 +1,22 @@
+//! One process handle's plumbing, shared by the centralized client ([`crate::client`]) and the
+//! P2P client ([`crate::p2p`]): the setup arguments and their validation (`config`), the
+//! engine bootstrap and what a handle publishes to a metadata service (`engine`), the
+//! registered local buffer (`local_buffer`), the own mounted segment (`own_segment`) and the
+//! link to the master with the single liveness loop and its hook (`master_link`).
+//!
+//! May use: `stream`, `standalone`, `master`, `metadata`, `transfer`, `device`, `rpc` and the
+//! ground floor; never `client`, `p2p` or `ffi`.
+
+mod config;
+mod engine;
+mod local_buffer;
+mod master_link;
+mod own_segment;
+
+pub(crate) use config::MetadataMode;
+pub use config::SetupConfig;
+pub(crate) use engine::{publish_endpoint, start_dummy_engine, start_engine};
+pub use local_buffer::LocalAlloc;
+pub(crate) use local_buffer::LocalBuffer;
+pub(crate) use master_link::{LivenessHook, MasterLink, PING_INTERVAL};
+pub(crate) use own_segment::{OwnSegment, SEGMENT_FILE};
