@@ -2,9 +2,8 @@
 //! caller as an owning [`BufferHandle`].
 
 use super::core::Client;
-use super::metrics::ClientCounters;
-use super::plan::{self, Buf};
-use super::read::ReadJob;
+use super::counters::ClientCounters;
+use super::plan::{self, Buf, ReadJob};
 use crate::error::{fail, ErrorCode, Result};
 use crate::node::LocalAlloc;
 

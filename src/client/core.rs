@@ -1,8 +1,8 @@
 //! [`Client`]: one set-up client (Mooncake's RealClient after `setup_real`), its resources and
 //! its life cycle. The operations live in sibling modules as further `impl Client` blocks.
 
-use super::metrics::ClientCounters;
-use super::sessions::Sessions;
+use super::counters::ClientCounters;
+use super::session_table::Sessions;
 use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{ForwardMaster, MasterApi, MasterConfig};

@@ -12,6 +12,7 @@
 
 mod buffer;
 mod core;
+mod counters;
 mod dummy;
 mod metrics;
 mod on_stream;
@@ -21,6 +22,7 @@ mod plan;
 mod ranges;
 mod read;
 mod remove;
+mod session_table;
 mod sessions;
 mod write;
 

@@ -12,9 +12,9 @@
 //! may hold new bytes).
 
 use super::core::{Client, ClientCore};
-use super::plan::{self, Buf, Fragment};
-use super::read::{per_key, ReadJob};
-use super::sessions::{lengths_match, session_fragments, snapshot, SessionPin};
+use super::plan::{self, per_key, Buf, Fragment, ReadJob};
+use super::session_table::SessionPin;
+use super::sessions::{lengths_match, session_fragments, snapshot};
 use crate::device;
 use crate::error::{fail, ErrorCode, Result};
 use crate::stream::{Copy, Fetch, GateSlot, Hold, Plan, StagingBuf, StreamRef, Target, Ticket};

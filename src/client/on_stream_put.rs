@@ -16,10 +16,8 @@
 
 use super::core::{Client, ClientCore};
 use super::on_stream::check_device_memory;
-use super::plan::{self, Buf, Fragment};
-use super::read::per_key;
+use super::plan::{self, check_replicas, per_key, Buf, Fragment, GrantedWrite, ReplicaWrite};
 use super::sessions::lengths_match;
-use super::write::{check_replicas, GrantedWrite, ReplicaWrite};
 use crate::error::{fail, ErrorCode, Result};
 use crate::stream::{Copy, Hold, Plan, StagingBuf, StreamRef, Ticket};
 use crate::types::{ReplicaDescriptor, ReplicateConfig, WriteToken};
@@ -260,7 +258,7 @@ fn commit_hold(
 impl ClientCore {
     /// Counts written objects and failed keys of an on-stream put.
     fn count_writes(&self, results: &[Result<u64>]) {
-        use super::metrics::ClientCounters;
+        use super::counters::ClientCounters;
         for r in results {
             match r {
                 Ok(0) => {}

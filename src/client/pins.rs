@@ -3,8 +3,7 @@
 //! meanwhile; the pinned replicas can be read with no further master call.
 
 use super::core::Client;
-use super::plan::{self, Buf};
-use super::read::{per_key, ReadJob};
+use super::plan::{self, per_key, Buf, ReadJob};
 use crate::error::{fail, ErrorCode, Result};
 use crate::types::PinnedObject;
 

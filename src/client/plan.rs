@@ -6,7 +6,8 @@
 
 use crate::error::{fail, ErrorCode, Result};
 use crate::transfer::{TransferOp, TransferRequest};
-use crate::types::ReplicaDescriptor;
+use crate::types::{ReplicaDescriptor, WriteGrant, WriteToken};
+use std::time::{Duration, Instant};
 
 /// One piece of caller memory (`len` bytes at `local`) mapped to object bytes
 /// `[offset, offset + len)`.
@@ -171,6 +172,95 @@ pub(crate) fn requests<'a>(
         epoch: replica.buffer.epoch,
         send_by: None,
     })
+}
+
+/// One key to read: which replicas (best first) and where its bytes go.
+pub(crate) struct ReadJob<'a> {
+    pub replicas: Vec<&'a ReplicaDescriptor>,
+    pub fragments: Vec<Fragment>,
+}
+
+/// Spreads a batch answer over `n` keys (a whole-batch error or a short answer fails all).
+pub(crate) fn per_key<T: Clone>(answer: Result<Vec<Result<T>>>, n: usize) -> Vec<Result<T>> {
+    match answer {
+        Ok(list) if list.len() == n => list,
+        Ok(_) => vec![
+            fail(
+                ErrorCode::RpcFail,
+                "master answered with the wrong number of entries"
+            );
+            n
+        ],
+        Err(e) => vec![Err(e); n],
+    }
+}
+
+/// One key's write into all its replicas: the source fragments (object offsets), the
+/// replicas, and the instant after which no slice may start (the grant's end).
+pub(crate) struct ReplicaWrite {
+    /// Index of the key in the caller's batch.
+    pub(crate) key: usize,
+    pub(crate) replicas: Vec<ReplicaDescriptor>,
+    pub(crate) fragments: Vec<Fragment>,
+    pub(crate) send_by: Option<Instant>,
+}
+
+/// A write the master granted, as its writer keeps it: the token its end or revoke presents,
+/// and the local deadline after which no transfer into its replicas may start (the master
+/// may have reclaimed and reused them by then). Plain value.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GrantedWrite {
+    pub(crate) token: WriteToken,
+    deadline: Instant,
+}
+
+impl GrantedWrite {
+    /// `grant`, asked for at `asked_at` (before the request was sent, so the local deadline
+    /// is never later than the master's).
+    pub(crate) fn new(grant: &WriteGrant, asked_at: Instant) -> GrantedWrite {
+        let ttl = Duration::from_millis(grant.write_ttl_ms);
+        GrantedWrite {
+            token: grant.token,
+            deadline: crate::spin::deadline(asked_at, ttl),
+        }
+    }
+
+    /// The instant after which no slice into the replicas may start
+    /// ([`crate::transfer::TransferRequest::send_by`]).
+    pub(crate) fn send_by(&self) -> Option<Instant> {
+        Some(self.deadline)
+    }
+
+    /// Whether transfers into the replicas may still start. Errors: `STALE_WRITE_TOKEN` once
+    /// the write outlived the master's `put_start_release_timeout`.
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if Instant::now() >= self.deadline {
+            return fail(
+                ErrorCode::StaleWriteToken,
+                format!(
+                    "write {} outlived put_start_release_timeout; its space may be reused",
+                    self.token.0
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Checks that every granted replica has exactly the object's size: a replica of another
+/// size is never written (a larger write would overrun into neighbouring objects). Errors:
+/// `INVALID_REPLICA`.
+pub(crate) fn check_replicas(replicas: &[ReplicaDescriptor], size: u64) -> Result<()> {
+    match replicas.iter().find(|r| r.buffer.size != size) {
+        Some(bad) => fail(
+            ErrorCode::InvalidReplica,
+            format!(
+                "replica of {} bytes for a {size}-byte object",
+                bad.buffer.size
+            ),
+        ),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

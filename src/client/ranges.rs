@@ -2,8 +2,7 @@
 //! buffers, with one master query for all keys and one engine batch for all fragments.
 
 use super::core::Client;
-use super::plan::{self, Buf, Fragment};
-use super::read::ReadJob;
+use super::plan::{self, Buf, Fragment, ReadJob};
 use crate::error::{fail, ErrorCode, Result};
 use std::collections::{HashMap, HashSet};
 

@@ -3,8 +3,8 @@
 //! fallbacks — and a read that ends after the lease is reported as `LEASE_EXPIRED`.
 
 use super::core::{Client, ClientCore};
-use super::metrics::ClientCounters;
-use super::plan::{self, Buf, Fragment};
+use super::counters::ClientCounters;
+use super::plan::{self, per_key, Buf, ReadJob};
 use crate::error::{fail, ErrorCode, Result};
 use crate::transfer::TransferOp;
 use crate::types::{QueryResult, ReplicaDescriptor};
@@ -26,12 +26,6 @@ impl Leased {
     pub(super) fn expired_at(&self, now: Instant) -> bool {
         now >= self.deadline
     }
-}
-
-/// One key to read: which replicas (best first) and where its bytes go.
-pub(super) struct ReadJob<'a> {
-    pub replicas: Vec<&'a ReplicaDescriptor>,
-    pub fragments: Vec<Fragment>,
 }
 
 impl Client {
@@ -125,21 +119,6 @@ impl Client {
             .pop()
             .unwrap_or(Err(ErrorCode::InternalError))
             .map(|l| l.query.size)
-    }
-}
-
-/// Spreads a batch answer over `n` keys (a whole-batch error or a short answer fails all).
-pub(super) fn per_key<T: Clone>(answer: Result<Vec<Result<T>>>, n: usize) -> Vec<Result<T>> {
-    match answer {
-        Ok(list) if list.len() == n => list,
-        Ok(_) => vec![
-            fail(
-                ErrorCode::RpcFail,
-                "master answered with the wrong number of entries"
-            );
-            n
-        ],
-        Err(e) => vec![Err(e); n],
     }
 }
 

@@ -1,7 +1,7 @@
 //! Removal: by key, by batch, by regex and all.
 
 use super::core::Client;
-use super::read::per_key;
+use super::plan::per_key;
 use crate::error::{ErrorCode, Result};
 
 impl Client {

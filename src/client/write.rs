@@ -5,65 +5,13 @@
 //! hold the value), and caller memory may be device memory on every path (`*_raw`).
 
 use super::core::{Client, ClientCore};
-use super::metrics::ClientCounters;
-use super::plan::{self, Buf, Fragment};
+use super::counters::ClientCounters;
+use super::plan::{self, check_replicas, Buf, GrantedWrite, ReplicaWrite};
 use crate::error::{fail, ErrorCode, Result};
 use crate::transfer::{TransferOp, TransferRequest};
-use crate::types::{ReplicaDescriptor, ReplicateConfig, WriteGrant, WriteToken};
+use crate::types::{ReplicateConfig, WriteToken};
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
-
-/// One key's write into all its replicas: the source fragments (object offsets), the
-/// replicas, and the instant after which no slice may start (the grant's end).
-pub(super) struct ReplicaWrite {
-    /// Index of the key in the caller's batch.
-    pub(super) key: usize,
-    pub(super) replicas: Vec<ReplicaDescriptor>,
-    pub(super) fragments: Vec<Fragment>,
-    pub(super) send_by: Option<Instant>,
-}
-
-/// A write the master granted, as its writer keeps it: the token its end or revoke presents,
-/// and the local deadline after which no transfer into its replicas may start (the master
-/// may have reclaimed and reused them by then). Plain value.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct GrantedWrite {
-    pub(super) token: WriteToken,
-    deadline: Instant,
-}
-
-impl GrantedWrite {
-    /// `grant`, asked for at `asked_at` (before the request was sent, so the local deadline
-    /// is never later than the master's).
-    pub(super) fn new(grant: &WriteGrant, asked_at: Instant) -> GrantedWrite {
-        let ttl = Duration::from_millis(grant.write_ttl_ms);
-        GrantedWrite {
-            token: grant.token,
-            deadline: crate::spin::deadline(asked_at, ttl),
-        }
-    }
-
-    /// The instant after which no slice into the replicas may start
-    /// ([`crate::transfer::TransferRequest::send_by`]).
-    pub(super) fn send_by(&self) -> Option<Instant> {
-        Some(self.deadline)
-    }
-
-    /// Whether transfers into the replicas may still start. Errors: `STALE_WRITE_TOKEN` once
-    /// the write outlived the master's `put_start_release_timeout`.
-    pub(super) fn check_writable(&self) -> Result<()> {
-        if Instant::now() >= self.deadline {
-            return fail(
-                ErrorCode::StaleWriteToken,
-                format!(
-                    "write {} outlived put_start_release_timeout; its space may be reused",
-                    self.token.0
-                ),
-            );
-        }
-        Ok(())
-    }
-}
+use std::time::Instant;
 
 /// Put keeps an existing key (insert-if-absent); upsert overwrites it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -513,22 +461,6 @@ impl ClientCore {
             }
         }
         which.iter().map(|&(i, _)| i).zip(per_key).collect()
-    }
-}
-
-/// Checks that every granted replica has exactly the object's size: a replica of another
-/// size is never written (a larger write would overrun into neighbouring objects). Errors:
-/// `INVALID_REPLICA`.
-pub(super) fn check_replicas(replicas: &[ReplicaDescriptor], size: u64) -> Result<()> {
-    match replicas.iter().find(|r| r.buffer.size != size) {
-        Some(bad) => fail(
-            ErrorCode::InvalidReplica,
-            format!(
-                "replica of {} bytes for a {size}-byte object",
-                bad.buffer.size
-            ),
-        ),
-        None => Ok(()),
     }
 }
 
