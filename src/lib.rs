@@ -20,6 +20,7 @@ pub mod rpc;
 pub mod shm;
 pub mod spin;
 pub mod standalone;
+mod storage;
 pub mod stream;
 #[cfg(test)]
 mod test_util;

@@ -1,8 +1,8 @@
-//! The owner's TieredBackend: DRAM tiers, each an engine-registered, remotely accessible
-//! mapping with an offset allocator, plus the table of committed (visible) keys.
+//! The owner's TieredBackend: its storage tiers ([`crate::storage`], DRAM today) in priority
+//! order, plus the table of committed (visible) keys.
 //!
 //! Ownership: an [`AllocationHandle`] is an `Arc` whose last drop returns its range to the
-//! tier (RAII, via the master's [`Allocation`]); it also keeps its tier mapped. Holders are
+//! tier (RAII); it also keeps its tier alive. Holders are
 //! the committed table, pending-write and pin records, and in-flight REVERSE transfers.
 //!
 //! Thread-safety: the committed table is sharded; each shard is a `parking_lot::RwLock`, so
@@ -11,52 +11,26 @@
 
 use super::config::TieredConfig;
 use super::records::shard_index;
-use crate::alloc::{Allocation, OffsetAllocator};
-use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
+pub(crate) use crate::storage::AllocationHandle;
+use crate::storage::{DramTier, Tier, TierAlloc};
 use crate::transfer::TransferEngine;
 use parking_lot::RwLock;
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-struct Tier {
-    region: MappedRegion,
-    allocator: Arc<OffsetAllocator>,
-}
-
-/// Space for one value in one tier. Dropping the last `Arc` frees it.
-pub(crate) struct TierAlloc {
-    tier: Arc<Tier>,
-    allocation: Allocation,
-    len: u64,
-}
-
-/// A shared reference to a [`TierAlloc`].
-pub(crate) type AllocationHandle = Arc<TierAlloc>;
-
-impl TierAlloc {
-    /// Address of the first byte in this process.
-    pub(crate) fn addr(&self) -> usize {
-        self.tier.region.addr() + self.allocation.offset() as usize
-    }
-
-    /// Value length in bytes (the allocation may be rounded up).
-    pub(crate) fn len(&self) -> u64 {
-        self.len
-    }
-}
-
 /// Tiers and committed keys. Thread-safe; share by `Arc`.
 pub(crate) struct TieredBackend {
-    tiers: Vec<Arc<Tier>>,
+    tiers: Vec<Arc<dyn Tier>>,
     committed: Box<[RwLock<HashMap<String, AllocationHandle>>]>,
     hasher: RandomState,
 }
 
 impl TieredBackend {
-    /// Maps every tier of `config` and registers it with `engine` as remotely accessible
-    /// (peers' engines write into PreWrite buffers and read pinned ones). `shards` ≥ 1.
+    /// Maps every tier of `config` ([`DramTier::new`]: registered with `engine` as remotely
+    /// accessible, so peers' engines write into PreWrite buffers and read pinned ones).
+    /// `shards` ≥ 1.
     ///
     /// Errors: `INTERNAL_ERROR` when a mapping fails; `INVALID_PARAMS` when registration fails.
     pub(crate) fn new(
@@ -66,12 +40,7 @@ impl TieredBackend {
     ) -> Result<TieredBackend> {
         let mut tiers = Vec::with_capacity(config.tiers.len());
         for tier in &config.tiers {
-            let region = MappedRegion::pinned(tier.capacity, "p2p tier")?;
-            engine.register(region.addr(), region.len(), true)?;
-            tiers.push(Arc::new(Tier {
-                allocator: OffsetAllocator::new(region.len() as u64),
-                region,
-            }));
+            tiers.push(Arc::new(DramTier::new(tier.capacity, engine)?) as Arc<dyn Tier>);
         }
         Ok(TieredBackend {
             tiers,
@@ -92,14 +61,12 @@ impl TieredBackend {
         if len == 0 {
             return fail(ErrorCode::InvalidParams, "cannot store an empty value");
         }
-        for tier in &self.tiers {
-            if let Some(allocation) = tier.allocator.allocate(len) {
-                return Ok(Arc::new(TierAlloc {
-                    tier: Arc::clone(tier),
-                    allocation,
-                    len,
-                }));
-            }
+        if let Some(handle) = self
+            .tiers
+            .iter()
+            .find_map(|tier| TierAlloc::new_in(tier, len))
+        {
+            return Ok(handle);
         }
         fail(
             ErrorCode::NoAvailableHandle,
@@ -170,7 +137,7 @@ impl TieredBackend {
 
     /// Allocated bytes over all tiers.
     pub(crate) fn used_bytes(&self) -> u64 {
-        self.tiers.iter().map(|t| t.allocator.used()).sum()
+        self.tiers.iter().map(|t| t.used_bytes()).sum()
     }
 }
 
