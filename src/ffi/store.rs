@@ -131,12 +131,16 @@ pub extern "C" fn mc_store_setup(
     store: *mut mc_store_t,
     config: *const mc_setup_config_t,
 ) -> c_int {
-    ffi_boundary!(poison: store, {
-        mc_store::from_ptr(store)?;
-        let config = config::setup_config(config)?;
-        mc_store::install(store, || Client::setup(config))?;
-        Ok(0)
-    })
+    ffi_boundary!(poison: store, { setup(store, config) })
+}
+
+/// The body of [`mc_store_setup`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn setup(store: *mut mc_store_t, config: *const mc_setup_config_t) -> Result<c_int> {
+    mc_store::from_ptr(store)?;
+    let config = config::setup_config(config)?;
+    mc_store::install(store, || Client::setup(config))?;
+    Ok(0)
 }
 
 /// Mooncake's `initAll`: an in-process master and a client named `"localhost"` with a 1 GiB
@@ -152,15 +156,24 @@ pub extern "C" fn mc_store_init_all(
     device_name: *const c_char,
     mount_segment_size: u64,
 ) -> c_int {
-    ffi_boundary!(poison: store, {
-        mc_store::from_ptr(store)?;
-        let protocol = check::opt_cstr(protocol, "protocol")?.unwrap_or("tcp");
-        let device = check::opt_cstr(device_name, "device_name")?.unwrap_or("");
-        mc_store::install(store, || {
-            Client::init_all(protocol, device, mount_segment_size)
-        })?;
-        Ok(0)
-    })
+    ffi_boundary!(poison: store, { init_all(store, protocol, device_name, mount_segment_size) })
+}
+
+/// The body of [`mc_store_init_all`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn init_all(
+    store: *mut mc_store_t,
+    protocol: *const c_char,
+    device_name: *const c_char,
+    mount_segment_size: u64,
+) -> Result<c_int> {
+    mc_store::from_ptr(store)?;
+    let protocol = check::opt_cstr(protocol, "protocol")?.unwrap_or("tcp");
+    let device = check::opt_cstr(device_name, "device_name")?.unwrap_or("");
+    mc_store::install(store, || {
+        Client::init_all(protocol, device, mount_segment_size)
+    })?;
+    Ok(0)
 }
 
 /// Tears the client down: unmounts its segment (objects stored only there disappear
@@ -180,7 +193,13 @@ pub extern "C" fn mc_store_teardown(store: *mut mc_store_t) -> c_int {
 /// handle. Thread-safe.
 #[no_mangle]
 pub extern "C" fn mc_store_health_check(store: *mut mc_store_t) -> c_int {
-    ffi_boundary!(poison: store, { mc_store::health(store) })
+    ffi_boundary!(poison: store, { health_check(store) })
+}
+
+/// The body of [`mc_store_health_check`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn health_check(store: *mut mc_store_t) -> Result<c_int> {
+    mc_store::health(store)
 }
 
 /// Copies this client's segment name (`host:port` once a port was chosen) into `buf` as a
@@ -208,28 +227,40 @@ pub extern "C" fn mc_store_register_buffer(
     buf: *mut c_void,
     size: usize,
 ) -> c_int {
-    ffi_boundary!(poison: store, {
-        let client = mc_store::client(store)?;
-        if buf.is_null() || size == 0 {
-            return fail(ErrorCode::InvalidParams, "buf is NULL or size is 0");
-        }
-        client.register_buffer(buf as usize, size)?;
-        Ok(0)
-    })
+    ffi_boundary!(poison: store, { register_buffer(store, buf, size) })
+}
+
+/// The body of [`mc_store_register_buffer`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn register_buffer(
+    store: *mut mc_store_t,
+    buf: *mut c_void,
+    size: usize,
+) -> Result<c_int> {
+    let client = mc_store::client(store)?;
+    if buf.is_null() || size == 0 {
+        return fail(ErrorCode::InvalidParams, "buf is NULL or size is 0");
+    }
+    client.register_buffer(buf as usize, size)?;
+    Ok(0)
 }
 
 /// Undoes `mc_store_register_buffer` for the range starting at `buf`. Returns 0; -600 for an
 /// unknown or NULL address, a NULL or not set up store. Thread-safe.
 #[no_mangle]
 pub extern "C" fn mc_store_unregister_buffer(store: *mut mc_store_t, buf: *mut c_void) -> c_int {
-    ffi_boundary!(poison: store, {
-        let client = mc_store::client(store)?;
-        if buf.is_null() {
-            return fail(ErrorCode::InvalidParams, "buf is NULL");
-        }
-        client.unregister_buffer(buf as usize)?;
-        Ok(0)
-    })
+    ffi_boundary!(poison: store, { unregister_buffer(store, buf) })
+}
+
+/// The body of [`mc_store_unregister_buffer`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn unregister_buffer(store: *mut mc_store_t, buf: *mut c_void) -> Result<c_int> {
+    let client = mc_store::client(store)?;
+    if buf.is_null() {
+        return fail(ErrorCode::InvalidParams, "buf is NULL");
+    }
+    client.unregister_buffer(buf as usize)?;
+    Ok(0)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use super::batch;
 use super::check;
 use super::panic::ffi_boundary;
 use super::store::{mc_store, mc_store_t};
-use crate::error::{fail, ErrorCode};
+use crate::error::{fail, ErrorCode, Result};
 use std::ffi::{c_char, c_int};
 
 /// Whether `key` has a readable replica: 1 yes, 0 no (missing or still being written), or
@@ -12,10 +12,14 @@ use std::ffi::{c_char, c_int};
 /// read lease when it exists (a following non-forced remove then gets -706). Thread-safe.
 #[no_mangle]
 pub extern "C" fn mc_store_is_exist(store: *mut mc_store_t, key: *const c_char) -> c_int {
-    ffi_boundary!(poison: store, {
-        let client = mc_store::client(store)?;
-        Ok(c_int::from(client.is_exist(check::cstr(key, "key")?)?))
-    })
+    ffi_boundary!(poison: store, { is_exist(store, key) })
+}
+
+/// The body of [`mc_store_is_exist`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn is_exist(store: *mut mc_store_t, key: *const c_char) -> Result<c_int> {
+    let client = mc_store::client(store)?;
+    Ok(c_int::from(client.is_exist(check::cstr(key, "key")?)?))
 }
 
 /// `mc_store_is_exist` for `count` keys with one master call: `results[i]` is 1, 0 or a
@@ -27,10 +31,19 @@ pub extern "C" fn mc_store_batch_is_exist(
     count: usize,
     results: *mut c_int,
 ) -> c_int {
-    ffi_boundary!(poison: store, {
-        batch::run(store, count, results, |client| {
-            Ok(client.batch_is_exist(&check::keys(keys, count)?))
-        })
+    ffi_boundary!(poison: store, { batch_is_exist(store, keys, count, results) })
+}
+
+/// The body of [`mc_store_batch_is_exist`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn batch_is_exist(
+    store: *mut mc_store_t,
+    keys: *const *const c_char,
+    count: usize,
+    results: *mut c_int,
+) -> Result<c_int> {
+    batch::run(store, count, results, |client| {
+        Ok(client.batch_is_exist(&check::keys(keys, count)?))
     })
 }
 
@@ -38,11 +51,15 @@ pub extern "C" fn mc_store_batch_is_exist(
 /// another negative code, -1 (panic, poisoned). Grants a read lease. Thread-safe.
 #[no_mangle]
 pub extern "C" fn mc_store_get_size(store: *mut mc_store_t, key: *const c_char) -> i64 {
-    ffi_boundary!(poison: store, {
-        let client = mc_store::client(store)?;
-        let size = client.get_size(check::cstr(key, "key")?)?;
-        Ok(i64::try_from(size).unwrap_or(i64::MAX))
-    })
+    ffi_boundary!(poison: store, { get_size(store, key) })
+}
+
+/// The body of [`mc_store_get_size`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn get_size(store: *mut mc_store_t, key: *const c_char) -> Result<i64> {
+    let client = mc_store::client(store)?;
+    let size = client.get_size(check::cstr(key, "key")?)?;
+    Ok(i64::try_from(size).unwrap_or(i64::MAX))
 }
 
 /// Removes `key`. `force` non-zero ignores read leases. Returns 0, -704 (missing), -706
@@ -54,11 +71,15 @@ pub extern "C" fn mc_store_remove(
     key: *const c_char,
     force: c_int,
 ) -> c_int {
-    ffi_boundary!(poison: store, {
-        let client = mc_store::client(store)?;
-        client.remove(check::cstr(key, "key")?, force != 0)?;
-        Ok(0)
-    })
+    ffi_boundary!(poison: store, { remove(store, key, force) })
+}
+
+/// The body of [`mc_store_remove`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn remove(store: *mut mc_store_t, key: *const c_char, force: c_int) -> Result<c_int> {
+    let client = mc_store::client(store)?;
+    client.remove(check::cstr(key, "key")?, force != 0)?;
+    Ok(0)
 }
 
 /// `mc_store_remove` for `count` keys: `results[i]` is 0 or a negative code (a key listed
@@ -89,11 +110,19 @@ pub extern "C" fn mc_store_remove_by_regex(
     pattern: *const c_char,
     force: c_int,
 ) -> i64 {
-    ffi_boundary!(poison: store, {
-        let client = mc_store::client(store)?;
-        let n = client.remove_by_regex(check::cstr(pattern, "pattern")?, force != 0)?;
-        Ok(i64::try_from(n).unwrap_or(i64::MAX))
-    })
+    ffi_boundary!(poison: store, { remove_by_regex(store, pattern, force) })
+}
+
+/// The body of [`mc_store_remove_by_regex`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn remove_by_regex(
+    store: *mut mc_store_t,
+    pattern: *const c_char,
+    force: c_int,
+) -> Result<i64> {
+    let client = mc_store::client(store)?;
+    let n = client.remove_by_regex(check::cstr(pattern, "pattern")?, force != 0)?;
+    Ok(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
 /// Removes every complete object (all tenants), skipping leased objects unless `force` is
@@ -101,10 +130,14 @@ pub extern "C" fn mc_store_remove_by_regex(
 /// poisoned). Thread-safe.
 #[no_mangle]
 pub extern "C" fn mc_store_remove_all(store: *mut mc_store_t, force: c_int) -> i64 {
-    ffi_boundary!(poison: store, {
-        let n = mc_store::client(store)?.remove_all(force != 0)?;
-        Ok(i64::try_from(n).unwrap_or(i64::MAX))
-    })
+    ffi_boundary!(poison: store, { remove_all(store, force) })
+}
+
+/// The body of [`mc_store_remove_all`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn remove_all(store: *mut mc_store_t, force: c_int) -> Result<i64> {
+    let n = mc_store::client(store)?.remove_all(force != 0)?;
+    Ok(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
 /// Writes this client's counters as a JSON object (NUL-terminated) into `buf`.

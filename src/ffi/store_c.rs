@@ -2,8 +2,9 @@
 //! unchanged in signature and behaviour, on the same handle as the `mc_*` API.
 //!
 //! Each function first makes the argument checks Mooncake's `store_c.cpp` makes and returns
-//! **-1** for them (Mooncake's convention for its own argument errors); then it delegates to
-//! the `mc_*` function, so everything else (codes, semantics) is shared. Batch functions
+//! **-1** for them (Mooncake's convention for its own argument errors); then it runs the
+//! internal body of the matching `mc_*` function (not the export: one panic boundary per
+//! call), so everything else (codes, semantics) is shared. Batch functions
 //! return 0 once their pointers passed the checks, with per-key codes in `results_out`, as
 //! Mooncake does. These items are declared by the hand-written `include/store_c.h`, not by
 //! the generated header.
@@ -95,8 +96,8 @@ fn batch_args(
 }
 
 /// The batch result: -1 only for a panic or a poisoned handle, else 0 (slots are filled).
-fn batch_rc(rc: c_int) -> c_int {
-    if rc == MC_ERR_INTERNAL {
+fn batch_rc(rc: Result<c_int>) -> c_int {
+    if rc.unwrap_or_else(ErrorCode::code) == MC_ERR_INTERNAL {
         MC_ERR_INTERNAL
     } else {
         0
@@ -144,7 +145,7 @@ pub extern "C" fn mooncake_store_setup(
             device_name: or(device_name, c""),
             master_server_addr: or(master_server_addr, c"127.0.0.1:50051"),
         };
-        Ok(store::mc_store_setup(store.cast(), &config))
+        store::setup(store.cast(), &config)
     })
 }
 
@@ -159,12 +160,12 @@ pub extern "C" fn mooncake_store_init_all(
 ) -> c_int {
     ffi_boundary!(poison: store, {
         require(!store.is_null(), "store is NULL")?;
-        Ok(store::mc_store_init_all(
+        store::init_all(
             store.cast(),
             protocol,
             device_name,
             mount_segment_size,
-        ))
+        )
     })
 }
 
@@ -173,7 +174,7 @@ pub extern "C" fn mooncake_store_init_all(
 pub extern "C" fn mooncake_store_health_check(store: mooncake_store_t) -> c_int {
     ffi_boundary!(poison: store, {
         require(!store.is_null(), "store is NULL")?;
-        Ok(store::mc_store_health_check(store.cast()))
+        store::health_check(store.cast())
     })
 }
 
@@ -191,7 +192,7 @@ pub extern "C" fn mooncake_store_put(
         require(!store.is_null() && !key.is_null(), "NULL store or key")?;
         require(!value.is_null() || size == 0, "NULL value with a non-zero size")?;
         let cfg = config_of(config);
-        Ok(store_put::mc_store_put(store.cast(), key, value, size, cfg_ptr(&cfg)))
+        store_put::put(store.cast(), key, value, size, cfg_ptr(&cfg))
     })
 }
 
@@ -208,7 +209,7 @@ pub extern "C" fn mooncake_store_put_from(
         require(!store.is_null() && !key.is_null(), "NULL store or key")?;
         require(!buffer.is_null() || size == 0, "NULL buffer with a non-zero size")?;
         let cfg = config_of(config);
-        Ok(store_put::mc_store_put_from(store.cast(), key, buffer, size, cfg_ptr(&cfg)))
+        store_put::put_from(store.cast(), key, buffer, size, cfg_ptr(&cfg))
     })
 }
 
@@ -228,7 +229,7 @@ pub extern "C" fn mooncake_store_batch_put_from(
         require(!store.is_null(), "store is NULL")?;
         batch_args(keys, Some((buffers, sizes)), count, !results_out.is_null())?;
         let cfg = config_of(config);
-        Ok(batch_rc(store_put::mc_store_batch_put_from(
+        Ok(batch_rc(store_put::batch_put_from(
             store.cast(),
             keys.cast_const(),
             buffers.cast_const().cast(),
@@ -252,7 +253,7 @@ pub extern "C" fn mooncake_store_get_into(
     ffi_boundary!(poison: store, {
         require(!store.is_null() && !key.is_null(), "NULL store or key")?;
         require(!buffer.is_null() || size == 0, "NULL buffer with a non-zero size")?;
-        Ok(store_get::mc_store_get_into(store.cast(), key, buffer, size))
+        store_get::get_into(store.cast(), key, buffer, size)
     })
 }
 
@@ -270,7 +271,7 @@ pub extern "C" fn mooncake_store_batch_get_into(
     ffi_boundary!(poison: store, {
         require(!store.is_null(), "store is NULL")?;
         batch_args(keys, Some((buffers, sizes)), count, !results_out.is_null())?;
-        Ok(batch_rc(store_get::mc_store_batch_get_into(
+        Ok(batch_rc(store_get::batch_get_into(
             store.cast(),
             keys.cast_const(),
             buffers.cast_const(),
@@ -286,7 +287,7 @@ pub extern "C" fn mooncake_store_batch_get_into(
 pub extern "C" fn mooncake_store_is_exist(store: mooncake_store_t, key: *const c_char) -> c_int {
     ffi_boundary!(poison: store, {
         require(!store.is_null() && !key.is_null(), "NULL store or key")?;
-        Ok(store_admin::mc_store_is_exist(store.cast(), key))
+        store_admin::is_exist(store.cast(), key)
     })
 }
 
@@ -302,7 +303,7 @@ pub extern "C" fn mooncake_store_batch_is_exist(
     ffi_boundary!(poison: store, {
         require(!store.is_null(), "store is NULL")?;
         batch_args(keys, None, count, !results_out.is_null())?;
-        Ok(batch_rc(store_admin::mc_store_batch_is_exist(
+        Ok(batch_rc(store_admin::batch_is_exist(
             store.cast(),
             keys.cast_const(),
             count,
@@ -316,7 +317,7 @@ pub extern "C" fn mooncake_store_batch_is_exist(
 pub extern "C" fn mooncake_store_get_size(store: mooncake_store_t, key: *const c_char) -> i64 {
     ffi_boundary!(poison: store, {
         require(!store.is_null() && !key.is_null(), "NULL store or key")?;
-        Ok(store_admin::mc_store_get_size(store.cast(), key))
+        store_admin::get_size(store.cast(), key)
     })
 }
 
@@ -351,7 +352,7 @@ pub extern "C" fn mooncake_store_remove(
 ) -> c_int {
     ffi_boundary!(poison: store, {
         require(!store.is_null() && !key.is_null(), "NULL store or key")?;
-        Ok(store_admin::mc_store_remove(store.cast(), key, force))
+        store_admin::remove(store.cast(), key, force)
     })
 }
 
@@ -365,7 +366,7 @@ pub extern "C" fn mooncake_store_remove_by_regex(
 ) -> i64 {
     ffi_boundary!(poison: store, {
         require(!store.is_null() && !pattern.is_null(), "NULL store or pattern")?;
-        Ok(store_admin::mc_store_remove_by_regex(store.cast(), pattern, force))
+        store_admin::remove_by_regex(store.cast(), pattern, force)
     })
 }
 
@@ -374,7 +375,7 @@ pub extern "C" fn mooncake_store_remove_by_regex(
 pub extern "C" fn mooncake_store_remove_all(store: mooncake_store_t, force: c_int) -> i64 {
     ffi_boundary!(poison: store, {
         require(!store.is_null(), "store is NULL")?;
-        Ok(store_admin::mc_store_remove_all(store.cast(), force))
+        store_admin::remove_all(store.cast(), force)
     })
 }
 
@@ -387,7 +388,7 @@ pub extern "C" fn mooncake_store_register_buffer(
 ) -> c_int {
     ffi_boundary!(poison: store, {
         require(!store.is_null() && !buffer.is_null() && size > 0, "NULL argument or size 0")?;
-        Ok(store::mc_store_register_buffer(store.cast(), buffer, size))
+        store::register_buffer(store.cast(), buffer, size)
     })
 }
 
@@ -399,7 +400,7 @@ pub extern "C" fn mooncake_store_unregister_buffer(
 ) -> c_int {
     ffi_boundary!(poison: store, {
         require(!store.is_null() && !buffer.is_null(), "NULL argument")?;
-        Ok(store::mc_store_unregister_buffer(store.cast(), buffer))
+        store::unregister_buffer(store.cast(), buffer)
     })
 }
 

@@ -40,15 +40,24 @@ pub extern "C" fn mc_store_get_into(
     buf: *mut c_void,
     size: usize,
 ) -> i64 {
-    ffi_boundary!(poison: store, {
-        let client = mc_store::client(store)?;
-        let key = check::cstr(key, "key")?;
-        let buf = check::region(buf.cast_const(), size, "buf")?;
-        // SAFETY: the caller promises a writable buffer (host or device) for the call.
-        let mut results = unsafe { client.get_into_raw(&[key], vec![vec![buf]], false) };
-        let n = results.pop().unwrap_or(Err(ErrorCode::InternalError))?;
-        Ok(i64::try_from(n).unwrap_or(i64::MAX))
-    })
+    ffi_boundary!(poison: store, { get_into(store, key, buf, size) })
+}
+
+/// The body of [`mc_store_get_into`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn get_into(
+    store: *mut mc_store_t,
+    key: *const c_char,
+    buf: *mut c_void,
+    size: usize,
+) -> Result<i64> {
+    let client = mc_store::client(store)?;
+    let key = check::cstr(key, "key")?;
+    let buf = check::region(buf.cast_const(), size, "buf")?;
+    // SAFETY: the caller promises a writable buffer (host or device) for the call.
+    let mut results = unsafe { client.get_into_raw(&[key], vec![vec![buf]], false) };
+    let n = results.pop().unwrap_or(Err(ErrorCode::InternalError))?;
+    Ok(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
 /// Batch `get_into`: `keys[i]` into `bufs[i]` (`sizes[i]` bytes), one master query.
@@ -66,14 +75,25 @@ pub extern "C" fn mc_store_batch_get_into(
     count: usize,
     results: *mut i64,
 ) -> c_int {
-    ffi_boundary!(poison: store, {
-        batch::run(store, count, results, |client| {
-            let keys = check::keys(keys, count)?;
-            let lists = batch::flat_buffers(bufs, sizes, count)?;
-            let bufs = batch::destinations(&lists)?;
-            // SAFETY: the caller promises writable, non-overlapping buffers (host or device).
-            Ok(unsafe { client.get_into_raw(&keys, bufs, false) })
-        })
+    ffi_boundary!(poison: store, { batch_get_into(store, keys, bufs, sizes, count, results) })
+}
+
+/// The body of [`mc_store_batch_get_into`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn batch_get_into(
+    store: *mut mc_store_t,
+    keys: *const *const c_char,
+    bufs: *const *mut c_void,
+    sizes: *const usize,
+    count: usize,
+    results: *mut i64,
+) -> Result<c_int> {
+    batch::run(store, count, results, |client| {
+        let keys = check::keys(keys, count)?;
+        let lists = batch::flat_buffers(bufs, sizes, count)?;
+        let bufs = batch::destinations(&lists)?;
+        // SAFETY: the caller promises writable, non-overlapping buffers (host or device).
+        Ok(unsafe { client.get_into_raw(&keys, bufs, false) })
     })
 }
 

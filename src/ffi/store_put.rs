@@ -120,7 +120,19 @@ pub extern "C" fn mc_store_put(
     size: usize,
     cfg: *const mc_replicate_config_t,
 ) -> c_int {
-    ffi_boundary!(poison: store, { Write::Put.one(store, key, &[(value, size)], cfg) })
+    ffi_boundary!(poison: store, { put(store, key, value, size, cfg) })
+}
+
+/// The body of [`mc_store_put`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn put(
+    store: *mut mc_store_t,
+    key: *const c_char,
+    value: *const c_void,
+    size: usize,
+    cfg: *const mc_replicate_config_t,
+) -> Result<c_int> {
+    Write::Put.one(store, key, &[(value, size)], cfg)
 }
 
 /// Zero-copy put straight from `buf` (ideally memory registered with
@@ -134,7 +146,19 @@ pub extern "C" fn mc_store_put_from(
     size: usize,
     cfg: *const mc_replicate_config_t,
 ) -> c_int {
-    ffi_boundary!(poison: store, { Write::Put.from(store, key, buf, size, cfg) })
+    ffi_boundary!(poison: store, { put_from(store, key, buf, size, cfg) })
+}
+
+/// The body of [`mc_store_put_from`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn put_from(
+    store: *mut mc_store_t,
+    key: *const c_char,
+    buf: *const c_void,
+    size: usize,
+    cfg: *const mc_replicate_config_t,
+) -> Result<c_int> {
+    Write::Put.from(store, key, buf, size, cfg)
 }
 
 /// Copying put of the concatenation of `count` parts (`parts[i]`, `sizes[i]` bytes each).
@@ -190,10 +214,22 @@ pub extern "C" fn mc_store_batch_put_from(
     cfg: *const mc_replicate_config_t,
     results: *mut c_int,
 ) -> c_int {
-    ffi_boundary!(poison: store, {
-        let lists = || batch::flat_buffers(bufs, sizes, count);
-        Write::Put.zero_copy_batch(store, keys, count, lists, cfg, results)
-    })
+    ffi_boundary!(poison: store, { batch_put_from(store, keys, bufs, sizes, count, cfg, results) })
+}
+
+/// The body of [`mc_store_batch_put_from`], shared with the Mooncake C API's export (one panic
+/// boundary per call, in the export).
+pub(crate) fn batch_put_from(
+    store: *mut mc_store_t,
+    keys: *const *const c_char,
+    bufs: *const *const c_void,
+    sizes: *const usize,
+    count: usize,
+    cfg: *const mc_replicate_config_t,
+    results: *mut c_int,
+) -> Result<c_int> {
+    let lists = || batch::flat_buffers(bufs, sizes, count);
+    Write::Put.zero_copy_batch(store, keys, count, lists, cfg, results)
 }
 
 /// Zero-copy batch put where key `i`'s object is the concatenation of `buf_counts[i]` buffers
