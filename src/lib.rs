@@ -1,26 +1,49 @@
 //! mooncake-rs: the Mooncake Store client layer in Rust, exported as a C ABI.
 //!
-//! Module map (see `../shared/DESIGN.md`): [`ffi`] is the C surface; [`client`] is the
-//! RealClient; [`master`] keeps metadata; [`transfer`] moves bytes; [`rpc`] is the only
-//! module that knows the wire.
+//! The modules are floors (`../shared/DESIGN.md` §1); each may use only floors below it (or
+//! its own floor where no circle forms), and `tests/layering.rs` fails the build's tests on a
+//! `crate::<part>` path that breaks these rules. Top first:
+//!
+//! - [`cli`], [`ffi`]: the binaries' flags and process life; the C surface (`mc_*` and
+//!   Mooncake's `mooncake_store_*`): argument checks, the panic boundary, handles. Nothing below
+//!   names `ffi`.
+//! - [`client`], [`p2p`]: the centralized client (Mooncake's RealClient) and the P2P (V3)
+//!   client (owner and accessor flows). May use everything below.
+//! - `node`: one process handle's plumbing shared by both clients (setup config, engine
+//!   bootstrap, local buffer, own segment, the master link and its single liveness loop).
+//!   Never names `client` or `p2p`.
+//! - [`stream`], [`standalone`]: the on-stream engine; dummy clients' link and the real
+//!   client's server for them.
+//! - [`master`], `metadata`, `storage`: the metadata service (with `master::remote`, its RPC
+//!   glue); Mooncake's HTTP metadata service; storage tiers (the `Tier` seam). `master` names
+//!   no client-side part.
+//! - [`transfer`]: the engine and its sibling transports (local copy, TCP, RDMA, same-host).
+//!   Names none of `client`, `master`, `rpc`, `standalone`, `stream`: it knows no keys.
+//! - [`rpc`], [`device`], `shm`: the generic wire (names neither `master` nor `transfer`);
+//!   device runtimes and copies (names neither `transfer` nor `stream`); shared memory files.
+//! - Ground: [`types`], [`error`], `env` (every environment variable the library reads),
+//!   [`alloc`] (the offset allocator), [`spin`] (deadlines and awake waits), `process`.
+//!
+//! The public modules are the API of the bindings, the binaries and the tests; the others are
+//! `pub(crate)`.
 
 pub mod alloc;
 pub mod cli;
 pub mod client;
 pub mod device;
-pub mod env;
+pub(crate) mod env;
 pub mod error;
 pub mod ffi;
 pub mod master;
-pub mod metadata;
-mod node;
+pub(crate) mod metadata;
+pub(crate) mod node;
 pub mod p2p;
 mod process;
 pub mod rpc;
-pub mod shm;
+pub(crate) mod shm;
 pub mod spin;
 pub mod standalone;
-mod storage;
+pub(crate) mod storage;
 pub mod stream;
 #[cfg(test)]
 mod test_util;

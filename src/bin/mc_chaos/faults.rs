@@ -562,7 +562,7 @@ fn end_checks(
         let key = format!("k/{index}");
         if let Ok(size) = checker.get_size(&key) {
             accounting.live_objects += 1;
-            // The master allocates in 64-byte units (src/master/allocator.rs, ALIGNMENT).
+            // The master allocates in 64-byte units (src/alloc.rs, ALIGNMENT).
             accounting.live_bytes += size.div_ceil(64) * 64;
         }
     }

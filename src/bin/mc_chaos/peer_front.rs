@@ -2,7 +2,7 @@
 //! advertise `127.0.0.1:<port>` (src/client/core.rs `bind_endpoint`), so under P2PHANDSHAKE a
 //! reader dials exactly that. With the master's HTTP metadata service instead, a reader
 //! resolves a segment through its `ram` entry's `tcp_data_port`
-//! (src/rpc/metadata/client.rs); this directory rewrites owner-0's entry to point at the
+//! (src/metadata/client.rs); this directory rewrites owner-0's entry to point at the
 //! suite's proxy, which forwards to the owner's real port, and publishes every owner's
 //! entries again after a master restart (the service keeps them in memory only; owners
 //! publish once, at setup).
