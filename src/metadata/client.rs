@@ -2,6 +2,7 @@
 //! address of its TCP data port, over Mooncake's HTTP metadata protocol.
 
 use super::{RamEntry, RpcMetaEntry, SegmentDescriptor, TCP_PROTO_VERSION};
+use crate::env;
 use crate::error::{fail, ErrorCode, Result};
 use crate::rpc::http::{http_request, percent_encode};
 use crate::rpc::net::Timeouts;
@@ -25,7 +26,7 @@ impl HttpMetadataClient {
     ///
     /// Errors: `INVALID_PARAMS` if `base_url` is not an `http://` URL.
     pub fn new(base_url: &str) -> Result<HttpMetadataClient> {
-        let cluster_id = std::env::var("MC_METADATA_CLUSTER_ID").ok();
+        let cluster_id = env::METADATA_CLUSTER_ID.get();
         HttpMetadataClient::with_cluster_id(base_url, cluster_id.as_deref(), Timeouts::from_env())
     }
 
@@ -157,11 +158,6 @@ fn timestamp() -> String {
     format!("{}.{:06}", now.as_secs(), now.subsec_micros())
 }
 
-/// Default of `MC_METADATA_CACHE_ENTRIES`.
-const DEFAULT_CACHE_ENTRIES: u64 = 4096;
-/// Default of `MC_METADATA_CACHE_TTL_MS`.
-const DEFAULT_CACHE_TTL_MS: u64 = 60_000;
-
 /// Bounds of a [`HttpMetadataResolver`]'s cache. Plain values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheLimits {
@@ -176,28 +172,10 @@ impl CacheLimits {
     /// (default 60000). Values that are not positive integers fall back to the defaults,
     /// with a warning.
     pub fn from_env() -> CacheLimits {
-        let entries = env_positive("MC_METADATA_CACHE_ENTRIES", DEFAULT_CACHE_ENTRIES);
+        let entries = env::METADATA_CACHE_ENTRIES.get();
         CacheLimits {
             entries: usize::try_from(entries).unwrap_or(usize::MAX),
-            ttl: Duration::from_millis(env_positive(
-                "MC_METADATA_CACHE_TTL_MS",
-                DEFAULT_CACHE_TTL_MS,
-            )),
-        }
-    }
-}
-
-/// The positive integer in environment variable `name`, else `default` (logged when the
-/// variable is set but not a positive integer).
-fn env_positive(name: &str, default: u64) -> u64 {
-    let Ok(text) = std::env::var(name) else {
-        return default;
-    };
-    match text.trim().parse::<u64>() {
-        Ok(value) if value > 0 => value,
-        _ => {
-            tracing::warn!(variable = name, value = %text, default, "ignoring invalid value");
-            default
+            ttl: Duration::from_millis(env::METADATA_CACHE_TTL_MS.get()),
         }
     }
 }
@@ -243,8 +221,9 @@ impl HttpMetadataResolver {
         }
     }
 
-    /// Number of cached segments (at most the `entries` limit).
-    pub fn cached_len(&self) -> usize {
+    /// Number of cached segments (at most the `entries` limit; tests look inside).
+    #[cfg(test)]
+    pub(crate) fn cached_len(&self) -> usize {
         self.cache.read().len()
     }
 

@@ -11,7 +11,7 @@ pub mod store;
 #[cfg(test)]
 mod tests;
 
-pub use client::{CacheLimits, HttpMetadataClient, HttpMetadataResolver};
+pub use client::{HttpMetadataClient, HttpMetadataResolver};
 pub use store::{metadata_handler, MetadataStore};
 
 use serde::{Deserialize, Serialize};

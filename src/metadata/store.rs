@@ -27,14 +27,10 @@ impl MetadataStore {
         self.entries.write().remove(key).is_some()
     }
 
-    /// Number of keys.
-    pub fn len(&self) -> usize {
-        self.entries.read().len()
-    }
-
-    /// Whether the store is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// Whether the store is empty (tests look inside).
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.read().is_empty()
     }
 }
 

@@ -12,7 +12,7 @@ mod fdpass;
 mod memfd;
 mod peer;
 
-pub use fdpass::{check_peer_user, recv_with_fds, send_with_fds, MAX_FDS_PER_MESSAGE};
+pub use fdpass::{check_peer_user, recv_with_fds, send_with_fds};
 pub use memfd::SealedMemfd;
 pub use peer::PeerMapping;
 

@@ -116,11 +116,6 @@ impl PeerMapping {
     pub fn len(&self) -> usize {
         self.len
     }
-
-    /// Never true: mappings have at least one byte.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 impl Drop for PeerMapping {

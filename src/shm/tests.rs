@@ -1,3 +1,4 @@
+use super::fdpass::MAX_FDS_PER_MESSAGE;
 use super::*;
 use crate::error::{last_error_message, ErrorCode};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};

@@ -97,7 +97,8 @@ pub(crate) fn gbps(bytes: u64, seconds: f64) -> f64 {
     bytes as f64 / seconds / 1e9
 }
 
-fn embedded(report: &mut Report, memcpy: f64, duration: Duration) -> Result<(), String> {
+fn embedded(report: &mut Report, memcpy: f64, rounds: Rounds) -> Result<(), String> {
+    let duration = rounds.duration;
     let client = Client::setup(SetupConfig {
         local_hostname: "bench".into(),
         global_segment_size: 256 * MIB as u64,
@@ -165,7 +166,54 @@ fn embedded(report: &mut Report, memcpy: f64, duration: Duration) -> Result<(), 
         reads.copied_bytes - reads_before.copied_bytes,
         bytes,
     );
+    small_gets(report, &client, rounds)?;
     client.teardown();
+    Ok(())
+}
+
+/// Single-key 4 KiB gets of the embedded store (one master query and one copy per call, so
+/// the line shows the per-call cost around the copy) against one-thread memcpy of the same
+/// 4 KiB blocks into as many destinations, interleaved.
+fn small_gets(report: &mut Report, client: &Client, rounds: Rounds) -> Result<(), String> {
+    const SMALL: usize = 4096;
+    const KEYS: usize = 32;
+    const DESTINATIONS: usize = 16;
+    let src = Pool::new(KEYS, SMALL, 5);
+    let keys: Vec<String> = (0..KEYS).map(|k| format!("s{k}")).collect();
+    for (key, value) in keys.iter().zip(&src.bufs) {
+        client
+            .put_from(key, value, &ReplicateConfig::default())
+            .map_err(|e| format!("put_from: {e}"))?;
+    }
+    let mut limit_dst = Pool::new(DESTINATIONS, SMALL, 0);
+    let mut dst = Pool::new(DESTINATIONS, SMALL, 0);
+    judge(
+        report,
+        &rounds.judged(
+            "embedded get_into 4KiB, 1 key per call",
+            "GB/s",
+            "memcpy 1 thread, 32 -> 16 x 4KiB",
+        ),
+        || {
+            Ok(limits::copy_between_gbps(
+                &src,
+                &mut limit_dst,
+                rounds.duration,
+            ))
+        },
+        || {
+            let (mut bytes, mut i) = (0u64, 0usize);
+            let start = Instant::now();
+            while start.elapsed() < rounds.duration {
+                client
+                    .get_into(&keys[i % KEYS], &mut dst.bufs[i % DESTINATIONS])
+                    .map_err(|e| format!("get_into: {e}"))?;
+                bytes += SMALL as u64;
+                i += 1;
+            }
+            Ok(gbps(bytes, start.elapsed().as_secs_f64()))
+        },
+    )?;
     Ok(())
 }
 
@@ -562,7 +610,7 @@ pub fn run_all(report: &mut Report, quick: bool, only: Only) -> Result<(), Strin
     match only {
         Only::All => {}
         Only::Device => {
-            embedded(report, memcpy, duration)?;
+            embedded(report, memcpy, rounds)?;
             return crate::device::run(report, duration);
         }
         Only::Stream => return crate::stream::run(report, memcpy, quick),
@@ -572,7 +620,7 @@ pub fn run_all(report: &mut Report, quick: bool, only: Only) -> Result<(), Strin
     }
     let redis_1m = redis::get_gbps(MIB, duration);
     allocator(report, duration);
-    embedded(report, memcpy, duration)?;
+    embedded(report, memcpy, rounds)?;
     crate::stream::run(report, memcpy, quick)?;
     crate::device::run(report, duration)?;
     over_tcp(report, rounds, redis_1m)?;
