@@ -40,9 +40,11 @@ pub fn init_logging_with(default_directive: &str, file: Option<&Path>) -> std::i
 }
 
 fn filter(default_directive: &str) -> EnvFilter {
-    EnvFilter::try_from_env("MC_LOG")
-        .or_else(|_| EnvFilter::try_new(default_directive))
-        .unwrap_or_else(|_| EnvFilter::new("warn"))
+    crate::env::LOG
+        .get()
+        .and_then(|text| EnvFilter::try_new(text).ok())
+        .or_else(|| EnvFilter::try_new(default_directive).ok())
+        .unwrap_or_else(|| EnvFilter::new("warn"))
 }
 
 fn open_log_file(path: &Path) -> std::io::Result<Arc<File>> {

@@ -20,35 +20,23 @@
 //! the thread looks: [`until_readable`] reads nothing and leaves the socket as it was.
 //! Thread-safety: free functions, callable from any thread.
 
+use crate::env::RPC_SPIN_US;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The default of `MC_RPC_SPIN_US`, in microseconds: above a loopback wake-up of an idle CPU
 /// (25–60 µs measured on the build VM), far below any timeout.
-pub const DEFAULT_SPIN_US: u64 = 100;
+pub const DEFAULT_SPIN_US: u64 = RPC_SPIN_US.default;
 
 /// The most `MC_RPC_SPIN_US` may ask for (1 ms): past it a wait is a wait, not a wake-up.
-pub const MAX_SPIN_US: u64 = 1000;
+pub const MAX_SPIN_US: u64 = RPC_SPIN_US.max;
 
 /// The process's spin budget: `MC_RPC_SPIN_US` read once (missing: [`DEFAULT_SPIN_US`];
 /// unparsable or above [`MAX_SPIN_US`]: the default, logged as a warning; 0: no spinning).
 pub fn budget() -> Duration {
     static BUDGET: OnceLock<Duration> = OnceLock::new();
-    *BUDGET.get_or_init(|| budget_from(std::env::var("MC_RPC_SPIN_US").ok().as_deref()))
-}
-
-fn budget_from(value: Option<&str>) -> Duration {
-    let Some(text) = value else {
-        return Duration::from_micros(DEFAULT_SPIN_US);
-    };
-    match text.trim().parse::<u64>() {
-        Ok(us) if us <= MAX_SPIN_US => Duration::from_micros(us),
-        _ => {
-            tracing::warn!(value = %text, default = DEFAULT_SPIN_US, max = MAX_SPIN_US, "ignoring invalid MC_RPC_SPIN_US");
-            Duration::from_micros(DEFAULT_SPIN_US)
-        }
-    }
+    *BUDGET.get_or_init(|| Duration::from_micros(RPC_SPIN_US.get()))
 }
 
 /// Polls `fd` without blocking, with a CPU pause between polls, until it is readable, hung
@@ -101,6 +89,7 @@ mod tests {
 
     #[test]
     fn the_budget_is_read_as_microseconds_with_a_default_and_a_cap() {
+        let budget_from = |value| Duration::from_micros(RPC_SPIN_US.read(value));
         assert_eq!(budget_from(None), Duration::from_micros(DEFAULT_SPIN_US));
         assert_eq!(budget_from(Some(" 250 ")), Duration::from_micros(250));
         assert_eq!(

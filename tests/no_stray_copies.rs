@@ -26,10 +26,10 @@ const PATTERNS: &[&str] = &[
 /// (file, allowed occurrences, why).
 const ALLOWED: &[(&str, usize, &str)] = &[
     ("src/device/copy.rs", 1, "the primitive itself (host <-> host only)"),
-    ("src/transfer/pool.rs", 2, "socket I/O slices over slice memory: host only (device memory is replaced by pinned bounces before)"),
-    ("src/transfer/server.rs", 1, "read-ahead bytes into our own registered segment (host mapping), by raw pointer"),
-    ("src/transfer/wire.rs", 6, "encoding/decoding our own header arrays (size, addr, epoch)"),
-    ("src/transfer/tests.rs", 1, "test data"),
+    ("src/transfer/tcp/pool.rs", 2, "socket I/O slices over slice memory: host only (device memory is replaced by pinned bounces before)"),
+    ("src/transfer/tcp/server.rs", 1, "read-ahead bytes into our own registered segment (host mapping), by raw pointer"),
+    ("src/transfer/tcp/wire.rs", 6, "encoding/decoding our own header arrays (size, addr, epoch)"),
+    ("src/transfer/tcp/pool_tests.rs", 1, "test data"),
     ("src/rpc/codec.rs", 1, "our own RPC frame"),
     ("src/ffi/check.rs", 3, "arrays of pointers/sizes/keys (never data buffers) and NUL-terminated text into a char buffer"),
     ("src/ffi/error.rs", 1, "error text into the caller's char buffer"),

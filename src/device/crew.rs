@@ -20,7 +20,7 @@
 //! copies share the queue.
 
 use super::copy;
-use crate::env::Knob;
+use crate::env;
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -30,15 +30,6 @@ use std::time::{Duration, Instant};
 /// The smallest piece: a copy shorter than two of these is not split. 1 MiB takes a core
 /// 130–200 µs, against the 30–60 µs it takes to wake a blocked helper on the build VM.
 pub const MIN_PIECE: usize = 1 << 20;
-
-/// `MC_COPY_THREADS`: threads one large copy is cut across, the caller included (1: no
-/// splitting). Capped at the CPUs this process may run on.
-const THREADS: Knob = Knob {
-    name: "MC_COPY_THREADS",
-    default: 4,
-    min: 1,
-    max: 16,
-};
 
 /// How long a caller whose pieces are all taken spins before it parks: helpers finish
 /// their pieces within microseconds of the caller's own when the crew was idle.
@@ -53,7 +44,7 @@ pub fn threads() -> usize {
             // SAFETY: counts the bits of a mask the kernel filled.
             unsafe { libc::CPU_COUNT(&mask) }.max(1) as usize
         });
-        let asked = THREADS.read(std::env::var(THREADS.name).ok().as_deref()) as usize;
+        let asked = env::COPY_THREADS.get() as usize;
         asked.min(cpus).max(1)
     })
 }

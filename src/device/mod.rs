@@ -257,7 +257,7 @@ pub struct DeviceInfo {
 impl Runtime {
     /// Loads the runtime `MC_DEVICE_RUNTIME` asks for (default `auto`: CUDA, then Ascend).
     fn load() -> Runtime {
-        let wanted = std::env::var("MC_DEVICE_RUNTIME").unwrap_or_default();
+        let wanted = crate::env::DEVICE_RUNTIME.get().unwrap_or_default();
         let wanted = wanted.trim().to_ascii_lowercase();
         let mut reasons = Vec::new();
         let mut attempt = |name: &str, loader: fn() -> Result<Box<dyn Backend>, String>| {
@@ -286,7 +286,7 @@ impl Runtime {
             None => tracing::info!(
                 "no device runtime ({}); host-only copies",
                 if reasons.is_empty() {
-                    "MC_DEVICE_RUNTIME=none".to_string()
+                    format!("{}=none", crate::env::DEVICE_RUNTIME.name)
                 } else {
                     reasons.join("; ")
                 }

@@ -79,10 +79,7 @@ impl Drop for HostRegistration {
 
 /// Adds `len` to the registered total if the budget allows it.
 fn reserve(len: u64) -> bool {
-    let limit = std::env::var("MC_STORE_PIN_MEMORY_MAX_BYTES")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(u64::MAX);
+    let limit = crate::env::STORE_PIN_MEMORY_MAX_BYTES.get();
     STATS
         .host_registered_bytes
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {

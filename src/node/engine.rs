@@ -6,7 +6,7 @@
 //! Thread-safety: free functions; the engine they return is `Send + Sync`.
 
 use super::config::{MetadataMode, SetupConfig};
-use crate::env::{env_bool, env_u64};
+use crate::env;
 use crate::error::{fail, ErrorCode, Result};
 use crate::metadata::{BufferEntry, HttpMetadataClient, HttpMetadataResolver, SegmentDescriptor};
 use crate::standalone::DummyLink;
@@ -54,7 +54,7 @@ pub(crate) fn start_engine(
         local_name: hostname.clone(),
         listener,
         resolver,
-        memcpy_enabled: env_bool("MC_STORE_MEMCPY").unwrap_or(true),
+        memcpy_enabled: env::STORE_MEMCPY.flag(),
         rdma,
     })?;
     Ok((hostname, engine, metadata))
@@ -104,9 +104,9 @@ fn bind_endpoint(local_hostname: &str) -> Result<(String, TcpListener)> {
             return Ok((local_hostname.to_string(), listener));
         }
     }
-    let min = env_u64("MC_STORE_CLIENT_MIN_PORT", 12300).min(65535) as u16;
-    let max = env_u64("MC_STORE_CLIENT_MAX_PORT", 14300).clamp(min as u64, 65535) as u16;
-    let retries = env_u64("MC_STORE_CLIENT_SETUP_RETRIES", 20).max(1);
+    let min = env::STORE_CLIENT_MIN_PORT.get() as u16;
+    let max = env::STORE_CLIENT_MAX_PORT.get().max(min as u64) as u16;
+    let retries = env::STORE_CLIENT_SETUP_RETRIES.get();
     for _ in 0..retries {
         let port = fastrand::u16(min..=max);
         if let Ok(listener) = bind(local_hostname, port) {

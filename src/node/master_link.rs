@@ -18,6 +18,7 @@
 //! dropping the handle ends it; [`MasterLink::stop_liveness`] ends it at once and
 //! [`MasterLink::shutdown`] also shuts the embedded master down. All methods take `&self` and are thread-safe.
 
+use crate::env;
 use crate::error::Result;
 use crate::master::{connect_master, connect_pinger, MasterApi, MasterConfig, MasterService};
 use crate::types::{ClientId, PingResponse, EMBEDDED_MASTER};
@@ -31,25 +32,11 @@ use std::time::{Duration, Instant};
 /// Interval between pings (Mooncake: 1 s).
 pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Default of `MC_PING_TIMEOUT_MS`: well below the master's default `client_ttl` (10 s) even
-/// with the retry (2 × 2 s + the 1 s interval).
-pub(crate) const DEFAULT_PING_TIMEOUT_MS: u64 = 2000;
-
-/// The ping timeout: `MC_PING_TIMEOUT_MS` (ms, default [`DEFAULT_PING_TIMEOUT_MS`]) bounds
+/// The ping timeout: `MC_PING_TIMEOUT_MS` (ms, default 2000, see `env.rs`) bounds
 /// connecting and waiting for each answer. Unset, unparsable or 0: the default (a bad value
 /// is logged). Keep `2 × timeout + 1 s` below the master's `client_ttl`.
 pub(crate) fn ping_timeout() -> Duration {
-    let default = Duration::from_millis(DEFAULT_PING_TIMEOUT_MS);
-    let Ok(text) = std::env::var("MC_PING_TIMEOUT_MS") else {
-        return default;
-    };
-    match text.trim().parse::<u64>() {
-        Ok(ms) if ms > 0 => Duration::from_millis(ms),
-        _ => {
-            tracing::warn!(value = %text, default = DEFAULT_PING_TIMEOUT_MS, "ignoring invalid MC_PING_TIMEOUT_MS");
-            default
-        }
-    }
+    Duration::from_millis(env::PING_TIMEOUT_MS.get())
 }
 
 /// True when `master_server_addr` selects the in-process master.
@@ -252,6 +239,7 @@ mod tests {
 
     #[test]
     fn the_ping_timeout_comes_from_the_environment_with_a_safe_default() {
+        const DEFAULT_PING_TIMEOUT_MS: u64 = env::PING_TIMEOUT_MS.default;
         // The only test of this binary that sets MC_PING_TIMEOUT_MS.
         for (value, ms) in [
             (Some("250"), 250),

@@ -1,6 +1,7 @@
 //! The P2P client's setup arguments (Mooncake's `setup_p2p_real_client`), the transfer
 //! direction, and the TieredBackend JSON configuration. Plain data; validated at setup.
 
+use crate::env;
 use crate::error::{fail, ErrorCode, Result};
 use crate::node::{MetadataMode, SetupConfig};
 use serde::Deserialize;
@@ -11,9 +12,7 @@ pub const DEFAULT_LEASE_MS: u64 = 5000;
 /// Default `p2p_key_lease_scan_interval_ms` (also used when 0 is passed).
 pub const DEFAULT_SCAN_INTERVAL_MS: u64 = 1000;
 /// Default of `MOONCAKE_DM_LOCK_SHARD_COUNT`.
-pub const DEFAULT_SHARD_COUNT: usize = 1024;
-/// Largest accepted `MOONCAKE_DM_LOCK_SHARD_COUNT`.
-const MAX_SHARD_COUNT: usize = 1 << 16;
+pub const DEFAULT_SHARD_COUNT: usize = env::DM_LOCK_SHARD_COUNT.default as usize;
 /// Milliseconds that space a failed, expired or revoked transfer may still touch is held
 /// before reuse (see `quarantine`). Unset: twice the transfer timeout `MC_TRANSFER_TIMEOUT_MS`
 /// (default 60000, so 120 s; like the master's `--write_quarantine_ms`): one transfer timeout
@@ -21,9 +20,7 @@ const MAX_SHARD_COUNT: usize = 1 << 16;
 /// FORWARD slice queued behind others until its `send_by`; a REVERSE request read late by
 /// a busy owner, up to `valid_for_ms` = the RPC timeout, default 30 s). A smaller value is
 /// for tests only: below the peers' transfer timeout the guarantee is gone.
-pub const QUARANTINE_ENV: &str = "MC_P2P_QUARANTINE_MS";
-/// Default of `MC_TRANSFER_TIMEOUT_MS` (the transfer engine's default).
-const DEFAULT_TRANSFER_TIMEOUT_MS: u64 = 60_000;
+pub const QUARANTINE_ENV: &str = env::P2P_QUARANTINE_MS.name;
 /// Default `client_rpc_thread_num`.
 pub const DEFAULT_RPC_THREADS: usize = 16;
 
@@ -160,31 +157,22 @@ impl P2pSetupConfig {
                 0 => DEFAULT_RPC_THREADS,
                 n => n,
             },
-            shard_count: shard_count_from(std::env::var("MOONCAKE_DM_LOCK_SHARD_COUNT").ok()),
+            shard_count: env::DM_LOCK_SHARD_COUNT.get() as usize,
             quarantine: quarantine_from(
-                std::env::var(QUARANTINE_ENV).ok(),
-                std::env::var("MC_TRANSFER_TIMEOUT_MS").ok(),
+                env::P2P_QUARANTINE_MS.parsed(),
+                env::TRANSFER_TIMEOUT_MS.parsed(),
             ),
         })
     }
 }
 
-/// `MOONCAKE_DM_LOCK_SHARD_COUNT`: unset, unparsable or 0 → [`DEFAULT_SHARD_COUNT`]; clamped
-/// to 65536.
-pub(crate) fn shard_count_from(value: Option<String>) -> usize {
-    match value.and_then(|v| v.trim().parse::<usize>().ok()) {
-        Some(n) if n > 0 => n.min(MAX_SHARD_COUNT),
-        _ => DEFAULT_SHARD_COUNT,
-    }
-}
-
-/// The quarantine: [`QUARANTINE_ENV`] when it parses (0 allowed), else twice the transfer
-/// timeout (`MC_TRANSFER_TIMEOUT_MS`, at least 1 ms, default 60 s).
-pub(crate) fn quarantine_from(value: Option<String>, transfer_timeout: Option<String>) -> Duration {
-    let parse = |v: Option<String>| v.and_then(|v| v.trim().parse::<u64>().ok());
-    let ms = parse(value).unwrap_or_else(|| {
-        parse(transfer_timeout)
-            .unwrap_or(DEFAULT_TRANSFER_TIMEOUT_MS)
+/// The quarantine: `value` ([`QUARANTINE_ENV`] parsed; 0 allowed) when given, else twice the
+/// transfer timeout `transfer_timeout` (`MC_TRANSFER_TIMEOUT_MS` parsed; at least 1 ms,
+/// default 60 s, no upper bound, never logged: the transfer engine logs a bad value).
+pub(crate) fn quarantine_from(value: Option<u64>, transfer_timeout: Option<u64>) -> Duration {
+    let ms = value.unwrap_or_else(|| {
+        transfer_timeout
+            .unwrap_or(env::TRANSFER_TIMEOUT_MS.default)
             .max(1)
             .saturating_mul(2)
     });
@@ -324,11 +312,14 @@ mod tests {
             TransferDirection::parse("up"),
             Err(ErrorCode::InvalidParams)
         );
+        let shard_count_from = |text| env::DM_LOCK_SHARD_COUNT.read(text);
         assert_eq!(shard_count_from(None), 1024);
-        assert_eq!(shard_count_from(Some("0".into())), 1024);
-        assert_eq!(shard_count_from(Some(" 8 ".into())), 8);
+        assert_eq!(shard_count_from(Some("0")), 1024);
+        assert_eq!(shard_count_from(Some(" 8 ")), 8);
         let q = |a: Option<&str>, b: Option<&str>| {
-            quarantine_from(a.map(String::from), b.map(String::from)).as_millis()
+            let a = a.and_then(|text| env::P2P_QUARANTINE_MS.parse(text));
+            let b = b.and_then(|text| env::TRANSFER_TIMEOUT_MS.parse(text));
+            quarantine_from(a, b).as_millis()
         };
         assert_eq!(q(None, None), 120_000, "twice the transfer timeout");
         assert_eq!(q(None, Some("250")), 500);

@@ -41,7 +41,7 @@ const GRACE_RETRY: Duration = Duration::from_millis(50);
 
 /// Test hook: milliseconds the owner sleeps at the start of a REVERSE transfer stage (after
 /// the prepare stage released its locks), to show that stages of one key overlap.
-pub const DEBUG_TRANSFER_DELAY_ENV: &str = "MC_P2P_DEBUG_TRANSFER_DELAY_MS";
+pub const DEBUG_TRANSFER_DELAY_ENV: &str = crate::env::P2P_DEBUG_TRANSFER_DELAY_MS.name;
 
 /// One reserved, not yet visible write of a key.
 struct PendingWrite {
@@ -140,10 +140,7 @@ fn check_key(key: &str) -> Result<()> {
 
 impl DataManager {
     pub(crate) fn new(parts: OwnerParts) -> DataManager {
-        let delay_ms = std::env::var(DEBUG_TRANSFER_DELAY_ENV)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
+        let delay_ms = crate::env::P2P_DEBUG_TRANSFER_DELAY_MS.get();
         DataManager {
             backend: parts.backend,
             pending: RecordTable::new(parts.shards),

@@ -2,6 +2,7 @@
 //! `MC_RPC_*` variables) and connecting to `host:port` with them applied.
 
 use super::codec::io_fail;
+use crate::env;
 use crate::error::{fail, ErrorCode, Result};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
@@ -18,9 +19,9 @@ pub struct Timeouts {
 }
 
 /// Default connect timeout in milliseconds.
-pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 3000;
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = env::RPC_CONNECT_TIMEOUT_MS.default;
 /// Default request timeout in milliseconds.
-pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = env::RPC_TIMEOUT_MS.default;
 
 impl Default for Timeouts {
     fn default() -> Self {
@@ -36,21 +37,8 @@ impl Timeouts {
     /// zero value keeps the default (a bad value is logged as a warning).
     pub fn from_env() -> Timeouts {
         Timeouts {
-            connect: env_ms("MC_RPC_CONNECT_TIMEOUT_MS", DEFAULT_CONNECT_TIMEOUT_MS),
-            request: env_ms("MC_RPC_TIMEOUT_MS", DEFAULT_REQUEST_TIMEOUT_MS),
-        }
-    }
-}
-
-fn env_ms(name: &str, default: u64) -> Duration {
-    let Ok(text) = std::env::var(name) else {
-        return Duration::from_millis(default);
-    };
-    match text.trim().parse::<u64>() {
-        Ok(ms) if ms > 0 => Duration::from_millis(ms),
-        _ => {
-            tracing::warn!(variable = name, value = %text, default, "ignoring invalid timeout");
-            Duration::from_millis(default)
+            connect: Duration::from_millis(env::RPC_CONNECT_TIMEOUT_MS.get()),
+            request: Duration::from_millis(env::RPC_TIMEOUT_MS.get()),
         }
     }
 }

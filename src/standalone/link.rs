@@ -29,11 +29,7 @@ const ROUND_BODY: usize = MAX_BODY / 2;
 
 /// Bytes of the staging block (`MC_DUMMY_STAGING_BYTES`, default 8 MiB, at least 4 KiB).
 fn staging_bytes() -> u64 {
-    std::env::var("MC_DUMMY_STAGING_BYTES")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(8 << 20)
-        .max(4096)
+    crate::env::DUMMY_STAGING_BYTES.get()
 }
 
 /// Most connections one link opens to its real client, i.e. transfers it runs at once
@@ -41,11 +37,7 @@ fn staging_bytes() -> u64 {
 /// (`MC_DUMMY_STAGING_BYTES`) and its own mappings at the real client; they are opened on
 /// demand, so a dummy that never runs two transfers at once keeps one.
 fn max_connections() -> usize {
-    std::env::var("MC_DUMMY_CONNECTIONS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(4)
-        .clamp(1, 64)
+    crate::env::DUMMY_CONNECTIONS.get() as usize
 }
 
 /// Counters of one link (monotonic, except `connections`).

@@ -35,12 +35,7 @@ pub fn socket_name(port: u16) -> String {
 /// dummy pings its quiet connections every third of it and waits at most this long for any
 /// answer.
 pub fn ttl() -> std::time::Duration {
-    let ms = std::env::var("MC_DUMMY_TTL_MS")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(10_000)
-        .max(100);
-    std::time::Duration::from_millis(ms)
+    std::time::Duration::from_millis(crate::env::DUMMY_TTL_MS.get())
 }
 
 /// The `port` of a `host:port` address; `INVALID_PARAMS` without one.

@@ -28,10 +28,7 @@ use std::time::{Duration, Instant};
 /// (`MC_DUMMY_MAX_MAPPINGS`, default 4096). A bound against runaway dummies, not hostile
 /// ones: a process of the same user that wants more opens another link.
 fn max_mappings() -> usize {
-    std::env::var("MC_DUMMY_MAX_MAPPINGS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(4096)
+    usize::try_from(crate::env::DUMMY_MAX_MAPPINGS.get()).unwrap_or(usize::MAX)
 }
 
 /// The real client's counters for dummies.

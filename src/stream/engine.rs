@@ -26,6 +26,7 @@ use super::ticket::{Hold, Ticket, TicketState};
 use super::unpin::Unpinner;
 use super::workers::{FetchPool, Job};
 use crate::device::{self, StreamOps};
+use crate::env;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::MasterApi;
 use crate::transfer::TransferEngine;
@@ -117,19 +118,13 @@ pub(crate) struct StreamConfig {
 
 impl StreamConfig {
     pub(crate) fn from_env() -> StreamConfig {
-        let num = |name: &str, default: u64| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| crate::env::parse_size(&v).ok())
-                .unwrap_or(default)
-        };
         StreamConfig {
-            tickets: num("MC_STREAM_TICKETS", 1024).clamp(1, 1 << 20) as u32,
-            staging_bytes: num("MC_STREAM_STAGING_BYTES", 64 << 20),
-            workers: num("MC_STREAM_WORKERS", 2).clamp(1, 64) as usize,
-            timeout: Duration::from_millis(num("MC_STREAM_TIMEOUT_MS", 30_000).max(1)),
-            stuck_fetches: num("MC_STREAM_STUCK_FETCHES", 16).min(1024) as usize,
-            teardown: Duration::from_millis(num("MC_STREAM_TEARDOWN_MS", 5_000)),
+            tickets: env::STREAM_TICKETS.get() as u32,
+            staging_bytes: env::STREAM_STAGING_BYTES.get(),
+            workers: env::STREAM_WORKERS.get() as usize,
+            timeout: Duration::from_millis(env::STREAM_TIMEOUT_MS.get()),
+            stuck_fetches: env::STREAM_STUCK_FETCHES.get() as usize,
+            teardown: Duration::from_millis(env::STREAM_TEARDOWN_MS.get()),
         }
     }
 }

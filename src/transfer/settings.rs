@@ -1,6 +1,7 @@
-//! Tunables read from the environment once, when an engine is created.
+//! Tunables read from the environment once, when an engine is created (the variables, their
+//! defaults and ranges are defined in `env.rs`).
 
-use crate::env::Knob;
+use crate::env::{self, Knob};
 use std::time::Duration;
 
 /// Smallest part a request is split into for parallel lanes.
@@ -12,78 +13,6 @@ pub(crate) const PIPELINE_MAX_SLICE: usize = 64 << 10;
 pub(crate) const PIPELINE_GROUP_SLICES: usize = 32;
 /// Payload bytes per pipelined group before another lane is used.
 pub(crate) const PIPELINE_GROUP_BYTES: usize = 256 << 10;
-/// Upper bound of `MC_TCP_LANES_PER_PEER`.
-const MAX_LANES: u64 = 16;
-/// Upper bound of the two connection caps (far above any sane fd limit).
-const MAX_CONNECTIONS: u64 = 1 << 20;
-/// Upper bound of the timeouts: a week (keeps every `Instant + timeout` far from overflow).
-const MAX_TIMEOUT_MS: u64 = 7 * 24 * 3600 * 1000;
-
-/// `MC_TRANSFER_TIMEOUT_MS`: the I/O timeout (Mooncake's 60 s hard batch timeout).
-const TIMEOUT_MS: Knob = Knob {
-    name: "MC_TRANSFER_TIMEOUT_MS",
-    default: 60_000,
-    min: 1,
-    max: MAX_TIMEOUT_MS,
-};
-/// `MC_TCP_LANES_PER_PEER`: slices per request (Mooncake's name and default).
-const LANES: Knob = Knob {
-    name: "MC_TCP_LANES_PER_PEER",
-    default: 4,
-    min: 1,
-    max: MAX_LANES,
-};
-/// `MC_TRANSFER_MAX_CONNECTIONS`: connections the data server holds at once.
-const MAX_CONNS: Knob = Knob {
-    name: "MC_TRANSFER_MAX_CONNECTIONS",
-    default: 1024,
-    min: 1,
-    max: MAX_CONNECTIONS,
-};
-/// `MC_TRANSFER_MAX_CONNECTIONS_PER_PEER`: connections the data server holds at once from
-/// one peer IP address. One client process uses up to `MC_TCP_LANES_PER_PEER` connections
-/// per concurrent request and pools at most 32 idle ones per peer, so 256 leaves room for
-/// several busy processes behind one address.
-const MAX_CONNS_PER_PEER: Knob = Knob {
-    name: "MC_TRANSFER_MAX_CONNECTIONS_PER_PEER",
-    default: 256,
-    min: 1,
-    max: MAX_CONNECTIONS,
-};
-/// `MC_TRANSFER_IDLE_TIMEOUT_MS`: how long the data server keeps a connection that has no
-/// request in flight (5 minutes).
-const IDLE_TIMEOUT_MS: Knob = Knob {
-    name: "MC_TRANSFER_IDLE_TIMEOUT_MS",
-    default: 300_000,
-    min: 1,
-    max: MAX_TIMEOUT_MS,
-};
-
-/// `MC_SAME_HOST`: 1 maps same-host peers' segments (and serves ours to them), 0 uses TCP.
-const SAME_HOST: Knob = Knob {
-    name: "MC_SAME_HOST",
-    default: 1,
-    min: 0,
-    max: 1,
-};
-/// `MC_SAME_HOST_RETRY_MS`: how long a refused same-host handshake is remembered before the
-/// peer is asked again.
-const SAME_HOST_RETRY_MS: Knob = Knob {
-    name: "MC_SAME_HOST_RETRY_MS",
-    default: 5_000,
-    min: 0,
-    max: MAX_TIMEOUT_MS,
-};
-/// `MC_SAME_HOST_HANDSHAKE_MS`: the bound of one same-host handshake — its connect (a full
-/// listen queue is a refusal at once), each socket read and write on both ends, and how long
-/// a second caller waits for a handshake to the same peer already in flight before it uses
-/// TCP.
-const SAME_HOST_HANDSHAKE_MS: Knob = Knob {
-    name: "MC_SAME_HOST_HANDSHAKE_MS",
-    default: 2_000,
-    min: 1,
-    max: MAX_TIMEOUT_MS,
-};
 
 /// Engine tunables. Plain values; copied into each component that needs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,7 +43,7 @@ pub(crate) struct Settings {
 impl Default for Settings {
     /// Every tunable at its default.
     fn default() -> Settings {
-        Settings::from_lookup(|_| None)
+        Settings::from_lookup(|knob| knob.default)
     }
 }
 
@@ -127,22 +56,21 @@ impl Settings {
     /// at least 1). Unparsable values fall
     /// back to the defaults, out-of-range ones are clamped; both are logged.
     pub(crate) fn from_env() -> Settings {
-        Settings::from_lookup(|name| std::env::var(name).ok())
+        Settings::from_lookup(Knob::get)
     }
 
-    /// The settings `lookup` (variable name → value) gives.
-    fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Settings {
-        let read = |knob: &Knob| knob.read(lookup(knob.name).as_deref());
-        let count = |knob: &Knob| usize::try_from(read(knob)).unwrap_or(usize::MAX);
+    /// The settings `value` (knob → its value) gives.
+    fn from_lookup(value: impl Fn(&Knob) -> u64) -> Settings {
+        let count = |knob: &Knob| usize::try_from(value(knob)).unwrap_or(usize::MAX);
         Settings {
-            io_timeout: Duration::from_millis(read(&TIMEOUT_MS)),
-            lanes: count(&LANES),
-            max_connections: count(&MAX_CONNS),
-            max_connections_per_peer: count(&MAX_CONNS_PER_PEER),
-            idle_timeout: Duration::from_millis(read(&IDLE_TIMEOUT_MS)),
-            same_host: read(&SAME_HOST) == 1,
-            same_host_retry: Duration::from_millis(read(&SAME_HOST_RETRY_MS)),
-            same_host_handshake: Duration::from_millis(read(&SAME_HOST_HANDSHAKE_MS)),
+            io_timeout: Duration::from_millis(value(&env::TRANSFER_TIMEOUT_MS)),
+            lanes: count(&env::TCP_LANES_PER_PEER),
+            max_connections: count(&env::TRANSFER_MAX_CONNECTIONS),
+            max_connections_per_peer: count(&env::TRANSFER_MAX_CONNECTIONS_PER_PEER),
+            idle_timeout: Duration::from_millis(value(&env::TRANSFER_IDLE_TIMEOUT_MS)),
+            same_host: value(&env::SAME_HOST) == 1,
+            same_host_retry: Duration::from_millis(value(&env::SAME_HOST_RETRY_MS)),
+            same_host_handshake: Duration::from_millis(value(&env::SAME_HOST_HANDSHAKE_MS)),
         }
     }
 }
@@ -152,11 +80,13 @@ mod tests {
     use super::*;
 
     fn with(pairs: &[(&str, &str)]) -> Settings {
-        Settings::from_lookup(|name| {
-            pairs
-                .iter()
-                .find(|(key, _)| *key == name)
-                .map(|(_, value)| value.to_string())
+        Settings::from_lookup(|knob| {
+            knob.read(
+                pairs
+                    .iter()
+                    .find(|(key, _)| *key == knob.name)
+                    .map(|(_, value)| *value),
+            )
         })
     }
 

@@ -3,6 +3,7 @@
 
 use super::events::DeviceEvents;
 use super::verbs::{self, Context, Gid, Mr, PortAttr, Verbs};
+use crate::env;
 use crate::error::{fail, ErrorCode, Result};
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
@@ -20,9 +21,6 @@ fn access(remote_accessible: bool) -> std::ffi::c_int {
 
 /// The port used (Mooncake uses port 1 of each device).
 pub(crate) const PORT: u8 = 1;
-/// `MC_GID_INDEX` (Mooncake's name): the GID table entry used for RoCE addressing. Unset:
-/// the first IPv4-mapped entry (RoCE v2 over an IPv4 address), else entry 0.
-const GID_INDEX_VAR: &str = "MC_GID_INDEX";
 
 /// An open device with one protection domain. Thread-safe; shared by `Arc`. Closed (PD
 /// deallocated, context closed) when the last `Arc` — including those held by every
@@ -180,11 +178,13 @@ impl RdmaDevice {
         context: *mut Context,
         port: &PortAttr,
     ) -> std::result::Result<u8, String> {
-        if let Ok(text) = std::env::var(GID_INDEX_VAR) {
+        // MC_GID_INDEX (Mooncake's name): the GID table entry used for RoCE addressing. Unset:
+        // the first IPv4-mapped entry (RoCE v2 over an IPv4 address), else entry 0.
+        if let Some(text) = env::GID_INDEX.get() {
             return text
                 .trim()
                 .parse::<u8>()
-                .map_err(|_| format!("{GID_INDEX_VAR}={text:?} is not a GID index"));
+                .map_err(|_| format!("{}={text:?} is not a GID index", env::GID_INDEX.name));
         }
         if port.link_layer != verbs::LINK_LAYER_ETHERNET {
             return Ok(0);

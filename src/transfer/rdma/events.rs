@@ -28,8 +28,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// `MC_RDMA_COMPLETION`: `poll` or `event`.
-const COMPLETION_VAR: &str = "MC_RDMA_COMPLETION";
 /// How long the event thread waits in `poll(2)` before it looks at its stop flag.
 const STOP_CHECK_MS: c_int = 50;
 
@@ -46,8 +44,8 @@ impl CompletionMode {
     /// `MC_RDMA_COMPLETION` (`poll` or `event`, any case); unset or anything else: the
     /// default, [`CompletionMode::Poll`].
     pub(crate) fn from_env() -> CompletionMode {
-        match std::env::var(COMPLETION_VAR) {
-            Ok(text) if text.trim().eq_ignore_ascii_case("event") => CompletionMode::Event,
+        match crate::env::RDMA_COMPLETION.get() {
+            Some(text) if text.trim().eq_ignore_ascii_case("event") => CompletionMode::Event,
             _ => CompletionMode::Poll,
         }
     }

@@ -13,6 +13,7 @@
 use super::device::{RdmaDevice, PORT};
 use super::events::{CompletionMode, CqSignal};
 use super::verbs::{self, Cq, Gid, Qp, QpAttr, QpCap, QpInitAttr, SendWr, Sge, WorkCompletion};
+use crate::env;
 use crate::error::{fail, ErrorCode, Result};
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -75,22 +76,19 @@ pub(crate) struct QpSettings {
 
 impl QpSettings {
     /// From the environment; a value that does not parse or is out of range falls back to
-    /// the default (max_wr 1..=4096, default 256; CQ depth 1..=65536, default max_wr;
-    /// timeout 1..=31, default 14; retries 0..=7, default 7).
+    /// the default, silently (max_wr 1..=4096, default 256; CQ depth 1..=65536, default
+    /// max_wr; timeout 1..=31, default 14; retries 0..=7, default 7; see `env.rs`).
     pub(crate) fn from_env() -> QpSettings {
-        fn read(name: &str, default: u32, range: std::ops::RangeInclusive<u32>) -> u32 {
-            std::env::var(name)
-                .ok()
-                .and_then(|text| text.trim().parse::<u32>().ok())
-                .filter(|value| range.contains(value))
-                .unwrap_or(default)
-        }
-        let max_wr = read("MC_MAX_WR", 256, 1..=4096);
+        let max_wr = env::MAX_WR.get() as u32;
         QpSettings {
             max_wr,
-            cq_depth: read("MC_CQ_DEPTH", max_wr, 1..=65536),
-            ack_timeout: read("MC_IB_TIMEOUT", 14, 1..=31) as u8,
-            retry_cnt: read("MC_IB_RETRY_CNT", 7, 0..=7) as u8,
+            // 0: unset or out of range, which stands for max_wr.
+            cq_depth: match env::CQ_DEPTH.get() {
+                0 => max_wr,
+                depth => depth as u32,
+            },
+            ack_timeout: env::IB_TIMEOUT.get() as u8,
+            retry_cnt: env::IB_RETRY_CNT.get() as u8,
             completion: CompletionMode::from_env(),
         }
     }

@@ -29,9 +29,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// `MC_SLICE_SIZE` (Mooncake's name and default): bytes per work request.
-const SLICE_SIZE_VAR: &str = "MC_SLICE_SIZE";
-const DEFAULT_SLICE_SIZE: usize = 64 << 10;
 /// Most idle connections kept per peer.
 const MAX_IDLE_PER_PEER: usize = 32;
 
@@ -174,11 +171,8 @@ impl RdmaTransport {
     /// A transport on `devices`; `timeout` bounds every handshake read and every batch of
     /// work requests.
     pub(crate) fn new(devices: RdmaDevices, timeout: Duration, metrics: Arc<Metrics>) -> Self {
-        let slice_size = std::env::var(SLICE_SIZE_VAR)
-            .ok()
-            .and_then(|text| text.trim().parse::<usize>().ok())
-            .filter(|size| (4096..=(1 << 30)).contains(size))
-            .unwrap_or(DEFAULT_SLICE_SIZE);
+        // MC_SLICE_SIZE: bytes per work request (4096..=1 GiB, default 64 KiB).
+        let slice_size = crate::env::SLICE_SIZE.get() as usize;
         let nics = devices
             .devices()
             .iter()
