@@ -27,6 +27,9 @@
 //! The public modules are the API of the bindings, the binaries and the tests; the others are
 //! `pub(crate)`.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(unreachable_pub)]
+
 pub mod alloc;
 pub mod cli;
 pub mod client;

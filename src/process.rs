@@ -85,7 +85,7 @@ fn termination_signals() -> libc::sigset_t {
 /// now on: they stay pending until [`wait_for_termination`] takes them, so a signal that
 /// arrives while a binary is still setting up (or just after it said it is ready) is never
 /// fatal and never lost. For binaries only; call it before starting any thread.
-pub fn hold_termination_signals() {
+pub(crate) fn hold_termination_signals() {
     let set = termination_signals();
     // SAFETY: changes this thread's signal mask only.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 /// The smallest piece: a copy shorter than two of these is not split. 1 MiB takes a core
 /// 130–200 µs, against the 30–60 µs it takes to wake a blocked helper on the build VM.
-pub const MIN_PIECE: usize = 1 << 20;
+pub(super) const MIN_PIECE: usize = 1 << 20;
 
 /// How long a caller whose pieces are all taken spins before it parks: helpers finish
 /// their pieces within microseconds of the caller's own when the crew was idle.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Talks to a metadata server at a base URL such as `http://host:8080/metadata`. Stateless
 /// apart from its configuration; thread-safe; each call is one blocking HTTP request.
-pub struct HttpMetadataClient {
+pub(crate) struct HttpMetadataClient {
     base_url: String,
     prefix: String,
     timeouts: Timeouts,
@@ -25,14 +25,14 @@ impl HttpMetadataClient {
     /// the `MC_RPC_*` timeouts.
     ///
     /// Errors: `INVALID_PARAMS` if `base_url` is not an `http://` URL.
-    pub fn new(base_url: &str) -> Result<HttpMetadataClient> {
+    pub(crate) fn new(base_url: &str) -> Result<HttpMetadataClient> {
         let cluster_id = env::METADATA_CLUSTER_ID.get();
         HttpMetadataClient::with_cluster_id(base_url, cluster_id.as_deref(), Timeouts::from_env())
     }
 
     /// As [`HttpMetadataClient::new`], with an explicit cluster id (`None` or empty: none)
     /// and timeouts.
-    pub fn with_cluster_id(
+    pub(crate) fn with_cluster_id(
         base_url: &str,
         cluster_id: Option<&str>,
         timeouts: Timeouts,
@@ -55,19 +55,19 @@ impl HttpMetadataClient {
     }
 
     /// The key of segment `name`'s descriptor (`mooncake/[cluster/]ram/<name>`).
-    pub fn ram_key(&self, name: &str) -> String {
+    pub(crate) fn ram_key(&self, name: &str) -> String {
         format!("{}ram/{name}", self.prefix)
     }
 
     /// The key of segment `name`'s RPC endpoint (`mooncake/[cluster/]rpc_meta/<name>`).
-    pub fn rpc_meta_key(&self, name: &str) -> String {
+    pub(crate) fn rpc_meta_key(&self, name: &str) -> String {
         format!("{}rpc_meta/{name}", self.prefix)
     }
 
     /// The value of `key`, `None` if the server has none.
     ///
     /// Errors: `RPC_FAIL` / `RPC_TIMEOUT` on transport failures or an unexpected status.
-    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+    pub(crate) fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let reply = self.send("GET", key, &[])?;
         match reply.status {
             200 => Ok(Some(reply.body)),
@@ -80,18 +80,18 @@ impl HttpMetadataClient {
     }
 
     /// Stores `value` under `key`. Errors as [`HttpMetadataClient::get`].
-    pub fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+    pub(crate) fn put(&self, key: &str, value: &[u8]) -> Result<()> {
         self.expect_ok("PUT", key, value)
     }
 
     /// Removes `key` (absent is fine). Errors as [`HttpMetadataClient::get`].
-    pub fn remove(&self, key: &str) -> Result<()> {
+    pub(crate) fn remove(&self, key: &str) -> Result<()> {
         self.expect_ok("DELETE", key, &[])
     }
 
     /// Publishes segment `name`: its TCP descriptor under [`Self::ram_key`] and its RPC
     /// endpoint under [`Self::rpc_meta_key`]. Errors as [`HttpMetadataClient::get`].
-    pub fn publish_segment(&self, name: &str, segment: &SegmentDescriptor) -> Result<()> {
+    pub(crate) fn publish_segment(&self, name: &str, segment: &SegmentDescriptor) -> Result<()> {
         let ram = RamEntry {
             name: name.to_owned(),
             protocol: "tcp".to_owned(),
@@ -109,7 +109,7 @@ impl HttpMetadataClient {
     }
 
     /// Removes both entries of segment `name`. Errors as [`HttpMetadataClient::get`].
-    pub fn remove_segment(&self, name: &str) -> Result<()> {
+    pub(crate) fn remove_segment(&self, name: &str) -> Result<()> {
         self.remove(&self.ram_key(name))?;
         self.remove(&self.rpc_meta_key(name))
     }
@@ -160,7 +160,7 @@ fn timestamp() -> String {
 
 /// Bounds of a [`HttpMetadataResolver`]'s cache. Plain values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CacheLimits {
+pub(crate) struct CacheLimits {
     /// Most cached segments (at least 1); caching another evicts the oldest answer.
     pub entries: usize,
     /// Age after which a cached address is looked up again.
@@ -171,7 +171,7 @@ impl CacheLimits {
     /// Reads `MC_METADATA_CACHE_ENTRIES` (default 4096) and `MC_METADATA_CACHE_TTL_MS`
     /// (default 60000). Values that are not positive integers fall back to the defaults,
     /// with a warning.
-    pub fn from_env() -> CacheLimits {
+    pub(crate) fn from_env() -> CacheLimits {
         let entries = env::METADATA_CACHE_ENTRIES.get();
         CacheLimits {
             entries: usize::try_from(entries).unwrap_or(usize::MAX),
@@ -192,7 +192,7 @@ struct Cached {
 /// Thread-safe. The transfer engine calls [`HttpMetadataResolver::invalidate`] (through
 /// [`SegmentResolver`](crate::transfer::SegmentResolver)) after a transfer to the segment
 /// failed at the connection level, so the next resolve asks the metadata server again.
-pub struct HttpMetadataResolver {
+pub(crate) struct HttpMetadataResolver {
     client: HttpMetadataClient,
     limits: CacheLimits,
     cache: RwLock<HashMap<String, Cached>>,
@@ -201,13 +201,13 @@ pub struct HttpMetadataResolver {
 impl HttpMetadataResolver {
     /// A resolver asking through `client`, with the cache limits from the environment
     /// ([`CacheLimits::from_env`]).
-    pub fn new(client: HttpMetadataClient) -> HttpMetadataResolver {
+    pub(crate) fn new(client: HttpMetadataClient) -> HttpMetadataResolver {
         HttpMetadataResolver::with_cache_limits(client, CacheLimits::from_env())
     }
 
     /// A resolver asking through `client`, caching within `limits` (`entries` 0 counts as
     /// 1).
-    pub fn with_cache_limits(
+    pub(crate) fn with_cache_limits(
         client: HttpMetadataClient,
         limits: CacheLimits,
     ) -> HttpMetadataResolver {
@@ -232,7 +232,7 @@ impl HttpMetadataResolver {
     ///
     /// Errors: `SEGMENT_NOT_FOUND` if either entry is missing or the host does not resolve;
     /// `RPC_FAIL` / `RPC_TIMEOUT` if the metadata server fails or an entry is malformed.
-    pub fn resolve(&self, segment_name: &str) -> Result<SocketAddr> {
+    pub(crate) fn resolve(&self, segment_name: &str) -> Result<SocketAddr> {
         if let Some(cached) = self.cache.read().get(segment_name) {
             if cached.at.elapsed() < self.limits.ttl {
                 return Ok(cached.addr);
@@ -244,7 +244,7 @@ impl HttpMetadataResolver {
     }
 
     /// Forgets the cached address of `segment_name`.
-    pub fn invalidate(&self, segment_name: &str) {
+    pub(crate) fn invalidate(&self, segment_name: &str) {
         self.cache.write().remove(segment_name);
     }
 

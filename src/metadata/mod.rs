@@ -6,19 +6,19 @@
 //! holds the segment descriptor JSON and `mooncake/[<cluster_id>/]rpc_meta/<segment>` the
 //! owner's `{ip_or_host_name, rpc_port}`.
 
-pub mod client;
-pub mod store;
+pub(crate) mod client;
+pub(crate) mod store;
 #[cfg(test)]
 mod tests;
 
-pub use client::{HttpMetadataClient, HttpMetadataResolver};
-pub use store::{metadata_handler, MetadataStore};
+pub(crate) use client::{HttpMetadataClient, HttpMetadataResolver};
+pub(crate) use store::{metadata_handler, MetadataStore};
 
 use serde::{Deserialize, Serialize};
 
 /// One registered buffer of a segment, as published (`buffers[i]` of the descriptor).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BufferEntry {
+pub(crate) struct BufferEntry {
     /// Location name (Mooncake's `name`, e.g. `"cpu:0"` or `"*"`).
     pub name: String,
     /// Absolute virtual address in the owner process.
@@ -30,7 +30,7 @@ pub struct BufferEntry {
 /// What a segment owner publishes about its TCP transport: where its RPC and data ports are
 /// and which buffers remote peers may address.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SegmentDescriptor {
+pub(crate) struct SegmentDescriptor {
     /// Host name or IP address peers connect to (`ip_or_host_name` of `rpc_meta`).
     pub host: String,
     /// The owner's RPC port (`rpc_port` of `rpc_meta`).

@@ -7,23 +7,23 @@ use std::sync::Arc;
 
 /// Thread-safe in-memory map from key to value bytes. Values are copied in and out.
 #[derive(Default)]
-pub struct MetadataStore {
+pub(crate) struct MetadataStore {
     entries: RwLock<HashMap<String, Vec<u8>>>,
 }
 
 impl MetadataStore {
     /// The value of `key`, if any.
-    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+    pub(crate) fn get(&self, key: &str) -> Option<Vec<u8>> {
         self.entries.read().get(key).cloned()
     }
 
     /// Sets `key` to `value`, replacing any previous value.
-    pub fn put(&self, key: &str, value: Vec<u8>) {
+    pub(crate) fn put(&self, key: &str, value: Vec<u8>) {
         self.entries.write().insert(key.to_owned(), value);
     }
 
     /// Removes `key`; whether it existed.
-    pub fn remove(&self, key: &str) -> bool {
+    pub(crate) fn remove(&self, key: &str) -> bool {
         self.entries.write().remove(key).is_some()
     }
 
@@ -38,7 +38,7 @@ impl MetadataStore {
 /// `GET /metadata?key=K` → 200 with the value (`application/json`) or 404;
 /// `PUT /metadata?key=K` with a body → 200; `DELETE /metadata?key=K` → 200 or 404.
 /// A missing `key` is 400, another method 405, another path 404.
-pub fn metadata_handler(store: Arc<MetadataStore>) -> HttpHandler {
+pub(crate) fn metadata_handler(store: Arc<MetadataStore>) -> HttpHandler {
     Arc::new(move |request: &HttpRequest| handle(&store, request))
 }
 

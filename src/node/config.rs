@@ -4,9 +4,9 @@ use crate::error::{fail, ErrorCode, Result};
 use crate::types::P2P_HANDSHAKE;
 
 /// Default segment and local buffer size (16 MiB, as Mooncake).
-pub const DEFAULT_SIZE: u64 = 16 * 1024 * 1024;
+pub(super) const DEFAULT_SIZE: u64 = 16 * 1024 * 1024;
 /// Largest local buffer Mooncake accepts (1 TiB).
-pub const MAX_LOCAL_BUFFER_SIZE: u64 = 1 << 40;
+pub(super) const MAX_LOCAL_BUFFER_SIZE: u64 = 1 << 40;
 
 /// Everything `setup` takes. Plain data; validated by [`SetupConfig::validate`].
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -25,11 +25,11 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 /// How long [`Acceptor::shutdown`] waits for the threads to finish.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// A listening socket and the threads serving it. Thread-safe; `shutdown` is idempotent and
 /// also runs on drop.
-pub struct Acceptor {
+pub(super) struct Acceptor {
     local_addr: SocketAddr,
     running: Mutex<Option<Running>>,
 }
@@ -48,7 +48,12 @@ impl Acceptor {
     /// `TCP_NODELAY`.
     ///
     /// Errors: `RPC_FAIL` if the address cannot be bound or a thread cannot be started.
-    pub fn start<H, F>(name: &str, addr: SocketAddr, threads: usize, handler: H) -> Result<Self>
+    pub(super) fn start<H, F>(
+        name: &str,
+        addr: SocketAddr,
+        threads: usize,
+        handler: H,
+    ) -> Result<Self>
     where
         H: Fn(TcpStream, SocketAddr) -> F + Send + Sync + 'static,
         F: Future<Output = ()> + Send + 'static,
@@ -101,13 +106,13 @@ impl Acceptor {
     }
 
     /// The bound address (with the real port when 0 was asked for).
-    pub fn local_addr(&self) -> SocketAddr {
+    pub(super) fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
 
     /// Stops accepting, closes every connection and waits up to [`SHUTDOWN_GRACE`] for the
     /// threads to finish. Idempotent.
-    pub fn shutdown(&self) {
+    pub(super) fn shutdown(&self) {
         let Some(running) = self.running.lock().take() else {
             return;
         };

@@ -1,6 +1,9 @@
 //! A small interface for the wire's own tests, shaped like a real service's (per-key results,
 //! a table scan, a version handshake), so `rpc/` is tested without any of its callers.
 
+// The macro declares its items `pub` (real interfaces are API); this one is test-only.
+#![allow(unreachable_pub)]
+
 use crate::error::Result;
 use crate::rpc::interface::rpc_interface;
 use crate::types::{ReplicateConfig, Uuid};

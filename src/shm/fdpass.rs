@@ -8,7 +8,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// The most descriptors one message may carry (both directions).
-pub const MAX_FDS_PER_MESSAGE: usize = 16;
+pub(super) const MAX_FDS_PER_MESSAGE: usize = 16;
 
 /// Room for the control message of [`MAX_FDS_PER_MESSAGE`] descriptors, aligned for `cmsghdr`.
 #[repr(C, align(8))]
@@ -25,7 +25,11 @@ fn control_space(fds: usize) -> usize {
 ///
 /// Errors: `InvalidInput` for too many descriptors or descriptors without bytes; the socket's
 /// error otherwise (`EPIPE` when the peer closed: no SIGPIPE is raised).
-pub fn send_with_fds(socket: impl AsFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+pub(crate) fn send_with_fds(
+    socket: impl AsFd,
+    bytes: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<()> {
     if fds.len() > MAX_FDS_PER_MESSAGE || (bytes.is_empty() && !fds.is_empty()) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -92,7 +96,10 @@ fn send_once(socket: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io
 ///
 /// Errors: the socket's error; `InvalidData` when the sender attached more than
 /// [`MAX_FDS_PER_MESSAGE`] descriptors (what did arrive is closed).
-pub fn recv_with_fds(socket: impl AsFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+pub(crate) fn recv_with_fds(
+    socket: impl AsFd,
+    buf: &mut [u8],
+) -> io::Result<(usize, Vec<OwnedFd>)> {
     let socket = socket.as_fd();
     let mut control = ControlBuffer([0; 128]);
     let mut iov = libc::iovec {
@@ -153,7 +160,7 @@ fn take_fds(msg: &libc::msghdr) -> Vec<OwnedFd> {
 /// memory with us.
 ///
 /// Errors: `PermissionDenied` naming both user ids; the `getsockopt` error otherwise.
-pub fn check_peer_user(socket: impl AsFd) -> io::Result<()> {
+pub(crate) fn check_peer_user(socket: impl AsFd) -> io::Result<()> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,

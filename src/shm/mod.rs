@@ -12,9 +12,9 @@ mod fdpass;
 mod memfd;
 mod peer;
 
-pub use fdpass::{check_peer_user, recv_with_fds, send_with_fds};
-pub use memfd::SealedMemfd;
-pub use peer::PeerMapping;
+pub(crate) use fdpass::{check_peer_user, recv_with_fds, send_with_fds};
+pub(crate) use memfd::SealedMemfd;
+pub(crate) use peer::PeerMapping;
 
 #[cfg(test)]
 mod tests;

@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 /// other mapper: whoever hands out ranges of it coordinates access. Thread-safety: the value
 /// only exposes the address range; it is `Send` and `Sync`.
 #[derive(Debug)]
-pub struct PeerMapping {
+pub(crate) struct PeerMapping {
     base: *mut u8,
     len: usize,
 }
@@ -29,7 +29,7 @@ impl PeerMapping {
     /// Errors: `INVALID_PARAMS` for `len == 0`, an unaligned offset, a file that is not sealed
     /// against shrinking (or not a memfd at all) or is too short; `INTERNAL_ERROR` when the
     /// kernel refuses the mapping.
-    pub fn map(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<PeerMapping> {
+    pub(crate) fn map(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<PeerMapping> {
         if len == 0 {
             return fail(
                 ErrorCode::InvalidParams,
@@ -108,12 +108,12 @@ impl PeerMapping {
     }
 
     /// Base address of the mapping in this process.
-    pub fn addr(&self) -> usize {
+    pub(crate) fn addr(&self) -> usize {
         self.base as usize
     }
 
     /// Length in bytes.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 }

@@ -47,7 +47,7 @@ pub(crate) struct StaleEpoch(pub(crate) Option<u64>);
 /// returns, no byte of a request naming the earlier epoch is read or written any more —
 /// however long ago it was admitted.
 #[derive(Debug, Default)]
-pub struct Registry {
+pub(crate) struct Registry {
     regions: RwLock<BTreeMap<usize, MemoryRegion>>,
     fence: RwLock<()>,
 }
@@ -57,7 +57,7 @@ impl Registry {
     ///
     /// Errors: `INVALID_PARAMS` when `addr` is 0, `len` is 0, the range wraps around the
     /// address space, or it overlaps a registered range.
-    pub fn register(&self, addr: usize, len: usize, remote_accessible: bool) -> Result<()> {
+    pub(crate) fn register(&self, addr: usize, len: usize, remote_accessible: bool) -> Result<()> {
         if addr == 0 || len == 0 {
             return fail(
                 ErrorCode::InvalidParams,
@@ -96,7 +96,7 @@ impl Registry {
     /// Sets the epoch of the range whose base is `base`.
     ///
     /// Errors: `INVALID_PARAMS` when no range starts at `base` or `epoch` > [`MAX_EPOCH`].
-    pub fn set_epoch(&self, base: usize, epoch: u64) -> Result<()> {
+    pub(crate) fn set_epoch(&self, base: usize, epoch: u64) -> Result<()> {
         if epoch > MAX_EPOCH {
             return fail(
                 ErrorCode::InvalidParams,
@@ -119,7 +119,7 @@ impl Registry {
     /// Removes the range whose base is `addr`.
     ///
     /// Errors: `INVALID_PARAMS` when no range starts at `addr`.
-    pub fn unregister(&self, addr: usize) -> Result<()> {
+    pub(crate) fn unregister(&self, addr: usize) -> Result<()> {
         match self.regions.write().remove(&addr) {
             Some(_) => Ok(()),
             None => fail(
@@ -161,13 +161,13 @@ impl Registry {
     }
 
     /// The range containing byte `addr`, if any.
-    pub fn containing(&self, addr: usize) -> Option<MemoryRegion> {
+    pub(crate) fn containing(&self, addr: usize) -> Option<MemoryRegion> {
         self.within(addr as u64, 1)
     }
 
     /// The single range that contains all of `[addr, addr+len)` (`len` may be 0), if any. A
     /// span across two adjacent ranges is not inside one range and gives `None`.
-    pub fn within(&self, addr: u64, len: u64) -> Option<MemoryRegion> {
+    pub(crate) fn within(&self, addr: u64, len: u64) -> Option<MemoryRegion> {
         let key = usize::try_from(addr).ok()?;
         let regions = self.regions.read();
         let (_, region) = regions.range(..=key).next_back()?;

@@ -23,7 +23,7 @@ pub type HttpHandler = Arc<dyn Fn(&HttpRequest) -> HttpResponse + Send + Sync>;
 
 /// Longest wait for the rest of a started request, or for the next request on a kept-alive
 /// connection.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Most input discarded, and longest wait, when closing a connection.
 const LINGER_BYTES: u64 = 1024 * 1024;
