@@ -143,6 +143,9 @@ impl Client {
             metadata,
             dummy,
         });
+        // The in-process master's own client cannot be dead while it runs: never expired (a
+        // process stall would otherwise race its monitor against the mount).
+        core.link.never_expire(core.id);
         if let Some(own) = &core.segment {
             let mounted = own
                 .next_mount(&core.engine)
@@ -153,11 +156,9 @@ impl Client {
             }
         }
         // Every client of a remote master pings, segment or not: the master expires clients
-        // that stop pinging, and releases their pins. The in-process master's own client
-        // cannot be dead while it runs: never expired (a process stall would otherwise race
-        // its monitor against the heartbeat).
+        // that stop pinging, and releases their pins.
         let hook: Weak<dyn LivenessHook> = Arc::downgrade(&core) as Weak<ClientCore>;
-        core.link.keep_alive(core.id, hook);
+        core.link.start_liveness(core.id, hook);
         tracing::info!(name = %core.hostname, client = %core.id, embedded = core.link.is_embedded(), "client set up");
         Ok(Client { core })
     }

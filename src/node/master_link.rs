@@ -108,16 +108,22 @@ impl MasterLink {
         self.reachable.load(Ordering::Acquire)
     }
 
-    /// Keeps `client` alive at the master: an embedded master is told never to expire it
-    /// (its own process cannot be dead while it runs); for a remote master the liveness loop
-    /// starts on a thread named `mc-heartbeat`, pinging as `client` and giving each answer
-    /// to `hook`. A second call replaces nothing (the first loop keeps running). A thread
-    /// that cannot be started is logged; `health_check` then does not track the master.
-    pub(crate) fn keep_alive(&self, client: ClientId, hook: Weak<dyn LivenessHook>) {
+    /// For the in-process master: tells it never to expire `client` (its own process cannot
+    /// be dead while it runs; a process stall would otherwise race its monitor against the
+    /// client). Call before the client's first mount, so no stall between the mount and this
+    /// call can expire it. No-op for a remote master.
+    pub(crate) fn never_expire(&self, client: ClientId) {
         if let Some(service) = &self.embedded {
             service.keep_alive(client);
-            return;
         }
+    }
+
+    /// For a remote master: starts the liveness loop on a thread named `mc-heartbeat`,
+    /// pinging as `client` and giving each answer to `hook`. Call after the first mount (an
+    /// answer may remount). A second call starts nothing (the first loop keeps running). A
+    /// thread that cannot be started is logged; `health_check` then does not track the
+    /// master. No-op for the embedded master (see [`MasterLink::never_expire`]).
+    pub(crate) fn start_liveness(&self, client: ClientId, hook: Weak<dyn LivenessHook>) {
         let Some(addr) = &self.remote_addr else {
             return;
         };
@@ -172,7 +178,15 @@ impl Liveness {
                     _ => return,
                 }
                 let Some(hook) = hook.upgrade() else { return };
-                ping_once(client, &*pinger, &*hook, &reachable);
+                // A panicking hook costs one round, never the loop (an owner that stopped
+                // pinging would be expired and stay fenced).
+                let round = std::panic::AssertUnwindSafe(|| {
+                    ping_once(client, &*pinger, &*hook, &reachable)
+                });
+                if std::panic::catch_unwind(round).is_err() {
+                    tracing::error!("a liveness round panicked; the loop continues");
+                    reachable.store(false, Ordering::Release);
+                }
             })
             .ok();
         if thread.is_none() {

@@ -172,7 +172,7 @@ impl P2pClient {
                 DataManager::scan,
             );
             let hook: Weak<dyn LivenessHook> = Arc::downgrade(&inner) as Weak<Inner>;
-            inner.link.keep_alive(id, hook);
+            inner.link.start_liveness(id, hook);
         }
         tracing::info!(name = %inner.engine.local_name(), owner = inner.me.is_some(), "P2P client set up");
         Ok(P2pClient { inner })
