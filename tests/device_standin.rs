@@ -810,8 +810,11 @@ fn child_cuda_dmabuf_export() {
     assert_eq!(buf.offset, 4096);
     use std::os::fd::AsRawFd;
     let target = std::fs::read_link(format!("/proc/self/fd/{}", buf.fd.as_raw_fd())).unwrap();
+    // Kernels name the file "anon_inode:dmabuf" or, since dma-buf has its own pseudo file
+    // system, "/dmabuf:<name>" (seen on the H200 machine).
+    let name = target.to_string_lossy();
     assert!(
-        target.to_string_lossy().starts_with("anon_inode:dmabuf"),
+        name.starts_with("anon_inode:dmabuf") || name.starts_with("/dmabuf:"),
         "{target:?}"
     );
     let past_end = device::runtime().export_dmabuf(alloc.addr() + 4096, 4 * MIB as usize);
