@@ -12,9 +12,9 @@
 
 mod common;
 
-use common::pattern;
 use common::standin::*;
 use common::streams::on;
+use common::{pattern, wait_until};
 use mooncake_rs::client::{Buf, Client};
 use mooncake_rs::device::{self, DeviceAlloc};
 use mooncake_rs::stream::{HostStream, StreamRef, Ticket, TICKET_PENDING};
@@ -60,6 +60,11 @@ fn missing_stream_symbols_mean_not_supported() {
         1,
         "{log}"
     );
+}
+
+#[test]
+fn cuda_stream_copies_of_the_own_segment_hold_its_mount_through_a_remount() {
+    child("cuda_stream_remount", &cuda(), &[]);
 }
 
 #[test]
@@ -613,6 +618,56 @@ fn put_scenario(driver: Driver) {
         unsafe { producer.batch_put_from_on_stream_raw(&["h"], bufs, &config, stream.as_ref()) };
     assert_eq!(refused.err(), Some(ErrorCode::InvalidParams));
     assert!(!producer.is_exist("h").unwrap());
+}
+
+/// A resident get queued on a blocked device stream while the master restarts: the
+/// client's remount waits for the copy (the segment stays registered with the device and keeps
+/// its pages), the copy delivers the value, and the remount goes through once the stream let
+/// go.
+fn remount_scenario(driver: Driver) {
+    let mut master = TcpMaster::start();
+    let client = master.client(16 * MIB);
+    let here = on(&client.get_hostname());
+    let value = pattern(MIB as usize, 31);
+    client.put_from("resident", &value, &here).unwrap();
+    let stream = DevStream::new(driver);
+    let dsts = filled(&[value.len()]);
+    let blocker = stream.block();
+    let ticket = get_on(&client, &["resident"], &dsts, stream.as_ref());
+    assert_eq!(client.metrics().transfer.segment_holds, 1);
+    let registrations = client.metrics().device.host_registrations;
+    master.restart();
+    let deferred = wait_until(Duration::from_secs(10), || {
+        client.metrics().transfer.remounts_deferred > 0
+    });
+    let same_pages = client.metrics().device.host_registrations == registrations;
+    blocker.release();
+    stream.synchronize();
+    assert_eq!(ticket.wait(LIMIT), 0);
+    assert_eq!(read_device(&dsts[0]), value, "the held mount's bytes");
+    assert!(deferred, "the remount did not wait for the queued copy");
+    assert!(
+        same_pages,
+        "the segment got new pages (re-registered) under the copy"
+    );
+    let after = pattern(MIB as usize, 32);
+    assert!(
+        wait_until(Duration::from_secs(10), || client
+            .put_from("after", &after, &here)
+            .is_ok()),
+        "never remounted after the stream let go"
+    );
+    let mut out = vec![0u8; after.len()];
+    assert_eq!(client.get_into("after", &mut out), Ok(after.len() as u64));
+    assert_eq!(out, after);
+    assert_eq!(client.metrics().transfer.segment_holds, 0);
+}
+
+#[test]
+fn child_cuda_stream_remount() {
+    if is_child() {
+        remount_scenario(Driver::Cuda);
+    }
 }
 
 #[test]

@@ -12,8 +12,8 @@ use crate::node::{
 };
 use crate::standalone::DummyLink;
 use crate::stream::{StreamConfig, StreamEngine};
-use crate::transfer::TransferEngine;
-use crate::types::{ClientId, ClientStatus, PingResponse, Segment, Uuid};
+use crate::transfer::{MountHold, TransferEngine};
+use crate::types::{BufferDescriptor, ClientId, ClientStatus, PingResponse, Segment, Uuid};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -251,6 +251,17 @@ impl ClientCore {
 
     /// Whether the mounted segment is registered with the device runtime (device streams
     /// may then copy straight from it).
+    /// Holds the mount of our own segment that `buffer` (a replica in it) names, for a copy
+    /// queued on a stream; see [`TransferEngine::hold_mount`]. Errors: `STALE_SEGMENT_EPOCH`
+    /// when the replica belongs to an earlier mount.
+    pub(super) fn hold_mount(&self, buffer: &BufferDescriptor) -> Result<MountHold> {
+        self.engine.hold_mount(
+            buffer.buffer_address as usize,
+            buffer.size as usize,
+            buffer.epoch,
+        )
+    }
+
     pub(super) fn segment_is_pinned(&self) -> bool {
         self.segment.as_ref().is_some_and(OwnSegment::is_pinned)
     }

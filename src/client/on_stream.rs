@@ -18,6 +18,7 @@ use super::sessions::{lengths_match, session_fragments, snapshot};
 use crate::device;
 use crate::error::{fail, ErrorCode, Result};
 use crate::stream::{Copy, Fetch, GateSlot, Hold, Plan, StagingBuf, StreamRef, Target, Ticket};
+use crate::transfer::MountHold;
 use crate::types::ReplicaDescriptor;
 use std::sync::Arc;
 use std::time::Instant;
@@ -169,6 +170,8 @@ struct Call<'a> {
     staging: Vec<Arc<StagingBuf>>,
     pins: Vec<u64>,
     session_pins: Vec<Arc<SessionPin>>,
+    /// Holds of our own segment's mount for the direct copies (see `TransferEngine::hold_mount`).
+    mount_holds: Vec<MountHold>,
     lease_deadline: Option<Instant>,
 }
 
@@ -183,6 +186,7 @@ impl<'a> Call<'a> {
             staging: Vec::new(),
             pins: Vec::new(),
             session_pins: Vec::new(),
+            mount_holds: Vec::new(),
             lease_deadline: None,
         }
     }
@@ -209,7 +213,14 @@ impl<'a> Call<'a> {
         self.results.push(Ok(bytes));
         let resident = self.core.engine.is_local(&first.buffer.transport_endpoint)
             && (!self.target.is_device() || self.core.segment_is_pinned());
-        if resident {
+        // A resident replica is read by the stream long after this call: its mount is held
+        // until the release marker ran. One of an earlier mount is gone; the staged path
+        // (through the engine, which refuses it) tries the other replicas.
+        let held = resident
+            .then(|| self.core.hold_mount(&first.buffer))
+            .and_then(|hold| hold.ok());
+        if let Some(hold) = held {
+            self.mount_holds.push(hold);
             let base = first.buffer.buffer_address as usize;
             self.plan.direct.extend(
                 fragments
@@ -291,6 +302,7 @@ impl<'a> Call<'a> {
         let pins = std::mem::take(&mut self.pins);
         let session_pins = std::mem::take(&mut self.session_pins);
         let staging = std::mem::take(&mut self.staging);
+        let mount_holds = std::mem::take(&mut self.mount_holds);
         let lease_deadline = self.lease_deadline;
         let held = (pins.len() + session_pins.len()) as u64;
         core.streams.note_pins(held);
@@ -302,6 +314,7 @@ impl<'a> Call<'a> {
             pins.extend(last_session_pins);
             keeper.streams.unpin_later(&keeper.master, keeper.id, pins);
             drop(staging);
+            drop(mount_holds); // the stream passed its copies: a remount may go ahead
             keeper.streams.note_unpinned(held);
             if lease_deadline.is_some_and(|d| Instant::now() > d) {
                 keeper.streams.note_lease_overrun();

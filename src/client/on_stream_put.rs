@@ -20,6 +20,7 @@ use super::plan::{self, check_replicas, per_key, Buf, Fragment, GrantedWrite, Re
 use super::sessions::lengths_match;
 use crate::error::{fail, ErrorCode, Result};
 use crate::stream::{Copy, Hold, Plan, StagingBuf, StreamRef, Ticket};
+use crate::transfer::MountHold;
 use crate::types::{ReplicaDescriptor, ReplicateConfig, WriteToken};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -104,6 +105,7 @@ impl Client {
         };
         let mut staged: Vec<StagedWrite> = Vec::new();
         let mut reserved: Vec<(usize, GrantedWrite)> = Vec::new();
+        let mut mount_holds: Vec<MountHold> = Vec::new();
         for (&i, start) in pending.iter().zip(started) {
             let grant = match start {
                 Ok(grant) => grant,
@@ -125,6 +127,17 @@ impl Client {
                 core.engine.is_local(&r.buffer.transport_endpoint)
                     && (!target.is_device() || core.segment_is_pinned())
             });
+            // The stream writes the resident replicas long after this call: their mount is
+            // held until the commit. One of an earlier mount is gone: the key fails.
+            let held: Result<Vec<MountHold>> =
+                direct.iter().map(|r| core.hold_mount(&r.buffer)).collect();
+            match held {
+                Ok(held) => mount_holds.extend(held),
+                Err(e) => {
+                    results[i] = Err(e);
+                    continue;
+                }
+            }
             for replica in &direct {
                 let base = replica.buffer.buffer_address as usize;
                 plan.direct.extend(sources.iter().map(|f| Copy {
@@ -158,7 +171,7 @@ impl Client {
             });
         }
         let all: Vec<String> = keys.iter().map(|k| k.as_ref().to_string()).collect();
-        let hold = commit_hold(core.clone(), all, reserved, staged);
+        let hold = commit_hold(core.clone(), all, reserved, staged, mount_holds);
         // SAFETY: sources per the caller's contract; destinations are our reserved replicas
         // and staging, kept reserved/alive by the hold until the release marker.
         unsafe { core.streams.issue(&target, slot, plan, None, results, hold) }
@@ -195,14 +208,17 @@ fn check_put_args<K: AsRef<str>>(keys: &[K], config: &ReplicateConfig) -> Result
 /// The release of an on-stream put (on a worker, after the stream copied every source):
 /// staged keys are written to their remaining replicas, then every reserved key that is
 /// still fine is committed and the others revoked. After teardown everything is revoked
-/// (`CANCELLED`).
+/// (`CANCELLED`). `mount_holds` (our segment's mount, written by the stream's direct copies)
+/// end with it.
 fn commit_hold(
     core: Arc<ClientCore>,
     keys: Vec<String>,
     reserved: Vec<(usize, GrantedWrite)>,
     staged: Vec<StagedWrite>,
+    mount_holds: Vec<MountHold>,
 ) -> Hold {
     Box::new(move |ticket| {
+        let _mount_holds = mount_holds;
         if core.check_open().is_err() {
             for &(i, _) in &reserved {
                 ticket.fail_key(i, ErrorCode::Cancelled);

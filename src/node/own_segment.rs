@@ -19,9 +19,14 @@ use crate::error::Result;
 use crate::transfer::TransferEngine;
 use crate::types::{fresh_epoch, Segment, SegmentId};
 use parking_lot::Mutex;
+use std::time::Duration;
 
 /// The name of the segment's memfd (in `/proc/<pid>/maps`).
 pub(crate) const SEGMENT_FILE: &str = "mooncake segment";
+
+/// How long one remount attempt waits for queued stream copies of the current mount (it runs
+/// on the liveness thread, which tries again at the next `NeedRemount`).
+pub(crate) const REMOUNT_WAIT: Duration = Duration::from_millis(250);
 
 /// The mounted segment. Owns the mapping; it is unmapped when the client core is dropped.
 pub(crate) struct OwnSegment {
@@ -44,8 +49,14 @@ impl OwnSegment {
     /// (the remounted segment is empty). The new mount is then offered to same-host peers.
     /// Returns the description to (re)mount at the master.
     ///
-    /// Errors: the engine's (`INVALID_PARAMS` when the region is not registered); the fresh
-    /// file's (`INTERNAL_ERROR`): then nothing is mounted and the caller retries later.
+    /// A remount waits up to [`REMOUNT_WAIT`] for stream copies queued against the current
+    /// mount (their [`TransferEngine::hold_mount`]s) to run; while any is still queued it
+    /// changes nothing and fails `TRY_AGAIN` (same-host peers stay withdrawn and use TCP):
+    /// the caller tries again at its next `NeedRemount`.
+    ///
+    /// Errors: `TRY_AGAIN` as above; the engine's (`INVALID_PARAMS` when the region is not
+    /// registered); the fresh file's (`INTERNAL_ERROR`): then nothing is mounted and the
+    /// caller retries later.
     pub(crate) fn next_mount(&self, engine: &TransferEngine) -> Result<Segment> {
         let mut segment = self.segment.lock();
         let mut region = self.region.lock();
@@ -57,10 +68,15 @@ impl OwnSegment {
         // Fresh pages between the engine's switch to the new epoch (in-flight old-epoch copies
         // are fenced off first) and the NIC's registration of the range (which must pin the
         // new pages, not the old).
-        engine.set_region_epoch_with(segment.base as usize, epoch, || match remount {
-            true => region.renew_shared(SEGMENT_FILE),
-            false => Ok(()),
-        })?;
+        engine.set_region_epoch_with(
+            segment.base as usize,
+            epoch,
+            REMOUNT_WAIT,
+            || match remount {
+                true => region.renew_shared(SEGMENT_FILE),
+                false => Ok(()),
+            },
+        )?;
         segment.epoch = epoch;
         if let Some(file) = region.shared_file() {
             if engine

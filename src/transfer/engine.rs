@@ -5,7 +5,7 @@
 use super::batch::{split, Executor, Io, Job, Route};
 use super::metrics::{add, bump, CopyPaths, Metrics, Path, PathCounters, TransferMetrics};
 use super::rdma::{RdmaDeviceBytes, RdmaDevices, RdmaTransport};
-use super::registry::{MemoryRegion, Registry, MAX_EPOCH};
+use super::registry::{MemoryRegion, MountHold, Registry, StaleEpoch, MAX_EPOCH};
 use super::resolver::SegmentResolver;
 use super::same_host::{Exporter, MappedPeer, PeerMaps};
 use super::settings::Settings;
@@ -18,7 +18,7 @@ use crate::device::{self, MemoryKind};
 use crate::error::{fail, last_error_message, ErrorCode, Result};
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Something that carries out transfers on this engine's behalf (a dummy client's link to its
 /// real client, see [`crate::standalone`]). Once set ([`TransferEngine::set_delegate`]), every
@@ -273,7 +273,7 @@ impl TransferEngine {
     /// With RDMA the range is re-registered with the NIC under a new rkey (the old MR is
     /// deregistered first), so peers that still hold the old rkey are refused by the NIC.
     pub fn set_region_epoch(&self, base: usize, epoch: u64) -> Result<()> {
-        self.set_region_epoch_with(base, epoch, || Ok(()))
+        self.set_region_epoch_with(base, epoch, Duration::ZERO, || Ok(()))
     }
 
     /// [`set_region_epoch`](Self::set_region_epoch) with `replace_pages` run after the engine
@@ -283,13 +283,23 @@ impl TransferEngine {
     /// `set_region_epoch`, and `replace_pages`'. The range is re-registered even when
     /// `replace_pages` failed (it may have replaced the pages before failing), so the NIC
     /// never serves the previous pages or the previous rkey under the new epoch.
+    ///
+    /// Nothing changes while a [`hold_mount`](Self::hold_mount) of the current mount is
+    /// alive: the call waits up to `wait` for the holds to end, then fails `TRY_AGAIN`
+    /// (counted in `remounts_deferred`; `replace_pages` did not run, call again later).
     pub fn set_region_epoch_with(
         &self,
         base: usize,
         epoch: u64,
+        wait: Duration,
         replace_pages: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
-        self.registry.set_epoch(base, epoch)?;
+        if let Err(e) = self.registry.set_epoch(base, epoch, wait) {
+            if e == ErrorCode::TryAgain {
+                bump(&self.metrics.remounts_deferred);
+            }
+            return Err(e);
+        }
         let replaced = replace_pages();
         let registered = match &self.rdma {
             Some(rdma) => rdma.set_epoch(base, epoch),
@@ -328,6 +338,29 @@ impl TransferEngine {
         if let Some(exporter) = &self.exporter {
             exporter.retire();
         }
+    }
+
+    /// Holds the mount `epoch` of our registered memory `[addr, addr+len)` for work that
+    /// touches it outside the engine (a copy queued on a caller's stream): until the hold is
+    /// dropped the range's epoch does not change, so a remount neither replaces its pages nor
+    /// unregisters them under that work (see [`set_region_epoch_with`](Self::set_region_epoch_with)).
+    /// Counted in `segment_holds` while alive.
+    ///
+    /// Errors: `STALE_SEGMENT_EPOCH` when the range is not inside one registered range whose
+    /// current epoch is `epoch` (the descriptor names an earlier mount: its bytes are gone).
+    pub(crate) fn hold_mount(&self, addr: usize, len: usize, epoch: u64) -> Result<MountHold> {
+        self.registry
+            .hold(addr as u64, len as u64, epoch)
+            .or_else(|StaleEpoch(current)| {
+                bump(&self.metrics.stale_epoch_rejections);
+                fail(
+                    ErrorCode::StaleSegmentEpoch,
+                    format_args!(
+                        "{addr:#x}+{len} of mount {epoch:#x} is not in the current mount \
+                         (epoch {current:?})"
+                    ),
+                )
+            })
     }
 
     /// The registered range containing `addr`, if any.
@@ -414,7 +447,10 @@ impl TransferEngine {
 
     /// A snapshot of the counters.
     pub fn metrics(&self) -> TransferMetrics {
-        self.metrics.snapshot()
+        TransferMetrics {
+            segment_holds: self.registry.holds(),
+            ..self.metrics.snapshot()
+        }
     }
 
     /// Whether remote transfers go by RDMA (`protocol = "rdma"`), so registered local memory

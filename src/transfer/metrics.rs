@@ -80,6 +80,12 @@ counters! {
     /// the registered range: wire requests refused by this engine's server and local
     /// copies refused by this engine. Nothing was read or written for them.
     stale_epoch_rejections,
+    /// Stream copies queued against a mount of this engine's registered memory that hold
+    /// it now ([`TransferEngine::hold_mount`](super::TransferEngine::hold_mount); a gauge).
+    segment_holds,
+    /// Remounts (epoch switches) that found the current mount still held by queued stream
+    /// copies past their wait and were refused `TRY_AGAIN`, to be tried again later.
+    remounts_deferred,
     /// Wire requests this engine's server gave up on because their header or WRITE payload
     /// had not arrived by the deadline (arrival of the header's first byte plus
     /// `MC_TRANSFER_TIMEOUT_MS`); the connection was closed abortively and no later byte of

@@ -32,6 +32,7 @@ mod tests;
 
 pub use engine::{EngineConfig, TransferDelegate, TransferEngine, TransferOp, TransferRequest};
 pub use metrics::{CopyPaths, PathStats, TransferMetrics};
+pub(crate) use registry::MountHold;
 pub use registry::{MemoryRegion, MAX_EPOCH};
 pub use resolver::{DirectResolver, SegmentResolver};
 pub(crate) use same_host::hung_up;

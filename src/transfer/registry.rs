@@ -2,8 +2,10 @@
 //! kept in a map sorted by base, behind a readers-writer lock. Lookups are O(log n).
 
 use crate::error::{fail, ErrorCode, Result};
-use parking_lot::RwLock;
-use std::collections::BTreeMap;
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Largest segment epoch: epochs travel in the 7 spare bytes of the wire header.
 pub const MAX_EPOCH: u64 = (1 << 56) - 1;
@@ -46,10 +48,43 @@ pub(crate) struct StaleEpoch(pub(crate) Option<u64>);
 /// or socket call), and [`Registry::set_epoch`] takes it exclusively. So once `set_epoch`
 /// returns, no byte of a request naming the earlier epoch is read or written any more —
 /// however long ago it was admitted.
+///
+/// Mount holds: work that reads or writes segment memory outside the engine, long after it
+/// was admitted (a copy queued on a caller's stream), takes a [`MountHold`] of the region's
+/// current epoch; [`Registry::set_epoch`] does not switch a region's epoch while a hold of it
+/// exists, it waits (bounded) and otherwise refuses with `TRY_AGAIN`. So a remount never
+/// gives a region fresh pages, or unregisters them from a device or a NIC, under a queued
+/// copy of the previous mount.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     regions: RwLock<BTreeMap<usize, MemoryRegion>>,
     fence: RwLock<()>,
+    /// Live [`MountHold`]s per region base (entries with 0 are removed).
+    holds: Mutex<HashMap<usize, u64>>,
+    /// Signalled whenever a hold ends.
+    hold_ended: Condvar,
+}
+
+/// A hold of one mount (one epoch) of a registered range; see [`Registry`]. Dropping it ends
+/// the hold. Owned by the work that touches the memory (a stream ticket's release), `Send`.
+#[derive(Debug)]
+pub(crate) struct MountHold {
+    registry: Arc<Registry>,
+    base: usize,
+}
+
+impl Drop for MountHold {
+    fn drop(&mut self) {
+        let mut holds = self.registry.holds.lock();
+        if let Some(count) = holds.get_mut(&self.base) {
+            *count -= 1;
+            if *count == 0 {
+                holds.remove(&self.base);
+            }
+        }
+        drop(holds);
+        self.registry.hold_ended.notify_all();
+    }
 }
 
 impl Registry {
@@ -93,17 +128,44 @@ impl Registry {
         Ok(())
     }
 
-    /// Sets the epoch of the range whose base is `base`.
+    /// Sets the epoch of the range whose base is `base`, once no [`MountHold`] of it is left:
+    /// waits up to `wait` for the holds to end.
     ///
-    /// Errors: `INVALID_PARAMS` when no range starts at `base` or `epoch` > [`MAX_EPOCH`].
-    pub(crate) fn set_epoch(&self, base: usize, epoch: u64) -> Result<()> {
+    /// Errors: `INVALID_PARAMS` when no range starts at `base` or `epoch` > [`MAX_EPOCH`];
+    /// `TRY_AGAIN` when holds were still there after `wait` (the epoch is unchanged).
+    pub(crate) fn set_epoch(&self, base: usize, epoch: u64, wait: Duration) -> Result<()> {
         if epoch > MAX_EPOCH {
             return fail(
                 ErrorCode::InvalidParams,
                 format_args!("segment epoch {epoch:#x} is wider than 56 bits"),
             );
         }
-        let _fence = self.fence.write();
+        let deadline = Instant::now() + wait;
+        loop {
+            let fence = self.fence.write();
+            let mut holds = self.holds.lock();
+            let Some(&held) = holds.get(&base) else {
+                drop(holds);
+                return self.set_epoch_fenced(base, epoch);
+            };
+            // A new hold needs the fence: release it while waiting, and look again after.
+            drop(fence);
+            if self.hold_ended.wait_until(&mut holds, deadline).timed_out()
+                && holds.contains_key(&base)
+            {
+                return fail(
+                    ErrorCode::TryAgain,
+                    format_args!(
+                        "{held} queued stream copies still hold the current mount of \
+                         {base:#x}; its epoch changes once they ran"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// The epoch switch itself; the caller holds the fence exclusively.
+    fn set_epoch_fenced(&self, base: usize, epoch: u64) -> Result<()> {
         match self.regions.write().get_mut(&base) {
             Some(region) => {
                 region.epoch = epoch;
@@ -158,6 +220,34 @@ impl Registry {
             }
         }
         Ok(access())
+    }
+
+    /// Holds the mount `epoch` of the region containing `[addr, addr+len)` (see
+    /// [`Registry`]) until the returned hold is dropped. Errors: [`StaleEpoch`] when the
+    /// range is not inside one registered region whose epoch is `epoch` (no hold is taken).
+    pub(crate) fn hold(
+        self: &Arc<Self>,
+        addr: u64,
+        len: u64,
+        epoch: u64,
+    ) -> std::result::Result<MountHold, StaleEpoch> {
+        let _fence = self.fence.read();
+        let region = self.within(addr, len);
+        match region {
+            Some(region) if region.epoch == epoch => {
+                *self.holds.lock().entry(region.base).or_insert(0) += 1;
+                Ok(MountHold {
+                    registry: Arc::clone(self),
+                    base: region.base,
+                })
+            }
+            _ => Err(StaleEpoch(region.map(|r| r.epoch))),
+        }
+    }
+
+    /// Live mount holds, over all regions.
+    pub(crate) fn holds(&self) -> u64 {
+        self.holds.lock().values().sum()
     }
 
     /// The range containing byte `addr`, if any.
@@ -222,5 +312,36 @@ mod tests {
         assert_eq!(r.unregister(100), Err(ErrorCode::InvalidParams));
         assert_eq!(r.containing(120), None);
         r.register(100, 50, true).unwrap();
+    }
+
+    #[test]
+    fn a_mount_hold_keeps_the_epoch_until_it_ends() {
+        let r = Arc::new(Registry::default());
+        r.register(100, 50, true).unwrap();
+        r.register(200, 50, true).unwrap();
+        r.set_epoch(100, 7, Duration::ZERO).unwrap();
+        assert!(matches!(r.hold(110, 10, 6), Err(StaleEpoch(Some(7)))));
+        assert!(matches!(r.hold(140, 20, 7), Err(StaleEpoch(None))));
+        let first = r.hold(110, 10, 7).unwrap();
+        let second = r.hold(120, 10, 7).unwrap();
+        assert_eq!(r.holds(), 2);
+        // Another region is not held.
+        r.set_epoch(200, 3, Duration::ZERO).unwrap();
+        assert_eq!(
+            r.set_epoch(100, 8, Duration::from_millis(20)),
+            Err(ErrorCode::TryAgain)
+        );
+        assert_eq!(r.within(100, 1).unwrap().epoch, 7, "unchanged");
+        drop(first);
+        assert_eq!(r.set_epoch(100, 8, Duration::ZERO), Err(ErrorCode::TryAgain));
+        // A waiting switch goes through once the last hold ends within its wait.
+        let ender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(second);
+        });
+        r.set_epoch(100, 8, Duration::from_secs(10)).unwrap();
+        ender.join().unwrap();
+        assert_eq!((r.within(100, 1).unwrap().epoch, r.holds()), (8, 0));
+        assert!(matches!(r.hold(110, 10, 7), Err(StaleEpoch(Some(8)))));
     }
 }

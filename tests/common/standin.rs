@@ -11,6 +11,7 @@ use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 pub const MIB: u64 = 1 << 20;
 
@@ -157,6 +158,24 @@ impl TcpMaster {
         let rpc =
             mooncake_rs::master::remote::serve("127.0.0.1:0".parse().unwrap(), service).unwrap();
         TcpMaster { rpc }
+    }
+
+    /// A restart in place: the master (and everything it knew) is gone, a fresh one serves
+    /// the same address; its clients get `NeedRemount` at their next ping.
+    pub fn restart(&mut self) {
+        let addr = self.rpc.local_addr();
+        self.rpc.shutdown();
+        let service = MasterService::new(MasterConfig::default());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        self.rpc = loop {
+            match mooncake_rs::master::remote::serve(addr, service.clone()) {
+                Ok(rpc) => break rpc,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(e) => panic!("could not serve {addr} again: {e:?}"),
+            }
+        };
     }
 
     /// A client of this master over TCP with a `segment`-byte segment and no local buffer.
