@@ -4,8 +4,8 @@
 # mooncake_master that the fixtures start on free loopback ports.
 #
 # Needs Python >= 3.11 with pip and the venv module (Debian: python3-venv, installed here when
-# missing), and PyPI access for maturin, pytest and numpy. Exits with pytest's status; pytest's
-# closing summary line is the last line printed.
+# missing), and PyPI access for maturin, pytest and numpy. Exits with pytest's status, or 1 when
+# a test skipped for any reason but a missing torch (the optional torch tests).
 #
 # Environment:
 #   PYTHON              interpreter to build the venv from (default: python3)
@@ -44,5 +44,26 @@ python -m pip install -q --no-build-isolation ./python
 echo "== pytest python/tests"
 # No bytecode or cache files in the source tree.
 export PYTHONDONTWRITEBYTECODE=1
+report="target/python-junit.xml"
+rm -f "$report"
+status=0
 # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
-exec python -m pytest python/tests -v -p no:cacheprovider ${PYTEST_ARGS:-}
+python -m pytest python/tests -v -p no:cacheprovider --junitxml="$report" ${PYTEST_ARGS:-} || status=$?
+# A skip is allowed only for the optional torch tests: any other skip (a module that did not
+# import, a fixture that gave up) fails the run, so the suite cannot pass by not running.
+python - "$report" <<'PY' || status=1
+import sys
+import xml.etree.ElementTree as ET
+
+bad = []
+for case in ET.parse(sys.argv[1]).iter("testcase"):
+    for skip in case.iter("skipped"):
+        message = skip.get("message", "")
+        if "torch" not in message:
+            bad.append(f"{case.get('classname')}::{case.get('name')}: {message}")
+if bad:
+    print(f"python-tests: {len(bad)} unexpected skips (only the torch tests may skip):")
+    print("\n".join(bad))
+    sys.exit(1)
+PY
+exit $status

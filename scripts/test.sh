@@ -24,14 +24,11 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The fuzz crate (fuzz/) is not a workspace member: its own fmt and clippy, with the nightly
-# toolchain it is built with (skipped loudly without one, as scripts/fuzz-smoke.sh does).
+# toolchain it is built with (installed when missing; no nightly fails the run).
 echo "== fuzz crate: cargo fmt --check, cargo clippy"
 cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check
-if cargo +nightly --version >/dev/null 2>&1; then
-  cargo +nightly clippy --manifest-path fuzz/Cargo.toml --all-targets --locked -- -D warnings
-else
-  echo "fuzz crate clippy: SKIPPED: no nightly toolchain (rustup toolchain install nightly)"
-fi
+scripts/ensure-nightly.sh
+cargo +nightly clippy --manifest-path fuzz/Cargo.toml --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --locked --release
 echo "== RDMA (soft-RoCE VM)"

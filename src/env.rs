@@ -411,6 +411,12 @@ pub(crate) const DUMMY_CONNECTIONS: Knob = Knob::new("MC_DUMMY_CONNECTIONS", 4, 
 
 // ---- P2P (p2p/) -----------------------------------------------------------------------------
 
+/// `MC_RDMA_MR_QUARANTINE_MS`: milliseconds the RDMA registrations of a remounted segment's
+/// previous mount are kept (pinning its orphaned pages) so that no rkey a stale writer may hold
+/// is reissued. Default 120000 (the master's default `--write_quarantine_ms`); 0: dropped at
+/// once (tests only: the guarantee is gone).
+pub(crate) const RDMA_MR_QUARANTINE_MS: Knob =
+    Knob::new("MC_RDMA_MR_QUARANTINE_MS", 120_000, 0, u64::MAX);
 /// `MC_P2P_QUARANTINE_MS`: milliseconds that P2P space a failed, expired or revoked transfer
 /// may still touch is held before reuse (0 allowed; below the peers' transfer timeout the
 /// guarantee is gone). Unset or unparsable: twice `MC_TRANSFER_TIMEOUT_MS` (120000 with that
@@ -465,6 +471,7 @@ pub(crate) const KNOBS: &[&Knob] = &[
     &DUMMY_STAGING_BYTES,
     &DUMMY_MAX_MAPPINGS,
     &DUMMY_CONNECTIONS,
+    &RDMA_MR_QUARANTINE_MS,
     &P2P_QUARANTINE_MS,
     &P2P_DEBUG_TRANSFER_DELAY_MS,
     &DM_LOCK_SHARD_COUNT,

@@ -68,15 +68,14 @@ impl OwnSegment {
         // Fresh pages between the engine's switch to the new epoch (in-flight old-epoch copies
         // are fenced off first) and the NIC's registration of the range (which must pin the
         // new pages, not the old).
-        engine.set_region_epoch_with(
-            segment.base as usize,
-            epoch,
-            REMOUNT_WAIT,
-            || match remount {
-                true => region.renew_shared(SEGMENT_FILE),
-                false => Ok(()),
-            },
-        )?;
+        // The first mount keeps the pages it was registered with.
+        let base = segment.base as usize;
+        match remount {
+            true => engine.set_region_epoch_with(base, epoch, REMOUNT_WAIT, || {
+                region.renew_shared(SEGMENT_FILE)
+            }),
+            false => engine.set_region_epoch(base, epoch),
+        }?;
         segment.epoch = epoch;
         if let Some(file) = region.shared_file() {
             if engine

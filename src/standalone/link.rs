@@ -159,6 +159,7 @@ impl DummyLink {
             connections_dropped: r.u64()?,
             requests_refused: r.u64()?,
             connections: r.u64()?,
+            other_user_refused: r.u64()?,
         })
     }
 

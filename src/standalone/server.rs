@@ -47,6 +47,8 @@ pub struct ServerStats {
     pub requests_refused: u64,
     /// Dummy connections open now (a dummy opens one per transfer it runs at once).
     pub connections: u64,
+    /// Connections of processes of another user, closed unserved.
+    pub other_user_refused: u64,
 }
 
 #[derive(Default)]
@@ -56,6 +58,7 @@ struct Counters {
     connections_dropped: AtomicU64,
     requests_refused: AtomicU64,
     connections: AtomicU64,
+    other_user_refused: AtomicU64,
 }
 
 /// A dummy as its hello names it: its process id and the id of its link (one per
@@ -193,6 +196,7 @@ impl Shared {
             connections_dropped: c.connections_dropped.load(Ordering::Relaxed),
             requests_refused: c.requests_refused.load(Ordering::Relaxed),
             connections: c.connections.load(Ordering::Relaxed),
+            other_user_refused: c.other_user_refused.load(Ordering::Relaxed),
         }
     }
 
@@ -285,6 +289,10 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
         };
         if let Err(e) = crate::shm::check_peer_user(&stream) {
             tracing::warn!(error = %e, "a dummy of another user: refused");
+            shared
+                .counters
+                .other_user_refused
+                .fetch_add(1, Ordering::Relaxed);
             continue;
         }
         let socket = match stream.try_clone() {
@@ -473,7 +481,8 @@ fn serve_requests(shared: &Shared, stream: &UnixStream, heartbeat: &Heartbeat) {
                     .u64(s.mapped_bytes)
                     .u64(s.connections_dropped)
                     .u64(s.requests_refused)
-                    .u64(s.connections);
+                    .u64(s.connections)
+                    .u64(s.other_user_refused);
                 Ok(())
             }
             None => fail(ErrorCode::InvalidParams, format!("unknown request {kind}")),

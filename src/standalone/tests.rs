@@ -756,3 +756,17 @@ fn a_wire_requests_encoded_length_is_what_it_encodes() {
         super::wire::WireRequest::encoded_len(&request.endpoint)
     );
 }
+
+#[test]
+fn a_dummy_of_another_user_is_closed_on_unserved() {
+    let (engine, _segment) = engine_with_segment();
+    let name = format!("mc-rs-test-{}-other-user.sock", std::process::id());
+    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    // Served, even a ping before hello gets an answer (INVALID_PARAMS).
+    let ping = Writer::default().frame(Kind::Ping as u8);
+    let Some(seen) = crate::test_util::other_user_connects(&name, &ping) else {
+        return;
+    };
+    assert_eq!(seen, "CLOSED");
+    assert_eq!(server.stats().other_user_refused, 1);
+}

@@ -31,7 +31,7 @@ pub(super) enum Kind {
     Transfer = 4,
     /// Empty. Answer: empty.
     Ping = 5,
-    /// Empty. Answer: [`super::ServerStats`] as five `u64`s.
+    /// Empty. Answer: [`super::ServerStats`] as seven `u64`s, in field order.
     Stats = 6,
 }
 

@@ -273,7 +273,11 @@ impl TransferEngine {
     /// With RDMA the range is re-registered with the NIC under a new rkey (the old MR is
     /// deregistered first), so peers that still hold the old rkey are refused by the NIC.
     pub fn set_region_epoch(&self, base: usize, epoch: u64) -> Result<()> {
-        self.set_region_epoch_with(base, epoch, Duration::ZERO, || Ok(()))
+        self.registry.set_epoch(base, epoch, Duration::ZERO)?;
+        match &self.rdma {
+            Some(rdma) => rdma.set_epoch(base, epoch, false),
+            None => Ok(()),
+        }
     }
 
     /// [`set_region_epoch`](Self::set_region_epoch) with `replace_pages` run after the engine
@@ -283,6 +287,10 @@ impl TransferEngine {
     /// `set_region_epoch`, and `replace_pages`'. The range is re-registered even when
     /// `replace_pages` failed (it may have replaced the pages before failing), so the NIC
     /// never serves the previous pages or the previous rkey under the new epoch.
+    ///
+    /// With RDMA the new MRs are registered before the old ones go, and the old ones (which
+    /// pin only the replaced pages) are kept through `MC_RDMA_MR_QUARANTINE_MS`, so no rkey a
+    /// stale writer may hold is reissued for the new pages.
     ///
     /// Nothing changes while a [`hold_mount`](Self::hold_mount) of the current mount is
     /// alive: the call waits up to `wait` for the holds to end, then fails `TRY_AGAIN`
@@ -302,7 +310,7 @@ impl TransferEngine {
         }
         let replaced = replace_pages();
         let registered = match &self.rdma {
-            Some(rdma) => rdma.set_epoch(base, epoch),
+            Some(rdma) => rdma.set_epoch(base, epoch, true),
             None => Ok(()),
         };
         replaced.and(registered)

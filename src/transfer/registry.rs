@@ -333,7 +333,10 @@ mod tests {
         );
         assert_eq!(r.within(100, 1).unwrap().epoch, 7, "unchanged");
         drop(first);
-        assert_eq!(r.set_epoch(100, 8, Duration::ZERO), Err(ErrorCode::TryAgain));
+        assert_eq!(
+            r.set_epoch(100, 8, Duration::ZERO),
+            Err(ErrorCode::TryAgain)
+        );
         // A waiting switch goes through once the last hold ends within its wait.
         let ender = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));

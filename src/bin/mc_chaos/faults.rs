@@ -300,19 +300,37 @@ pub fn run(settings: &Settings) -> i32 {
     let faults_until = deadline_ns.saturating_sub(5_000_000_000);
     let mut round: Vec<&'static str> = Vec::new();
     std::thread::sleep(Duration::from_secs(2));
+    let mut rounds = 0u32;
     while now_ns() < faults_until {
-        std::thread::sleep(Duration::from_millis(rng.u64(300..2500)));
-        if now_ns() >= faults_until {
-            break;
-        }
-        // Rounds of every kind in a seeded order: each kind comes once per round, so a run
-        // of a round's length sees them all.
+        // Rounds of every kind in a seeded order: each kind comes once per round. The first
+        // round is paced to fit the run (shorter gaps and pauses when the run is short), so
+        // every run of the bounded test's length injects every kind at least once.
         if round.is_empty() {
+            rounds += 1;
             round = kinds.clone();
             rng.shuffle(&mut round);
         }
+        let share = match rounds == 1 {
+            true => Duration::from_nanos(
+                faults_until.saturating_sub(now_ns()) / round.len().max(1) as u64,
+            ),
+            false => Duration::MAX,
+        };
+        let gap = Duration::from_millis(rng.u64(300..2500)).min(share / 5);
+        std::thread::sleep(gap);
+        if now_ns() >= faults_until {
+            break;
+        }
         let Some(kind) = round.pop() else { break };
-        match inject(&mut cluster, settings, kind, &mut rng, deadline_ns) {
+        let pause_cap = share / 3;
+        match inject(
+            &mut cluster,
+            settings,
+            kind,
+            &mut rng,
+            deadline_ns,
+            pause_cap,
+        ) {
             Ok(window) => {
                 println!(
                     "  t+{:.1} s {} {} for {} ms",
@@ -395,16 +413,19 @@ pub fn run(settings: &Settings) -> i32 {
     }
 }
 
-/// Injects one fault of `kind` and returns its window.
+/// Injects one fault of `kind` and returns its window; a stop, delay or partition lasts at
+/// most `pause_cap`.
 fn inject(
     cluster: &mut Cluster,
     settings: &Settings,
     kind: &'static str,
     rng: &mut fastrand::Rng,
     deadline_ns: u64,
+    pause_cap: Duration,
 ) -> Result<FaultWindow, String> {
     let start = now_ns();
-    let pause = Duration::from_millis(rng.u64(200..3000));
+    let pause =
+        Duration::from_millis(rng.u64(200..3000)).min(pause_cap.max(Duration::from_millis(200)));
     let target = match kind {
         "kill_worker" | "stop_worker" => {
             let index = rng.usize(0..cluster.workers.len());
@@ -477,7 +498,8 @@ fn inject(
             // owner and its routes, which the owner re-registers once the link is back.
             ns.partition(true)?;
             let longest = settings.p2p_outage_max.as_millis() as u64;
-            std::thread::sleep(Duration::from_millis(rng.u64(200..longest)));
+            let outage = Duration::from_millis(rng.u64(200..longest));
+            std::thread::sleep(outage.min(pause_cap.max(Duration::from_millis(200))));
             ns.partition(false)?;
             cluster.p2p_owners[PARTITIONED_OWNER].label.clone()
         }

@@ -6,7 +6,7 @@
 //! one thread), `qp` (one queue pair:
 //! connecting it and running work requests with bounded outstanding work), `handshake`
 //! (QP endpoints and region tables over the TCP data port), `bounce` (registered bounce
-//! buffers), `gpudirect` (registering device memory with the NIC) and `transport` ([`RdmaTransport`]: registrations, connections per peer, slices).
+//! buffers), `gpudirect` (registering device memory with the NIC), `retire` (re-registration under new rkeys, old MRs kept through a quarantine) and `transport` ([`RdmaTransport`]: registrations, connections per peer, slices).
 //!
 //! libibverbs is opened with `dlopen` on first use, so nothing here makes the library a
 //! load-time dependency of `libmooncake_rs.so`.
@@ -18,6 +18,7 @@ mod events;
 mod gpudirect;
 mod handshake;
 mod qp;
+mod retire;
 mod transport;
 mod verbs;
 

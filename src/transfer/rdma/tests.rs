@@ -3,8 +3,10 @@
 //! On the host only the "no device / no library" errors are checked.
 
 use super::device::{RdmaDevice, Registration};
+use super::devices::RdmaDevices;
 use super::events::CompletionMode;
 use super::qp::{Endpoint, QpSettings, QueuePair, WorkRequest};
+use super::transport::RdmaTransport;
 use super::verbs::{self, Verbs};
 use crate::error::{last_error_message, ErrorCode};
 use std::sync::Arc;
@@ -286,6 +288,63 @@ fn a_stale_rkey_is_refused_by_the_nic_and_no_byte_lands() {
         vec![Ok(())]
     );
     assert!(target.iter().all(|b| *b == 0xA5));
+}
+
+/// A remount re-registers the range under a new rkey while the old MR still exists (so a
+/// provider cannot hand out the old key again), and keeps the old MR through its quarantine:
+/// a stale writer's WRITE is accepted by the NIC until then (into the orphaned pages, on a
+/// real remount), refused after.
+#[test]
+fn a_remount_never_reissues_the_old_rkey_and_keeps_the_old_mr_through_its_quarantine() {
+    let Some(_) = vm_device() else { return };
+    let devices = RdmaDevices::open(&std::env::var("RDMA_VM_DEV").unwrap_or_default()).unwrap();
+    let device = Arc::clone(&devices.devices()[0]);
+    let quarantine = Duration::from_millis(500);
+    let transport = RdmaTransport::new(devices, Duration::from_secs(10), Arc::default())
+        .with_mr_quarantine(quarantine);
+    let len = 64 << 10;
+    let source = vec![0xA5u8; len];
+    let src = device
+        .register(source.as_ptr() as usize, len, false)
+        .unwrap();
+    let mut target = vec![0x11u8; len];
+    let base = target.as_mut_ptr() as usize;
+    transport.register(base, len, true).unwrap();
+    transport.set_epoch(base, 1, false).unwrap();
+    let old = transport.remote_table(0)[0].rkey;
+    let remounted = Instant::now();
+    // As a remount does it (the pages were replaced; here they are not, so the stale write
+    // below lands in this buffer, where a remount's would land in orphaned pages).
+    transport.set_epoch(base, 2, true).unwrap();
+    let table = transport.remote_table(0);
+    assert_eq!((table.len(), table[0].epoch), (1, 2));
+    assert_ne!(table[0].rkey, old, "the remount reissued the old rkey");
+    let stale = WorkRequest {
+        read: false,
+        local: source.as_ptr() as u64,
+        lkey: src.lkey(),
+        len: len as u32,
+        remote: base as u64,
+        rkey: old,
+    };
+    let (mut a, _b) = pair(&device);
+    // SAFETY: the buffers are live; `src` is registered.
+    let early = unsafe { a.run(&[stale], deadline(), None, &|| true) };
+    if remounted.elapsed() < quarantine {
+        assert_eq!(
+            early,
+            vec![Ok(())],
+            "the old MR is gone before its quarantine"
+        );
+    }
+    std::thread::sleep(quarantine + Duration::from_millis(300));
+    let (mut c, _d) = pair(&device);
+    // SAFETY: as above.
+    let late = unsafe { c.run(&[stale], deadline(), None, &|| true) };
+    let refused = late[0].as_ref().unwrap_err();
+    assert!(refused.contains("remote access error"), "{refused}");
+    transport.unregister(base);
+    drop(target);
 }
 
 /// A 4 KiB READ on a QP (with `settings`) whose peer QP was destroyed, run with

@@ -15,6 +15,7 @@ use super::device::{RdmaDevice, Registration};
 use super::devices::RdmaDevices;
 use super::handshake::{self, RemoteRegion, REQUEST_LEN};
 use super::qp::{QpSettings, QueuePair, WorkRequest};
+use crate::env;
 use crate::error::{fail, last_error_message, ErrorCode, Result};
 use crate::transfer::copy::copy_bytes;
 use crate::transfer::metrics::{add, bump, Metrics};
@@ -159,6 +160,8 @@ pub(crate) struct RdmaTransport {
     qp_settings: QpSettings,
     slice_size: usize,
     timeout: Duration,
+    /// How long a remount keeps the previous mount's MRs (`MC_RDMA_MR_QUARANTINE_MS`).
+    mr_quarantine: Duration,
     regions: RwLock<BTreeMap<usize, LocalRegion>>,
     /// Idle connections per (peer, index of our device).
     idle: Mutex<HashMap<(SocketAddr, usize), Vec<Connection>>>,
@@ -189,11 +192,19 @@ impl RdmaTransport {
             qp_settings: QpSettings::from_env(),
             slice_size,
             timeout,
+            mr_quarantine: Duration::from_millis(env::RDMA_MR_QUARANTINE_MS.get()),
             regions: RwLock::new(BTreeMap::new()),
             idle: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
             metrics,
         }
+    }
+
+    /// This transport with a remount quarantine of `quarantine` for its old MRs.
+    #[cfg(test)]
+    pub(super) fn with_mr_quarantine(mut self, quarantine: Duration) -> Self {
+        self.mr_quarantine = quarantine;
+        self
     }
 
     /// The bytes moved through each device, in device order.
@@ -253,12 +264,19 @@ impl RdmaTransport {
     }
 
     /// Re-registers the range starting at `base` under new rkeys (on every device) and records
-    /// `epoch`: the old MRs are deregistered first, so peers holding an old rkey are refused
-    /// by the NIC.
+    /// `epoch`. Peers learn the new rkeys at their next handshake.
+    ///
+    /// `pages_replaced`: the range got fresh pages since the old MRs were registered (a
+    /// remount). Then the new MRs are registered while the old ones exist, and the old ones
+    /// are kept (pinning only the previous, orphaned pages) through
+    /// `MC_RDMA_MR_QUARANTINE_MS` (see `retire`): no rkey of the old mount is reissued while
+    /// a stale writer may hold it, and its WRITEs land where nothing reads. Otherwise the old
+    /// MRs cover the very pages the new ones do and are deregistered first: the NIC refuses
+    /// their rkeys from now on (a reissued rkey would reach the same pages as the old one).
     ///
     /// Errors: `TRANSFER_FAIL` when the range has no MR or a device refuses (then the range
-    /// stays unregistered).
-    pub(crate) fn set_epoch(&self, base: usize, epoch: u64) -> Result<()> {
+    /// stays unregistered; the old MRs are retired all the same).
+    pub(crate) fn set_epoch(&self, base: usize, epoch: u64, pages_replaced: bool) -> Result<()> {
         let mut regions = self.regions.write();
         let Some(region) = regions.remove(&base) else {
             return fail(
@@ -267,8 +285,14 @@ impl RdmaTransport {
             );
         };
         let (len, remote_accessible) = (region.len, region.remote_accessible);
-        drop(region);
-        let registrations = self.register_everywhere(base, len, remote_accessible)?;
+        let registrations = super::retire::replace(
+            region.registrations,
+            || self.register_everywhere(base, len, remote_accessible),
+            match pages_replaced {
+                true => self.mr_quarantine,
+                false => Duration::ZERO,
+            },
+        )?;
         regions.insert(
             base,
             LocalRegion {
@@ -283,7 +307,7 @@ impl RdmaTransport {
 
     /// The table a handshake reply for a QP on device `nic` carries: every remotely
     /// accessible region, with its rkey on that device.
-    fn remote_table(&self, nic: usize) -> Vec<RemoteRegion> {
+    pub(super) fn remote_table(&self, nic: usize) -> Vec<RemoteRegion> {
         self.regions
             .read()
             .iter()

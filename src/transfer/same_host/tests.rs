@@ -178,3 +178,16 @@ fn a_stale_epoch_request_keeps_the_current_mapping() {
         (1, 0)
     );
 }
+
+#[test]
+fn a_process_of_another_user_gets_no_answer_from_the_exporter() {
+    let (endpoint, _exporter, _file, _mine) = owner(5);
+    let name = handshake::socket_name(&endpoint);
+    // A stranger of this user gets an answer (the grant, for the right epoch)...
+    let hello = handshake::Hello { epoch: 5 }.encode();
+    let Some(seen) = crate::test_util::other_user_connects(&name, &hello) else {
+        return;
+    };
+    // ...a process of another user is closed on, unanswered, whatever it asks.
+    assert_eq!(seen, "CLOSED");
+}
