@@ -37,3 +37,10 @@ pub use registry::{MemoryRegion, MAX_EPOCH};
 pub use resolver::{DirectResolver, SegmentResolver};
 pub(crate) use same_host::hung_up;
 pub use tcp::wire;
+
+/// Parts (and connections) a TCP request of `len` bytes to one peer is split into by an
+/// engine made now (`MC_TCP_LANES_PER_PEER`, parts of at least 1 MiB): for benchmarks that
+/// measure a like-for-like raw TCP limit.
+pub fn tcp_parts(len: u64) -> usize {
+    batch::split(len, settings::Settings::from_env().lanes).count()
+}

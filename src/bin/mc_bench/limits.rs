@@ -37,6 +37,82 @@ pub fn memcpy_gbps(size: usize, duration: Duration) -> f64 {
     copy_between_gbps(&src, &mut dst, duration)
 }
 
+/// Runs `step(state, i)` for i = 0, 1, … on one thread per state (the caller's included), all
+/// of them in lockstep — every thread's step `i` ends before any step `i + 1` starts, as a
+/// caller waits for all pieces of one split operation — for about `duration`. Returns the
+/// steps each thread made and the seconds they took, or the first step's error.
+pub fn lockstep<S: Send>(
+    states: Vec<S>,
+    duration: Duration,
+    step: impl Fn(&mut S, usize) -> std::io::Result<()> + Sync,
+) -> std::io::Result<(u64, f64)> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let threads = states.len().max(1);
+    let barrier = std::sync::Barrier::new(threads);
+    let (stop, steps) = (AtomicBool::new(false), AtomicU64::new(0));
+    let failure: std::sync::Mutex<Option<std::io::Error>> = std::sync::Mutex::new(None);
+    let start = Instant::now();
+    let run = |t: usize, mut state: S| {
+        for i in 0.. {
+            barrier.wait();
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            if let Err(e) = step(&mut state, i) {
+                failure.lock().unwrap().get_or_insert(e);
+                stop.store(true, Ordering::Release);
+            }
+            barrier.wait();
+            if t == 0 {
+                steps.fetch_add(1, Ordering::Relaxed);
+                if start.elapsed() >= duration {
+                    stop.store(true, Ordering::Release);
+                }
+            }
+        }
+    };
+    std::thread::scope(|scope| {
+        let mut states = states.into_iter().enumerate();
+        let first = states.next();
+        for (t, state) in states {
+            let run = &run;
+            scope.spawn(move || run(t, state));
+        }
+        if let Some((t, state)) = first {
+            run(t, state);
+        }
+    });
+    if let Some(e) = failure.into_inner().unwrap() {
+        return Err(e);
+    }
+    Ok((steps.into_inner(), start.elapsed().as_secs_f64()))
+}
+
+/// GB/s of `size`-byte memcpys each cut into `threads` equal pieces copied at once by
+/// `threads` threads in lockstep (see [`lockstep`]), for about `duration`: the like-for-like
+/// limit of a store copy the copy crew splits across that many threads.
+pub fn memcpy_split_gbps(size: usize, threads: usize, duration: Duration) -> f64 {
+    let threads = threads.max(1);
+    let src = Pool::new(16, size, 1);
+    let mut dst = Pool::new(16, size, 2);
+    let piece = size.div_ceil(threads);
+    // Each thread owns the same piece of every destination block.
+    let mut parts: Vec<Vec<&mut [u8]>> = (0..threads).map(|_| Vec::new()).collect();
+    for block in dst.bufs.iter_mut() {
+        for (t, chunk) in block.chunks_mut(piece).enumerate() {
+            parts[t].push(chunk);
+        }
+    }
+    let parts: Vec<(usize, Vec<&mut [u8]>)> = parts.into_iter().enumerate().collect();
+    let done = lockstep(parts, duration, |(t, mine), i| {
+        let block = i % src.bufs.len();
+        copy_block(mine[block], &src.bufs[block][*t * piece..]);
+        Ok(())
+    });
+    let (steps, seconds) = done.unwrap_or((0, 1.0));
+    (steps * size as u64) as f64 / seconds / 1e9
+}
+
 /// GB/s of one-thread `memcpy` of blocks from `src` into `dst` for about `duration`: copy `i`
 /// goes from `src.bufs[i % src]` to `dst.bufs[i % dst]`, so the working set and the reuse of
 /// each side are those of a scenario that reads the same sources into the same destinations.
@@ -164,6 +240,37 @@ impl RawTcp {
             samples.push(t.elapsed().as_secs_f64() * 1e6);
         }
         Ok(median(&mut samples))
+    }
+}
+
+/// Raw loopback TCP over `lanes` connections at once: each get of `size` bytes is cut into
+/// `lanes` equal parts fetched in parallel, one per connection, in lockstep — the
+/// like-for-like limit of a store get that its engine splits across `MC_TCP_LANES_PER_PEER`
+/// connections. Not thread-safe (`&mut self`).
+pub struct RawTcpLanes {
+    lanes: Vec<RawTcp>,
+}
+
+impl RawTcpLanes {
+    /// `lanes` (at least 1) connections, each to a server thread of its own.
+    pub fn connect(lanes: usize) -> std::io::Result<RawTcpLanes> {
+        let lanes = (0..lanes.max(1))
+            .map(|_| RawTcp::connect())
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(RawTcpLanes { lanes })
+    }
+
+    /// How many connections a get is cut across.
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// GB/s of back-to-back `size`-byte gets, each split across the lanes, for `duration`.
+    pub fn get_gbps(&mut self, size: usize, duration: Duration) -> std::io::Result<f64> {
+        let part = size.div_ceil(self.lanes.len());
+        let lanes: Vec<&mut RawTcp> = self.lanes.iter_mut().collect();
+        let (steps, seconds) = lockstep(lanes, duration, |lane, i| lane.get(part, i))?;
+        Ok((steps * size as u64) as f64 / seconds / 1e9)
     }
 }
 

@@ -2,8 +2,8 @@
 //! batched small gets — each printed against the limit measured in the same run.
 
 use crate::interleave::{judge, Judged};
-use crate::limits::{self, median, Pool, RawBatch, RawTcp};
-use crate::redis;
+use crate::limits::{self, median, Pool, RawBatch, RawTcp, RawTcpLanes};
+use crate::redis::Redis;
 use crate::report::Report;
 use mooncake_rs::alloc::OffsetAllocator;
 use mooncake_rs::client::{parse_size, Client, SetupConfig};
@@ -97,7 +97,33 @@ pub(crate) fn gbps(bytes: u64, seconds: f64) -> f64 {
     bytes as f64 / seconds / 1e9
 }
 
-fn embedded(report: &mut Report, memcpy: f64, rounds: Rounds) -> Result<(), String> {
+/// The limits of a store copy of 4 MiB: one-thread memcpy, and memcpy split as the copy
+/// crew splits it (a 4 MiB copy is cut into at most 4 pieces of 1 MiB, one per crew thread).
+pub(crate) struct CopyLimits {
+    pub one_thread: f64,
+    pub split: f64,
+    pub split_name: String,
+}
+
+impl CopyLimits {
+    pub(crate) fn measure(duration: Duration) -> CopyLimits {
+        let threads = mooncake_rs::device::copy_threads().min(4);
+        CopyLimits {
+            one_thread: limits::memcpy_gbps(4 * MIB, duration),
+            split: limits::memcpy_split_gbps(4 * MIB, threads, duration),
+            split_name: format!("memcpy {threads} threads (copy crew's split)"),
+        }
+    }
+}
+
+/// A 4 MiB store copy judged twice: against one-thread memcpy and against memcpy split like
+/// the copy crew's (the like-for-like limit when the crew has several threads).
+fn copy_lines(report: &mut Report, name: &str, value: f64, limits: &CopyLimits) {
+    report.line(name, value, "GB/s", "memcpy 1 thread", limits.one_thread);
+    report.line(name, value, "GB/s", &limits.split_name, limits.split);
+}
+
+fn embedded(report: &mut Report, memcpy: &CopyLimits, rounds: Rounds) -> Result<(), String> {
     let duration = rounds.duration;
     let client = Client::setup(SetupConfig {
         local_hostname: "bench".into(),
@@ -124,11 +150,10 @@ fn embedded(report: &mut Report, memcpy: f64, rounds: Rounds) -> Result<(), Stri
         put_bytes += size as u64;
         i += 1;
     }
-    report.line(
+    copy_lines(
+        report,
         "embedded put_from 4MiB",
         gbps(put_bytes, put_time),
-        "GB/s",
-        "memcpy 1 thread",
         memcpy,
     );
     let path = client.metrics().paths.host_to_local_segment;
@@ -152,11 +177,10 @@ fn embedded(report: &mut Report, memcpy: f64, rounds: Rounds) -> Result<(), Stri
         bytes += size as u64;
         gets += 1;
     }
-    report.line(
+    copy_lines(
+        report,
         "embedded get_into 4MiB",
         gbps(bytes, start.elapsed().as_secs_f64()),
-        "GB/s",
-        "memcpy 1 thread",
         memcpy,
     );
     let reads = client.metrics().paths.local_segment_to_host;
@@ -228,7 +252,7 @@ fn copying_put(
     report: &mut Report,
     client: &Client,
     src: &Pool,
-    memcpy: f64,
+    memcpy: &CopyLimits,
     duration: Duration,
 ) -> Result<(), String> {
     let before = client.metrics().paths.host_to_local_segment;
@@ -245,13 +269,7 @@ fn copying_put(
         bytes += src.bufs[i % 16].len() as u64;
         i += 1;
     }
-    report.line(
-        "embedded put 4MiB",
-        gbps(bytes, time),
-        "GB/s",
-        "memcpy 1 thread",
-        memcpy,
-    );
+    copy_lines(report, "embedded put 4MiB", gbps(bytes, time), memcpy);
     let after = client.metrics().paths.host_to_local_segment;
     copies_line(
         report,
@@ -372,7 +390,9 @@ pub(crate) fn raw_rtt<'a>(
     }
 }
 
-fn over_tcp(report: &mut Report, rounds: Rounds, redis_1m: Option<f64>) -> Result<(), String> {
+/// The TCP scenarios between two processes; with `redis` (a running `redis-server`), the
+/// 1 MiB get is also judged against Redis GETs of the same size, interleaved.
+fn over_tcp(report: &mut Report, rounds: Rounds, mut redis: Option<Redis>) -> Result<(), String> {
     let duration = rounds.duration;
     let mut raw = RawTcp::connect().map_err(|e| format!("raw tcp: {e}"))?;
     let service = MasterService::new(MasterConfig::default());
@@ -404,9 +424,34 @@ fn over_tcp(report: &mut Report, rounds: Rounds, redis_1m: Option<f64>) -> Resul
         || timed_gets(&client, &big, 4 * MIB, duration),
     )?;
 
+    // The engine cuts a 4 MiB get into parts on up to MC_TCP_LANES_PER_PEER connections:
+    // the like-for-like limit fetches it the same way.
+    let mut lanes = RawTcpLanes::connect(mooncake_rs::transfer::tcp_parts(4 * MIB as u64))
+        .map_err(|e| format!("raw tcp lanes: {e}"))?;
+    let lanes_name = format!("raw tcp {} streams 4MiB", lanes.lanes());
+    judge(
+        report,
+        &rounds.judged("tcp get 4MiB (2 processes)", "GB/s", &lanes_name),
+        || {
+            lanes
+                .get_gbps(4 * MIB, duration)
+                .map_err(|e| format!("raw tcp lanes: {e}"))
+        },
+        || timed_gets(&client, &big, 4 * MIB, duration),
+    )?;
+
     let mid = put_objects(&client, "g1m-", 16, MIB, &peer_name)?;
-    if let Some(redis) = redis_1m {
-        report.limit("redis GET 1MiB", redis, "GB/s");
+    if let Some(redis) = redis.as_mut() {
+        judge(
+            report,
+            &rounds.judged(
+                "tcp get 1MiB (2 processes) vs redis",
+                "GB/s",
+                "redis GET 1MiB 1 connection",
+            ),
+            || redis.get_gbps(duration),
+            || timed_gets(&client, &mid, MIB, duration),
+        )?;
     }
     judge(
         report,
@@ -605,25 +650,30 @@ pub fn run_all(report: &mut Report, quick: bool, only: Only) -> Result<(), Strin
         duration,
         rounds: if quick { 3 } else { 5 },
     };
-    let memcpy = limits::memcpy_gbps(4 * MIB, duration);
+    let copy_limits = CopyLimits::measure(duration);
+    let memcpy = copy_limits.one_thread;
     report.limit("memcpy 1 thread 4MiB", memcpy, "GB/s");
+    report.limit(
+        &format!("{} 4MiB", copy_limits.split_name),
+        copy_limits.split,
+        "GB/s",
+    );
     match only {
         Only::All => {}
         Only::Device => {
-            embedded(report, memcpy, rounds)?;
+            embedded(report, &copy_limits, rounds)?;
             return crate::device::run(report, duration);
         }
         Only::Stream => return crate::stream::run(report, memcpy, quick),
         Only::Load => return crate::load::run(report),
-        Only::Tcp => return over_tcp(report, rounds, None),
+        Only::Tcp => return over_tcp(report, rounds, Redis::start(MIB)),
         Only::SameHost => return crate::same_host::run(report, if quick { 3 } else { 7 }),
     }
-    let redis_1m = redis::get_gbps(MIB, duration);
     allocator(report, duration);
-    embedded(report, memcpy, rounds)?;
+    embedded(report, &copy_limits, rounds)?;
     crate::stream::run(report, memcpy, quick)?;
     crate::device::run(report, duration)?;
-    over_tcp(report, rounds, redis_1m)?;
+    over_tcp(report, rounds, Redis::start(MIB))?;
     crate::same_host::run(report, if quick { 3 } else { 7 })?;
     crate::p2p::run(report, rounds)
 }

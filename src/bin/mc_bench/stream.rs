@@ -328,6 +328,9 @@ fn session_layers(report: &mut Report, quick: bool) -> Result<(), String> {
     }
     let mut out = dest(KEYS * LAYERS * LAYER); // layer-major: [layer][key][LAYER]
     let base = out.as_mut_ptr() as usize;
+    // The reference calls' pins go back through the unpinner after their tickets settled:
+    // let those unpin calls land before the window opens, or they are counted in it.
+    unpins_flushed(&client)?;
     let before = client.metrics().master_calls;
     let mut samples = Vec::with_capacity(reps * LAYERS);
     for rep in 0..reps {
@@ -387,6 +390,25 @@ fn session_layers(report: &mut Report, quick: bool) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Waits (at most 10 s) until every released ticket's pins went back to the master.
+fn unpins_flushed(client: &Client) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = client.metrics().stream;
+        // pins_held drops only after the release queued its unpins (unpins_pending).
+        if m.pins_held == 0 && m.unpins_pending == 0 && m.tickets_outstanding == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the unpinner did not flush in 10 s ({} pins pending, {} tickets outstanding)",
+                m.unpins_pending, m.tickets_outstanding
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// A value of `layers` layers of `layer` bytes; each layer's bytes depend on the key, the
