@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project on a fresh machine: installs the Debian packages the C/C++
 # tests need (when missing), then cargo fmt/clippy checks, cargo tests (with a bounded chaos
-# soak and the network fuzzer), the RDMA leg in the soft-RoCE VM (scripts/rdma-tests.sh, which
+# soak and the network fuzzer; the library's and the single-process suites once more with
+# debug assertions and overflow checks), the RDMA leg in the soft-RoCE VM (scripts/rdma-tests.sh, which
 # installs its own packages), a bounded run of every cargo-fuzz target
 # (scripts/fuzz-smoke.sh), the Python package's pytest suite (built into a fresh virtual
 # environment) and the ctest suites (plain and AddressSanitizer builds).
@@ -31,6 +32,12 @@ scripts/ensure-nightly.sh
 cargo +nightly clippy --manifest-path fuzz/Cargo.toml --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --locked --release
+# The bookkeeping debug_assert!s and integer overflow checks are off in release builds: the
+# library's tests and the single-process suites once more with both on (Cargo.toml's
+# profile.checked; about 5 minutes on 2 cores, the build included).
+echo "== cargo test --profile checked"
+cargo test --locked --profile checked --lib --test integrity --test embedded_client \
+  --test properties --test on_stream --test on_stream_put --test remount
 echo "== RDMA (soft-RoCE VM)"
 scripts/rdma-tests.sh
 echo "== fuzz smoke"

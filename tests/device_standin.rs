@@ -4,8 +4,8 @@
 //! Their "device memory" is a PROT_NONE mapping, so any host memcpy on a device pointer
 //! crashes the child; only the driver copy reaches it.
 //!
-//! Each `child_*` test does nothing unless `MC_STANDIN_CHILD` is set; it then runs against
-//! whichever driver the loader finds. `scripts/gpu-check` runs the CUDA path checks
+//! Each `child_*` test is `#[ignore]`d: its parent test runs it by name (`--ignored`) in a
+//! fresh process, against whichever driver the loader finds there. `scripts/gpu-check` runs the CUDA path checks
 //! (`child_cuda_local_paths`, `child_cuda_remote_paths`) against a real GPU this way.
 
 mod common;
@@ -42,8 +42,12 @@ fn cuda_remote_paths_stage_device_memory_only() {
 fn standin_device_memory_is_not_host_readable() {
     // The negative control: a plain host read of a "device" pointer kills the child.
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["child_host_read_crashes", "--exact", "--test-threads=1"])
-        .env("MC_STANDIN_CHILD", "1")
+        .args([
+            "child_host_read_crashes",
+            "--exact",
+            "--ignored",
+            "--test-threads=1",
+        ])
         .env("LD_LIBRARY_PATH", cuda())
         .output()
         .unwrap();
@@ -124,10 +128,8 @@ fn cfg() -> ReplicateConfig {
 /// Device put → local segment and local segment → device get, through the Rust raw API,
 /// every `mc_*` put/get family and the `mooncake_store_*` API, with exact counters.
 #[test]
+#[ignore = "a child: run by its parent test in a fresh process (common::standin::child)"]
 fn child_cuda_local_paths() {
-    if !is_child() {
-        return;
-    }
     assert_eq!(device::runtime().info().runtime, "cuda");
     let client = embedded(64 * MIB, 16 * MIB);
     assert!(
@@ -498,10 +500,8 @@ fn c_api_with_device_pointers() {
 /// Over TCP between two clients of one master: device memory goes through a pinned bounce
 /// (one copy each way), host memory is sent and received in place (no local copy).
 #[test]
+#[ignore = "a child: run by its parent test in a fresh process (common::standin::child)"]
 fn child_cuda_remote_paths() {
-    if !is_child() {
-        return;
-    }
     let master = TcpMaster::start();
     let owner = master.client(64 * MIB);
     let client = master.client(0);
@@ -598,10 +598,8 @@ fn cuda_device_memory_over_rdma_is_staged_through_bounces() {
 }
 
 #[test]
+#[ignore = "a child: run by its parent test in a fresh process (common::standin::child)"]
 fn child_cuda_rdma_paths() {
-    if !is_child() {
-        return;
-    }
     let device = std::env::var("RDMA_VM_DEV").expect("RDMA_VM_DEV");
     let host = std::env::var("RDMA_VM_ADDR").expect("RDMA_VM_ADDR");
     let master = TcpMaster::start();
@@ -673,10 +671,8 @@ fn child_cuda_rdma_paths() {
 }
 
 #[test]
+#[ignore = "a child: run by its parent test in a fresh process (common::standin::child)"]
 fn child_host_read_crashes() {
-    if !is_child() {
-        return;
-    }
     let d = DeviceAlloc::new(64).unwrap();
     // SAFETY: deliberately not: the stand-in's device memory is PROT_NONE.
     let byte = unsafe { std::ptr::read_volatile(d.addr() as *const u8) };
@@ -684,10 +680,8 @@ fn child_host_read_crashes() {
 }
 
 #[test]
+#[ignore = "a child: run by its parent test in a fresh process (common::standin::child)"]
 fn child_cuda_register_fails() {
-    if !is_child() {
-        return;
-    }
     let client = embedded(16 * MIB, 4 * MIB);
     let stats = DeviceStats::snapshot();
     assert!(stats.host_register_failures >= 2, "{stats:?}");
@@ -697,10 +691,8 @@ fn child_cuda_register_fails() {
 }
 
 #[test]
+#[ignore = "a child: run by its parent test in a fresh process (common::standin::child)"]
 fn child_cuda_pin_budget() {
-    if !is_child() {
-        return;
-    }
     let _client = embedded(32 * MIB, 4 * MIB);
     let stats = DeviceStats::snapshot();
     // Registered: the local buffer and the stream gate words (1024 slots of 8 bytes);
@@ -714,10 +706,8 @@ fn child_cuda_pin_budget() {
 }
 
 #[test]
+#[ignore = "a child: run by its parent test in a fresh process (common::standin::child)"]
 fn child_cuda_no_register_symbols() {
-    if !is_child() {
-        return;
-    }
     mooncake_rs::init_logging();
     let info = device::runtime().info();
     assert_eq!((info.runtime, info.host_register), ("cuda", false));
@@ -727,10 +717,8 @@ fn child_cuda_no_register_symbols() {
 }
 
 #[test]
+#[ignore = "a child: run by its parent test in a fresh process (common::standin::child)"]
 fn child_no_runtime() {
-    if !is_child() {
-        return;
-    }
     mooncake_rs::init_logging();
     let client = embedded(16 * MIB, 4 * MIB);
     if device::runtime().info().runtime == "none" {
@@ -743,10 +731,8 @@ fn child_no_runtime() {
 }
 
 #[test]
+#[ignore = "a child: run by its parent test in a fresh process (common::standin::child)"]
 fn child_ascend_paths() {
-    if !is_child() {
-        return;
-    }
     assert_eq!(device::runtime().info().runtime, "ascend");
     let client = embedded(16 * MIB, 4 * MIB);
     assert!(DeviceStats::snapshot().host_registrations >= 2);
@@ -794,10 +780,8 @@ fn round_trip_device(client: &Client, size: usize) -> u64 {
 /// that leaves its allocation, and host memory, are refused with a reason. A device without
 /// dma-buf support says so and the check ends there.
 #[test]
+#[ignore = "a child: run by its parent test in a fresh process (common::standin::child)"]
 fn child_cuda_dmabuf_export() {
-    if !is_child() {
-        return;
-    }
     let alloc = DeviceAlloc::new(4 * MIB as usize).unwrap();
     let buf = match device::runtime().export_dmabuf(alloc.addr() + 4096, 4096) {
         Ok(buf) => buf,

@@ -159,8 +159,10 @@ fn take_fds(msg: &libc::msghdr) -> Vec<OwnedFd> {
 /// another user could bind a name we connect to (or connect to a name we serve) and trade
 /// memory with us.
 ///
+/// Returns the peer's process id (as the kernel recorded it at connect time).
+///
 /// Errors: `PermissionDenied` naming both user ids; the `getsockopt` error otherwise.
-pub(crate) fn check_peer_user(socket: impl AsFd) -> io::Result<()> {
+pub(crate) fn check_peer_user(socket: impl AsFd) -> io::Result<libc::pid_t> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -191,5 +193,5 @@ pub(crate) fn check_peer_user(socket: impl AsFd) -> io::Result<()> {
             ),
         ));
     }
-    Ok(())
+    Ok(cred.pid)
 }

@@ -63,10 +63,10 @@ pub fn child(name: &str, libdir: &Path, env: &[(&str, &str)]) -> String {
         .args([
             &format!("child_{name}"),
             "--exact",
+            "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])
-        .env("MC_STANDIN_CHILD", "1")
         .env("LD_LIBRARY_PATH", libdir)
         .env("MC_LOG", "info")
         .envs(env.iter().copied())
@@ -85,12 +85,6 @@ pub fn child(name: &str, libdir: &Path, env: &[(&str, &str)]) -> String {
 }
 
 // ---------------------------------------------------------------- child side
-
-/// Whether this process is a child started by [`child`] (`child_*` tests do nothing
-/// otherwise).
-pub fn is_child() -> bool {
-    std::env::var_os("MC_STANDIN_CHILD").is_some()
-}
 
 /// Device memory holding `data`.
 pub fn device_with(data: &[u8]) -> DeviceAlloc {

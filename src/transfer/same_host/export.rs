@@ -1,12 +1,17 @@
 //! [`Exporter`]: the owner side of the same-host channel. A thread accepts connections on the
-//! owner's abstract Unix socket and answers each handshake; a granted connection is kept open
-//! (its closing tells the peer that the owner died or retired the mount) until the next
-//! retirement, or until the peer closes it (noticed within [`SWEEP_PERIOD`], or at the next
-//! grant).
+//! owner's abstract Unix socket and answers their handshakes, all at once: each accepted
+//! connection has its own deadline for its hello, and one that sends nothing delays no other
+//! (at most [`MAX_PENDING`] wait at once; past it the oldest is dropped). A granted
+//! connection is kept open (its closing tells the peer that the owner died or retired the
+//! mount) until the next retirement, or until the peer closes it (noticed within
+//! [`SWEEP_PERIOD`], or at the next grant). Held connections are counted per peer process
+//! (`SO_PEERCRED` pid): a process past [`MAX_HELD_PER_PEER`] loses its own oldest, and when
+//! [`MAX_HELD`] are held the process holding the most loses one, so a process that
+//! hand-shakes in a loop never evicts another peer's connection.
 
 use super::control::ControlWord;
 use super::handshake::{self, Hello, Status, Welcome, HELLO_LEN};
-use super::hangup::{hung_up, wait_readable};
+use super::hangup::{hung_up, wait_ready};
 use crate::error::{fail, ErrorCode, Result};
 use crate::shm::send_with_fds;
 use parking_lot::Mutex;
@@ -17,11 +22,17 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Most granted connections held at once; past it the oldest is closed (its peer then
-/// handshakes again on its next use).
+/// Most granted connections held at once; past it the process holding the most loses its
+/// oldest (its peer then hand-shakes again on its next use).
 const MAX_HELD: usize = 4096;
+
+/// Most granted connections one peer process holds; past it its own oldest is closed.
+const MAX_HELD_PER_PEER: usize = 64;
+
+/// Most accepted connections whose hello has not arrived yet; past it the oldest is dropped.
+const MAX_PENDING: usize = 256;
 
 /// How often the accept thread, idle, closes the granted connections whose peer hung up.
 const SWEEP_PERIOD: Duration = Duration::from_secs(1);
@@ -37,9 +48,23 @@ struct Exported {
 /// What the accept thread and the owner's remounts share.
 struct State {
     current: Option<Exported>,
-    /// Granted connections, open until the next retirement or until their peer closed them
-    /// (those are closed by the next sweep or grant).
-    held: Vec<UnixStream>,
+    /// Granted connections, oldest first, open until the next retirement or until their
+    /// peer closed them (those are closed by the next sweep or grant).
+    held: Vec<Held>,
+}
+
+/// A granted connection and the process at its other end.
+struct Held {
+    stream: UnixStream,
+    pid: libc::pid_t,
+}
+
+/// An accepted connection whose hello is still arriving.
+struct Pending {
+    stream: UnixStream,
+    pid: libc::pid_t,
+    deadline: Instant,
+    hello: Vec<u8>,
 }
 
 struct Shared {
@@ -144,8 +169,8 @@ impl Exporter {
         let mut state = self.shared.state.lock();
         self.shared.control.word().store(0, Ordering::SeqCst);
         state.current = None;
-        for stream in state.held.drain(..) {
-            let _ = stream.shutdown(Shutdown::Both);
+        for held in state.held.drain(..) {
+            let _ = held.stream.shutdown(Shutdown::Both);
         }
     }
 
@@ -170,48 +195,134 @@ impl Drop for Exporter {
 
 fn accept_loop(shared: &Shared, listener: &UnixListener) {
     // Non-blocking, so a connection that went away between the wake-up and the accept costs
-    // nothing; accepted streams are blocking (accept4 does not pass the flag on).
+    // nothing; accepted streams are made non-blocking while their hello arrives.
     if let Err(e) = listener.set_nonblocking(true) {
         tracing::warn!(error = %e, "same-host listener stays blocking: a connection gone before its accept stalls the thread until the next one");
     }
+    let mut pending: Vec<Pending> = Vec::new();
     loop {
-        let ready = wait_readable(listener.as_raw_fd(), SWEEP_PERIOD);
+        let now = Instant::now();
+        pending.retain(|p| p.deadline > now);
+        let wait = pending
+            .iter()
+            .map(|p| p.deadline.saturating_duration_since(now))
+            .min()
+            .map_or(SWEEP_PERIOD, |d| d.min(SWEEP_PERIOD));
+        let fds: Vec<_> = std::iter::once(listener.as_raw_fd())
+            .chain(pending.iter().map(|p| p.stream.as_raw_fd()))
+            .collect();
+        let ready = wait_ready(&fds, wait);
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
         close_hung_up(&mut shared.state.lock().held);
-        if !ready {
-            continue;
+        // Hellos first (their descriptors are in `ready` by position), then new connections.
+        let mut index = 0;
+        pending.retain_mut(|p| {
+            index += 1;
+            !ready[index] || read_hello(shared, p)
+        });
+        if ready[0] {
+            accept_all(shared, listener, &mut pending);
         }
-        match listener.accept() {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Ok((stream, _)) => {
-                if let Err(e) = answer(shared, stream) {
-                    tracing::debug!(error = %e, "same-host handshake failed");
-                }
-            }
+    }
+}
+
+/// Accepts every connection waiting on `listener` into `pending` (other users' are closed at
+/// once), dropping the oldest pending ones past [`MAX_PENDING`].
+fn accept_all(shared: &Shared, listener: &UnixListener, pending: &mut Vec<Pending>) {
+    loop {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
             Err(e) => {
                 tracing::warn!(error = %e, "same-host accept failed");
                 std::thread::sleep(Duration::from_millis(10));
+                return;
             }
+        };
+        let pid = match crate::shm::check_peer_user(&stream) {
+            Ok(pid) => pid,
+            Err(e) => {
+                tracing::debug!(error = %e, "same-host handshake refused");
+                continue;
+            }
+        };
+        if let Err(e) = stream.set_nonblocking(true) {
+            tracing::debug!(error = %e, "same-host handshake dropped");
+            continue;
         }
+        if pending.len() >= MAX_PENDING {
+            pending.remove(0);
+        }
+        pending.push(Pending {
+            stream,
+            pid,
+            deadline: Instant::now() + shared.timeout,
+            hello: Vec::with_capacity(HELLO_LEN),
+        });
+    }
+}
+
+/// Reads what arrived of `pending`'s hello; answers it once complete. Returns whether the
+/// connection is still waiting for the rest of its hello.
+fn read_hello(shared: &Shared, pending: &mut Pending) -> bool {
+    let mut bytes = [0u8; HELLO_LEN];
+    let want = HELLO_LEN - pending.hello.len();
+    match pending.stream.read(&mut bytes[..want]) {
+        Ok(0) => false,
+        Ok(n) => {
+            pending.hello.extend_from_slice(&bytes[..n]);
+            if pending.hello.len() < HELLO_LEN {
+                return true;
+            }
+            let stream = match pending.stream.try_clone() {
+                Ok(stream) => stream,
+                Err(_) => return false,
+            };
+            if let Err(e) = answer(shared, stream, &pending.hello, pending.pid) {
+                tracing::debug!(error = %e, "same-host handshake failed");
+            }
+            false
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
+        Err(_) => false,
     }
 }
 
 /// Closes the connections whose peer went away (dropped its mapping, or died), so the owner
 /// holds one per live mapping, not one per handshake ever granted.
-fn close_hung_up(held: &mut Vec<UnixStream>) {
-    held.retain(|stream| !hung_up(stream.as_raw_fd()));
+fn close_hung_up(held: &mut Vec<Held>) {
+    held.retain(|h| !hung_up(h.stream.as_raw_fd()));
 }
 
-/// Reads one hello from `stream` and answers it; a granted stream is kept in `held`.
-fn answer(shared: &Shared, mut stream: UnixStream) -> std::io::Result<()> {
-    crate::shm::check_peer_user(&stream)?;
-    stream.set_read_timeout(Some(shared.timeout))?;
+/// Makes room for one more held connection of `pid`: past [`MAX_HELD_PER_PEER`] that
+/// process's oldest goes; at [`MAX_HELD`] the oldest of the process holding the most.
+fn make_room(held: &mut Vec<Held>, pid: libc::pid_t) {
+    let of = |held: &[Held], pid| held.iter().filter(|h| h.pid == pid).count();
+    let victim = if of(held, pid) >= MAX_HELD_PER_PEER {
+        Some(pid)
+    } else if held.len() >= MAX_HELD {
+        held.iter().map(|h| h.pid).max_by_key(|&p| of(held, p))
+    } else {
+        None
+    };
+    if let Some(position) = victim.and_then(|v| held.iter().position(|h| h.pid == v)) {
+        held.remove(position);
+    }
+}
+
+/// Answers the hello `bytes` that arrived on `stream` (from process `pid`); a granted stream
+/// is kept in `held`.
+fn answer(
+    shared: &Shared,
+    stream: UnixStream,
+    bytes: &[u8],
+    pid: libc::pid_t,
+) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
     stream.set_write_timeout(Some(shared.timeout))?;
-    let mut bytes = [0u8; HELLO_LEN];
-    stream.read_exact(&mut bytes)?;
-    let Some(hello) = Hello::decode(&bytes) else {
+    let Some(hello) = Hello::decode(bytes) else {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             "not a same-host hello",
@@ -251,10 +362,8 @@ fn answer(shared: &Shared, mut stream: UnixStream) -> std::io::Result<()> {
     send_with_fds(&stream, &welcome.encode(), &fds)?;
     if granted {
         close_hung_up(&mut state.held);
-        if state.held.len() >= MAX_HELD {
-            state.held.remove(0);
-        }
-        state.held.push(stream);
+        make_room(&mut state.held, pid);
+        state.held.push(Held { stream, pid });
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Noticing that the other end of a same-host connection hung up, without reading from it:
 //! [`hung_up`] asks once, [`wait_for_hangups`] waits for any of several connections (or a
-//! wake-up); and [`wait_readable`], the owner's bounded wait for its next connection.
+//! wake-up); and [`wait_ready`], the owner's bounded wait for a connection to accept or a
+//! handshake's next bytes.
 
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -21,23 +22,26 @@ pub(crate) fn hung_up(fd: RawFd) -> bool {
     n > 0 && poll.revents & HANGUP != 0
 }
 
-/// Waits at most `timeout` until `fd` (kept open by the caller; a listener: a connection to
-/// accept) is readable. False on a timeout or a failed poll; a descriptor in error (no
-/// `POLLIN`) costs a 10 ms pause first, so a caller's loop never spins.
-pub(super) fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
-    let mut poll = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
+/// Waits at most `timeout` until one of `fds` (kept open by the caller: a listener with a
+/// connection to accept, or a connection with bytes to read or a hang-up) is ready. Returns,
+/// per descriptor, whether it is. All false on a timeout or a failed poll; a failed poll costs
+/// a 10 ms pause first, so a caller's loop never spins.
+pub(super) fn wait_ready(fds: &[RawFd], timeout: Duration) -> Vec<bool> {
+    let mut polls: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
+        })
+        .collect();
     let timeout_ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: one pollfd on a descriptor the caller keeps open.
-    let n = unsafe { libc::poll(&mut poll, 1, timeout_ms) };
-    let readable = n > 0 && poll.revents & libc::POLLIN != 0;
-    if !readable && (n < 0 || poll.revents != 0) {
+    // SAFETY: `polls` holds valid pollfds of descriptors the caller keeps open.
+    let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, timeout_ms) };
+    if n < 0 {
         std::thread::sleep(Duration::from_millis(10));
     }
-    readable
+    polls.iter().map(|p| n > 0 && p.revents != 0).collect()
 }
 
 /// Waits at most `timeout` until one of `connections` (kept open by the caller) hangs up or

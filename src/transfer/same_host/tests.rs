@@ -10,20 +10,33 @@ use std::time::Duration;
 /// An owner exporting mount `epoch` of a fresh 64 KiB file under a unique loopback endpoint
 /// name (127.x.y.z:port), and its own mapping of the file.
 fn owner(epoch: u64) -> (String, Exporter, SealedMemfd, PeerMapping) {
-    let endpoint = format!(
+    owner_at(&unique_endpoint(), epoch)
+}
+
+/// A loopback endpoint name (127.x.y.z:port) no other test uses.
+fn unique_endpoint() -> String {
+    format!(
         "127.{}.{}.{}:{}",
         fastrand::u8(..),
         fastrand::u8(..),
         fastrand::u8(1..),
         fastrand::u16(1..)
-    );
-    owner_at(&endpoint, epoch)
+    )
 }
 
 /// An owner exporting mount `epoch` of a fresh 64 KiB file as `endpoint`.
 fn owner_at(endpoint: &str, epoch: u64) -> (String, Exporter, SealedMemfd, PeerMapping) {
+    owner_with(endpoint, epoch, Duration::from_secs(5))
+}
+
+/// [`owner_at`] whose handshakes may take `timeout` each.
+fn owner_with(
+    endpoint: &str,
+    epoch: u64,
+    timeout: Duration,
+) -> (String, Exporter, SealedMemfd, PeerMapping) {
     let endpoint = endpoint.to_string();
-    let exporter = Exporter::start(&endpoint, Duration::from_secs(5)).unwrap();
+    let exporter = Exporter::start(&endpoint, timeout).unwrap();
     let file = SealedMemfd::create("same-host-unit", 1 << 16).unwrap();
     let mine = PeerMapping::map(file.fd(), 0, 1 << 16).unwrap();
     exporter
@@ -190,4 +203,81 @@ fn a_process_of_another_user_gets_no_answer_from_the_exporter() {
     };
     // ...a process of another user is closed on, unanswered, whatever it asks.
     assert_eq!(seen, "CLOSED");
+}
+
+#[test]
+fn an_idle_connection_delays_no_other_handshake() {
+    // The owner would wait 30 s for a hello; the peer gives up after 5 s (`maps`).
+    let (endpoint, _exporter, _file, _mine) =
+        owner_with(&unique_endpoint(), 9, Duration::from_secs(30));
+    let addr = handshake::socket_addr(&endpoint).unwrap();
+    let idle: Vec<_> = (0..3)
+        .map(|_| std::os::unix::net::UnixStream::connect_addr(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let metrics = Arc::new(Metrics::default());
+    let peer = maps(&metrics).lookup(&endpoint, 9, 0x10_0000, 16);
+    assert!(
+        peer.is_some(),
+        "the handshake waited behind idle connections and gave up"
+    );
+    drop(idle);
+}
+
+#[test]
+fn a_process_that_hand_shakes_in_a_loop_evicts_no_other_peers_connection() {
+    let (endpoint, _exporter, _file, _mine) = owner(21);
+    let metrics = Arc::new(Metrics::default());
+    let peers = maps(&metrics);
+    let held = peers.lookup(&endpoint, 21, 0x10_0000, 16).expect("mapped");
+    // Another process of this user: more granted handshakes than the owner holds at once.
+    let handshakes = 4200;
+    let hello: String = handshake::Hello { epoch: 21 }
+        .encode()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let script = format!(
+        "import os, resource, socket, sys\n\
+         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n\
+         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))\n\
+         held = []\n\
+         for _ in range({handshakes}):\n    \
+         s = socket.socket(socket.AF_UNIX)\n    s.settimeout(5)\n    \
+         s.connect('\\0{name}')\n    s.sendall(bytes.fromhex('{hello}'))\n    \
+         data, fds, _, _ = socket.recv_fds(s, 64, 4)\n    \
+         [os.close(fd) for fd in fds]\n    held.append(s)\n\
+         print(len(held), flush=True)\n\
+         sys.stdin.read()\n",
+        name = handshake::socket_name(&endpoint),
+    );
+    let mut stranger = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(stranger.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(
+        line.trim(),
+        handshakes.to_string(),
+        "the stranger's handshakes"
+    );
+    // Our mapping's connection is still held: its reaper saw no hang-up.
+    let dropped = crate::test_util::wait_until(Duration::from_secs(2), || {
+        metrics.snapshot().same_host_mappings_dropped > 0
+    });
+    drop(stranger.stdin.take());
+    let _ = stranger.wait();
+    assert!(
+        !dropped,
+        "a stranger's handshakes evicted our held connection"
+    );
+    let mut out = [0u8; 16];
+    assert_eq!(read(&metrics, &held, 0x10_0000, &mut out, 21), Ok(16));
 }
