@@ -57,10 +57,12 @@ import xml.etree.ElementTree as ET
 
 bad = []
 for case in ET.parse(sys.argv[1]).iter("testcase"):
+    where = f"{case.get('classname')}::{case.get('name')}"
     for skip in case.iter("skipped"):
         message = skip.get("message", "")
-        if "torch" not in message:
-            bad.append(f"{case.get('classname')}::{case.get('name')}: {message}")
+        # test_torch.py skips as a whole ("collection skipped") when torch is not installed.
+        if "test_torch" not in where and "torch" not in message:
+            bad.append(f"{where}: {message}")
 if bad:
     print(f"python-tests: {len(bad)} unexpected skips (only the torch tests may skip):")
     print("\n".join(bad))
