@@ -8,7 +8,8 @@ if cargo +nightly --version >/dev/null 2>&1; then
 fi
 echo "== installing the nightly toolchain (rustup)"
 if command -v rustup >/dev/null &&
-  rustup toolchain install nightly --profile minimal --component clippy,rustfmt; then
+  rustup toolchain install nightly --profile minimal --component clippy,rustfmt \
+    --allow-downgrade; then
   cargo +nightly --version
   exit 0
 fi

@@ -401,10 +401,27 @@ pub(crate) const DUMMY_TTL_MS: Knob = Knob::new("MC_DUMMY_TTL_MS", 10_000, 100, 
 /// memory outside shared blocks. Default 8 MiB, at least 4 KiB.
 pub(crate) const DUMMY_STAGING_BYTES: Knob =
     Knob::new("MC_DUMMY_STAGING_BYTES", 8 << 20, 4096, u64::MAX).quiet();
-/// `MC_DUMMY_MAX_MAPPINGS`: most distinct blocks one dummy may have mapped at its real client
-/// at once. Default 4096.
+/// `MC_DUMMY_MAX_MAPPINGS`: most distinct blocks one dummy process (by its kernel pid, over all
+/// its links) may have mapped at its real client at once. Default 4096.
 pub(crate) const DUMMY_MAX_MAPPINGS: Knob =
     Knob::new("MC_DUMMY_MAX_MAPPINGS", 4096, 0, u64::MAX).quiet();
+/// `MC_DUMMY_MAX_CONNECTIONS`: most dummy connections a real client serves at once, over all
+/// dummies (each costs two threads and two descriptors); more are closed unserved. Default
+/// 256.
+pub(crate) const DUMMY_MAX_CONNECTIONS: Knob =
+    Knob::new("MC_DUMMY_MAX_CONNECTIONS", 256, 1, 65_536).quiet();
+/// `MC_DUMMY_MAX_MAPPED_BYTES`: most bytes of shared blocks one dummy process may have mapped
+/// at its real client (a size: "1 TiB", …). Default 1 TiB.
+pub(crate) const DUMMY_MAX_MAPPED_BYTES: Knob =
+    Knob::new("MC_DUMMY_MAX_MAPPED_BYTES", 1 << 40, 0, u64::MAX)
+        .quiet()
+        .sizes();
+/// `MC_DUMMY_MAX_MAPPED_BYTES_TOTAL`: most bytes of shared blocks a real client maps for all
+/// its dummies together (a size). Default 8 TiB, well inside the 128 TiB of user address space.
+pub(crate) const DUMMY_MAX_MAPPED_BYTES_TOTAL: Knob =
+    Knob::new("MC_DUMMY_MAX_MAPPED_BYTES_TOTAL", 8 << 40, 0, u64::MAX)
+        .quiet()
+        .sizes();
 /// `MC_DUMMY_CONNECTIONS`: most connections one dummy opens to its real client, i.e.
 /// transfers it runs at once. Default 4, 1..=64.
 pub(crate) const DUMMY_CONNECTIONS: Knob = Knob::new("MC_DUMMY_CONNECTIONS", 4, 1, 64).quiet();
@@ -470,6 +487,9 @@ pub(crate) const KNOBS: &[&Knob] = &[
     &DUMMY_TTL_MS,
     &DUMMY_STAGING_BYTES,
     &DUMMY_MAX_MAPPINGS,
+    &DUMMY_MAX_CONNECTIONS,
+    &DUMMY_MAX_MAPPED_BYTES,
+    &DUMMY_MAX_MAPPED_BYTES_TOTAL,
     &DUMMY_CONNECTIONS,
     &RDMA_MR_QUARANTINE_MS,
     &P2P_QUARANTINE_MS,

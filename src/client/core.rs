@@ -249,19 +249,29 @@ impl ClientCore {
         Ok(())
     }
 
-    /// Whether the mounted segment is registered with the device runtime (device streams
-    /// may then copy straight from it).
     /// Holds the mount of our own segment that `buffer` (a replica in it) names, for a copy
     /// queued on a stream; see [`TransferEngine::hold_mount`]. Errors: `STALE_SEGMENT_EPOCH`
-    /// when the replica belongs to an earlier mount.
+    /// when the replica belongs to an earlier mount or the segment is being remounted.
     pub(super) fn hold_mount(&self, buffer: &BufferDescriptor) -> Result<MountHold> {
-        self.engine.hold_mount(
-            buffer.buffer_address as usize,
-            buffer.size as usize,
-            buffer.epoch,
-        )
+        let (addr, len) = (buffer.buffer_address, buffer.size);
+        match self
+            .engine
+            .hold_mount(addr as usize, len as usize, buffer.epoch)
+        {
+            Some(hold) => Ok(hold),
+            None => fail(
+                ErrorCode::StaleSegmentEpoch,
+                format!(
+                    "{addr:#x}+{len} of our segment's mount {:#x} is not the current mount, \
+                     or a remount of it is waiting",
+                    buffer.epoch
+                ),
+            ),
+        }
     }
 
+    /// Whether the mounted segment is registered with the device runtime (device streams
+    /// may then copy straight from it).
     pub(super) fn segment_is_pinned(&self) -> bool {
         self.segment.as_ref().is_some_and(OwnSegment::is_pinned)
     }

@@ -216,9 +216,13 @@ impl<'a> Call<'a> {
         // A resident replica is read by the stream long after this call: its mount is held
         // until the release marker ran. One of an earlier mount is gone; the staged path
         // (through the engine, which refuses it) tries the other replicas.
+        let buffer = &first.buffer;
         let held = resident
-            .then(|| self.core.hold_mount(&first.buffer))
-            .and_then(|hold| hold.ok());
+            .then(|| {
+                let (addr, len) = (buffer.buffer_address as usize, buffer.size as usize);
+                self.core.engine.hold_mount(addr, len, buffer.epoch)
+            })
+            .flatten();
         if let Some(hold) = held {
             self.mount_holds.push(hold);
             let base = first.buffer.buffer_address as usize;

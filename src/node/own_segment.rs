@@ -19,6 +19,7 @@ use crate::error::Result;
 use crate::transfer::TransferEngine;
 use crate::types::{fresh_epoch, Segment, SegmentId};
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The name of the segment's memfd (in `/proc/<pid>/maps`).
@@ -32,14 +33,19 @@ pub(crate) const REMOUNT_WAIT: Duration = Duration::from_millis(250);
 pub(crate) struct OwnSegment {
     segment: Mutex<Segment>,
     region: Mutex<MappedRegion>,
+    /// Whether the region is registered with the device runtime now (read without the region
+    /// lock, which a remount holds while it waits for stream copies that may ask).
+    pinned: AtomicBool,
 }
 
 impl OwnSegment {
     /// `segment` (its epoch is replaced by [`OwnSegment::next_mount`]) over `region`.
     pub(crate) fn new(segment: Segment, region: MappedRegion) -> OwnSegment {
+        let pinned = AtomicBool::new(region.is_pinned());
         OwnSegment {
             segment: Mutex::new(segment),
             region: Mutex::new(region),
+            pinned,
         }
     }
 
@@ -70,12 +76,14 @@ impl OwnSegment {
         // new pages, not the old).
         // The first mount keeps the pages it was registered with.
         let base = segment.base as usize;
-        match remount {
+        let switched = match remount {
             true => engine.set_region_epoch_with(base, epoch, REMOUNT_WAIT, || {
                 region.renew_shared(SEGMENT_FILE)
             }),
             false => engine.set_region_epoch(base, epoch),
-        }?;
+        };
+        self.pinned.store(region.is_pinned(), Ordering::Release);
+        switched?;
         segment.epoch = epoch;
         if let Some(file) = region.shared_file() {
             if engine
@@ -103,6 +111,6 @@ impl OwnSegment {
 
     /// Whether the memory is registered with the device runtime.
     pub(crate) fn is_pinned(&self) -> bool {
-        self.region.lock().is_pinned()
+        self.pinned.load(Ordering::Acquire)
     }
 }

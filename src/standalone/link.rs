@@ -160,6 +160,9 @@ impl DummyLink {
             requests_refused: r.u64()?,
             connections: r.u64()?,
             other_user_refused: r.u64()?,
+            connections_refused: r.u64()?,
+            frames_timed_out: r.u64()?,
+            maps_refused: r.u64()?,
         })
     }
 

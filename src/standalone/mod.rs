@@ -55,3 +55,10 @@ pub(crate) fn port_of(address: &str) -> crate::Result<u16> {
 
 #[cfg(test)]
 mod tests;
+
+/// The fuzz crate's entry to the dummy protocol's decoders (see `wire::fuzz_frames`). Not an
+/// API.
+#[doc(hidden)]
+pub fn fuzz_frames(data: &[u8]) {
+    wire::fuzz_frames(data)
+}

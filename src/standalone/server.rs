@@ -24,13 +24,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Most distinct blocks one dummy may have mapped at once over all its connections
-/// (`MC_DUMMY_MAX_MAPPINGS`, default 4096). A bound against runaway dummies, not hostile
-/// ones: a process of the same user that wants more opens another link.
-fn max_mappings() -> usize {
-    usize::try_from(crate::env::DUMMY_MAX_MAPPINGS.get()).unwrap_or(usize::MAX)
-}
-
 /// The real client's counters for dummies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ServerStats {
@@ -49,6 +42,45 @@ pub struct ServerStats {
     pub connections: u64,
     /// Connections of processes of another user, closed unserved.
     pub other_user_refused: u64,
+    /// Connections closed unserved because `MC_DUMMY_MAX_CONNECTIONS` were served already.
+    pub connections_refused: u64,
+    /// Connections dropped because a frame had not fully arrived one TTL after its first
+    /// byte.
+    pub frames_timed_out: u64,
+    /// Maps refused by a mapping limit (`MC_DUMMY_MAX_MAPPINGS`, `MC_DUMMY_MAX_MAPPED_BYTES`,
+    /// `MC_DUMMY_MAX_MAPPED_BYTES_TOTAL`).
+    pub maps_refused: u64,
+}
+
+/// What a real client grants its dummies; [`Limits::from_env`] at start.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// Silence after which a connection is dropped, and the longest one frame may take once
+    /// its first byte arrived (`MC_DUMMY_TTL_MS`).
+    pub(crate) ttl: Duration,
+    /// Dummy connections served at once over all dummies (`MC_DUMMY_MAX_CONNECTIONS`).
+    pub(crate) connections: usize,
+    /// Distinct blocks one dummy process may have mapped, over all its links and
+    /// connections (`MC_DUMMY_MAX_MAPPINGS`).
+    pub(crate) mappings_per_peer: usize,
+    /// Bytes one dummy process may have mapped (`MC_DUMMY_MAX_MAPPED_BYTES`).
+    pub(crate) bytes_per_peer: u64,
+    /// Bytes mapped for all dummies together (`MC_DUMMY_MAX_MAPPED_BYTES_TOTAL`).
+    pub(crate) bytes_total: u64,
+}
+
+impl Limits {
+    /// The limits the environment sets (see `docs/configuration.md`).
+    pub(crate) fn from_env() -> Limits {
+        let size = |knob: &crate::env::Knob| usize::try_from(knob.get()).unwrap_or(usize::MAX);
+        Limits {
+            ttl: super::ttl(),
+            connections: size(&crate::env::DUMMY_MAX_CONNECTIONS),
+            mappings_per_peer: size(&crate::env::DUMMY_MAX_MAPPINGS),
+            bytes_per_peer: crate::env::DUMMY_MAX_MAPPED_BYTES.get(),
+            bytes_total: crate::env::DUMMY_MAX_MAPPED_BYTES_TOTAL.get(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -59,25 +91,31 @@ struct Counters {
     requests_refused: AtomicU64,
     connections: AtomicU64,
     other_user_refused: AtomicU64,
+    connections_refused: AtomicU64,
+    frames_timed_out: AtomicU64,
+    maps_refused: AtomicU64,
 }
 
-/// A dummy as its hello names it: its process id and the id of its link (one per
-/// [`super::DummyLink`]), shared by all the link's connections.
-type LinkKey = (u32, u64);
+/// A dummy link: the process at the other end as the kernel names it (`SO_PEERCRED`, not what
+/// the dummy says) and the id of its link (one per [`super::DummyLink`]), shared by all the
+/// link's connections.
+type LinkKey = (libc::pid_t, u64);
 
-/// What one attached dummy holds: connections open, and the blocks mapped over all of them
-/// (block id → how many of its connections map it).
+/// What one attached dummy link holds: connections open, the blocks mapped over all of them
+/// (block id → how many of its connections map it), and the bytes of those mappings (a block
+/// mapped on two connections is mapped, and counted, twice).
 #[derive(Default)]
 struct LinkHolds {
     connections: usize,
     blocks: HashMap<u64, usize>,
+    bytes: u64,
 }
 
 struct Shared {
     engine: Arc<TransferEngine>,
     own_name: String,
     master_address: String,
-    ttl: Duration,
+    limits: Limits,
     stop: AtomicBool,
     counters: Counters,
     /// The attached dummies: their connections and mapped blocks.
@@ -110,16 +148,33 @@ impl DummyServer {
         own_name: &str,
         master_address: &str,
     ) -> Result<DummyServer> {
-        Self::start_with_ttl(name, engine, own_name, master_address, super::ttl())
+        let limits = Limits::from_env();
+        Self::start_with(name, engine, own_name, master_address, limits)
     }
 
     /// [`Self::start`] with a dummy TTL of `ttl` instead of [`super::ttl`].
+    #[cfg(test)]
     pub(super) fn start_with_ttl(
         name: &str,
         engine: Arc<TransferEngine>,
         own_name: &str,
         master_address: &str,
         ttl: Duration,
+    ) -> Result<DummyServer> {
+        let limits = Limits {
+            ttl,
+            ..Limits::from_env()
+        };
+        Self::start_with(name, engine, own_name, master_address, limits)
+    }
+
+    /// [`Self::start`] with `limits` instead of the environment's.
+    pub(super) fn start_with(
+        name: &str,
+        engine: Arc<TransferEngine>,
+        own_name: &str,
+        master_address: &str,
+        limits: Limits,
     ) -> Result<DummyServer> {
         let listener = SocketAddr::from_abstract_name(name.as_bytes())
             .and_then(|addr| UnixListener::bind_addr(&addr));
@@ -136,7 +191,7 @@ impl DummyServer {
             engine,
             own_name: own_name.to_string(),
             master_address: master_address.to_string(),
-            ttl,
+            limits,
             stop: AtomicBool::new(false),
             counters: Counters::default(),
             links: Mutex::new(HashMap::new()),
@@ -197,6 +252,9 @@ impl Shared {
             requests_refused: c.requests_refused.load(Ordering::Relaxed),
             connections: c.connections.load(Ordering::Relaxed),
             other_user_refused: c.other_user_refused.load(Ordering::Relaxed),
+            connections_refused: c.connections_refused.load(Ordering::Relaxed),
+            frames_timed_out: c.frames_timed_out.load(Ordering::Relaxed),
+            maps_refused: c.maps_refused.load(Ordering::Relaxed),
         }
     }
 
@@ -210,15 +268,15 @@ impl Shared {
         holds.connections += 1;
     }
 
-    /// Counts one connection of `link`, which mapped `blocks`, less; its last one detaches
-    /// the dummy.
-    fn detach(&self, link: LinkKey, blocks: impl Iterator<Item = u64>) {
+    /// Counts one connection of `link`, which mapped `blocks` (id, bytes), less; its last
+    /// one detaches the dummy.
+    fn detach(&self, link: LinkKey, blocks: impl Iterator<Item = (u64, u64)>) {
         let mut links = self.links.lock();
         let Some(holds) = links.get_mut(&link) else {
             return;
         };
-        for block in blocks {
-            holds.release(block);
+        for (block, len) in blocks {
+            holds.release(block, len);
         }
         debug_assert!(holds.connections > 0);
         holds.connections = holds.connections.saturating_sub(1);
@@ -228,36 +286,64 @@ impl Shared {
         }
     }
 
-    /// Counts block `block` mapped on one more connection of `link`. Errors:
-    /// `INVALID_PARAMS` when it is a block the dummy has not mapped yet and it already has
-    /// [`max_mappings`] distinct blocks mapped.
-    fn reserve_mapping(&self, link: LinkKey, block: u64) -> Result<()> {
+    /// Counts block `block` of `len` bytes mapped on one more connection of `link`, within
+    /// the [`Limits`]: the distinct blocks and the bytes of the link's process (all its links
+    /// together), and the bytes of all dummies. Errors: `INVALID_PARAMS` naming the limit
+    /// (nothing counted; `maps_refused`).
+    fn reserve_mapping(&self, link: LinkKey, block: u64, len: u64) -> Result<()> {
         let mut links = self.links.lock();
-        let holds = links.entry(link).or_default();
-        if !holds.blocks.contains_key(&block) && holds.blocks.len() >= max_mappings() {
-            return fail(
-                ErrorCode::InvalidParams,
-                format!(
-                    "this dummy already has {} blocks mapped (MC_DUMMY_MAX_MAPPINGS)",
-                    holds.blocks.len()
-                ),
-            );
+        let limits = &self.limits;
+        let of_process = links.iter().filter(|(key, _)| key.0 == link.0);
+        let (blocks, bytes) = of_process.fold((0, 0u64), |(n, b), (_, h)| {
+            (n + h.blocks.len(), b + h.bytes)
+        });
+        let total: u64 = links.values().map(|h| h.bytes).sum();
+        let new_block = !links
+            .get(&link)
+            .is_some_and(|h| h.blocks.contains_key(&block));
+        let refusal = if new_block && blocks >= limits.mappings_per_peer {
+            Some(format!(
+                "this dummy process already has {blocks} blocks mapped (MC_DUMMY_MAX_MAPPINGS)"
+            ))
+        } else if bytes.saturating_add(len) > limits.bytes_per_peer {
+            Some(format!(
+                "{len} more bytes would map {} bytes for this dummy process, over \
+                 MC_DUMMY_MAX_MAPPED_BYTES ({})",
+                bytes.saturating_add(len),
+                limits.bytes_per_peer
+            ))
+        } else if total.saturating_add(len) > limits.bytes_total {
+            Some(format!(
+                "{len} more bytes would map {} bytes for all dummies, over \
+                 MC_DUMMY_MAX_MAPPED_BYTES_TOTAL ({})",
+                total.saturating_add(len),
+                limits.bytes_total
+            ))
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            self.counters.maps_refused.fetch_add(1, Ordering::Relaxed);
+            return fail(ErrorCode::InvalidParams, refusal);
         }
+        let holds = links.entry(link).or_default();
         *holds.blocks.entry(block).or_insert(0) += 1;
+        holds.bytes += len;
         Ok(())
     }
 
-    /// Counts block `block` unmapped on one connection of `link`.
-    fn release_mapping(&self, link: LinkKey, block: u64) {
+    /// Counts block `block` of `len` bytes unmapped on one connection of `link`.
+    fn release_mapping(&self, link: LinkKey, block: u64, len: u64) {
         if let Some(holds) = self.links.lock().get_mut(&link) {
-            holds.release(block);
+            holds.release(block, len);
         }
     }
 }
 
 impl LinkHolds {
-    /// One connection less maps `block`.
-    fn release(&mut self, block: u64) {
+    /// One connection less maps `block` of `len` bytes.
+    fn release(&mut self, block: u64, len: u64) {
+        self.bytes = self.bytes.saturating_sub(len);
         if let Some(count) = self.blocks.get_mut(&block) {
             *count -= 1;
             if *count == 0 {
@@ -287,11 +373,27 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
         let Ok((stream, _)) = listener.accept() else {
             continue;
         };
-        if let Err(e) = crate::shm::check_peer_user(&stream) {
-            tracing::warn!(error = %e, "a dummy of another user: refused");
+        let peer = match crate::shm::check_peer_user(&stream) {
+            Ok(pid) => pid,
+            Err(e) => {
+                tracing::warn!(error = %e, "a dummy of another user: refused");
+                shared
+                    .counters
+                    .other_user_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        };
+        // Each served connection costs two threads and two descriptors.
+        let served = shared.served.lock().len();
+        if served >= shared.limits.connections {
+            tracing::warn!(
+                served,
+                "dummy connection refused: MC_DUMMY_MAX_CONNECTIONS reached"
+            );
             shared
                 .counters
-                .other_user_refused
+                .connections_refused
                 .fetch_add(1, Ordering::Relaxed);
             continue;
         }
@@ -305,7 +407,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
         let dummy_shared = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name("mc-dummy".into())
-            .spawn(move || serve(&dummy_shared, stream));
+            .spawn(move || serve(&dummy_shared, stream, peer));
         match spawned {
             Ok(thread) => shared.served.lock().push(Served { socket, thread }),
             Err(e) => tracing::warn!(error = %e, "no thread for a dummy: refused"),
@@ -329,8 +431,8 @@ fn reap_ended(shared: &Shared) {
 }
 
 /// What the real client holds for one dummy connection; released (unmapped, counted) on
-/// drop. Each connection of a dummy maps its blocks on its own; [`max_mappings`] bounds the
-/// distinct blocks of a dummy over all its connections.
+/// drop. Each connection of a dummy maps its blocks on its own; the [`Limits`] bound what a
+/// dummy process maps over all its links and connections.
 struct DummyState<'a> {
     shared: &'a Shared,
     /// The dummy, once its hello was accepted.
@@ -341,7 +443,9 @@ struct DummyState<'a> {
 impl Drop for DummyState<'_> {
     fn drop(&mut self) {
         let c = &self.shared.counters;
-        let held: Vec<u64> = self.mappings.keys().copied().collect();
+        let held: Vec<(u64, u64)> = (self.mappings.iter())
+            .map(|(id, mapping)| (*id, mapping.len() as u64))
+            .collect();
         for (_, mapping) in self.mappings.drain() {
             c.mappings.fetch_sub(1, Ordering::Relaxed);
             c.mapped_bytes
@@ -357,9 +461,9 @@ impl Drop for DummyState<'_> {
 
 /// Serves one dummy connection until it closes, falls silent past the TTL, or breaks the
 /// protocol.
-fn serve(shared: &Shared, stream: UnixStream) {
-    if stream.set_read_timeout(Some(shared.ttl)).is_err()
-        || stream.set_write_timeout(Some(shared.ttl)).is_err()
+fn serve(shared: &Shared, stream: UnixStream, peer: libc::pid_t) {
+    if stream.set_read_timeout(Some(shared.limits.ttl)).is_err()
+        || stream.set_write_timeout(Some(shared.limits.ttl)).is_err()
     {
         return;
     }
@@ -368,14 +472,14 @@ fn serve(shared: &Shared, stream: UnixStream) {
     std::thread::scope(|scope| {
         let beating = std::thread::Builder::new()
             .name("mc-dummy-heartbeat".into())
-            .spawn_scoped(scope, || heartbeat.run(&stream, shared.ttl / 3));
+            .spawn_scoped(scope, || heartbeat.run(&stream, shared.limits.ttl / 3));
         if let Err(error) = beating {
             tracing::warn!(%error, "no heartbeat thread: long requests may time out");
         }
         // Stopped also when serving panics, or the scope would wait for it forever while
         // it tells the dummy a dead request is still running.
         let _stop = StopOnDrop(&heartbeat);
-        serve_requests(shared, &stream, &heartbeat);
+        serve_requests(shared, &stream, peer, &heartbeat);
     });
 }
 
@@ -449,7 +553,7 @@ fn send(stream: &UnixStream, frame: &[u8]) -> std::io::Result<()> {
 }
 
 /// Serves the requests of one connection until it ends or the server stops.
-fn serve_requests(shared: &Shared, stream: &UnixStream, heartbeat: &Heartbeat) {
+fn serve_requests(shared: &Shared, stream: &UnixStream, peer: libc::pid_t, heartbeat: &Heartbeat) {
     let mut state = DummyState {
         shared,
         link: None,
@@ -457,14 +561,22 @@ fn serve_requests(shared: &Shared, stream: &UnixStream, heartbeat: &Heartbeat) {
     };
     while !shared.stop.load(Ordering::Acquire) {
         let greeted = state.link.is_some();
-        let Ok((kind, body, fds)) = read_frame(stream) else {
-            break;
+        let (kind, body, fds) = match read_frame(stream, shared.limits.ttl) {
+            Ok(frame) => frame,
+            Err(e) => {
+                if e.kind() == std::io::ErrorKind::TimedOut {
+                    tracing::warn!(error = %e, "dummy connection dropped");
+                    let c = &shared.counters;
+                    c.frames_timed_out.fetch_add(1, Ordering::Relaxed);
+                }
+                break;
+            }
         };
         heartbeat.busy();
         let mut payload = Writer::default();
         let outcome = match Kind::from_u8(kind) {
             Some(Kind::Hello) if greeted => fail(ErrorCode::InvalidParams, "hello twice"),
-            Some(Kind::Hello) => hello(shared, &body, &mut payload).map(|link| {
+            Some(Kind::Hello) => hello(shared, peer, &body, &mut payload).map(|link| {
                 shared.attach(link);
                 state.link = Some(link);
             }),
@@ -482,7 +594,10 @@ fn serve_requests(shared: &Shared, stream: &UnixStream, heartbeat: &Heartbeat) {
                     .u64(s.connections_dropped)
                     .u64(s.requests_refused)
                     .u64(s.connections)
-                    .u64(s.other_user_refused);
+                    .u64(s.other_user_refused)
+                    .u64(s.connections_refused)
+                    .u64(s.frames_timed_out)
+                    .u64(s.maps_refused);
                 Ok(())
             }
             None => fail(ErrorCode::InvalidParams, format!("unknown request {kind}")),
@@ -504,43 +619,88 @@ fn serve_requests(shared: &Shared, stream: &UnixStream, heartbeat: &Heartbeat) {
 /// real client's descriptor table by spreading a long frame over many messages.
 const MAX_FDS_PER_FRAME: usize = 1;
 
-/// Reads one frame and the descriptors that came with it. Errors end the dummy.
-fn read_frame(stream: &UnixStream) -> std::io::Result<(u8, Vec<u8>, Vec<OwnedFd>)> {
-    let mut fds = Vec::new();
+/// Reads one frame and the descriptors that came with it, waiting up to `ttl` for its first
+/// byte and then up to `ttl` for all the rest (a dummy trickling a frame byte by byte holds a
+/// thread and the body buffer for one TTL, not forever). Errors end the dummy: `TimedOut`
+/// for a frame begun and not finished within its `ttl`.
+fn read_frame(stream: &UnixStream, ttl: Duration) -> std::io::Result<(u8, Vec<u8>, Vec<OwnedFd>)> {
+    stream.set_read_timeout(Some(ttl))?;
+    let mut frame = FrameRead {
+        stream,
+        ttl,
+        deadline: None,
+        fds: Vec::new(),
+    };
     let mut header = [0u8; 5];
-    read_full(stream, &mut header, &mut fds)?;
+    frame.read_full(&mut header)?;
     let (kind, len) = parse_header(header).map_err(|_| std::io::ErrorKind::InvalidData)?;
     let mut body = vec![0u8; len];
-    read_full(stream, &mut body, &mut fds)?;
-    Ok((kind, body, fds))
+    frame.read_full(&mut body)?;
+    Ok((kind, body, frame.fds))
 }
 
-fn read_full(stream: &UnixStream, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> std::io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        let (n, more) = recv_with_fds(stream.as_fd(), &mut buf[got..])?;
-        fds.extend(more);
-        if fds.len() > MAX_FDS_PER_FRAME {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("more than {MAX_FDS_PER_FRAME} descriptor in one frame"),
-            ));
+/// One frame being read: its deadline once its first byte came, and its descriptors.
+struct FrameRead<'a> {
+    stream: &'a UnixStream,
+    ttl: Duration,
+    deadline: Option<Instant>,
+    fds: Vec<OwnedFd>,
+}
+
+impl FrameRead<'_> {
+    fn read_full(&mut self, buf: &mut [u8]) -> std::io::Result<()> {
+        let mut got = 0;
+        while got < buf.len() {
+            if let Some(deadline) = self.deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(frame_timed_out(self.ttl));
+                }
+                self.stream.set_read_timeout(Some(left))?;
+            }
+            let (n, more) = match recv_with_fds(self.stream.as_fd(), &mut buf[got..]) {
+                Ok(received) => received,
+                Err(e) if self.deadline.is_some() && e.kind() == std::io::ErrorKind::WouldBlock => {
+                    return Err(frame_timed_out(self.ttl))
+                }
+                Err(e) => return Err(e),
+            };
+            self.fds.extend(more);
+            if self.fds.len() > MAX_FDS_PER_FRAME {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("more than {MAX_FDS_PER_FRAME} descriptor in one frame"),
+                ));
+            }
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            self.deadline
+                .get_or_insert_with(|| crate::spin::deadline(Instant::now(), self.ttl));
+            got += n;
         }
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        got += n;
+        Ok(())
     }
-    Ok(())
+}
+
+fn frame_timed_out(ttl: Duration) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "a frame was not complete {} ms after its first byte",
+            ttl.as_millis()
+        ),
+    )
 }
 
 /// Checks a hello and answers it; returns the dummy it names. Errors: `INVALID_VERSION` for
 /// another protocol version, `INVALID_PARAMS` for a truncated hello or a real client the
 /// dummy cannot use.
-fn hello(shared: &Shared, body: &[u8], payload: &mut Writer) -> Result<LinkKey> {
+fn hello(shared: &Shared, peer: libc::pid_t, body: &[u8], payload: &mut Writer) -> Result<LinkKey> {
     let mut r = Reader::new(body);
     let version = r.u32()?;
-    let pid = r.u32()?;
+    // What the dummy says its pid is; the link is keyed by the kernel's (`peer`).
+    let said = r.u32()?;
     if version != VERSION {
         return fail(
             ErrorCode::InvalidVersion,
@@ -554,9 +714,9 @@ fn hello(shared: &Shared, body: &[u8], payload: &mut Writer) -> Result<LinkKey> 
             "this real client runs an in-process master: dummies cannot reach it",
         );
     }
-    tracing::debug!(pid, link, "dummy connection attached");
+    tracing::debug!(pid = peer, said, link, "dummy connection attached");
     payload.str(&shared.master_address).str(&shared.own_name);
-    Ok((pid, link))
+    Ok((peer, link))
 }
 
 impl DummyState<'_> {
@@ -581,12 +741,12 @@ impl DummyState<'_> {
         let Some(link) = self.link else {
             return fail(ErrorCode::InvalidParams, "hello first");
         };
-        self.shared.reserve_mapping(link, id)?;
+        self.shared.reserve_mapping(link, id, len as u64)?;
         let fd = fds.remove(0);
         let mapping = match PeerMapping::map(fd.as_fd(), 0, len) {
             Ok(mapping) => mapping,
             Err(e) => {
-                self.shared.release_mapping(link, id);
+                self.shared.release_mapping(link, id, len as u64);
                 return Err(e);
             }
         };
@@ -602,7 +762,7 @@ impl DummyState<'_> {
         match self.mappings.remove(&id) {
             Some(mapping) => {
                 if let Some(link) = self.link {
-                    self.shared.release_mapping(link, id);
+                    self.shared.release_mapping(link, id, mapping.len() as u64);
                 }
                 let c = &self.shared.counters;
                 c.mappings.fetch_sub(1, Ordering::Relaxed);

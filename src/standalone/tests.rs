@@ -762,11 +762,157 @@ fn a_dummy_of_another_user_is_closed_on_unserved() {
     let (engine, _segment) = engine_with_segment();
     let name = format!("mc-rs-test-{}-other-user.sock", std::process::id());
     let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
-    // Served, even a ping before hello gets an answer (INVALID_PARAMS).
+    // Served, even a ping before hello gets an answer (INVALID_PARAMS), as this user's does.
+    let mut ours = connect(&name);
+    assert_eq!(
+        call(&mut ours, Kind::Ping as u8, &Writer::default(), None).0,
+        INVALID
+    );
     let ping = Writer::default().frame(Kind::Ping as u8);
     let Some(seen) = crate::test_util::other_user_connects(&name, &ping) else {
         return;
     };
     assert_eq!(seen, "CLOSED");
     assert_eq!(server.stats().other_user_refused, 1);
+}
+
+/// Whether the real client closed `s` (read sees end of file within 5 s) rather than answer
+/// or keep waiting.
+fn closed_by_server(s: &mut UnixStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut byte = [0u8; 1];
+    match s.read(&mut byte) {
+        Ok(0) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Ok(_) => false,
+    }
+}
+
+#[test]
+fn connections_past_the_cap_are_closed_unserved() {
+    let (engine, _segment) = engine_with_segment();
+    let name = format!("mc-rs-test-{}-conn-cap.sock", std::process::id());
+    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let cap = crate::env::DUMMY_MAX_CONNECTIONS.get() as usize;
+    let ping = Writer::default();
+    let mut served: Vec<UnixStream> = (0..cap).map(|_| connect(&name)).collect();
+    for s in &mut served {
+        // Served: even a ping before hello is answered.
+        assert_eq!(call(s, Kind::Ping as u8, &ping, None).0, INVALID);
+    }
+    let mut extra = connect(&name);
+    // The real client may have closed it already (then the send fails).
+    let _ = send_with_fds(extra.as_fd(), &ping.frame(Kind::Ping as u8), &[]);
+    assert!(
+        closed_by_server(&mut extra),
+        "a connection past the cap was served"
+    );
+    assert_eq!(server.stats().connections_refused, 1);
+    // One connection less, and the next is served again.
+    drop(served.pop());
+    let again = crate::test_util::wait_until(Duration::from_secs(5), || {
+        let mut s = connect(&name);
+        let _ = send_with_fds(s.as_fd(), &ping.frame(Kind::Ping as u8), &[]);
+        !closed_by_server(&mut s)
+    });
+    assert!(again);
+}
+
+#[test]
+fn a_frame_trickled_byte_by_byte_is_dropped_one_ttl_after_its_first_byte() {
+    let (engine, _segment) = engine_with_segment();
+    let name = format!("mc-rs-test-{}-trickle.sock", std::process::id());
+    let ttl = Duration::from_millis(400);
+    let server =
+        DummyServer::start_with_ttl(&name, Arc::clone(&engine), OWN, "127.0.0.1:1", ttl).unwrap();
+    let mut s = connect(&name);
+    // A header announcing a 64 MiB body, then one byte of it every 150 ms: each read of the
+    // real client sees a byte within the TTL.
+    let mut header = vec![Kind::Ping as u8];
+    header.extend_from_slice(&(64u32 << 20).to_le_bytes());
+    let mut closed = false;
+    for (i, byte) in header
+        .iter()
+        .chain(std::iter::repeat(&0u8))
+        .take(20)
+        .enumerate()
+    {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        if std::io::Write::write_all(&mut s, std::slice::from_ref(byte)).is_err() {
+            closed = true;
+            break;
+        }
+    }
+    // The real client closed the connection while bytes were still coming (a write fails
+    // once it did), not only after the trickle stopped.
+    assert!(
+        closed,
+        "a frame trickled over 3 s (TTL 400 ms) kept its connection"
+    );
+    assert_eq!(server.stats().frames_timed_out, 1);
+}
+
+#[test]
+fn a_map_past_the_mapped_bytes_limit_is_refused() {
+    let (engine, _segment) = engine_with_segment();
+    let name = format!("mc-rs-test-{}-big-map.sock", std::process::id());
+    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let mut s = connect(&name);
+    let mut hello = Writer::default();
+    hello.u32(VERSION).u32(1).u64(1);
+    assert_eq!(call(&mut s, Kind::Hello as u8, &hello, None).0, 0);
+    // A sparse file one page past the per-process limit (1 TiB by default).
+    let limit = crate::env::DUMMY_MAX_MAPPED_BYTES.get();
+    let len = limit + 4096;
+    let file = SealedMemfd::create("huge", len as usize).unwrap();
+    let mut map = Writer::default();
+    map.u64(1).u64(len);
+    let (code, message, _) = call(&mut s, Kind::Map as u8, &map, Some(file.fd()));
+    assert_eq!(code, INVALID, "{message}");
+    assert!(message.contains("MC_DUMMY_MAX_MAPPED_BYTES"), "{message}");
+    assert_eq!(
+        (server.stats().maps_refused, server.stats().mapped_bytes),
+        (1, 0)
+    );
+    // A block within the limit still maps.
+    let small = SealedMemfd::create("small", 8192).unwrap();
+    let mut map = Writer::default();
+    map.u64(2).u64(8192);
+    assert_eq!(call(&mut s, Kind::Map as u8, &map, Some(small.fd())).0, 0);
+}
+
+#[test]
+fn the_mapping_limit_counts_every_link_of_one_process() {
+    let (engine, _segment) = engine_with_segment();
+    let name = format!("mc-rs-test-{}-links.sock", std::process::id());
+    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let cap = crate::env::DUMMY_MAX_MAPPINGS.get();
+    let file = SealedMemfd::create("links", 4096).unwrap();
+    // Two links of this process, each saying another pid: together past the cap.
+    let mut mapped = 0u64;
+    let mut refused = 0u64;
+    let mut links = Vec::new(); // open, so that their mappings stay
+    for (pid, link) in [(11u32, 1u64), (22, 2)] {
+        let mut s = connect(&name);
+        let mut hello = Writer::default();
+        hello.u32(VERSION).u32(pid).u64(link);
+        assert_eq!(call(&mut s, Kind::Hello as u8, &hello, None).0, 0);
+        for block in 0..cap / 2 + 1 {
+            let mut map = Writer::default();
+            map.u64(block).u64(4096);
+            match call(&mut s, Kind::Map as u8, &map, Some(file.fd())).0 {
+                0 => mapped += 1,
+                _ => refused += 1,
+            }
+        }
+        links.push(s);
+    }
+    assert_eq!(
+        (mapped, refused),
+        (cap, 2),
+        "mapped over two links of one process"
+    );
+    assert_eq!(server.stats().maps_refused, 2);
 }

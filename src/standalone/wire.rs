@@ -19,7 +19,8 @@ pub(super) const MAX_BODY: usize = 64 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub(super) enum Kind {
-    /// `u32 version`, `u32 pid`. Answer: `str master address`, `str segment name`.
+    /// `u32 version`, `u32 pid` (what the dummy says; the real client keys the link by the
+    /// kernel's pid), `u64 link id`. Answer: `str master address`, `str segment name`.
     Hello = 1,
     /// `u64 block id`, `u64 len`, one descriptor attached. Answer: empty.
     Map = 2,
@@ -31,7 +32,7 @@ pub(super) enum Kind {
     Transfer = 4,
     /// Empty. Answer: empty.
     Ping = 5,
-    /// Empty. Answer: [`super::ServerStats`] as seven `u64`s, in field order.
+    /// Empty. Answer: [`super::ServerStats`] as ten `u64`s, in field order.
     Stats = 6,
 }
 
@@ -233,6 +234,35 @@ impl WireRequest {
             send_by_monotonic_ns: r.u64()?,
             endpoint: r.str()?.to_string(),
         })
+    }
+}
+
+/// Decodes `data` as the frames a real client and a dummy exchange, with the decoders both
+/// sides use: frame headers, then each request kind's body (hello, map, unmap, every
+/// transfer request) and an answer's code and message. For the fuzz crate: never panics, never
+/// allocates more than the input announces within [`MAX_BODY`].
+pub(super) fn fuzz_frames(mut data: &[u8]) {
+    while data.len() >= 5 {
+        let mut header = [0u8; 5];
+        header.copy_from_slice(&data[..5]);
+        data = &data[5..];
+        let Ok((kind, len)) = parse_header(header) else {
+            return;
+        };
+        let body = &data[..len.min(data.len())];
+        data = &data[body.len()..];
+        let mut r = Reader::new(body);
+        let _ = match Kind::from_u8(kind) {
+            Some(Kind::Hello) => r.u32().and(r.u32()).and(r.u64()).map(drop),
+            Some(Kind::Map) => r.u64().and(r.u64()).map(drop),
+            Some(Kind::Unmap) => r.u64().map(drop),
+            Some(Kind::Transfer) => r.u32().and_then(|count| {
+                (0..count).try_for_each(|_| WireRequest::decode(&mut r).map(drop))
+            }),
+            Some(Kind::Ping | Kind::Stats) | None => Ok(()),
+        };
+        let mut answer = Reader::new(body);
+        let _ = answer.i32().and_then(|_| answer.str().map(drop));
     }
 }
 

@@ -5,7 +5,7 @@
 use super::batch::{split, Executor, Io, Job, Route};
 use super::metrics::{add, bump, CopyPaths, Metrics, Path, PathCounters, TransferMetrics};
 use super::rdma::{RdmaDeviceBytes, RdmaDevices, RdmaTransport};
-use super::registry::{MemoryRegion, MountHold, Registry, StaleEpoch, MAX_EPOCH};
+use super::registry::{MemoryRegion, MountHold, Registry, MAX_EPOCH};
 use super::resolver::SegmentResolver;
 use super::same_host::{Exporter, MappedPeer, PeerMaps};
 use super::settings::Settings;
@@ -354,21 +354,11 @@ impl TransferEngine {
     /// unregisters them under that work (see [`set_region_epoch_with`](Self::set_region_epoch_with)).
     /// Counted in `segment_holds` while alive.
     ///
-    /// Errors: `STALE_SEGMENT_EPOCH` when the range is not inside one registered range whose
-    /// current epoch is `epoch` (the descriptor names an earlier mount: its bytes are gone).
-    pub(crate) fn hold_mount(&self, addr: usize, len: usize, epoch: u64) -> Result<MountHold> {
-        self.registry
-            .hold(addr as u64, len as u64, epoch)
-            .or_else(|StaleEpoch(current)| {
-                bump(&self.metrics.stale_epoch_rejections);
-                fail(
-                    ErrorCode::StaleSegmentEpoch,
-                    format_args!(
-                        "{addr:#x}+{len} of mount {epoch:#x} is not in the current mount \
-                         (epoch {current:?})"
-                    ),
-                )
-            })
+    /// `None` (no error recorded: the caller decides) when the range is not inside one
+    /// registered range whose current epoch is `epoch` (the descriptor names an earlier
+    /// mount) or that mount is being remounted: its pages must not be copied directly.
+    pub(crate) fn hold_mount(&self, addr: usize, len: usize, epoch: u64) -> Option<MountHold> {
+        self.registry.hold(addr as u64, len as u64, epoch).ok()
     }
 
     /// The registered range containing `addr`, if any.

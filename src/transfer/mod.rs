@@ -38,6 +38,14 @@ pub use resolver::{DirectResolver, SegmentResolver};
 pub(crate) use same_host::hung_up;
 pub use tcp::wire;
 
+/// The fuzz crate's entry to the handshake decoders: the same-host hello and welcome, the RDMA
+/// handshake's request payload and its reply as the initiator reads it. Not an API.
+#[doc(hidden)]
+pub fn fuzz_handshakes(data: &[u8]) {
+    same_host::fuzz_handshake(data);
+    rdma::fuzz_handshake(data);
+}
+
 /// Parts (and connections) a TCP request of `len` bytes to one peer is split into by an
 /// engine made now (`MC_TCP_LANES_PER_PEER`, parts of at least 1 MiB): for benchmarks that
 /// measure a like-for-like raw TCP limit.

@@ -54,15 +54,24 @@ pub(crate) struct StaleEpoch(pub(crate) Option<u64>);
 /// current epoch; [`Registry::set_epoch`] does not switch a region's epoch while a hold of it
 /// exists, it waits (bounded) and otherwise refuses with `TRY_AGAIN`. So a remount never
 /// gives a region fresh pages, or unregisters them from a device or a NIC, under a queued
-/// copy of the previous mount.
+/// copy of the previous mount. Once a switch found holds, the region is draining until the
+/// switch succeeds: no new hold of it is granted (the callers take their fenced, staged path),
+/// so a steady stream of holds cannot put a remount off for ever.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     regions: RwLock<BTreeMap<usize, MemoryRegion>>,
     fence: RwLock<()>,
-    /// Live [`MountHold`]s per region base (entries with 0 are removed).
-    holds: Mutex<HashMap<usize, u64>>,
+    /// Live [`MountHold`]s per region base (entries with 0 are removed), and the regions
+    /// draining for an epoch switch.
+    holds: Mutex<Holds>,
     /// Signalled whenever a hold ends.
     hold_ended: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Holds {
+    live: HashMap<usize, u64>,
+    draining: std::collections::HashSet<usize>,
 }
 
 /// A hold of one mount (one epoch) of a registered range; see [`Registry`]. Dropping it ends
@@ -76,10 +85,10 @@ pub(crate) struct MountHold {
 impl Drop for MountHold {
     fn drop(&mut self) {
         let mut holds = self.registry.holds.lock();
-        if let Some(count) = holds.get_mut(&self.base) {
+        if let Some(count) = holds.live.get_mut(&self.base) {
             *count -= 1;
             if *count == 0 {
-                holds.remove(&self.base);
+                holds.live.remove(&self.base);
             }
         }
         drop(holds);
@@ -144,14 +153,16 @@ impl Registry {
         loop {
             let fence = self.fence.write();
             let mut holds = self.holds.lock();
-            let Some(&held) = holds.get(&base) else {
+            let Some(&held) = holds.live.get(&base) else {
+                holds.draining.remove(&base);
                 drop(holds);
                 return self.set_epoch_fenced(base, epoch);
             };
+            holds.draining.insert(base);
             // A new hold needs the fence: release it while waiting, and look again after.
             drop(fence);
             if self.hold_ended.wait_until(&mut holds, deadline).timed_out()
-                && holds.contains_key(&base)
+                && holds.live.contains_key(&base)
             {
                 return fail(
                     ErrorCode::TryAgain,
@@ -224,7 +235,8 @@ impl Registry {
 
     /// Holds the mount `epoch` of the region containing `[addr, addr+len)` (see
     /// [`Registry`]) until the returned hold is dropped. Errors: [`StaleEpoch`] when the
-    /// range is not inside one registered region whose epoch is `epoch` (no hold is taken).
+    /// range is not inside one registered region whose epoch is `epoch`, or that region is
+    /// draining for an epoch switch (no hold is taken).
     pub(crate) fn hold(
         self: &Arc<Self>,
         addr: u64,
@@ -235,7 +247,11 @@ impl Registry {
         let region = self.within(addr, len);
         match region {
             Some(region) if region.epoch == epoch => {
-                *self.holds.lock().entry(region.base).or_insert(0) += 1;
+                let mut holds = self.holds.lock();
+                if holds.draining.contains(&region.base) {
+                    return Err(StaleEpoch(Some(region.epoch)));
+                }
+                *holds.live.entry(region.base).or_insert(0) += 1;
                 Ok(MountHold {
                     registry: Arc::clone(self),
                     base: region.base,
@@ -247,7 +263,7 @@ impl Registry {
 
     /// Live mount holds, over all regions.
     pub(crate) fn holds(&self) -> u64 {
-        self.holds.lock().values().sum()
+        self.holds.lock().live.values().sum()
     }
 
     /// The range containing byte `addr`, if any.
@@ -332,6 +348,8 @@ mod tests {
             Err(ErrorCode::TryAgain)
         );
         assert_eq!(r.within(100, 1).unwrap().epoch, 7, "unchanged");
+        // Draining: no new hold of the mount whose switch is waiting.
+        assert!(matches!(r.hold(110, 10, 7), Err(StaleEpoch(Some(7)))));
         drop(first);
         assert_eq!(
             r.set_epoch(100, 8, Duration::ZERO),

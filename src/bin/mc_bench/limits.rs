@@ -268,6 +268,11 @@ impl RawTcpLanes {
     /// GB/s of back-to-back `size`-byte gets, each split across the lanes, for `duration`.
     pub fn get_gbps(&mut self, size: usize, duration: Duration) -> std::io::Result<f64> {
         let part = size.div_ceil(self.lanes.len());
+        for lane in &mut self.lanes {
+            for k in 0..4 {
+                lane.get(part, k)?; // sizes and faults the buffers, untimed
+            }
+        }
         let lanes: Vec<&mut RawTcp> = self.lanes.iter_mut().collect();
         let (steps, seconds) = lockstep(lanes, duration, |lane, i| lane.get(part, i))?;
         Ok((steps * size as u64) as f64 / seconds / 1e9)

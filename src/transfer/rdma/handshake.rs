@@ -128,6 +128,33 @@ pub(crate) fn exchange<S: Read + Write>(
     Ok((Endpoint::decode(&endpoint), regions))
 }
 
+/// Runs the initiator's side of a handshake against a peer that answers `data` (whatever it
+/// is), and decodes `data` as a request payload. For the fuzz crate: never panics, and never
+/// allocates a region table longer than the bytes that came.
+pub(crate) fn fuzz(data: &[u8]) {
+    struct Answers<'a>(&'a [u8]);
+    impl Read for Answers<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.0.read(buf)
+        }
+    }
+    impl Write for Answers<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let ours = Endpoint::decode(&[0u8; ENDPOINT_LEN]);
+    if let Ok((_, regions)) = exchange(&mut Answers(data), &ours, 0) {
+        assert!(regions.len() * REGION_LEN <= data.len());
+    }
+    if let Ok(payload) = <&[u8; REQUEST_LEN]>::try_from(&data[..REQUEST_LEN.min(data.len())]) {
+        let _ = decode_request(payload);
+    }
+}
+
 fn read<S: Read>(stream: &mut S, buf: &mut [u8]) -> Result<(), String> {
     stream
         .read_exact(buf)

@@ -27,6 +27,6 @@ mod tests;
 
 pub use device::RdmaDevice;
 pub use devices::RdmaDevices;
-pub(crate) use handshake::REQUEST_LEN;
+pub(crate) use handshake::{fuzz as fuzz_handshake, REQUEST_LEN};
 pub use transport::RdmaDeviceBytes;
 pub(crate) use transport::RdmaTransport;

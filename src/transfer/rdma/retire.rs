@@ -5,9 +5,12 @@
 //! of one just deregistered (mlx5's 8-bit key variant and its MR cache can; rxe hides it with
 //! cyclic indices): a stale writer's one-sided WRITE under the old rkey would then land in the
 //! new mount. So the new MRs are registered while the old ones still exist, and the old ones
-//! are kept — pinning only the old mount's orphaned pages, which nothing reads — for
-//! `MC_RDMA_MR_QUARANTINE_MS` (default 120 s, the master's default write quarantine), past
-//! the last moment a writer granted under the old mount may send.
+//! are kept — pinning only the old mount's orphaned pages, which this process no longer
+//! reads or writes — for `MC_RDMA_MR_QUARANTINE_MS` (default 120 s, the master's default
+//! write quarantine), past the last moment a writer granted under the old mount may send.
+//! Meanwhile a stale writer's WRITE lands in those pages, and a stale reader still reads the
+//! old mount's bytes (those of its committed objects) instead of being refused by the NIC.
+//! The cost: during the quarantine the segment's memory is pinned twice.
 //!
 //! A re-registration over the same pages (no remount) needs none of this: there the old MRs
 //! are dropped first, so the NIC refuses their rkeys.

@@ -270,12 +270,14 @@ impl RdmaTransport {
     /// remount). Then the new MRs are registered while the old ones exist, and the old ones
     /// are kept (pinning only the previous, orphaned pages) through
     /// `MC_RDMA_MR_QUARANTINE_MS` (see `retire`): no rkey of the old mount is reissued while
-    /// a stale writer may hold it, and its WRITEs land where nothing reads. Otherwise the old
+    /// a stale writer may hold it, and its WRITEs land in pages this process no longer uses
+    /// (a stale reader reads the old mount's bytes). Otherwise the old
     /// MRs cover the very pages the new ones do and are deregistered first: the NIC refuses
     /// their rkeys from now on (a reissued rkey would reach the same pages as the old one).
     ///
-    /// Errors: `TRANSFER_FAIL` when the range has no MR or a device refuses (then the range
-    /// stays unregistered; the old MRs are retired all the same).
+    /// Errors: `TRANSFER_FAIL` when the range is not registered here or a device refuses (then
+    /// the range has no MR until the next `set_epoch` registers it again; the old MRs are
+    /// retired all the same).
     pub(crate) fn set_epoch(&self, base: usize, epoch: u64, pages_replaced: bool) -> Result<()> {
         let mut regions = self.regions.write();
         let Some(region) = regions.remove(&base) else {
@@ -285,14 +287,18 @@ impl RdmaTransport {
             );
         };
         let (len, remote_accessible) = (region.len, region.remote_accessible);
-        let registrations = super::retire::replace(
+        let quarantine = match pages_replaced {
+            true => self.mr_quarantine,
+            false => Duration::ZERO,
+        };
+        let replaced = super::retire::replace(
             region.registrations,
             || self.register_everywhere(base, len, remote_accessible),
-            match pages_replaced {
-                true => self.mr_quarantine,
-                false => Duration::ZERO,
-            },
-        )?;
+            quarantine,
+        );
+        // A refused registration leaves the range known but unregistered (no rkey is handed
+        // out for it), so the next remount registers it again.
+        let registrations = replaced.as_ref().map_or(Vec::new(), Vec::clone);
         regions.insert(
             base,
             LocalRegion {
@@ -302,7 +308,7 @@ impl RdmaTransport {
                 registrations,
             },
         );
-        Ok(())
+        replaced.map(drop)
     }
 
     /// The table a handshake reply for a QP on device `nic` carries: every remotely

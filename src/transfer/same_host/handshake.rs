@@ -106,6 +106,17 @@ fn word(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
+/// Decodes `data` as a hello and as a welcome (each from its first bytes), and re-encodes what
+/// decodes: it must give the same bytes. For the fuzz crate.
+pub(crate) fn fuzz(data: &[u8]) {
+    if let Some(hello) = Hello::decode(&data[..HELLO_LEN.min(data.len())]) {
+        assert_eq!(hello.encode()[..], data[..HELLO_LEN]);
+    }
+    if let Some(welcome) = Welcome::decode(&data[..WELCOME_LEN.min(data.len())]) {
+        assert_eq!(welcome.encode()[..], data[..WELCOME_LEN]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

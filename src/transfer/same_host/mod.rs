@@ -24,6 +24,7 @@ mod peers;
 mod reaper;
 
 pub(crate) use export::Exporter;
+pub(crate) use handshake::fuzz as fuzz_handshake;
 pub(crate) use hangup::hung_up;
 pub(crate) use peers::{copy_mapped, MappedPeer, MappedTarget, PeerMaps};
 

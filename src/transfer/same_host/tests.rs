@@ -198,6 +198,13 @@ fn a_process_of_another_user_gets_no_answer_from_the_exporter() {
     let name = handshake::socket_name(&endpoint);
     // A stranger of this user gets an answer (the grant, for the right epoch)...
     let hello = handshake::Hello { epoch: 5 }.encode();
+    let addr = handshake::socket_addr(&endpoint).unwrap();
+    let mut ours = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+    std::io::Write::write_all(&mut ours, &hello).unwrap();
+    ours.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut answer = [0u8; 8];
+    let answered = std::io::Read::read(&mut ours, &mut answer).unwrap();
+    assert!(answered > 0, "a process of this user got no answer");
     let Some(seen) = crate::test_util::other_user_connects(&name, &hello) else {
         return;
     };
