@@ -243,8 +243,9 @@ impl WireRequest {
 /// allocates more than the input announces within [`MAX_BODY`].
 pub(super) fn fuzz_frames(mut data: &[u8]) {
     while data.len() >= 5 {
-        let mut header = [0u8; 5];
-        header.copy_from_slice(&data[..5]);
+        let Ok(header) = <[u8; 5]>::try_from(&data[..5]) else {
+            return;
+        };
         data = &data[5..];
         let Ok((kind, len)) = parse_header(header) else {
             return;
