@@ -780,7 +780,7 @@ fn round_trip_device(client: &Client, size: usize) -> u64 {
 /// that leaves its allocation, and host memory, are refused with a reason. A device without
 /// dma-buf support says so and the check ends there.
 #[test]
-#[ignore = "a child: run by its parent test in a fresh process (common::standin::child)"]
+#[ignore = "a GPU check: scripts/gpu-check runs it by name against a real driver (the stand-in exports no dma-buf)"]
 fn child_cuda_dmabuf_export() {
     let alloc = DeviceAlloc::new(4 * MIB as usize).unwrap();
     let buf = match device::runtime().export_dmabuf(alloc.addr() + 4096, 4096) {
