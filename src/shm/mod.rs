@@ -6,8 +6,12 @@
 //! The safety rule every user relies on: a mapping of another process's memory must never
 //! raise SIGBUS, so every file shared here is sealed against shrinking (`F_SEAL_SHRINK`) before
 //! it leaves its owner, and a receiver maps only a file that carries that seal and is at least
-//! as long as the mapping ([`PeerMapping::map`] checks both).
+//! as long as the mapping ([`PeerMapping::map`] checks both). A hole punched in such a file
+//! (which no seal but `F_SEAL_WRITE` prevents) can still fault where the kernel cannot refill
+//! it: `fault_guard` turns that fault into lost pages the mapping's users check
+//! ([`PeerMapping::lost_pages`]) and report as a failed copy.
 
+mod fault_guard;
 mod fdpass;
 mod memfd;
 mod peer;

@@ -1,19 +1,25 @@
 //! [`PeerMapping`]: this process's mapping of a shared file another process sent it.
 
+use super::fault_guard::GuardedRange;
 use super::memfd::{os_fail, REQUIRED_SEALS};
 use crate::error::{fail, ErrorCode, Result};
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-/// A read-write `MAP_SHARED` mapping of `len` bytes at `offset` of a sealed shared file.
+/// A read-write `MAP_SHARED` mapping of `len` bytes at `offset` of a sealed shared file,
+/// guarded against SIGBUS (see `fault_guard`): a copy that touched it must check
+/// [`PeerMapping::lost_pages`] afterwards and fail if it is set.
 ///
-/// Ownership: owns the mapping (unmapped on drop); the descriptor it was made from may be
-/// closed right after [`PeerMapping::map`]. The bytes are shared with the file's owner and every
-/// other mapper: whoever hands out ranges of it coordinates access. Thread-safety: the value
-/// only exposes the address range; it is `Send` and `Sync`.
+/// Ownership: owns the mapping (unmapped on drop) and its guard registration (released
+/// first); the descriptor it was made from may be closed right after [`PeerMapping::map`]. The
+/// bytes are shared with the file's owner and every other mapper: whoever hands out ranges of
+/// it coordinates access. Thread-safety: the value only exposes the address range; it is
+/// `Send` and `Sync`.
 #[derive(Debug)]
 pub(crate) struct PeerMapping {
     base: *mut u8,
     len: usize,
+    /// `Some` until drop, which releases it before unmapping.
+    guard: Option<GuardedRange>,
 }
 
 // SAFETY: the mapping is plain memory owned by this value; it has no thread affinity.
@@ -24,11 +30,12 @@ unsafe impl Sync for PeerMapping {}
 
 impl PeerMapping {
     /// Maps `len` bytes of `fd` from `offset` (page-aligned). The file must carry the shrink
-    /// seal and reach `offset + len`, so no access to the mapping can ever fault.
+    /// seal and reach `offset + len`, so no access to the mapping can fault for truncation; a
+    /// hole punched in it later is recovered by the guard.
     ///
     /// Errors: `INVALID_PARAMS` for `len == 0`, an unaligned offset, a file that is not sealed
     /// against shrinking (or not a memfd at all) or is too short; `INTERNAL_ERROR` when the
-    /// kernel refuses the mapping.
+    /// kernel refuses the mapping or the guard cannot register it.
     pub(crate) fn map(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<PeerMapping> {
         if len == 0 {
             return fail(
@@ -101,10 +108,25 @@ impl PeerMapping {
         if base == libc::MAP_FAILED {
             return os_fail("mmap of a peer's file");
         }
-        Ok(PeerMapping {
-            base: base.cast(),
-            len,
-        })
+        match GuardedRange::register(base as usize, len) {
+            Ok(guard) => Ok(PeerMapping {
+                base: base.cast(),
+                len,
+                guard: Some(guard),
+            }),
+            Err(code) => {
+                // SAFETY: unmapping the mapping just made, which nobody else has seen.
+                unsafe { libc::munmap(base, len) };
+                Err(code)
+            }
+        }
+    }
+
+    /// Whether some of the file's pages were found gone (a hole punched in it, the kernel
+    /// unable to refill it): every copy through the mapping since may have moved scratch
+    /// bytes instead of the file's, and every later one will. Check it after each copy.
+    pub(crate) fn lost_pages(&self) -> bool {
+        self.guard.as_ref().is_some_and(GuardedRange::lost_pages)
     }
 
     /// Base address of the mapping in this process.
@@ -120,6 +142,8 @@ impl PeerMapping {
 
 impl Drop for PeerMapping {
     fn drop(&mut self) {
+        // Released first: once unmapped, the addresses may hold someone else's mapping.
+        drop(self.guard.take());
         // SAFETY: unmapping exactly the mapping we created.
         unsafe { libc::munmap(self.base.cast(), self.len) };
     }

@@ -163,3 +163,74 @@ fn a_process_of_another_user_is_refused() {
     assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
     assert!(err.to_string().contains("uid 65534"), "{err}");
 }
+
+/// A hole punched in a shared file (which `F_SEAL_SHRINK` does not prevent) that the kernel
+/// cannot refill — strict overcommit at its limit — raised SIGBUS in the process copying
+/// through its mapping, which killed it. The guard turns it into lost pages: both copies
+/// finish (on scratch pages), the mapping says so, and other mappings are untouched.
+/// Runs in the RDMA VM (`scripts/rdma-tests.sh`): it switches the kernel's overcommit.
+#[test]
+#[ignore = "needs a kernel of its own (strict overcommit): run by scripts/rdma-tests.sh"]
+fn a_hole_punched_in_a_peers_file_fails_the_copy_not_the_process() {
+    const MIB: usize = 1 << 20;
+    let file = SealedMemfd::create("punched", 8 * MIB).unwrap();
+    let owner = PeerMapping::map(file.fd(), 0, file.len()).unwrap();
+    let peer = PeerMapping::map(file.fd(), 0, file.len()).unwrap();
+    let other_file = SealedMemfd::create("intact", MIB).unwrap();
+    let other = PeerMapping::map(other_file.fd(), 0, MIB).unwrap();
+    write_through(&owner, 0, &vec![0x5a; 8 * MIB]);
+    write_through(&other, 0, &vec![0x77; MIB]);
+    let mut read = vec![0u8; 2 * MIB];
+    let written = vec![0xc3u8; MIB];
+    crate::test_util::punch_hole(file.fd(), 2 * MIB, 4 * MIB);
+    {
+        let _strict = crate::test_util::StrictOvercommit::enter();
+        // SAFETY: both ranges lie inside the peer's mapping and our buffers.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (peer.addr() + 2 * MIB) as *const u8,
+                read.as_mut_ptr(),
+                read.len(),
+            );
+            std::ptr::copy_nonoverlapping(
+                written.as_ptr(),
+                (peer.addr() + 5 * MIB) as *mut u8,
+                written.len(),
+            );
+        }
+    }
+    assert!(peer.lost_pages(), "the copies through the hole are marked");
+    assert!(!owner.lost_pages() && !other.lost_pages());
+    // Outside the recovered windows the peer still sees the file.
+    assert_eq!(read_through(&peer, 0, 16), vec![0x5a; 16]);
+    assert_eq!(read_through(&other, 0, MIB), vec![0x77; MIB]);
+    // A fault outside every registered range is not swallowed: it still ends the process
+    // (a child touches a page of a file it truncated).
+    // SAFETY: fork in a test; the child makes only plain syscalls, faults, or exits.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: syscalls on the child's own fresh file and mapping.
+        unsafe {
+            let fd = libc::memfd_create(c"truncated".as_ptr(), 0);
+            libc::ftruncate(fd, 4096);
+            let page = libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            libc::ftruncate(fd, 0);
+            std::ptr::read_volatile(page as *const u8);
+            libc::_exit(0);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+    assert!(
+        libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGBUS,
+        "a fault outside the guarded ranges still ends the process (status {status:#x})"
+    );
+}

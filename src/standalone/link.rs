@@ -163,6 +163,7 @@ impl DummyLink {
             connections_refused: r.u64()?,
             frames_timed_out: r.u64()?,
             maps_refused: r.u64()?,
+            lost_page_requests: r.u64()?,
         })
     }
 

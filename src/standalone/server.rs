@@ -50,6 +50,10 @@ pub struct ServerStats {
     /// Maps refused by a mapping limit (`MC_DUMMY_MAX_MAPPINGS`, `MC_DUMMY_MAX_MAPPED_BYTES`,
     /// `MC_DUMMY_MAX_MAPPED_BYTES_TOTAL`).
     pub maps_refused: u64,
+    /// Transfer requests failed because the dummy's block lost pages under them (a hole
+    /// punched in its file that the kernel could not refill; see `shm::fault_guard`): the
+    /// real client's copy ended on scratch pages instead of a SIGBUS.
+    pub lost_page_requests: u64,
 }
 
 /// What a real client grants its dummies; [`Limits::from_env`] at start.
@@ -94,6 +98,7 @@ struct Counters {
     connections_refused: AtomicU64,
     frames_timed_out: AtomicU64,
     maps_refused: AtomicU64,
+    lost_page_requests: AtomicU64,
 }
 
 /// A dummy link: the process at the other end as the kernel names it (`SO_PEERCRED`, not what
@@ -255,6 +260,7 @@ impl Shared {
             connections_refused: c.connections_refused.load(Ordering::Relaxed),
             frames_timed_out: c.frames_timed_out.load(Ordering::Relaxed),
             maps_refused: c.maps_refused.load(Ordering::Relaxed),
+            lost_page_requests: c.lost_page_requests.load(Ordering::Relaxed),
         }
     }
 
@@ -597,7 +603,8 @@ fn serve_requests(shared: &Shared, stream: &UnixStream, peer: libc::pid_t, heart
                     .u64(s.other_user_refused)
                     .u64(s.connections_refused)
                     .u64(s.frames_timed_out)
-                    .u64(s.maps_refused);
+                    .u64(s.maps_refused)
+                    .u64(s.lost_page_requests);
                 Ok(())
             }
             None => fail(ErrorCode::InvalidParams, format!("unknown request {kind}")),
@@ -787,6 +794,9 @@ impl DummyState<'_> {
                 format!("block {} is not mapped", request.block),
             );
         };
+        if mapping.lost_pages() {
+            return fail(ErrorCode::TransferFail, lost_pages(request.block));
+        }
         let inside = request
             .offset
             .checked_add(request.len)
@@ -875,6 +885,20 @@ impl DummyState<'_> {
                 codes[i] = code.code();
                 message = last_error_message();
             }
+            // After the copy: a fault in the block during it moved scratch bytes (see
+            // `shm::fault_guard`), whatever the engine reported.
+            if self
+                .mappings
+                .get(&wire[i].block)
+                .is_some_and(|m| m.lost_pages())
+            {
+                codes[i] = ErrorCode::TransferFail.code();
+                message = lost_pages(wire[i].block);
+                self.shared
+                    .counters
+                    .lost_page_requests
+                    .fetch_add(1, Ordering::Relaxed);
+            }
         }
         payload.u32(count as u32).str(&message);
         for code in codes {
@@ -882,6 +906,14 @@ impl DummyState<'_> {
         }
         Ok(())
     }
+}
+
+/// Why a transfer on block `block` failed after its file lost pages.
+fn lost_pages(block: u64) -> String {
+    format!(
+        "block {block} lost pages (a hole punched in its file the kernel could not refill); \
+         unmap it and map a fresh file"
+    )
 }
 
 /// Marks `INVALID_PARAMS` on every resolved request whose local range overlaps another's

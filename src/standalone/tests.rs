@@ -916,3 +916,52 @@ fn the_mapping_limit_counts_every_link_of_one_process() {
     );
     assert_eq!(server.stats().maps_refused, 2);
 }
+
+/// A dummy that punches a hole in its own block (which the shrink seal does not prevent) where
+/// the kernel cannot refill it (strict overcommit at its limit) raised SIGBUS in the real
+/// client copying into or out of the block: the whole store process died. Now both copies fail
+/// `TRANSFER_FAIL`, later transfers on that block are refused, and other blocks still move.
+/// Runs in the RDMA VM (`scripts/rdma-tests.sh`): it switches the kernel's overcommit.
+#[test]
+#[ignore = "needs a kernel of its own (strict overcommit): run by scripts/rdma-tests.sh"]
+fn a_hole_punched_in_a_dummys_block_fails_its_transfers_not_the_real_client() {
+    const FAIL: i32 = -800;
+    let (engine, segment) = engine_with_segment();
+    let name = format!("mc-rs-test-{}-punched.sock", std::process::id());
+    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let mut s = connect(&name);
+    let mut hello = Writer::default();
+    hello.u32(VERSION).u32(1).u64(1);
+    assert_eq!(call(&mut s, Kind::Hello as u8, &hello, None).0, 0);
+    let punched = SealedMemfd::create("punched", 1 << 16).unwrap();
+    let intact = SealedMemfd::create("intact", 8192).unwrap();
+    for (id, file) in [(1u64, &punched), (2, &intact)] {
+        let mut map = Writer::default();
+        map.u64(id).u64(file.len() as u64);
+        assert_eq!(call(&mut s, Kind::Map as u8, &map, Some(file.fd())).0, 0);
+    }
+    let view = crate::shm::PeerMapping::map(intact.fd(), 0, 8192).unwrap();
+    // SAFETY: our own mapping of 8192 bytes.
+    unsafe { std::ptr::write_bytes(view.addr() as *mut u8, 0x3c, 4096) };
+    let seg = segment.addr() as u64;
+    crate::test_util::punch_hole(punched.fd(), 0, 1 << 16);
+    let (codes, message) = {
+        let _strict = crate::test_util::StrictOvercommit::enter();
+        transfer(
+            &mut s,
+            &[
+                request(true, 1, 0, 4096, seg, OWN),
+                request(false, 1, 8192, 4096, seg + 8192, OWN),
+            ],
+        )
+    };
+    assert_eq!(codes, vec![FAIL, FAIL], "{message}");
+    assert!(message.contains("lost pages"), "{message}");
+    assert_eq!(server.stats().lost_page_requests, 2);
+    // The block stays refused; the dummy's other block still moves its bytes.
+    let (codes, _) = transfer(&mut s, &[request(true, 1, 0, 16, seg, OWN)]);
+    assert_eq!(codes, vec![FAIL]);
+    let (codes, message) = transfer(&mut s, &[request(true, 2, 0, 4096, seg + 16384, OWN)]);
+    assert_eq!(codes, vec![0], "{message}");
+    assert_eq!(bytes_at(segment.addr() + 16384, 4096), vec![0x3c; 4096]);
+}

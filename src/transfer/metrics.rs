@@ -53,6 +53,10 @@ counters! {
     /// Same-host copies failed `STALE_SEGMENT_EPOCH` because the owner retired the mount
     /// before or during them (also counted in `stale_epoch_rejections`).
     same_host_stale,
+    /// Same-host copies failed `TRANSFER_FAIL` because the peer's segment (or control file)
+    /// lost pages under our mapping: a hole punched in it that the kernel could not refill
+    /// faulted, and the SIGBUS guard (`shm::fault_guard`) finished the copy on scratch pages.
+    lost_page_copies,
     /// Bytes moved by local copies.
     local_copy_bytes,
     /// READ requests completed over TCP.

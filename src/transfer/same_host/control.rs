@@ -45,6 +45,11 @@ impl ControlWord {
         self.file.as_ref()
     }
 
+    /// Whether the control file lost pages under this mapping (its word may read scratch).
+    pub(super) fn lost_pages(&self) -> bool {
+        self.mapping.lost_pages()
+    }
+
     /// The word. Valid as long as `self`.
     pub(super) fn word(&self) -> &AtomicU64 {
         // SAFETY: the mapping is page-aligned, at least 8 bytes, lives as long as `self`, and

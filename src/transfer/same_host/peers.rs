@@ -49,6 +49,8 @@ pub(crate) struct MappedTarget {
     control: *const AtomicU64,
     dead: *const AtomicBool,
     connection: RawFd,
+    /// The mapping itself, to ask whether its files lost pages.
+    peer: *const MappedPeer,
 }
 
 impl MappedPeer {
@@ -57,10 +59,19 @@ impl MappedPeer {
         addr >= self.base && len <= self.len && addr - self.base <= self.len - len
     }
 
-    /// The epoch the owner names now equals ours and no copy saw the connection closed.
+    /// The epoch the owner names now equals ours, no copy saw the connection closed and
+    /// neither file lost pages.
     fn usable(&self) -> bool {
         !self.dead.load(Ordering::Relaxed)
+            && !self.lost_pages()
             && self.control.word().load(Ordering::SeqCst) == self.epoch
+    }
+
+    /// Whether the segment or the control file lost pages under our mappings (a hole the
+    /// owner, or another holder, punched and the kernel could not refill; see
+    /// `shm::fault_guard`): copies through them may have moved scratch bytes.
+    fn lost_pages(&self) -> bool {
+        self.segment.lost_pages() || self.control.lost_pages()
     }
 
     /// The handshake connection (the owner closes it when it dies or retires the mount).
@@ -77,6 +88,7 @@ impl MappedPeer {
             control: self.control.word(),
             dead: &self.dead,
             connection: self.connection.as_raw_fd(),
+            peer: self,
         }
     }
 }
@@ -443,7 +455,8 @@ pub(crate) const CHUNK: usize = 2 << 20;
 /// executor checked it before the first chunk) has passed before a later chunk, leaving the
 /// range partly written — the caller's write then fails and is never committed; failed
 /// `TRANSFER_FAIL` (unreachable) when the owner closed the connection by the end of the
-/// copy. Returns the bytes copied.
+/// copy; failed `TRANSFER_FAIL` (`lost_page_copies`) when the segment or the control file lost
+/// pages before or during the copy. Returns the bytes copied.
 ///
 /// # Safety
 /// `target` comes from a [`MappedPeer`] that is alive for the whole call and covers
@@ -455,7 +468,23 @@ pub(crate) unsafe fn copy_mapped(
     send_by: Option<Instant>,
 ) -> std::result::Result<u64, SliceError> {
     // SAFETY: the caller keeps the MappedPeer (and so these) alive.
-    let (control, dead) = unsafe { (&*target.control, &*target.dead) };
+    let (control, dead, peer_map) = unsafe { (&*target.control, &*target.dead, &*target.peer) };
+    let lost = || {
+        bump(&metrics.lost_page_copies);
+        dead.store(true, Ordering::Relaxed);
+        SliceError {
+            code: ErrorCode::TransferFail,
+            message: format!(
+                "{:?} of {} bytes at {:#x}: the peer's segment lost pages under our mapping (a \
+                 hole punched in its file the kernel could not refill)",
+                slice.op, slice.len, slice.remote
+            ),
+            unreachable: false,
+        }
+    };
+    if peer_map.lost_pages() {
+        return Err(lost());
+    }
     let stale = |when: &str| {
         bump(&metrics.stale_epoch_rejections);
         bump(&metrics.same_host_stale);
@@ -509,6 +538,10 @@ pub(crate) unsafe fn copy_mapped(
     std::sync::atomic::fence(Ordering::SeqCst);
     if control.load(Ordering::SeqCst) != target.epoch {
         return Err(stale("during the copy"));
+    }
+    // A fault in either file during the copy was recovered on scratch pages: fail it.
+    if peer_map.lost_pages() {
+        return Err(lost());
     }
     if hung_up(target.connection) {
         dead.store(true, Ordering::Relaxed);

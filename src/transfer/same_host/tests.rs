@@ -288,3 +288,52 @@ fn a_process_that_hand_shakes_in_a_loop_evicts_no_other_peers_connection() {
     let mut out = [0u8; 16];
     assert_eq!(read(&metrics, &held, 0x10_0000, &mut out, 21), Ok(16));
 }
+
+/// The owner (or any holder of its file) punches a hole in its segment where the kernel cannot
+/// refill it (strict overcommit at its limit): a peer's mapped read or write of that range
+/// raised SIGBUS and killed the peer. Now the copy fails `TRANSFER_FAIL` (`lost_page_copies`),
+/// the mapping is dropped from the cache, and the next lookup hand-shakes afresh.
+/// Runs in the RDMA VM (`scripts/rdma-tests.sh`): it switches the kernel's overcommit.
+#[test]
+#[ignore = "needs a kernel of its own (strict overcommit): run by scripts/rdma-tests.sh"]
+fn a_hole_punched_in_the_owners_segment_fails_the_copy_not_the_peer() {
+    let (endpoint, _exporter, file, mine) = owner(91);
+    // SAFETY: the owner's own mapping of 64 KiB; the test is its only writer.
+    unsafe { std::ptr::write_bytes(mine.addr() as *mut u8, 0x42, 1 << 16) };
+    let metrics = Arc::new(Metrics::default());
+    let peers = maps(&metrics);
+    let peer = peers.lookup(&endpoint, 91, 0x10_0000, 16).expect("maps");
+    let mut out = vec![0u8; 8192];
+    let incoming = vec![0x99u8; 8192];
+    crate::test_util::punch_hole(file.fd(), 16384, 32768);
+    let (read_result, write_result) = {
+        let _strict = crate::test_util::StrictOvercommit::enter();
+        let read_result = read(&metrics, &peer, 0x10_0000 + 16384, &mut out, 91);
+        let slice = Slice {
+            op: Opcode::Write,
+            local: incoming.as_ptr().cast_mut(),
+            len: incoming.len(),
+            remote: 0x10_0000 + 32768,
+            epoch: 91,
+        };
+        // SAFETY: `peer` is alive and covers the range; `incoming` is ours and only read.
+        let write_result = unsafe { copy_mapped(&metrics, &peer.target(), &slice, None) };
+        (read_result, write_result.map_err(|e| e.code))
+    };
+    assert_eq!(read_result, Err(ErrorCode::TransferFail));
+    assert_eq!(write_result, Err(ErrorCode::TransferFail));
+    assert_eq!(metrics.snapshot().lost_page_copies, 2);
+    // A copy of an intact range through the same mapping fails too: it is never trusted again.
+    let mut head = [0u8; 16];
+    assert_eq!(
+        read(&metrics, &peer, 0x10_0000, &mut head, 91),
+        Err(ErrorCode::TransferFail)
+    );
+    drop(peer);
+    let again = peers
+        .lookup(&endpoint, 91, 0x10_0000, 16)
+        .expect("a fresh mapping");
+    assert_eq!(read(&metrics, &again, 0x10_0000, &mut head, 91), Ok(16));
+    assert_eq!(head, [0x42; 16]);
+    assert_eq!(metrics.snapshot().same_host_handshakes, 2);
+}
