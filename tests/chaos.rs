@@ -1,5 +1,5 @@
 //! The chaos soak (`mc_chaos`, src/bin/mc_chaos/) as a bounded test: a real master, two
-//! owners and three workers, and a P2P master with two P2P owners (one in a network
+//! owners, three workers and a dummy of the second owner, and a P2P master with two P2P owners (one in a network
 //! namespace when run as root) that the same workers use, under SIGKILL/SIGSTOP of every
 //! process, fault-injecting proxies and partitions, checked by the independent checker. `MC_CHAOS_DURATION` (seconds, default 90) and
 //! `MC_CHAOS_SEED` (default: fresh, printed) pick the run; a failure prints the seed, the

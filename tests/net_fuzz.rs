@@ -1,6 +1,9 @@
 //! Network fuzzing: mutated RPC frames at a live master's RPC port and mutated transfer
 //! headers at a peer's data port. Both must stay up and correct (a real client's put and get
 //! return exact bytes afterwards, the get served from the peer's segment) with bounded RSS.
+//! A second run aims the data-port requests inside the peer's real segment (around an
+//! object's replica, with its epoch, a wrong one, or none), where the server must apply
+//! exactly what it admits and nothing else.
 
 mod common;
 
@@ -8,7 +11,7 @@ use common::{local_client, pattern, Master, PeerClient};
 use mooncake_rs::master::{MasterInterface, MasterRequest};
 use mooncake_rs::rpc::codec::{decode_payload, encode_frame, HEADER_LEN};
 use mooncake_rs::rpc::Interface;
-use mooncake_rs::transfer::wire::{Opcode, SessionHeader};
+use mooncake_rs::transfer::wire::{Opcode, SessionHeader, Status, HEADER_LEN as TRANSFER_HEADER};
 use mooncake_rs::types::{ReplicateConfig, Uuid};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -193,4 +196,190 @@ fn a_master_and_a_peer_survive_mutated_frames_with_bounded_memory() {
     println!("RSS growth: master {master_growth} MiB, peer {peer_growth} MiB");
     assert!(master_growth < 64, "master grew {master_growth} MiB");
     assert!(peer_growth < 64, "peer grew {peer_growth} MiB");
+}
+
+/// Sends one request (`header`, then `payload`) on a fresh connection and reads its status
+/// frame and, when it is OK and `read_back` > 0, that many bytes. `None` when the peer closed
+/// or said nothing in 2 s.
+fn exchange(
+    port: u16,
+    header: &SessionHeader,
+    payload: &[u8],
+    read_back: usize,
+) -> Option<(Status, Vec<u8>)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(&header.encode()).ok()?;
+    // A refused WRITE's payload is never read: the answer may already wait.
+    let _ = stream.write_all(payload);
+    let mut frame = [0u8; 8];
+    stream.read_exact(&mut frame).ok()?;
+    let status = Status::decode(&frame)?;
+    let mut data = vec![0u8; if status == Status::Ok { read_back } else { 0 }];
+    stream.read_exact(&mut data).ok()?;
+    Some((status, data))
+}
+
+/// Whether some 24-byte window of `bytes` reads as a WRITE into `[start, end)` that names no
+/// epoch or `epoch`: a request the server may apply there, wherever a mutation shifted it to.
+fn may_write_into(bytes: &[u8], start: u64, end: u64, epoch: u64) -> bool {
+    bytes.windows(TRANSFER_HEADER).any(|window| {
+        let raw: &[u8; TRANSFER_HEADER] = window.try_into().unwrap();
+        SessionHeader::decode(raw).is_ok_and(|h| {
+            h.opcode == Opcode::Write
+                && !matches!(h.epoch, Some(e) if e != epoch)
+                && h.addr < end
+                && h.addr.saturating_add(h.size) > start
+        })
+    })
+}
+
+#[test]
+fn a_peer_serves_requests_aimed_inside_its_segment_exactly_and_survives_them() {
+    let master = Master::start(&[]);
+    let peer = PeerClient::start(&master.addr(), "16 MB");
+    let client = local_client(&master.addr(), 0, 16 << 20);
+    let config = ReplicateConfig::default();
+    let kept = pattern(300_000, 7);
+    client.put(KEPT, &kept, &config).unwrap();
+    let pin = client.pin(&[KEPT]).pop().unwrap().unwrap();
+    let replica = &pin.query.replicas[0].buffer;
+    assert_eq!(replica.transport_endpoint, peer.name);
+    let (kept_at, epoch) = (replica.buffer_address, replica.epoch);
+    assert_ne!(epoch, 0, "a segment range carries its mount's epoch");
+    let kept_end = kept_at + kept.len() as u64;
+    // The 16 MB segment lies inside 16 MiB either side of the replica.
+    let (low, high) = (kept_at.saturating_sub(16 << 20), kept_end + (16 << 20));
+    let data_port: u16 = peer.name.rsplit(':').next().unwrap().parse().unwrap();
+    let peer_rss = rss(peer.pid());
+
+    let seed = std::env::var("NET_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    println!("net_fuzz (aimed) seed {seed}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let (mut exact_reads, mut applied_writes, mut stale, mut unanswered) = (0, 0, 0, 0);
+    let (mut mutated, mut withheld) = (0, 0);
+    let start = Instant::now();
+    let mut sent = 0;
+    while start.elapsed() < Duration::from_secs(8) && sent < 3000 {
+        sent += 1;
+        let size = match rng.u8(0..3) {
+            0 => rng.u64(1..=64),
+            1 => rng.u64(1..=64 << 10),
+            _ => rng.u64(1..=256 << 10),
+        };
+        let addr = match rng.u8(0..4) {
+            0 => rng.u64(kept_at..kept_end),
+            1 => kept_end + rng.u64(0..64),
+            2 => kept_at.saturating_sub(size) + rng.u64(0..64),
+            _ => rng.u64(low..high),
+        };
+        let named = match rng.u8(0..4) {
+            0 => None,
+            1 => Some(epoch ^ rng.u64(1..256)),
+            _ => Some(epoch),
+        };
+        let wrong_epoch = named.is_some_and(|e| e != epoch);
+        let opcode = if rng.bool() {
+            Opcode::Read
+        } else {
+            Opcode::Write
+        };
+        let header = SessionHeader {
+            size,
+            addr,
+            opcode,
+            v2: true,
+            epoch: named,
+        };
+        let payload: Vec<u8> = match opcode {
+            Opcode::Write => (0..size).map(|_| rng.u8(..)).collect(),
+            Opcode::Read => Vec::new(),
+        };
+        if rng.u8(0..4) == 0 {
+            // A mutation of it (bit flips, cuts, spliced noise, a rewritten size), sent blind.
+            let mut bytes = header.encode().to_vec();
+            bytes.extend_from_slice(&payload[..payload.len().min(4096)]);
+            let bytes = mutate(&mut rng, &bytes);
+            if may_write_into(&bytes, kept_at, kept_end, epoch) {
+                withheld += 1;
+            } else {
+                poke(data_port, &bytes);
+                mutated += 1;
+            }
+            continue;
+        }
+        let overlaps_kept = addr < kept_end && addr.saturating_add(size) > kept_at;
+        if opcode == Opcode::Write && overlaps_kept && !wrong_epoch {
+            // The data port is open to every peer (no credentials yet): such a write would
+            // really change the object. Not sent.
+            withheld += 1;
+            continue;
+        }
+        let read_back = if opcode == Opcode::Read {
+            size as usize
+        } else {
+            0
+        };
+        // A refused request is answered and then reset, which may overtake the answer.
+        let Some((status, data)) = exchange(data_port, &header, &payload, read_back) else {
+            unanswered += 1;
+            continue;
+        };
+        if wrong_epoch {
+            assert_ne!(
+                status,
+                Status::Ok,
+                "{header:?} named a wrong epoch (seed {seed})"
+            );
+            stale += usize::from(status == Status::StaleEpoch);
+            continue;
+        }
+        match (status, opcode) {
+            (Status::Ok, Opcode::Read) if addr >= kept_at && addr + size <= kept_end => {
+                let at = (addr - kept_at) as usize;
+                assert!(
+                    data == kept[at..at + size as usize],
+                    "a READ of the replica at +{at} returned other bytes (seed {seed})"
+                );
+                exact_reads += 1;
+            }
+            (Status::Ok, Opcode::Write) => applied_writes += 1,
+            _ => {}
+        }
+    }
+    println!(
+        "sent {sent} aimed requests: {exact_reads} exact reads of the replica, {applied_writes} \
+         writes applied beside it, {stale} refused as stale, {unanswered} unanswered, \
+         {mutated} mutated, {withheld} withheld"
+    );
+    assert!(
+        exact_reads > 0 && applied_writes > 0 && stale > 0,
+        "the aim missed (seed {seed})"
+    );
+
+    // The replica is exactly as written, through the store and through the raw port.
+    let mut buf = vec![0u8; kept.len()];
+    assert_eq!(client.get_into(KEPT, &mut buf).unwrap(), kept.len() as u64);
+    assert!(buf == kept, "the replica changed (seed {seed})");
+    let whole = SessionHeader {
+        size: kept.len() as u64,
+        addr: kept_at,
+        opcode: Opcode::Read,
+        v2: true,
+        epoch: Some(epoch),
+    };
+    let (status, data) = exchange(data_port, &whole, &[], kept.len()).expect("the peer answers");
+    assert_eq!(status, Status::Ok);
+    assert!(data == kept);
+    client.unpin(&[pin.pin_id]).unwrap();
+    let after = pattern(200_000, 11);
+    client.put("fresh", &after, &config).unwrap();
+    assert_eq!(client.get_into("fresh", &mut buf).unwrap(), 200_000);
+    assert!(buf[..200_000] == after[..]);
+    let growth = rss(peer.pid()).saturating_sub(peer_rss) >> 20;
+    println!("peer RSS growth {growth} MiB");
+    assert!(growth < 64, "peer grew {growth} MiB");
 }

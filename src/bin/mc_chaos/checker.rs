@@ -484,6 +484,7 @@ fn describe(events: &[Tagged], faults: &[FaultWindow], violations: &[Violation])
                     Event::Read { begin, key, .. }
                     | Event::Corrupt { begin, key, .. }
                     | Event::Remove { begin, key, .. } => (*begin, key),
+                    Event::Traffic { .. } => return None,
                 };
                 (key == &violation.key || key == "*")
                     .then(|| (at, format!("{} {:?}", t.source, t.event)))

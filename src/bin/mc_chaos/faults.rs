@@ -29,6 +29,18 @@ pub const KINDS: &[&str] = &[
     "stop_p2p_owner",
     "kill_p2p_master",
     "partition",
+    "kill_dummy",
+    "stop_dummy",
+    "kill_real_client",
+    "stop_real_client",
+];
+
+/// The kinds that act on dummies or their real client (not drawn in a run without dummies).
+const DUMMY_KINDS: &[&str] = &[
+    "kill_dummy",
+    "stop_dummy",
+    "kill_real_client",
+    "stop_real_client",
 ];
 
 /// The client timeouts of [`CLIENT_ENV`], for the checker's call limits.
@@ -44,18 +56,27 @@ const CLIENT_ENV: &[(&str, &str)] = &[
     ("MC_RPC_TIMEOUT_MS", "5000"),
     ("MC_RPC_CONNECT_TIMEOUT_MS", "1000"),
     ("MC_TRANSFER_TIMEOUT_MS", "5000"),
+    // Dummies and their real client: a SIGSTOP of either (up to 3 s) outlasts the TTL, so
+    // abandoned calls and dropped dummies happen in the soak.
+    ("MC_DUMMY_TTL_MS", "2000"),
     ("MC_LOG", "error"),
 ];
 
 struct Cluster {
     master: Proc,
     owners: Vec<Proc>,
+    /// The workers (`worker-N`), then the dummies (`dummy-N`, workers whose client is a
+    /// dummy of owner [`Cluster::real_client`]); `incarnations` has one entry each.
     workers: Vec<Proc>,
     incarnations: Vec<u64>,
     proxy: Proxy,
     /// In front of owner [`PROXIED_OWNER`]'s data port.
     peer_proxy: Proxy,
     directory: Directory,
+    /// The owner that serves the dummies (the last one: the first is behind the data proxy
+    /// and maps no segment for same-host peers) and its segment name.
+    real_client: usize,
+    real_client_name: String,
     master_port: u16,
     metrics_port: u16,
     /// The P2P cluster: its master (`--deployment_mode P2P`) and owners; owner
@@ -92,10 +113,12 @@ impl Cluster {
             self.master_port
         };
         let incarnation = self.incarnations[index];
-        let journal = settings
-            .dir
-            .join(format!("worker-{index}-{incarnation}.log"));
-        [
+        let dummy = index >= settings.workers as usize;
+        let journal = settings.dir.join(format!(
+            "{}-{incarnation}.log",
+            worker_label(settings, index)
+        ));
+        let mut args: Vec<String> = [
             "worker".to_string(),
             "--master".into(),
             format!("127.0.0.1:{port}"),
@@ -120,7 +143,11 @@ impl Cluster {
             "--p2p-host".into(),
             self.p2p_host.clone(),
         ]
-        .into()
+        .into();
+        if dummy {
+            args.extend(["--dummy-of".into(), self.real_client_name.clone()]);
+        }
+        args
     }
 
     fn start(settings: &Settings, deadline_ns: u64) -> Result<Cluster, String> {
@@ -233,14 +260,17 @@ impl Cluster {
             owner.start()?;
             p2p_owners.push(owner);
         }
+        let real_client = settings.owners - 1;
         let mut cluster = Cluster {
             master,
             owners,
             workers: Vec::new(),
-            incarnations: vec![0; settings.workers as usize],
+            incarnations: vec![0; (settings.workers + settings.dummies) as usize],
             proxy,
             peer_proxy,
             directory,
+            real_client,
+            real_client_name: format!("127.0.0.1:{}", owner_ports[real_client]),
             master_port,
             metrics_port,
             p2p_master,
@@ -251,13 +281,22 @@ impl Cluster {
             netns,
         };
         let me = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-        for index in 0..settings.workers as usize {
+        for index in 0..(settings.workers + settings.dummies) as usize {
             let args = cluster.worker_args(settings, index, deadline_ns);
-            let mut worker = Proc::new(&format!("worker-{index}"), me.clone(), args, env());
+            let label = worker_label(settings, index);
+            let mut worker = Proc::new(&label, me.clone(), args, env());
             worker.start()?;
             cluster.workers.push(worker);
         }
         Ok(cluster)
+    }
+}
+
+/// `worker-N` for the first `--workers` entries of [`Cluster::workers`], `dummy-N` after.
+fn worker_label(settings: &Settings, index: usize) -> String {
+    match index.checked_sub(settings.workers as usize) {
+        Some(dummy) => format!("dummy-{dummy}"),
+        None => format!("worker-{index}"),
     }
 }
 
@@ -284,6 +323,9 @@ pub fn run(settings: &Settings) -> i32 {
     };
     let mut rng = fastrand::Rng::with_seed(settings.seed);
     let mut kinds: Vec<&'static str> = KINDS.to_vec();
+    if settings.dummies == 0 {
+        kinds.retain(|k| !DUMMY_KINDS.contains(k));
+    }
     match &cluster.netns {
         Ok(ns) => println!(
             "mc_chaos: p2p-owner-{PARTITIONED_OWNER} runs in a network namespace at {} (host end {})",
@@ -386,6 +428,19 @@ pub fn run(settings: &Settings) -> i32 {
             }
         }
     }
+    let (same_host_bytes, dummy_bytes) = traffic_totals(&events);
+    let (dummy_calls, dummy_ok) = dummy_calls(&events);
+    println!(
+        "mc_chaos: workers moved {same_host_bytes} bytes through mapped same-host segments; \
+         real clients moved {dummy_bytes} bytes for dummies, whose {dummy_calls} calls \
+         ({dummy_ok} ok) are in the table"
+    );
+    if same_host_bytes == 0 {
+        problems.push("no byte moved through a mapped same-host segment".into());
+    }
+    if settings.dummies > 0 && dummy_bytes == 0 {
+        problems.push("no byte moved for a dummy by its real client".into());
+    }
     let verdict = checker::check(&events, &windows, TIMEOUTS);
     let elapsed = Duration::from_nanos(now_ns() - started);
     let partitions = windows.iter().filter(|w| w.kind == "partition").count();
@@ -413,6 +468,42 @@ pub fn run(settings: &Settings) -> i32 {
     }
 }
 
+/// The same-host and dummy bytes of every journal's last [`journal::Event::Traffic`] (each
+/// incarnation's totals), added up.
+fn traffic_totals(events: &[Tagged]) -> (u64, u64) {
+    let mut last: std::collections::HashMap<&str, (u64, u64)> = Default::default();
+    for tagged in events {
+        if let journal::Event::Traffic {
+            same_host_bytes,
+            dummy_bytes,
+            ..
+        } = tagged.event
+        {
+            let seen = last.entry(&tagged.source).or_default();
+            *seen = (seen.0.max(same_host_bytes), seen.1.max(dummy_bytes));
+        }
+    }
+    last.values()
+        .fold((0, 0), |(s, d), (same, dummy)| (s + same, d + dummy))
+}
+
+/// Calls the dummies journaled (reads, write ends, removes) and how many succeeded.
+fn dummy_calls(events: &[Tagged]) -> (u64, u64) {
+    events
+        .iter()
+        .filter(|t| t.source.starts_with("dummy-"))
+        .filter_map(|t| match t.event {
+            journal::Event::Read { rc, .. }
+            | journal::Event::WriteEnd { rc, .. }
+            | journal::Event::Remove { rc, .. } => Some(rc == 0),
+            journal::Event::Corrupt { .. } => Some(true),
+            _ => None,
+        })
+        .fold((0, 0), |(calls, ok), success| {
+            (calls + 1, ok + u64::from(success))
+        })
+}
+
 /// Injects one fault of `kind` and returns its window; a stop, delay or partition lasts at
 /// most `pause_cap`.
 fn inject(
@@ -426,10 +517,14 @@ fn inject(
     let start = now_ns();
     let pause =
         Duration::from_millis(rng.u64(200..3000)).min(pause_cap.max(Duration::from_millis(200)));
+    let workers = settings.workers as usize;
     let target = match kind {
-        "kill_worker" | "stop_worker" => {
-            let index = rng.usize(0..cluster.workers.len());
-            if kind == "kill_worker" {
+        "kill_worker" | "stop_worker" | "kill_dummy" | "stop_dummy" => {
+            let index = match kind.ends_with("_dummy") {
+                true => rng.usize(workers..cluster.workers.len()),
+                false => rng.usize(0..workers),
+            };
+            if kind.starts_with("kill_") {
                 cluster.workers[index].kill();
                 std::thread::sleep(Duration::from_millis(rng.u64(50..1000)));
                 cluster.incarnations[index] += 1;
@@ -444,10 +539,13 @@ fn inject(
             }
             cluster.workers[index].label.clone()
         }
-        "kill_owner" | "stop_owner" => {
-            let index = rng.usize(0..cluster.owners.len());
+        "kill_owner" | "stop_owner" | "kill_real_client" | "stop_real_client" => {
+            let index = match kind.ends_with("_real_client") {
+                true => cluster.real_client,
+                false => rng.usize(0..cluster.owners.len()),
+            };
             let owner = &mut cluster.owners[index];
-            if kind == "kill_owner" {
+            if kind.starts_with("kill_") {
                 owner.kill();
                 std::thread::sleep(Duration::from_millis(rng.u64(50..1000)));
                 owner.start()?;

@@ -60,6 +60,14 @@ pub enum Event {
         key: String,
         rc: i32,
     },
+    /// The worker's data-path totals so far (this incarnation): bytes it moved through
+    /// mapped same-host segments, and (a dummy) bytes its real client moved for it.
+    /// Written every few seconds, so a killed worker leaves most of its traffic counted.
+    Traffic {
+        at: u64,
+        same_host_bytes: u64,
+        dummy_bytes: u64,
+    },
 }
 
 impl Event {
@@ -103,6 +111,11 @@ impl Event {
                 key,
                 rc,
             } => format!("D {begin} {end} {op} {key} {rc}\n"),
+            Event::Traffic {
+                at,
+                same_host_bytes,
+                dummy_bytes,
+            } => format!("T {at} {same_host_bytes} {dummy_bytes}\n"),
         }
     }
 
@@ -172,6 +185,17 @@ impl Event {
                     op: op.to_string(),
                     key: key.to_string(),
                     rc: rc.parse().ok()?,
+                }
+            }
+            "T" => {
+                let w: Vec<&str> = line.trim_end().split(' ').collect();
+                let [_, at, same_host_bytes, dummy_bytes] = w[..] else {
+                    return None;
+                };
+                Event::Traffic {
+                    at: at.parse().ok()?,
+                    same_host_bytes: same_host_bytes.parse().ok()?,
+                    dummy_bytes: dummy_bytes.parse().ok()?,
                 }
             }
             _ => return None,
@@ -248,6 +272,11 @@ mod tests {
                 op: "remove_all".into(),
                 key: "*".into(),
                 rc: 0,
+            },
+            Event::Traffic {
+                at: 7,
+                same_host_bytes: 1 << 40,
+                dummy_bytes: 12,
             },
         ];
         for event in events {

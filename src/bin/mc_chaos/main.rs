@@ -4,15 +4,17 @@
 //! (memory pressure, eviction), and `--workers` worker processes (this binary, `worker`
 //! subcommand) running a seeded random mix of puts, upserts, batch and zero-copy and
 //! multi-buffer writes, whole, batch, multi-buffer, ranged and session reads, removes and
-//! remove_all on a shared key space of self-describing values ([`value`]). Half the workers
-//! reach the master through a fault-injecting proxy ([`proxy`]). A fault driver ([`faults`])
-//! SIGKILLs (and restarts) and SIGSTOPs/SIGCONTs workers, owners and the master, and makes
-//! the proxy delay, trickle and reset. At the end the checker ([`checker`]) reads every
+//! remove_all on a shared key space of self-describing values ([`value`]); `--dummies` more
+//! workers run it as dummies of the last owner (standalone mode). Half the workers reach the
+//! master through a fault-injecting proxy ([`proxy`]). A fault driver ([`faults`]) SIGKILLs
+//! (and restarts) and SIGSTOPs/SIGCONTs workers, dummies, owners (the dummies' real client
+//! among them) and the master, and makes the proxy delay, trickle and reset. The run fails
+//! when no byte moved through a mapped same-host segment or for a dummy. At the end the checker ([`checker`]) reads every
 //! journal; the master's accounting must equal the live objects once the TTLs have passed,
 //! and descriptor counts and RSS must be bounded.
 //!
-//! Usage: `mc_chaos [--seed N] [--duration SECS] [--workers N] [--owners N] [--keys N]
-//! [--max-value BYTES] [--segment SIZE] [--call-limit-ms MS] [--dir PATH] [--markdown]
+//! Usage: `mc_chaos [--seed N] [--duration SECS] [--workers N] [--dummies N] [--owners N]
+//! [--keys N] [--max-value BYTES] [--segment SIZE] [--call-limit-ms MS] [--dir PATH] [--markdown]
 //! [--p2p-outage-max-ms MS]`.
 //! Exit code 0: no violation; 1: violations (printed with the seed, the key's history and
 //! the faults around it); 2: bad arguments or the cluster could not start.
@@ -39,6 +41,8 @@ pub struct Settings {
     pub seed: u64,
     pub duration: Duration,
     pub workers: u64,
+    /// Worker processes whose client is a dummy of the last owner (`--dummies`, default 1).
+    pub dummies: u64,
     pub owners: usize,
     pub keys: usize,
     pub max_value: usize,
@@ -58,6 +62,7 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
         seed: journal::now_ns() ^ u64::from(std::process::id()),
         duration: Duration::from_secs(90),
         workers: 3,
+        dummies: 1,
         owners: 2,
         keys: 48,
         max_value: 1 << 20,
@@ -83,6 +88,7 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
             "--seed" => settings.seed = number()?,
             "--duration" => settings.duration = Duration::from_secs(number()?),
             "--workers" => settings.workers = number()?.clamp(1, 64),
+            "--dummies" => settings.dummies = number()?.min(16),
             "--owners" => settings.owners = number()?.clamp(1, 16) as usize,
             "--keys" => settings.keys = number()?.clamp(1, 1 << 20) as usize,
             "--max-value" => settings.max_value = (number()? as usize).max(value::HEADER_LEN + 1),
@@ -126,6 +132,7 @@ fn worker_args(args: &[String]) -> Result<worker::WorkerArgs, String> {
         keys: number("--keys")? as usize,
         max_value: number("--max-value")? as usize,
         deadline_ns: number("--deadline-ns")?,
+        dummy_of: get("--dummy-of").ok(),
     })
 }
 

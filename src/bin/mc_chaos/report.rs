@@ -18,10 +18,11 @@ pub fn print(
 ) {
     println!();
     println!(
-        "mc_chaos --seed {} --duration {} --workers {} --owners {} --keys {} --max-value {} --segment '{}' ({} s wall)",
+        "mc_chaos --seed {} --duration {} --workers {} --dummies {} --owners {} --keys {} --max-value {} --segment '{}' ({} s wall)",
         settings.seed,
         settings.duration.as_secs(),
         settings.workers,
+        settings.dummies,
         settings.owners,
         settings.keys,
         settings.max_value,

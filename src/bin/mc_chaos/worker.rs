@@ -30,6 +30,9 @@ pub struct WorkerArgs {
     pub max_value: usize,
     /// CLOCK_MONOTONIC nanoseconds at which to stop.
     pub deadline_ns: u64,
+    /// `Some(host:port)`: this worker is a dummy of that real client (`setup_dummy`); its
+    /// registered memory then comes from the shared-memory pool.
+    pub dummy_of: Option<String>,
 }
 
 /// The operations a worker draws from, with their weights.
@@ -76,8 +79,9 @@ pub(crate) struct Worker {
     pub(crate) rng: fastrand::Rng,
     pub(crate) args: WorkerArgs,
     sequence: u64,
-    /// Registered memory for the zero-copy writes (`*_from`, multi-buffer).
-    registered: Vec<u8>,
+    /// Registered memory for the zero-copy writes (`*_from`, multi-buffer): heap memory, or a
+    /// dummy's shared-memory block; lives as long as the process.
+    registered: &'static mut [u8],
     /// Destination of reads (unregistered: the copying read path).
     read_buf: Vec<u8>,
     pub(crate) config: ReplicateConfig,
@@ -98,15 +102,18 @@ pub fn run(args: WorkerArgs) -> i32 {
         }
     };
     let client = loop {
-        let config = SetupConfig {
-            local_hostname: "127.0.0.1".into(),
-            global_segment_size: 0,
-            local_buffer_size: 32 << 20,
-            master_server_addr: args.master.clone(),
-            metadata_server: args.metadata.clone(),
-            ..SetupConfig::default()
+        let setup = match &args.dummy_of {
+            Some(real_client) => Client::setup_dummy(0, 32 << 20, real_client),
+            None => Client::setup(SetupConfig {
+                local_hostname: "127.0.0.1".into(),
+                global_segment_size: 0,
+                local_buffer_size: 32 << 20,
+                master_server_addr: args.master.clone(),
+                metadata_server: args.metadata.clone(),
+                ..SetupConfig::default()
+            }),
         };
-        match Client::setup(config) {
+        match setup {
             Ok(client) => break client,
             Err(code) if now_ns() < args.deadline_ns => {
                 eprintln!("worker {}: setup: {code:?}; retrying", args.worker);
@@ -146,8 +153,15 @@ pub fn run(args: WorkerArgs) -> i32 {
         }
     };
     let registered_len = 4 * args.max_value.max(value::HEADER_LEN) + 4096;
+    let registered = match registered_memory(&client, registered_len) {
+        Ok(memory) => memory,
+        Err(code) => {
+            eprintln!("worker {}: shared memory: {code:?}", args.worker);
+            return 3;
+        }
+    };
     let mut worker = Worker {
-        registered: vec![0u8; registered_len],
+        registered,
         read_buf: vec![0u8; args.max_value.max(value::HEADER_LEN)],
         client,
         rng: fastrand::Rng::with_seed(args.seed ^ (args.worker << 48) ^ (args.incarnation << 32)),
@@ -164,7 +178,15 @@ pub fn run(args: WorkerArgs) -> i32 {
         return 3;
     }
     let total: u32 = OPS.iter().map(|(_, w)| w).sum();
+    let mut traffic_due = 0;
     while now_ns() < worker.args.deadline_ns {
+        if now_ns() >= traffic_due {
+            traffic_due = now_ns() + TRAFFIC_PERIOD_NS;
+            if let Err(err) = worker.record_traffic() {
+                eprintln!("worker {}: journal write: {err}", worker.args.worker);
+                return 4;
+            }
+        }
         let mut pick = worker.rng.u32(0..total);
         let op = OPS
             .iter()
@@ -181,13 +203,45 @@ pub fn run(args: WorkerArgs) -> i32 {
             return 4;
         }
     }
+    if let Err(err) = worker.record_traffic() {
+        eprintln!("worker {}: journal write: {err}", worker.args.worker);
+        return 4;
+    }
     let _ = worker.client.unregister_buffer(addr);
     worker.client.teardown();
     worker.p2p.teardown();
     0
 }
 
+/// How often a worker journals its [`Event::Traffic`] totals.
+const TRAFFIC_PERIOD_NS: u64 = 2_000_000_000;
+
+/// `len` bytes of memory `client` can register for zero-copy writes, zeroed, kept for the
+/// process's life: heap memory, or for a dummy a block of the shared-memory pool (the only
+/// memory its real client can map).
+fn registered_memory(client: &Client, len: usize) -> Result<&'static mut [u8], ErrorCode> {
+    if !client.is_dummy() {
+        return Ok(vec![0u8; len].leak());
+    }
+    let addr = client.alloc_from_mem_pool(len as u64)?;
+    // SAFETY: a fresh block of at least `len` zeroed bytes, mapped for the process's life
+    // (never freed), used only through this slice.
+    Ok(unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) })
+}
+
 impl Worker {
+    /// Journals this incarnation's data-path totals so far ([`Event::Traffic`]).
+    fn record_traffic(&mut self) -> std::io::Result<()> {
+        let metrics = self.client.metrics();
+        let dummy = self.client.dummy_stats().unwrap_or_default();
+        self.journal.record(&Event::Traffic {
+            at: now_ns(),
+            same_host_bytes: metrics.transfer.same_host_read_bytes
+                + metrics.transfer.same_host_write_bytes,
+            dummy_bytes: dummy.zero_copy_bytes + dummy.staged_bytes,
+        })
+    }
+
     fn key(&mut self) -> String {
         self.key_in("k")
     }
