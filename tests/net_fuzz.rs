@@ -12,7 +12,7 @@ use mooncake_rs::master::{MasterInterface, MasterRequest};
 use mooncake_rs::rpc::codec::{decode_payload, encode_frame, HEADER_LEN};
 use mooncake_rs::rpc::Interface;
 use mooncake_rs::transfer::wire::{Opcode, SessionHeader, Status, HEADER_LEN as TRANSFER_HEADER};
-use mooncake_rs::types::{ReplicateConfig, Uuid};
+use mooncake_rs::types::{PinnedObject, ReplicateConfig, Uuid};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -125,25 +125,72 @@ fn poke(port: u16, bytes: &[u8]) {
     let _ = stream.read(&mut sink);
 }
 
-#[test]
-fn a_master_and_a_peer_survive_mutated_frames_with_bounded_memory() {
-    let master = Master::start(&[]);
-    let peer = PeerClient::start(&master.addr(), "16 MB");
-    let client = local_client(&master.addr(), 0, 16 << 20);
-    let config = ReplicateConfig::default();
-    let before = pattern(300_000, 5);
-    client.put(KEPT, &before, &config).unwrap();
-    // Pinned, so the space a fuzzed batch_put_start asks for cannot evict it either.
-    let pin = client.pin(&[KEPT]).pop().unwrap().unwrap();
-    let data_port: u16 = peer.name.rsplit(':').next().unwrap().parse().unwrap();
-    let (master_rss, peer_rss) = (rss(master.pid()), rss(peer.pid()));
+/// A master, a peer contributing a 16 MB segment, a client with none, and [`KEPT`] (300 000
+/// bytes) written to the peer's segment and pinned, so the space a fuzzed `batch_put_start`
+/// asks for cannot evict it either.
+struct Pool {
+    master: Master,
+    peer: PeerClient,
+    client: mooncake_rs::client::Client,
+    kept: Vec<u8>,
+    pin: PinnedObject,
+    /// The peer's TCP data port.
+    data_port: u16,
+}
 
-    // `NET_FUZZ_SEED` replays a run (its seed is printed).
+impl Pool {
+    fn start(pattern_seed: u8) -> Pool {
+        let master = Master::start(&[]);
+        let peer = PeerClient::start(&master.addr(), "16 MB");
+        let client = local_client(&master.addr(), 0, 16 << 20);
+        let kept = pattern(300_000, pattern_seed);
+        client
+            .put(KEPT, &kept, &ReplicateConfig::default())
+            .unwrap();
+        let pin = client.pin(&[KEPT]).pop().unwrap().unwrap();
+        let data_port = peer.name.rsplit(':').next().unwrap().parse().unwrap();
+        Pool {
+            master,
+            peer,
+            client,
+            kept,
+            pin,
+            data_port,
+        }
+    }
+
+    /// Unpins [`KEPT`], then checks that it still reads back exactly and that a fresh
+    /// 200 000-byte object can be written and read.
+    fn check_kept_and_a_fresh_object(&self) {
+        let mut buf = vec![0u8; self.kept.len()];
+        let got = self.client.get_into(KEPT, &mut buf).unwrap();
+        assert_eq!(got, self.kept.len() as u64);
+        assert!(buf == self.kept, "the kept object changed");
+        self.client.unpin(&[self.pin.pin_id]).unwrap();
+        let after = pattern(200_000, 9);
+        let config = ReplicateConfig::default();
+        self.client.put("fresh", &after, &config).unwrap();
+        assert_eq!(self.client.get_into("fresh", &mut buf).unwrap(), 200_000);
+        assert!(buf[..200_000] == after[..]);
+    }
+}
+
+/// The run's seed: `NET_FUZZ_SEED` replays a run; otherwise a fresh one, printed.
+fn fuzz_seed(what: &str) -> u64 {
     let seed = std::env::var("NET_FUZZ_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| fastrand::u64(..));
-    println!("net_fuzz seed {seed}");
+    println!("net_fuzz ({what}) seed {seed}");
+    seed
+}
+
+#[test]
+fn a_master_and_a_peer_survive_mutated_frames_with_bounded_memory() {
+    let pool = Pool::start(5);
+    let (master, peer, data_port) = (&pool.master, &pool.peer, pool.data_port);
+    let (master_rss, peer_rss) = (rss(master.pid()), rss(peer.pid()));
+    let seed = fuzz_seed("mutated");
     let mut rng = fastrand::Rng::with_seed(seed);
     let frames = request_frames();
     let start = Instant::now();
@@ -179,15 +226,8 @@ fn a_master_and_a_peer_survive_mutated_frames_with_bounded_memory() {
     }
     println!("sent {sent} mutated frames to each port ({withheld} valid removals withheld)");
 
-    // Both still serve: a fresh write and the old object read back exactly, from the peer.
-    let after = pattern(200_000, 9);
-    client.put("fresh", &after, &config).unwrap();
-    let mut buf = vec![0u8; 300_000];
-    assert_eq!(client.get_into(KEPT, &mut buf).unwrap(), 300_000);
-    assert_eq!(buf, before);
-    client.unpin(&[pin.pin_id]).unwrap();
-    assert_eq!(client.get_into("fresh", &mut buf).unwrap(), 200_000);
-    assert_eq!(&buf[..200_000], &after[..]);
+    // Both still serve: the old object read back exactly, from the peer, and a fresh one.
+    pool.check_kept_and_a_fresh_object();
     let grown = |now: u64, then: u64| now.saturating_sub(then) >> 20;
     let (master_growth, peer_growth) = (
         grown(rss(master.pid()), master_rss),
@@ -236,28 +276,17 @@ fn may_write_into(bytes: &[u8], start: u64, end: u64, epoch: u64) -> bool {
 
 #[test]
 fn a_peer_serves_requests_aimed_inside_its_segment_exactly_and_survives_them() {
-    let master = Master::start(&[]);
-    let peer = PeerClient::start(&master.addr(), "16 MB");
-    let client = local_client(&master.addr(), 0, 16 << 20);
-    let config = ReplicateConfig::default();
-    let kept = pattern(300_000, 7);
-    client.put(KEPT, &kept, &config).unwrap();
-    let pin = client.pin(&[KEPT]).pop().unwrap().unwrap();
-    let replica = &pin.query.replicas[0].buffer;
+    let pool = Pool::start(7);
+    let (peer, kept, data_port) = (&pool.peer, &pool.kept, pool.data_port);
+    let replica = &pool.pin.query.replicas[0].buffer;
     assert_eq!(replica.transport_endpoint, peer.name);
     let (kept_at, epoch) = (replica.buffer_address, replica.epoch);
     assert_ne!(epoch, 0, "a segment range carries its mount's epoch");
     let kept_end = kept_at + kept.len() as u64;
     // The 16 MB segment lies inside 16 MiB either side of the replica.
     let (low, high) = (kept_at.saturating_sub(16 << 20), kept_end + (16 << 20));
-    let data_port: u16 = peer.name.rsplit(':').next().unwrap().parse().unwrap();
     let peer_rss = rss(peer.pid());
-
-    let seed = std::env::var("NET_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| fastrand::u64(..));
-    println!("net_fuzz (aimed) seed {seed}");
+    let seed = fuzz_seed("aimed");
     let mut rng = fastrand::Rng::with_seed(seed);
     let (mut exact_reads, mut applied_writes, mut stale, mut unanswered) = (0, 0, 0, 0);
     let (mut mutated, mut withheld) = (0, 0);
@@ -360,10 +389,7 @@ fn a_peer_serves_requests_aimed_inside_its_segment_exactly_and_survives_them() {
         "the aim missed (seed {seed})"
     );
 
-    // The replica is exactly as written, through the store and through the raw port.
-    let mut buf = vec![0u8; kept.len()];
-    assert_eq!(client.get_into(KEPT, &mut buf).unwrap(), kept.len() as u64);
-    assert!(buf == kept, "the replica changed (seed {seed})");
+    // The replica is exactly as written, through the raw port and through the store.
     let whole = SessionHeader {
         size: kept.len() as u64,
         addr: kept_at,
@@ -373,12 +399,8 @@ fn a_peer_serves_requests_aimed_inside_its_segment_exactly_and_survives_them() {
     };
     let (status, data) = exchange(data_port, &whole, &[], kept.len()).expect("the peer answers");
     assert_eq!(status, Status::Ok);
-    assert!(data == kept);
-    client.unpin(&[pin.pin_id]).unwrap();
-    let after = pattern(200_000, 11);
-    client.put("fresh", &after, &config).unwrap();
-    assert_eq!(client.get_into("fresh", &mut buf).unwrap(), 200_000);
-    assert!(buf[..200_000] == after[..]);
+    assert!(data == *kept, "the replica changed (seed {seed})");
+    pool.check_kept_and_a_fresh_object();
     let growth = rss(peer.pid()).saturating_sub(peer_rss) >> 20;
     println!("peer RSS growth {growth} MiB");
     assert!(growth < 64, "peer grew {growth} MiB");
