@@ -28,7 +28,7 @@
 
 use crate::error::{fail, ErrorCode, Result};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 const SLOTS_PER_BLOCK: usize = 1024;
@@ -39,12 +39,39 @@ pub(crate) const MAX_RANGES: usize = SLOTS_PER_BLOCK * BLOCKS;
 /// The window mapped over with scratch per fault, and the scratch file's size.
 const WINDOW: usize = 2 << 20;
 
-/// One registered range: `start == 0` is a free slot. Written by registration (under
-/// [`FREE_SLOTS`]), read by the signal handler without a lock.
+/// One registered range: `start == 0` is a free slot. Written by registration and release
+/// (the slot's owner), read by the signal handler without a lock: `generation` is odd while a
+/// writer changes `start` and `end`, and moves on with every change, so the handler takes
+/// the two from one registration only ([`Slot::range`]).
 struct Slot {
+    generation: AtomicU64,
     start: AtomicUsize,
     end: AtomicUsize,
     lost: AtomicBool,
+}
+
+impl Slot {
+    /// Sets the range (`start` 0: free), bracketed by two generation steps.
+    fn set(&self, start: usize, end: usize) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.end.store(end, Ordering::SeqCst);
+        self.start.store(start, Ordering::SeqCst);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The registered range, read consistently: `None` for a free slot or one a writer is
+    /// changing now (no copy can be using such a range: its mapping is being made or
+    /// dropped). Async-signal-safe: atomic loads only, no waiting.
+    fn range(&self) -> Option<(usize, usize)> {
+        let before = self.generation.load(Ordering::SeqCst);
+        if before % 2 == 1 {
+            return None;
+        }
+        let start = self.start.load(Ordering::SeqCst);
+        let end = self.end.load(Ordering::SeqCst);
+        let stable = self.generation.load(Ordering::SeqCst) == before;
+        (stable && start != 0).then_some((start, end))
+    }
 }
 
 type Block = [Slot; SLOTS_PER_BLOCK];
@@ -58,6 +85,8 @@ static BLOCKS_IN_USE: AtomicUsize = AtomicUsize::new(0);
 static SCRATCH_FD: AtomicI32 = AtomicI32::new(-1);
 /// The SIGBUS action before ours, to pass on faults that are not ours.
 static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+/// Our SIGBUS action, to put back after a previous handler that may have replaced it.
+static OURS: OnceLock<libc::sigaction> = OnceLock::new();
 /// Whether the handler is in place (or why not).
 static INSTALLED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
 
@@ -105,6 +134,7 @@ impl GuardedRange {
                     if index % SLOTS_PER_BLOCK == 0 {
                         let block: &'static Block =
                             Box::leak(Box::new(std::array::from_fn(|_| Slot {
+                                generation: AtomicU64::new(0),
                                 start: AtomicUsize::new(0),
                                 end: AtomicUsize::new(0),
                                 lost: AtomicBool::new(false),
@@ -126,8 +156,7 @@ impl GuardedRange {
         };
         let slot = slot(index);
         slot.lost.store(false, Ordering::SeqCst);
-        slot.end.store(end, Ordering::Release);
-        slot.start.store(base, Ordering::Release);
+        slot.set(base, end);
         Ok(GuardedRange { index })
     }
 
@@ -141,7 +170,7 @@ impl GuardedRange {
 
 impl Drop for GuardedRange {
     fn drop(&mut self) {
-        slot(self.index).start.store(0, Ordering::Release);
+        slot(self.index).set(0, 0);
         let mut slots = FREE_SLOTS.lock().unwrap_or_else(|p| p.into_inner());
         slots.free.push(self.index);
     }
@@ -192,7 +221,8 @@ fn install() -> std::result::Result<(), String> {
             as usize;
         ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
         libc::sigemptyset(&mut ours.sa_mask);
-        if libc::sigaction(libc::SIGBUS, &ours, null_mut()) != 0 {
+        let ours = OURS.get_or_init(|| ours);
+        if libc::sigaction(libc::SIGBUS, ours, null_mut()) != 0 {
             return Err(os("installing the SIGBUS handler"));
         }
     }
@@ -224,20 +254,20 @@ fn recover(addr: usize) -> bool {
         }
         // SAFETY: blocks are never freed.
         for slot in unsafe { &*block } {
-            let start = slot.start.load(Ordering::Acquire);
-            if start == 0 || addr < start {
+            let Some((start, end)) = slot.range() else {
                 continue;
-            }
-            let end = slot.end.load(Ordering::Acquire);
-            if addr >= end {
+            };
+            if addr < start || addr >= end {
                 continue;
             }
             slot.lost.store(true, Ordering::SeqCst);
             let window = addr & !(WINDOW - 1);
             let (lo, hi) = (window.max(start), window.saturating_add(WINDOW).min(end));
-            // SAFETY: [lo, hi) lies inside a live mapping of a peer's file that this process
-            // made (registered ranges are released before they are unmapped, and a fault
-            // means a copy is using it); replacing it with scratch pages is the recovery.
+            // SAFETY: [lo, hi) lies inside the one registration `range` read whole, a live
+            // mapping of a peer's file that this process made: ranges are released before
+            // they are unmapped, and the faulting copy keeps its mapping (so the
+            // registration) alive until it returns. Replacing it with scratch pages is the
+            // recovery.
             let mapped = unsafe {
                 libc::mmap(
                     lo as *mut libc::c_void,
@@ -254,18 +284,36 @@ fn recover(addr: usize) -> bool {
     false
 }
 
-/// Hands a SIGBUS that is not ours to the action before ours; with none (or the default),
-/// restores the default so the fault, when the instruction runs again, ends the process as
-/// it would have (a sent signal is raised again).
+/// Hands a SIGBUS that is not ours on as the action before ours would have taken it:
+/// - a signal sent by a process (`code <= 0`): ignored if that action ignored it, the
+///   process ended if it was the default; a handler runs, and ours is put back afterwards
+///   (Rust's own handler, for one, resets the action to the default when the address is not
+///   its guard page, which would leave every later punched-hole fault unguarded);
+/// - a fault outside every registered range: a handler runs (it may recover, e.g. the stack
+///   guard); with none, the default action is restored and the instruction, run again,
+///   ends the process as it would have.
 fn pass_on(
     sig: libc::c_int,
     code: libc::c_int,
     info: *mut libc::siginfo_t,
     context: *mut libc::c_void,
 ) {
-    if let Some(previous) = PREVIOUS.get() {
-        let handler = previous.sa_sigaction;
-        if handler != libc::SIG_DFL && handler != libc::SIG_IGN {
+    let sent = code <= 0;
+    let handler = PREVIOUS.get().map_or(libc::SIG_DFL, |p| p.sa_sigaction);
+    match (handler, PREVIOUS.get()) {
+        (libc::SIG_IGN, _) if sent => {}
+        (libc::SIG_DFL | libc::SIG_IGN, _) | (_, None) => {
+            // SAFETY: restoring the default action and re-raising are async-signal-safe.
+            unsafe {
+                let mut default: libc::sigaction = std::mem::zeroed();
+                default.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(libc::SIGBUS, &default, null_mut());
+                if sent {
+                    libc::raise(libc::SIGBUS);
+                }
+            }
+        }
+        (_, Some(previous)) => {
             // SAFETY: the previous action's handler has the signature its flags say.
             unsafe {
                 if previous.sa_flags & libc::SA_SIGINFO != 0 {
@@ -277,16 +325,52 @@ fn pass_on(
                     f(sig);
                 }
             }
-            return;
+            if let (true, Some(ours)) = (sent, OURS.get()) {
+                // SAFETY: sigaction is async-signal-safe; `ours` is the action installed.
+                unsafe { libc::sigaction(libc::SIGBUS, ours, null_mut()) };
+            }
         }
     }
-    // SAFETY: restoring the default action and re-raising are async-signal-safe.
-    unsafe {
-        let mut default: libc::sigaction = std::mem::zeroed();
-        default.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(libc::SIGBUS, &default, null_mut());
-        if code <= 0 {
-            libc::raise(libc::SIGBUS);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The handler's read of a slot never pairs one registration's start with another's
+    /// end, while the slot is released and registered again (by another thread) meanwhile.
+    #[test]
+    fn a_slot_is_read_whole_while_it_is_reused() {
+        let slot: &'static Slot = Box::leak(Box::new(Slot {
+            generation: AtomicU64::new(0),
+            start: AtomicUsize::new(0),
+            end: AtomicUsize::new(0),
+            lost: AtomicBool::new(false),
+        }));
+        let ranges = [(0x1000, 0x9000), (0x5000_0000, 0x5000_2000)];
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let writer = {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut turns = 0u64;
+                while !stop.load(Ordering::Relaxed) && turns < 50_000_000 {
+                    let (start, end) = ranges[(turns % 2) as usize];
+                    slot.set(start, end);
+                    slot.set(0, 0);
+                    turns += 1;
+                }
+            })
+        };
+        let started = std::time::Instant::now();
+        let mut seen = 0u64;
+        while started.elapsed() < std::time::Duration::from_millis(300) {
+            if let Some(range) = slot.range() {
+                assert!(ranges.contains(&range), "a torn range {range:x?}");
+                seen += 1;
+            }
         }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        assert!(seen > 0, "no registration was ever read");
     }
 }

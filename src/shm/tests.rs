@@ -234,3 +234,49 @@ fn a_hole_punched_in_a_peers_file_fails_the_copy_not_the_process() {
         "a fault outside the guarded ranges still ends the process (status {status:#x})"
     );
 }
+
+/// A SIGBUS sent by a process (not a fault) goes to the action before the guard's, as it
+/// would have without the guard: in a Rust program that is std's handler, which lets the
+/// process go on but resets the action to the default. The guard's handler is then put back;
+/// before, every later punched-hole fault of the process was unguarded (and fatal).
+#[test]
+fn a_sent_sigbus_goes_to_the_previous_handler_and_the_guard_stays_installed() {
+    let file = SealedMemfd::create("sent", 4096).unwrap();
+    let _mapping = PeerMapping::map(file.fd(), 0, 4096).unwrap();
+    // SAFETY: reading the current action into a zeroed struct we own.
+    let guard_action = unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        assert_eq!(
+            libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut action),
+            0
+        );
+        action.sa_sigaction
+    };
+    // SAFETY: fork in a test; the child makes only plain syscalls and exits.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: raising a signal and reading the action in the child; no allocation.
+        unsafe {
+            libc::raise(libc::SIGBUS);
+            let mut action: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut action);
+            libc::_exit(if action.sa_sigaction == guard_action {
+                0
+            } else {
+                3
+            });
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+    assert!(
+        libc::WIFEXITED(status),
+        "the sent SIGBUS ended the process (status {status:#x}); std's handler lets it go on"
+    );
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "after the sent SIGBUS the guard's handler is no longer installed"
+    );
+}
