@@ -1,7 +1,11 @@
 //! [`Exporter`]: the owner side of the same-host channel. A thread accepts connections on the
 //! owner's abstract Unix socket and answers their handshakes, all at once: each accepted
-//! connection has its own deadline for its hello, and one that sends nothing delays no other
-//! (at most [`MAX_PENDING`] wait at once; past it the oldest is dropped). A granted
+//! connection has its own deadline for its hello, and one that sends nothing delays no other.
+//! Pending connections are counted per peer process (`SO_PEERCRED` pid), like held ones: a
+//! process past [`MAX_PENDING_PER_PEER`] loses its own oldest, and when [`MAX_PENDING`] wait
+//! the process with the most loses its oldest, so idle connections of one process never drop
+//! another's hello on its way. At most [`ACCEPTS_PER_ROUND`] are accepted between two reads
+//! of the hellos that arrived, so a connect flood does not starve them. A granted
 //! connection is kept open (its closing tells the peer that the owner died or retired the
 //! mount) until the next retirement, or until the peer closes it (noticed within
 //! [`SWEEP_PERIOD`], or at the next grant). Held connections are counted per peer process
@@ -31,8 +35,15 @@ const MAX_HELD: usize = 4096;
 /// Most granted connections one peer process holds; past it its own oldest is closed.
 const MAX_HELD_PER_PEER: usize = 64;
 
-/// Most accepted connections whose hello has not arrived yet; past it the oldest is dropped.
+/// Most accepted connections whose hello has not arrived yet; past it the process with the
+/// most loses its oldest.
 const MAX_PENDING: usize = 256;
+
+/// Most of those one peer process has; past it its own oldest is dropped.
+const MAX_PENDING_PER_PEER: usize = 32;
+
+/// Most connections accepted before the hellos that arrived are read again.
+const ACCEPTS_PER_ROUND: usize = 64;
 
 /// How often the accept thread, idle, closes the granted connections whose peer hung up.
 const SWEEP_PERIOD: Duration = Duration::from_secs(1);
@@ -228,10 +239,10 @@ fn accept_loop(shared: &Shared, listener: &UnixListener) {
     }
 }
 
-/// Accepts every connection waiting on `listener` into `pending` (other users' are closed at
-/// once), dropping the oldest pending ones past [`MAX_PENDING`].
+/// Accepts up to [`ACCEPTS_PER_ROUND`] connections waiting on `listener` into `pending`
+/// (other users' are closed at once), making room per process ([`room_for`]).
 fn accept_all(shared: &Shared, listener: &UnixListener, pending: &mut Vec<Pending>) {
-    loop {
+    for _ in 0..ACCEPTS_PER_ROUND {
         let stream = match listener.accept() {
             Ok((stream, _)) => stream,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
@@ -252,8 +263,9 @@ fn accept_all(shared: &Shared, listener: &UnixListener, pending: &mut Vec<Pendin
             tracing::debug!(error = %e, "same-host handshake dropped");
             continue;
         }
-        if pending.len() >= MAX_PENDING {
-            pending.remove(0);
+        let pids: Vec<libc::pid_t> = pending.iter().map(|p| p.pid).collect();
+        if let Some(victim) = room_for(&pids, pid, MAX_PENDING_PER_PEER, MAX_PENDING) {
+            pending.remove(victim);
         }
         pending.push(Pending {
             stream,
@@ -296,20 +308,27 @@ fn close_hung_up(held: &mut Vec<Held>) {
     held.retain(|h| !hung_up(h.stream.as_raw_fd()));
 }
 
-/// Makes room for one more held connection of `pid`: past [`MAX_HELD_PER_PEER`] that
-/// process's oldest goes; at [`MAX_HELD`] the oldest of the process holding the most.
-fn make_room(held: &mut Vec<Held>, pid: libc::pid_t) {
-    let of = |held: &[Held], pid| held.iter().filter(|h| h.pid == pid).count();
-    let victim = if of(held, pid) >= MAX_HELD_PER_PEER {
-        Some(pid)
-    } else if held.len() >= MAX_HELD {
-        held.iter().map(|h| h.pid).max_by_key(|&p| of(held, p))
-    } else {
-        None
-    };
-    if let Some(position) = victim.and_then(|v| held.iter().position(|h| h.pid == v)) {
-        held.remove(position);
+/// Which entry of `pids` (the processes of a list of connections, oldest first) to drop so
+/// that one more of `pid` fits: past `per_peer` of its own, that process's oldest; with
+/// `total` in the list, the oldest of the process with the most. `None`: it fits.
+fn room_for(
+    pids: &[libc::pid_t],
+    pid: libc::pid_t,
+    per_peer: usize,
+    total: usize,
+) -> Option<usize> {
+    let mut counts: std::collections::HashMap<libc::pid_t, usize> = Default::default();
+    for &p in pids {
+        *counts.entry(p).or_default() += 1;
     }
+    let victim = if counts.get(&pid).copied().unwrap_or(0) >= per_peer {
+        pid
+    } else if pids.len() >= total {
+        counts.iter().max_by_key(|(_, &n)| n).map(|(&p, _)| p)?
+    } else {
+        return None;
+    };
+    pids.iter().position(|&p| p == victim)
 }
 
 /// Answers the hello `bytes` that arrived on `stream` (from process `pid`); a granted stream
@@ -362,7 +381,10 @@ fn answer(
     send_with_fds(&stream, &welcome.encode(), &fds)?;
     if granted {
         close_hung_up(&mut state.held);
-        make_room(&mut state.held, pid);
+        let pids: Vec<libc::pid_t> = state.held.iter().map(|h| h.pid).collect();
+        if let Some(victim) = room_for(&pids, pid, MAX_HELD_PER_PEER, MAX_HELD) {
+            state.held.remove(victim);
+        }
         state.held.push(Held { stream, pid });
     }
     Ok(())

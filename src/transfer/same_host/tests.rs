@@ -337,3 +337,58 @@ fn a_hole_punched_in_the_owners_segment_fails_the_copy_not_the_peer() {
     assert_eq!(head, [0x42; 16]);
     assert_eq!(metrics.snapshot().same_host_handshakes, 2);
 }
+
+/// Another process of this user opens hundreds of idle connections to the owner's socket: the
+/// exporter dropped the oldest pending connections past its cap, whoever made them, so a
+/// legitimate peer whose hello was still on its way lost its handshake. Pending connections
+/// are now counted per process like held ones: the flooding process loses its own.
+#[test]
+fn a_process_that_floods_idle_connections_drops_no_other_peers_pending_hello() {
+    use std::io::{Read, Write};
+    let (endpoint, _exporter, _file, _mine) =
+        owner_with(&unique_endpoint(), 31, Duration::from_secs(30));
+    let addr = handshake::socket_addr(&endpoint).unwrap();
+    // Our connection, accepted before the flood; its hello comes after it.
+    let mut ours = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let flood = 600;
+    let script = format!(
+        "import resource, socket, sys\n\
+         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n\
+         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))\n\
+         held = []\n\
+         for _ in range({flood}):\n    \
+         s = socket.socket(socket.AF_UNIX)\n    s.connect('\\0{name}')\n    held.append(s)\n\
+         print(len(held), flush=True)\n\
+         sys.stdin.read()\n",
+        name = handshake::socket_name(&endpoint),
+    );
+    let mut stranger = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(stranger.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), flood.to_string(), "the stranger's connections");
+    // Every one of them accepted (the exporter's loop wakes at once for new connections).
+    std::thread::sleep(Duration::from_millis(300));
+    ours.write_all(&handshake::Hello { epoch: 31 }.encode())
+        .unwrap();
+    ours.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut welcome = [0u8; handshake::WELCOME_LEN];
+    let answered = ours.read_exact(&mut welcome).is_ok();
+    drop(stranger.stdin.take());
+    let _ = stranger.wait();
+    assert!(
+        answered,
+        "a stranger's idle connections dropped our pending hello"
+    );
+    let welcome = handshake::Welcome::decode(&welcome).expect("a welcome");
+    assert_eq!(welcome.status, handshake::Status::Granted);
+}
