@@ -375,14 +375,27 @@ fn a_peer_serves_requests_aimed_inside_its_segment_exactly_and_survives_them() {
                 );
                 exact_reads += 1;
             }
-            (Status::Ok, Opcode::Write) => applied_writes += 1,
+            (Status::Ok, Opcode::Write) => {
+                // Applied exactly where it was aimed: the range reads back as written.
+                let back = SessionHeader {
+                    opcode: Opcode::Read,
+                    ..header
+                };
+                if let Some((Status::Ok, data)) = exchange(data_port, &back, &[], size as usize) {
+                    assert!(
+                        data == payload,
+                        "a WRITE at {addr:#x} of {size} bytes reads back otherwise (seed {seed})"
+                    );
+                    applied_writes += 1;
+                }
+            }
             _ => {}
         }
     }
     println!(
-        "sent {sent} aimed requests: {exact_reads} exact reads of the replica, {applied_writes} \
-         writes applied beside it, {stale} refused as stale, {unanswered} unanswered, \
-         {mutated} mutated, {withheld} withheld"
+        "sent {sent} aimed requests: {exact_reads} exact reads of the replica, \
+         {applied_writes} writes applied beside it (read back exactly), {stale} refused as \
+         stale, {unanswered} unanswered, {mutated} mutated, {withheld} withheld"
     );
     assert!(
         exact_reads > 0 && applied_writes > 0 && stale > 0,
