@@ -181,6 +181,11 @@ pub struct PinnedObject {
     pub pin_id: u64,
     /// Object size and replicas, as `QueryResult`.
     pub query: QueryResult,
+    /// When the pinning client asked for the pin (set by the client, never on the wire): a
+    /// read of the pinned replicas counts only while the client can show that its master has
+    /// not expired it since (see `Client::read_pinned`).
+    #[serde(skip)]
+    pub pinned_at: Option<std::time::Instant>,
 }
 
 /// A segment a client contributes to the pool: `size` bytes at `base` in the owner process.
@@ -248,6 +253,9 @@ pub struct PingResponse {
     pub view_version: u64,
     /// Whether the client must remount.
     pub status: ClientStatus,
+    /// The master's client TTL in ms: it expires a client (and releases its pins) no sooner
+    /// than this after the last ping it received.
+    pub client_ttl_ms: u64,
 }
 
 /// Deployment mode of a master and its clients (Mooncake's `--deployment_mode`).

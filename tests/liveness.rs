@@ -97,14 +97,15 @@ fn a_stalled_master_shard_does_not_expire_a_pinging_client() {
 /// Environment variable that turns [`segmentless_pinner_child`] into the child process.
 const CHILD_MASTER: &str = "MC_LIVENESS_TEST_CHILD_MASTER";
 
-/// Child mode of [`a_dead_segmentless_clients_pins_are_reclaimed`]: a client without a
-/// segment pins `pinned`, prints `PINNED <id>` and waits to be killed (60 s at most).
-/// Without the environment variable it does nothing.
+/// Child mode of the tests that spawn [`spawn_pinner`]: a client without a segment pins
+/// `pinned`, prints `PINNED <id>`, then for each `read` line on its stdin reads the pinned
+/// object and prints `READ OK exact` (the bytes `pattern(len, 3)` it was written with),
+/// `READ OK wrong` or `READ ERR <code>`; it ends when stdin closes (60 s at most). Run by
+/// name with `--ignored` by those tests.
 #[test]
+#[ignore = "child process of the pinning tests, started by them"]
 fn segmentless_pinner_child() {
-    let Ok(master) = std::env::var(CHILD_MASTER) else {
-        return;
-    };
+    let master = std::env::var(CHILD_MASTER).expect("started by spawn_pinner");
     let client = Client::setup(SetupConfig {
         local_hostname: "127.0.0.1".into(),
         global_segment_size: 0,
@@ -115,14 +116,34 @@ fn segmentless_pinner_child() {
     .expect("segment-less client setup");
     let pin = client.pin(&["pinned"]).pop().unwrap().expect("pin");
     println!("PINNED {}", pin.pin_id);
-    std::thread::sleep(Duration::from_secs(60));
+    let mut buf = vec![0u8; pin.query.size as usize];
+    let started = std::time::Instant::now();
+    for line in std::io::stdin().lines().map_while(|l| l.ok()) {
+        if started.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+        if line.trim() == "read" {
+            match client.read_pinned(&pin, &mut buf) {
+                Ok(_) if buf == pattern(buf.len(), 3) => println!("READ OK exact"),
+                Ok(_) => println!("READ OK wrong"),
+                Err(code) => println!("READ ERR {}", code.code()),
+            }
+        }
+    }
 }
 
 /// Starts [`segmentless_pinner_child`] as a separate process and waits for its pin.
-fn spawn_pinner(master: &str) -> Child {
+/// Returns once the child pinned; its later `READ …` lines arrive on the receiver.
+fn spawn_pinner(master: &str) -> (Child, std::sync::mpsc::Receiver<String>) {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "segmentless_pinner_child", "--nocapture"])
+        .args([
+            "--exact",
+            "segmentless_pinner_child",
+            "--ignored",
+            "--nocapture",
+        ])
         .env(CHILD_MASTER, master)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn the pinning child");
@@ -130,15 +151,17 @@ fn spawn_pinner(master: &str) -> Child {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
-            if line.starts_with("PINNED") {
-                let _ = tx.send(line);
+            if (line.starts_with("PINNED") || line.starts_with("READ")) && tx.send(line).is_err() {
                 return;
             }
         }
     });
-    rx.recv_timeout(Duration::from_secs(20))
-        .expect("the child did not pin");
-    child
+    let first = rx.recv_timeout(Duration::from_secs(20));
+    assert!(
+        first.is_ok_and(|l| l.starts_with("PINNED")),
+        "the child did not pin"
+    );
+    (child, rx)
 }
 
 /// The value of the master's Prometheus gauge `name`.
@@ -164,7 +187,7 @@ fn a_dead_segmentless_clients_pins_are_reclaimed() {
             &ReplicateConfig::default(),
         )
         .unwrap();
-    let mut child = spawn_pinner(&master.addr());
+    let (mut child, _reads) = spawn_pinner(&master.addr());
     assert_eq!(gauge(&master, "active_pins"), 1);
     // Alive and pinging: its pin outlives client_ttl (2 s).
     let dropped = wait_until(Duration::from_secs(3), || {
@@ -184,5 +207,62 @@ fn a_dead_segmentless_clients_pins_are_reclaimed() {
     owner.remove("pinned", true).unwrap();
     let freed = wait_until(Duration::from_secs(5), || gauge(&master, "bytes_used") == 0);
     assert!(freed, "bytes_used = {}", gauge(&master, "bytes_used"));
+    owner.teardown();
+}
+
+/// A client stopped for longer than the client TTL (SIGSTOP) is expired by the master, which
+/// releases its pins, and the pinned range is then reused by another object. Its read through
+/// the pin, once it ran again, returned the other object's bytes with status 0 (found by the
+/// chaos soak: an on-stream get of a worker stopped for 3 s, seed 20261205). Such a read now
+/// fails `LEASE_EXPIRED`: the client cannot show that its master kept the pin all along.
+#[test]
+fn a_client_stopped_past_its_ttl_reads_nothing_through_a_pin_the_master_released() {
+    use std::io::Write;
+    let master = Master::start(&["--default_kv_lease_ttl=200"]);
+    // Room for one value of this size only: the next one reuses its range.
+    let owner = local_client(&master.addr(), MIB, MIB);
+    let size = 900 * 1024;
+    let config = ReplicateConfig::default();
+    owner
+        .put_from("pinned", &pattern(size, 3), &config)
+        .unwrap();
+    let (mut child, reads) = spawn_pinner(&master.addr());
+    let pid = child.id() as i32;
+    let mut stdin = child.stdin.take().unwrap();
+    let mut ask = |what: &str| {
+        writeln!(stdin, "read").unwrap();
+        let line = reads.recv_timeout(Duration::from_secs(20));
+        line.unwrap_or_else(|_| panic!("no answer to the {what} read"))
+    };
+    assert_eq!(ask("first"), "READ OK exact");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let released = wait_until(Duration::from_secs(10), || {
+        gauge(&master, "active_pins") == 0
+    });
+    assert!(released, "the stopped client's pin outlived client_ttl");
+    owner.remove("pinned", true).unwrap();
+    let mut reused = false;
+    for _ in 0..50 {
+        if owner.put_from("other", &pattern(size, 99), &config).is_ok() {
+            reused = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(reused, "the released range was not reused");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let answer = ask("late");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_ne!(
+        answer, "READ OK wrong",
+        "a read through a released pin got other bytes"
+    );
+    assert_eq!(
+        answer,
+        format!("READ ERR {}", mooncake_rs::ErrorCode::LeaseExpired.code())
+    );
     owner.teardown();
 }

@@ -156,7 +156,14 @@ impl Client {
             }
         }
         // Every client of a remote master pings, segment or not: the master expires clients
-        // that stop pinging, and releases their pins.
+        // that stop pinging, and releases their pins. One without a segment registers first,
+        // so its pings are answered Ok and prove that its pins are held (`check_pins_held`).
+        if core.segment.is_none() && !core.link.is_embedded() {
+            if let Err(e) = core.master.register_client(core.id) {
+                core.shutdown();
+                return Err(e);
+            }
+        }
         let hook: Weak<dyn LivenessHook> = Arc::downgrade(&core) as Weak<ClientCore>;
         core.link.start_liveness(core.id, hook);
         tracing::info!(name = %core.hostname, client = %core.id, embedded = core.link.is_embedded(), "client set up");
@@ -270,6 +277,14 @@ impl ClientCore {
         }
     }
 
+    /// Whether the pins this client asked for at `pinned_at` (or later) are certainly still
+    /// held by the master now: call after a copy that relied on them, before reporting it.
+    /// Errors: `LEASE_EXPIRED` when the master may have expired this client (and released
+    /// its pins) since (`node/standing.rs`).
+    pub(super) fn check_pins_held(&self, pinned_at: Instant) -> Result<()> {
+        self.link.standing().check_since(pinned_at)
+    }
+
     /// Whether the mounted segment is registered with the device runtime (device streams
     /// may then copy straight from it).
     pub(super) fn segment_is_pinned(&self) -> bool {
@@ -303,14 +318,14 @@ impl ClientCore {
 
 impl LivenessHook for ClientCore {
     /// `NeedRemount` (the master restarted or expired us) remounts the segment, empty, under
-    /// a new epoch; a client without a segment just keeps pinging (the master registers it
-    /// again on its next pin).
+    /// a new epoch; a client without a segment registers again. Pins taken before are no
+    /// longer trusted either way (`check_pins_held`).
     fn on_answer(&self, _sent_at: Instant, answer: &PingResponse) -> Result<()> {
         if answer.status != ClientStatus::NeedRemount {
             return Ok(());
         }
         let Some(own) = &self.segment else {
-            return Ok(());
+            return self.master.register_client(self.id);
         };
         let segment = own.next_mount(&self.engine)?;
         tracing::warn!(segment = %segment.name, epoch = segment.epoch, "master lost our segment; remounting it (empty, new epoch)");

@@ -65,6 +65,7 @@ impl Client {
                 let size = p.query.size;
                 plan::check_capacity(&bufs[i], size, exact)?;
                 call.note_lease(started + std::time::Duration::from_millis(p.query.lease_ttl_ms));
+                call.note_pin(started);
                 let replicas = core.ordered(&p.query).into_iter().cloned().collect();
                 Ok((replicas, plan::truncate(plan::contiguous(&bufs[i]), size)))
             });
@@ -117,6 +118,7 @@ impl Client {
             match session_fragments(&bufs[i], &src_offsets[i], session.size) {
                 Ok(fragments) => {
                     call.note_lease(session.deadline);
+                    call.note_pin(session.pin.pinned_at);
                     call.session_pins.push(session.pin.clone());
                     call.add(i, vec![session.replica.clone()], fragments)?;
                 }
@@ -173,6 +175,9 @@ struct Call<'a> {
     /// Holds of our own segment's mount for the direct copies (see `TransferEngine::hold_mount`).
     mount_holds: Vec<MountHold>,
     lease_deadline: Option<Instant>,
+    /// When the earliest of the call's pins was asked for: staged bytes count only if the
+    /// pins were still held when their fetch ended (`ClientCore::check_pins_held`).
+    pinned_at: Option<Instant>,
 }
 
 impl<'a> Call<'a> {
@@ -188,7 +193,12 @@ impl<'a> Call<'a> {
             session_pins: Vec::new(),
             mount_holds: Vec::new(),
             lease_deadline: None,
+            pinned_at: None,
         }
+    }
+
+    fn note_pin(&mut self, pinned_at: Instant) {
+        self.pinned_at = Some(self.pinned_at.map_or(pinned_at, |t| t.min(pinned_at)));
     }
 
     fn note_lease(&mut self, deadline: Instant) {
@@ -286,6 +296,7 @@ impl<'a> Call<'a> {
             let reads = std::mem::take(&mut self.reads);
             let staging = self.staging.clone();
             let core = core.clone();
+            let pinned_at = self.pinned_at;
             Box::new(move |ticket: &crate::stream::TicketState| {
                 let jobs: Vec<ReadJob<'_>> = reads
                     .iter()
@@ -294,8 +305,13 @@ impl<'a> Call<'a> {
                         fragments: r.fragments.clone(),
                     })
                     .collect();
-                for (read, outcome) in reads.iter().zip(core.read_jobs(&jobs)) {
-                    if let Err(e) = outcome {
+                let outcomes = core.read_jobs(&jobs);
+                // The replicas were read under pins: if the master may have expired this
+                // client meanwhile (a stop or a cut longer than its TTL), the pins may have
+                // been released and the ranges reused, so the bytes count for nothing.
+                let held = pinned_at.map_or(Ok(()), |at| core.check_pins_held(at));
+                for (read, outcome) in reads.iter().zip(outcomes) {
+                    if let Err(e) = outcome.and(held) {
                         ticket.fail_key(read.key, e);
                     }
                 }

@@ -6,16 +6,27 @@ use super::core::Client;
 use super::plan::{self, per_key, Buf, ReadJob};
 use crate::error::{fail, ErrorCode, Result};
 use crate::types::PinnedObject;
+use std::time::Instant;
 
 impl Client {
-    /// Pins each key (one master call). Per key: the pin (id, size, replicas) or
-    /// `OBJECT_NOT_FOUND` / `REPLICA_IS_NOT_READY`.
+    /// Pins each key (one master call). Per key: the pin (id, size, replicas, and when it
+    /// was asked for) or `OBJECT_NOT_FOUND` / `REPLICA_IS_NOT_READY`.
     pub fn pin<K: AsRef<str>>(&self, keys: &[K]) -> Vec<Result<PinnedObject>> {
         if let Err(e) = self.core.check_open() {
             return vec![Err(e); keys.len()];
         }
         let names = keys.iter().map(|k| k.as_ref().to_string()).collect();
-        per_key(self.core.master.batch_pin(self.core.id, names), keys.len())
+        let pinned_at = Instant::now();
+        let answers = per_key(self.core.master.batch_pin(self.core.id, names), keys.len());
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.map(|pinned| PinnedObject {
+                    pinned_at: Some(pinned_at),
+                    ..pinned
+                })
+            })
+            .collect()
     }
 
     /// Releases pins taken by this client; unknown ids are ignored.
@@ -25,9 +36,19 @@ impl Client {
     }
 
     /// Reads a pinned object into `buf` (no master call); returns its size.
-    /// `INVALID_PARAMS` if `buf` is too small; `TRANSFER_FAIL` if no replica could be read.
+    /// `INVALID_PARAMS` if `buf` is too small or `pinned` did not come from
+    /// [`Client::pin`]; `TRANSFER_FAIL` if no replica could be read; `LEASE_EXPIRED` when the
+    /// master may have expired this client since the pin was taken (a stop or a cut longer
+    /// than its client TTL: it then released the pin, and the bytes read may be another
+    /// object's). Unpin it and pin again.
     pub fn read_pinned(&self, pinned: &PinnedObject, buf: &mut [u8]) -> Result<u64> {
         self.core.check_open()?;
+        let Some(pinned_at) = pinned.pinned_at else {
+            return fail(
+                ErrorCode::InvalidParams,
+                "read_pinned takes a pin this client's pin() returned",
+            );
+        };
         let size = pinned.query.size;
         if (buf.len() as u64) < size {
             return fail(
@@ -47,6 +68,8 @@ impl Client {
             .read_jobs(&[job])
             .pop()
             .unwrap_or(Err(ErrorCode::InternalError));
-        outcome.map(|()| size)
+        // Checked after the copy: the pin held all through it only if it still holds now.
+        outcome.and(self.core.check_pins_held(pinned_at))?;
+        Ok(size)
     }
 }

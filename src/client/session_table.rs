@@ -39,6 +39,8 @@ pub(super) struct SessionPin {
     pub(super) client: ClientId,
     /// `None` once taken by `take_last`.
     pub(super) pin_id: Option<u64>,
+    /// When the pin was asked for (see `ClientCore::check_pins_held`).
+    pub(super) pinned_at: Instant,
 }
 
 impl SessionPin {

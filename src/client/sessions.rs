@@ -92,6 +92,7 @@ impl Client {
                     master: core.master.clone(),
                     client: core.id,
                     pin_id: Some(pinned.pin_id),
+                    pinned_at: started,
                 });
                 let deadline = started + Duration::from_millis(pinned.query.lease_ttl_ms);
                 if Instant::now() >= deadline {

@@ -90,4 +90,8 @@ rpc_interface! {
     fn p2p_remove_keys(client: ClientId, keys: Vec<String>) -> Result<Vec<Result<()>>>;
     /// P2P: the owner and size of each key, or `OBJECT_NOT_FOUND`.
     fn p2p_get_routes(keys: Vec<String>) -> Result<Vec<Result<P2pRoute>>>;
+    /// Registers a client that mounts no segment (a mount registers the others): from now on
+    /// its pings are answered `Ok`, and it is expired, with its pins, when they stop for
+    /// `client_ttl`. Idempotent; waits while an expiry of the client is being retired.
+    fn register_client(client: ClientId) -> Result<()>;
 }

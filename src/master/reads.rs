@@ -53,7 +53,11 @@ impl MasterService {
                 object_id: meta.id,
                 _allocations: meta.share_allocations(),
             });
-            PinnedObject { pin_id, query }
+            PinnedObject {
+                pin_id,
+                query,
+                pinned_at: None,
+            }
         })
     }
 

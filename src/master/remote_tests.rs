@@ -61,6 +61,7 @@ impl MasterApi for Fixture {
         Ok(PingResponse {
             view_version: client.lo,
             status: ClientStatus::Ok,
+            client_ttl_ms: 2000,
         })
     }
     fn mount_segment(&self, _: ClientId, segment: Segment) -> Result<()> {
@@ -179,6 +180,10 @@ impl MasterApi for Fixture {
     }
     fn unpin(&self, _: ClientId, _: Vec<u64>) -> Result<()> {
         self.record("unpin");
+        Ok(())
+    }
+    fn register_client(&self, _: ClientId) -> Result<()> {
+        self.record("register_client");
         Ok(())
     }
 

@@ -253,6 +253,7 @@ impl MasterApi for MasterService {
         Ok(PingResponse {
             view_version: self.view_version,
             status,
+            client_ttl_ms: u64::try_from(self.config.client_ttl().as_millis()).unwrap_or(u64::MAX),
         })
     }
 
@@ -367,6 +368,11 @@ impl MasterApi for MasterService {
         // are released when it stops pinging for client_ttl.
         self.clients.register(client, Instant::now());
         each(keys, |key| self.pin(client, &key))
+    }
+
+    fn register_client(&self, client: ClientId) -> Result<()> {
+        self.clients.register(client, Instant::now());
+        Ok(())
     }
 
     fn unpin(&self, client: ClientId, pin_ids: Vec<u64>) -> Result<()> {

@@ -8,7 +8,8 @@
 //! with a short timeout (`MC_PING_TIMEOUT_MS`), so a slow data-path call or a stalled server
 //! shard cannot make it miss `client_ttl`. A failed ping is retried once on a fresh
 //! connection; a second failure marks the master unreachable (`health_check` = 2). Each
-//! answer goes to the handle's [`LivenessHook`] with the time its ping was sent: the
+//! answer updates the handle's [`Standing`] (the proof that pins it took are still held) and
+//! goes to the handle's [`LivenessHook`] with the time its ping was sent: the
 //! centralized client remounts its segment on `NeedRemount`, a P2P owner re-registers and
 //! republishes its keys. A hook that fails leaves the master marked unreachable, and runs
 //! again on the next answer. An embedded handle runs no loop: its master keeps it alive (see
@@ -18,6 +19,7 @@
 //! dropping the handle ends it; [`MasterLink::stop_liveness`] ends it at once and
 //! [`MasterLink::shutdown`] also shuts the embedded master down. All methods take `&self` and are thread-safe.
 
+use super::standing::Standing;
 use crate::env;
 use crate::error::Result;
 use crate::master::{connect_master, connect_pinger, MasterApi, MasterConfig, MasterService};
@@ -61,6 +63,7 @@ pub(crate) struct MasterLink {
     remote_addr: Option<String>,
     embedded: Option<Arc<MasterService>>,
     reachable: Arc<AtomicBool>,
+    standing: Arc<Standing>,
     liveness: Mutex<Option<Liveness>>,
 }
 
@@ -78,11 +81,16 @@ impl MasterLink {
                 let addr = master_server_addr.trim();
                 (connect_master(addr)?, Some(addr.to_string()), None)
             };
+        let standing = match embedded {
+            Some(_) => Standing::permanent(),
+            None => Standing::remote(),
+        };
         Ok(MasterLink {
             api,
             remote_addr,
             embedded,
             reachable: Arc::new(AtomicBool::new(true)),
+            standing: Arc::new(standing),
             liveness: Mutex::new(None),
         })
     }
@@ -103,6 +111,12 @@ impl MasterLink {
         self.embedded.as_ref()
     }
 
+    /// This handle's standing with its master: whether pins it took at some moment are
+    /// still held (see [`Standing`]).
+    pub(crate) fn standing(&self) -> &Standing {
+        &self.standing
+    }
+
     /// Whether the last ping (if any) was answered and its hook succeeded.
     pub(crate) fn is_reachable(&self) -> bool {
         self.reachable.load(Ordering::Acquire)
@@ -119,8 +133,10 @@ impl MasterLink {
     }
 
     /// For a remote master: starts the liveness loop on a thread named `mc-heartbeat`,
-    /// pinging as `client` and giving each answer to `hook`. Call after the first mount (an
-    /// answer may remount). A second call starts nothing (the first loop keeps running). A
+    /// pinging as `client` and giving each answer to `hook`, and waits (at most twice the
+    /// ping timeout and a second) for its first round, which pings at once: the handle's
+    /// [`Standing`] then covers what it is granted from the start. Call after the first mount
+    /// (an answer may remount). A second call starts nothing (the first loop keeps running). A
     /// thread that cannot be started is logged; `health_check` then does not track the
     /// master. No-op for the embedded master (see [`MasterLink::never_expire`]).
     pub(crate) fn start_liveness(&self, client: ClientId, hook: Weak<dyn LivenessHook>) {
@@ -130,12 +146,19 @@ impl MasterLink {
         let mut liveness = self.liveness.lock();
         if liveness.is_none() {
             let pinger = connect_pinger(addr, ping_timeout());
+            let (first_round, first_done) = bounded::<()>(1);
             *liveness = Some(Liveness::start(
                 client,
                 pinger,
                 hook,
-                Arc::clone(&self.reachable),
+                Probe {
+                    reachable: Arc::clone(&self.reachable),
+                    standing: Arc::clone(&self.standing),
+                },
+                first_round,
             ));
+            drop(liveness);
+            let _ = first_done.recv_timeout(2 * ping_timeout() + PING_INTERVAL);
         }
     }
 
@@ -156,6 +179,13 @@ impl MasterLink {
     }
 }
 
+/// What the liveness loop records of each round: whether the master answered (and the hook
+/// succeeded), and the handle's standing.
+struct Probe {
+    reachable: Arc<AtomicBool>,
+    standing: Arc<Standing>,
+}
+
 /// A running liveness thread.
 struct Liveness {
     stop: Sender<()>,
@@ -167,25 +197,35 @@ impl Liveness {
         client: ClientId,
         pinger: Arc<dyn MasterApi>,
         hook: Weak<dyn LivenessHook>,
-        reachable: Arc<AtomicBool>,
+        probe: Probe,
+        first_round: Sender<()>,
     ) -> Liveness {
         let (stop, stopped) = bounded::<()>(1);
         let thread = std::thread::Builder::new()
             .name("mc-heartbeat".into())
-            .spawn(move || loop {
-                match stopped.recv_timeout(PING_INTERVAL) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    _ => return,
-                }
-                let Some(hook) = hook.upgrade() else { return };
-                // A panicking hook costs one round, never the loop (an owner that stopped
-                // pinging would be expired and stay fenced).
-                let round = std::panic::AssertUnwindSafe(|| {
-                    ping_once(client, &*pinger, &*hook, &reachable)
-                });
-                if std::panic::catch_unwind(round).is_err() {
-                    tracing::error!("a liveness round panicked; the loop continues");
-                    reachable.store(false, Ordering::Release);
+            .spawn(move || {
+                let mut first_round = Some(first_round);
+                loop {
+                    // The first round pings at once, later ones a ping interval apart.
+                    if first_round.is_none() {
+                        match stopped.recv_timeout(PING_INTERVAL) {
+                            Err(RecvTimeoutError::Timeout) => {}
+                            _ => return,
+                        }
+                    }
+                    let Some(hook) = hook.upgrade() else { return };
+                    // A panicking hook costs one round, never the loop (an owner that
+                    // stopped pinging would be expired and stay fenced).
+                    let round = std::panic::AssertUnwindSafe(|| {
+                        ping_once(client, &*pinger, &*hook, &probe)
+                    });
+                    if std::panic::catch_unwind(round).is_err() {
+                        tracing::error!("a liveness round panicked; the loop continues");
+                        probe.reachable.store(false, Ordering::Release);
+                    }
+                    if let Some(done) = first_round.take() {
+                        let _ = done.try_send(());
+                    }
                 }
             })
             .ok();
@@ -222,14 +262,11 @@ fn ping_with_retry(client: ClientId, pinger: &dyn MasterApi) -> Result<(Instant,
     }
 }
 
-fn ping_once(
-    client: ClientId,
-    pinger: &dyn MasterApi,
-    hook: &dyn LivenessHook,
-    reachable: &AtomicBool,
-) {
+fn ping_once(client: ClientId, pinger: &dyn MasterApi, hook: &dyn LivenessHook, probe: &Probe) {
+    let reachable = &probe.reachable;
     match ping_with_retry(client, pinger) {
         Ok((sent_at, answer)) => {
+            probe.standing.on_ping(sent_at, Instant::now(), &answer);
             if let Err(e) = hook.on_answer(sent_at, &answer) {
                 tracing::warn!(error = %e, "acting on the master's answer failed; will retry");
                 reachable.store(false, Ordering::Release);

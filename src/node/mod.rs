@@ -1,8 +1,9 @@
 //! One process handle's plumbing, shared by the centralized client ([`crate::client`]) and the
 //! P2P client ([`crate::p2p`]): the setup arguments and their validation (`config`), the
 //! engine bootstrap and what a handle publishes to a metadata service (`engine`), the
-//! registered local buffer (`local_buffer`), the own mounted segment (`own_segment`) and the
-//! link to the master with the single liveness loop and its hook (`master_link`).
+//! registered local buffer (`local_buffer`), the own mounted segment (`own_segment`), the
+//! link to the master with the single liveness loop and its hook (`master_link`), and what
+//! the loop's answers prove about pins the handle holds (`standing`).
 //!
 //! May use: `stream`, `standalone`, `master`, `metadata`, `transfer`, `device`, `rpc` and the
 //! ground floor; never `client`, `p2p` or `ffi`.
@@ -12,6 +13,7 @@ mod engine;
 mod local_buffer;
 mod master_link;
 mod own_segment;
+mod standing;
 
 pub(crate) use config::MetadataMode;
 pub use config::SetupConfig;
