@@ -186,6 +186,9 @@ pub struct PinnedObject {
     /// not expired it since (see `Client::read_pinned`).
     #[serde(skip)]
     pub pinned_at: Option<std::time::Instant>,
+    /// The client that asked for the pin (set by the client, never on the wire).
+    #[serde(skip)]
+    pub pinned_by: Option<ClientId>,
 }
 
 /// A segment a client contributes to the pool: `size` bytes at `base` in the owner process.
@@ -256,6 +259,10 @@ pub struct PingResponse {
     /// The master's client TTL in ms: it expires a client (and releases its pins) no sooner
     /// than this after the last ping it received.
     pub client_ttl_ms: u64,
+    /// The number of the client's current registration at this master (`Ok` answers; 0
+    /// otherwise): it changes only when the client was expired and registered again, so two
+    /// answers of one view with the same number prove that it was not expired in between.
+    pub registration: u64,
 }
 
 /// Deployment mode of a master and its clients (Mooncake's `--deployment_mode`).

@@ -23,6 +23,7 @@ impl Client {
             .map(|answer| {
                 answer.map(|pinned| PinnedObject {
                     pinned_at: Some(pinned_at),
+                    pinned_by: Some(self.core.id),
                     ..pinned
                 })
             })
@@ -43,7 +44,8 @@ impl Client {
     /// object's). Unpin it and pin again.
     pub fn read_pinned(&self, pinned: &PinnedObject, buf: &mut [u8]) -> Result<u64> {
         self.core.check_open()?;
-        let Some(pinned_at) = pinned.pinned_at else {
+        let (Some(pinned_at), true) = (pinned.pinned_at, pinned.pinned_by == Some(self.core.id))
+        else {
             return fail(
                 ErrorCode::InvalidParams,
                 "read_pinned takes a pin this client's pin() returned",

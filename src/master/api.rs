@@ -29,7 +29,8 @@ rpc_interface! {
     forward ForwardMaster;
     /// Version handshake: returns [`crate::types::STORE_VERSION`].
     fn service_ready() -> Result<String>;
-    /// Liveness ping from a client that owns segments.
+    /// Liveness ping from a client (with or without segments): its status, the master's
+    /// client TTL and the client's registration number.
     fn ping(client: ClientId) -> Result<PingResponse>;
     /// Adds a segment owned by `client` (idempotent for the same id).
     fn mount_segment(client: ClientId, segment: Segment) -> Result<()>;

@@ -1,6 +1,8 @@
 //! Client liveness: when each registered client last showed a sign of life (a mount, a
-//! remount, a ping or a pin), which clients never expire (an embedded master's own client),
-//! and which expired clients are still being retired.
+//! remount, a registration, a ping or a pin), which clients never expire (an embedded
+//! master's own client), and which expired clients are still being retired. Each
+//! registration of a client that was unknown gets a number of its own, which pings report:
+//! the same number on two answers proves that the client was not expired in between.
 //!
 //! Expiry is two steps with retirement in between ([`ClientTable::expire`], then the master
 //! releases the client's segments, pins and routes, then [`ClientTable::retired`]). While a
@@ -14,13 +16,15 @@
 use crate::types::ClientId;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// A registered client's liveness.
 #[derive(Clone, Copy)]
 enum Seen {
-    /// Last sign of life; expired `client_ttl` later.
-    At(Instant),
+    /// Last sign of life (it never moves back); expired `client_ttl` later. With the number
+    /// of the registration.
+    At(Instant, u64),
     /// Alive as long as the master runs (never expired).
     Always,
     /// Expired; its segments, pins and routes are being released.
@@ -33,6 +37,8 @@ pub(crate) struct ClientTable {
     last_seen: Mutex<HashMap<ClientId, Seen>>,
     /// Signalled when a retirement ends.
     retired: Condvar,
+    /// The last registration number handed out (numbers start at 1).
+    registrations: AtomicU64,
 }
 
 impl ClientTable {
@@ -43,13 +49,18 @@ impl ClientTable {
     /// waits for it (retirement is in-memory work of the master, milliseconds to seconds).
     pub(crate) fn register(&self, client: ClientId, now: Instant) {
         let mut last_seen = self.last_seen.lock();
+        let mut now = now;
         while matches!(last_seen.get(&client), Some(Seen::Retiring)) {
             self.retired.wait(&mut last_seen);
+            // Time passed while waiting: the sign of life is when the wait ended.
+            now = now.max(Instant::now());
         }
         last_seen
             .entry(client)
             .and_modify(|seen| refresh(seen, now))
-            .or_insert(Seen::At(now));
+            .or_insert_with(|| {
+                Seen::At(now, self.registrations.fetch_add(1, Ordering::Relaxed) + 1)
+            });
     }
 
     /// Registers `client` as alive for as long as the master runs: it is never expired.
@@ -57,14 +68,18 @@ impl ClientTable {
         self.last_seen.lock().insert(client, Seen::Always);
     }
 
-    /// Refreshes a known client; `false` if the client is unknown (never registered, or
-    /// expired, also while it is being retired).
-    pub(crate) fn ping(&self, client: ClientId, now: Instant) -> bool {
+    /// Refreshes a known client and returns its registration number (0 for one kept alive);
+    /// `None` if the client is unknown (never registered, or expired, also while it is being
+    /// retired).
+    pub(crate) fn ping(&self, client: ClientId, now: Instant) -> Option<u64> {
         match self.last_seen.lock().get_mut(&client) {
-            Some(Seen::Retiring) | None => false,
+            Some(Seen::Retiring) | None => None,
             Some(seen) => {
                 refresh(seen, now);
-                true
+                Some(match seen {
+                    Seen::At(_, registration) => *registration,
+                    _ => 0,
+                })
             }
         }
     }
@@ -76,7 +91,7 @@ impl ClientTable {
         let expired: Vec<ClientId> = last_seen
             .iter()
             .filter(|(_, seen)| match seen {
-                Seen::At(at) => now.saturating_duration_since(*at) >= ttl,
+                Seen::At(at, _) => now.saturating_duration_since(*at) >= ttl,
                 Seen::Always | Seen::Retiring => false,
             })
             .map(|(client, _)| *client)
@@ -107,10 +122,11 @@ impl ClientTable {
     }
 }
 
-/// Moves a timed client's last sign of life to `now`.
+/// Moves a timed client's last sign of life to `now`, never back (a call that read the
+/// clock before a slower one must not shorten the client's life).
 fn refresh(seen: &mut Seen, now: Instant) {
-    if let Seen::At(at) = seen {
-        *at = now;
+    if let Seen::At(at, _) = seen {
+        *at = (*at).max(now);
     }
 }
 
@@ -129,11 +145,11 @@ mod tests {
         table.register(kept, start);
         let later = start + Duration::from_secs(60);
         assert_eq!(table.expire(later, Duration::from_secs(1)), vec![timed]);
-        assert!(table.ping(kept, later));
-        assert!(!table.ping(timed, later));
+        assert_eq!(table.ping(kept, later), Some(0));
+        assert_eq!(table.ping(timed, later), None);
         assert_eq!(table.len(), 1);
         table.retired(timed);
-        assert!(!table.ping(timed, later));
+        assert_eq!(table.ping(timed, later), None);
     }
 
     #[test]
@@ -142,6 +158,7 @@ mod tests {
         let client = Uuid::random();
         let start = Instant::now();
         table.register(client, start);
+        let first = table.ping(client, start).expect("registered");
         let later = start + Duration::from_secs(60);
         assert_eq!(table.expire(later, Duration::from_secs(1)), vec![client]);
         assert!(table.expire(later, Duration::from_secs(1)).is_empty());
@@ -155,11 +172,25 @@ mod tests {
         };
         let early = registered.recv_timeout(Duration::from_millis(200));
         assert!(early.is_err(), "registered while still retiring");
-        assert!(!table.ping(client, later));
+        assert_eq!(table.ping(client, later), None);
         table.retired(client);
         registered.recv_timeout(Duration::from_secs(10)).unwrap();
         waiter.join().unwrap();
-        assert!(table.ping(client, later));
+        let again = table.ping(client, later).expect("registered again");
+        assert_ne!(again, first, "a new registration has a number of its own");
         assert_eq!(table.len(), 1);
+    }
+
+    #[test]
+    fn a_sign_of_life_read_earlier_never_moves_the_last_one_back() {
+        let table = ClientTable::default();
+        let client = Uuid::random();
+        let start = Instant::now();
+        table.register(client, start + Duration::from_secs(5));
+        table.register(client, start);
+        assert_eq!(table.ping(client, start), Some(1));
+        assert!(table
+            .expire(start + Duration::from_secs(5), Duration::from_secs(1))
+            .is_empty());
     }
 }

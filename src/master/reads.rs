@@ -57,6 +57,7 @@ impl MasterService {
                 pin_id,
                 query,
                 pinned_at: None,
+                pinned_by: None,
             }
         })
     }

@@ -62,6 +62,7 @@ impl MasterApi for Fixture {
             view_version: client.lo,
             status: ClientStatus::Ok,
             client_ttl_ms: 2000,
+            registration: 1,
         })
     }
     fn mount_segment(&self, _: ClientId, segment: Segment) -> Result<()> {

@@ -245,14 +245,15 @@ impl MasterApi for MasterService {
     }
 
     fn ping(&self, client: ClientId) -> Result<PingResponse> {
-        let status = if self.clients.ping(client, Instant::now()) {
-            ClientStatus::Ok
-        } else {
-            ClientStatus::NeedRemount
+        let registration = self.clients.ping(client, Instant::now());
+        let status = match registration {
+            Some(_) => ClientStatus::Ok,
+            None => ClientStatus::NeedRemount,
         };
         Ok(PingResponse {
             view_version: self.view_version,
             status,
+            registration: registration.unwrap_or(0),
             client_ttl_ms: u64::try_from(self.config.client_ttl().as_millis()).unwrap_or(u64::MAX),
         })
     }
@@ -371,6 +372,7 @@ impl MasterApi for MasterService {
     }
 
     fn register_client(&self, client: ClientId) -> Result<()> {
+        self.require_mode(DeploymentMode::Centralized)?;
         self.clients.register(client, Instant::now());
         Ok(())
     }

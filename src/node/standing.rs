@@ -8,14 +8,18 @@
 //! this happened, so a read that relies on pins (not on a lease deadline) asks afterwards
 //! whether the pins were still held all along: [`Standing::check_since`].
 //!
-//! The proof is a *chain* of pings the master answered as usual (`Ok`, same view), each
-//! answered less than the TTL after the previous one was sent. The master received each ping
-//! between its sending and its answer, so consecutive receipts are less than a TTL apart and
-//! it expired the client at no time from the first receipt on; and not before the last
-//! ping's send time plus the TTL. A `NeedRemount` answer (expired, or a master that restarted
-//! and never knew it), another view (a master restart), or a gap of a TTL or more starts a
-//! new chain. A pin asked for after the chain's first answer is therefore held at least
-//! until `last sent + TTL`, provided the chain has not broken since.
+//! The proof is a *chain* of pings the master answered as usual (`Ok`) with the same view and
+//! the same registration number: the master numbers each registration of a client it did not
+//! know, so the client was registered, and never expired, from the first of these pings'
+//! receipts to the last's; and the master expires it no sooner than a TTL after the last
+//! ping's receipt, which is after that ping was sent. A `NeedRemount` answer (expired, or a
+//! master that restarted and never knew it), another view (a master restart) or another
+//! registration number (expired and registered again meanwhile) starts a new chain. A pin
+//! asked for after the chain's first answer was therefore received while the chain's
+//! registration was live, and is held at least until `last sent + TTL` while the chain lasts.
+//! The TTL is shortened by a margin ([`margin`]) for clocks that run at slightly different
+//! rates on the two machines. A slow or lost ping only delays the chain (reads fail while the
+//! last ping is too old), it never ends it.
 //!
 //! The embedded master never expires its in-process client: its standing is permanent.
 //! Thread-safety: one leaf mutex; the liveness loop writes, readers only compare.
@@ -40,8 +44,16 @@ struct Chain {
     last_sent: Instant,
     /// The view of the master that answered the chain's pings.
     view: u64,
-    /// That master's client TTL.
+    /// The client's registration number at that master.
+    registration: u64,
+    /// That master's client TTL, less the [`margin`].
     ttl: Duration,
+}
+
+/// What is taken off the master's TTL: 2 % (clocks of two machines may run at rates up to
+/// 0.05 % apart) and 5 ms.
+fn margin(ttl: Duration) -> Duration {
+    ttl / 50 + Duration::from_millis(5)
 }
 
 impl Standing {
@@ -58,6 +70,7 @@ impl Standing {
                 since: None,
                 last_sent: Instant::now(),
                 view: 0,
+                registration: 0,
                 ttl: Duration::ZERO,
             })),
         }
@@ -72,10 +85,11 @@ impl Standing {
             chain.since = None;
             return;
         }
-        let ttl = Duration::from_millis(answer.client_ttl_ms);
+        let full = Duration::from_millis(answer.client_ttl_ms);
+        let ttl = full.saturating_sub(margin(full));
         let continues = chain.since.is_some()
             && chain.view == answer.view_version
-            && answered.saturating_duration_since(chain.last_sent) < ttl.min(chain.ttl);
+            && chain.registration == answer.registration;
         if continues {
             chain.last_sent = chain.last_sent.max(sent);
             chain.ttl = chain.ttl.min(ttl);
@@ -84,6 +98,7 @@ impl Standing {
                 since: Some(answered),
                 last_sent: sent,
                 view: answer.view_version,
+                registration: answer.registration,
                 ttl,
             };
         }
@@ -126,10 +141,15 @@ mod tests {
     use super::*;
 
     fn answer(status: ClientStatus, view: u64) -> PingResponse {
+        registered(status, view, 1)
+    }
+
+    fn registered(status: ClientStatus, view: u64, registration: u64) -> PingResponse {
         PingResponse {
             view_version: view,
             status,
             client_ttl_ms: 2000,
+            registration,
         }
     }
 
@@ -148,9 +168,13 @@ mod tests {
         let t1 = t0 + Duration::from_secs(1);
         standing.on_ping(t1, t1 + Duration::from_millis(5), &ok);
         assert!(standing.check_since(pinned).is_ok());
-        // A gap of a TTL (a stop) starts a new chain: the old pin is no longer covered.
+        // A gap of a TTL (a stop, a slow master) with the same registration keeps the chain.
         let t2 = t1 + Duration::from_millis(2500);
         standing.on_ping(t2, t2, &ok);
+        assert!(standing.check_since(pinned).is_ok());
+        // Another registration (expired and registered again meanwhile) starts a new chain:
+        // the old pin is no longer covered.
+        standing.on_ping(t2, t2, &registered(ClientStatus::Ok, 7, 2));
         assert_eq!(standing.check_since(pinned), Err(ErrorCode::LeaseExpired));
         assert!(standing.check_since(t2 + Duration::from_millis(1)).is_ok());
         // Another view (a restarted master) starts a new chain too.
