@@ -54,6 +54,39 @@ fn maps(metrics: &Arc<Metrics>) -> PeerMaps {
     )
 }
 
+/// Another process of this user (python) that opens `count` connections to `endpoint`'s
+/// socket, runs `each` on every one (python lines on `s`, indented by four spaces, ending in
+/// a newline; empty: an idle connection), and holds them all until its stdin closes. Returns
+/// once every connection is open.
+fn stranger_holding(endpoint: &str, count: usize, each: &str) -> std::process::Child {
+    let script = format!(
+        "import os, resource, socket, sys\n\
+         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n\
+         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))\n\
+         held = []\n\
+         for _ in range({count}):\n    \
+         s = socket.socket(socket.AF_UNIX)\n    s.settimeout(5)\n    \
+         s.connect('\\0{name}')\n{each}    held.append(s)\n\
+         print(len(held), flush=True)\n\
+         sys.stdin.read()\n",
+        name = handshake::socket_name(endpoint),
+    );
+    let mut stranger = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(stranger.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), count.to_string(), "the stranger's connections");
+    stranger
+}
+
 fn read(
     metrics: &Metrics,
     peer: &MappedPeer,
@@ -244,37 +277,12 @@ fn a_process_that_hand_shakes_in_a_loop_evicts_no_other_peers_connection() {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let script = format!(
-        "import os, resource, socket, sys\n\
-         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n\
-         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))\n\
-         held = []\n\
-         for _ in range({handshakes}):\n    \
-         s = socket.socket(socket.AF_UNIX)\n    s.settimeout(5)\n    \
-         s.connect('\\0{name}')\n    s.sendall(bytes.fromhex('{hello}'))\n    \
+    let granted = format!(
+        "    s.sendall(bytes.fromhex('{hello}'))\n    \
          data, fds, _, _ = socket.recv_fds(s, 64, 4)\n    \
-         [os.close(fd) for fd in fds]\n    held.append(s)\n\
-         print(len(held), flush=True)\n\
-         sys.stdin.read()\n",
-        name = handshake::socket_name(&endpoint),
+         [os.close(fd) for fd in fds]\n"
     );
-    let mut stranger = std::process::Command::new("python3")
-        .args(["-c", &script])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(stranger.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(
-        line.trim(),
-        handshakes.to_string(),
-        "the stranger's handshakes"
-    );
+    let mut stranger = stranger_holding(&endpoint, handshakes, &granted);
     // Our mapping's connection is still held: its reaper saw no hang-up.
     let dropped = crate::test_util::wait_until(Duration::from_secs(2), || {
         metrics.snapshot().same_host_mappings_dropped > 0
@@ -351,31 +359,7 @@ fn a_process_that_floods_idle_connections_drops_no_other_peers_pending_hello() {
     // Our connection, accepted before the flood; its hello comes after it.
     let mut ours = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
     std::thread::sleep(Duration::from_millis(100));
-    let flood = 600;
-    let script = format!(
-        "import resource, socket, sys\n\
-         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n\
-         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))\n\
-         held = []\n\
-         for _ in range({flood}):\n    \
-         s = socket.socket(socket.AF_UNIX)\n    s.connect('\\0{name}')\n    held.append(s)\n\
-         print(len(held), flush=True)\n\
-         sys.stdin.read()\n",
-        name = handshake::socket_name(&endpoint),
-    );
-    let mut stranger = std::process::Command::new("python3")
-        .args(["-c", &script])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(stranger.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), flood.to_string(), "the stranger's connections");
+    let mut stranger = stranger_holding(&endpoint, 600, "");
     // Every one of them accepted (the exporter's loop wakes at once for new connections).
     std::thread::sleep(Duration::from_millis(300));
     ours.write_all(&handshake::Hello { epoch: 31 }.encode())
