@@ -6,7 +6,7 @@
 //! readers never take the lock.
 
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -31,11 +31,76 @@ impl FreeRanges {
     }
 }
 
+/// Holds freed ranges back until a watermark passes: a range dropped while the stamp reads
+/// `s` returns to its allocator only once [`FreeGate::release_through`] is called with
+/// `s` or more. The master's journal stamps every record it appends and releases what its
+/// last flush made durable, so a range is reused only after every record naming it as
+/// removed is on disk.
+///
+/// Thread-safety: the held queue sits behind a leaf `parking_lot::Mutex`; ranges are returned
+/// to their allocators after it is released.
+#[derive(Default)]
+pub(crate) struct FreeGate {
+    stamp: AtomicU64,
+    held: Mutex<VecDeque<HeldRange>>,
+}
+
+/// A range waiting at a [`FreeGate`].
+struct HeldRange {
+    stamp: u64,
+    allocator: Arc<OffsetAllocator>,
+    offset: u64,
+    size: u64,
+}
+
+impl FreeGate {
+    /// Raises the stamp ranges dropped from now on carry (never lowers it).
+    pub(crate) fn stamp(&self, value: u64) {
+        self.stamp.fetch_max(value, Ordering::AcqRel);
+    }
+
+    /// Returns to their allocators the held ranges stamped `watermark` or less, oldest first
+    /// (a range stamped higher stops the walk: it is only held longer). Returns how many.
+    pub(crate) fn release_through(&self, watermark: u64) -> usize {
+        let mut due = Vec::new();
+        {
+            let mut held = self.held.lock();
+            while held.front().is_some_and(|range| range.stamp <= watermark) {
+                due.extend(held.pop_front());
+            }
+        }
+        for range in &due {
+            range.allocator.free(range.offset, range.size);
+        }
+        due.len()
+    }
+
+    /// Ranges held now.
+    pub(crate) fn held(&self) -> usize {
+        self.held.lock().len()
+    }
+
+    fn hold(&self, allocator: &Arc<OffsetAllocator>, offset: u64, size: u64) {
+        let stamp = self.stamp.load(Ordering::Acquire);
+        self.held.lock().push_back(HeldRange {
+            stamp,
+            allocator: Arc::clone(allocator),
+            offset,
+            size,
+        });
+    }
+}
+
 /// The allocator of one mounted segment: hands out ranges of `[0, capacity)`.
 pub struct OffsetAllocator {
     capacity: u64,
+    /// Where dropped ranges wait before they are free again (none: free at once).
+    gate: Option<Arc<FreeGate>>,
     /// Cleared (under the `ranges` lock) when the segment is unmounted; read lock-free.
     alive: AtomicBool,
+    /// Set while dead but waiting to be re-attached with its contents (a segment recovered
+    /// from the master's journal): its allocations are unreadable but not gone.
+    dormant: AtomicBool,
     /// Mount generation: bumped (under the `ranges` lock) when a dead allocator is revived
     /// for a remount, so allocations of the earlier mount are no longer live.
     generation: AtomicU64,
@@ -46,6 +111,12 @@ pub struct OffsetAllocator {
 impl OffsetAllocator {
     /// An allocator over `size` bytes (rounded down to [`ALIGNMENT`]), all free.
     pub fn new(size: u64) -> Arc<OffsetAllocator> {
+        Self::gated(size, None)
+    }
+
+    /// [`OffsetAllocator::new`] whose dropped ranges wait at `gate` (if any) before they can
+    /// be handed out again.
+    pub(crate) fn gated(size: u64, gate: Option<Arc<FreeGate>>) -> Arc<OffsetAllocator> {
         let capacity = size - size % ALIGNMENT;
         let mut ranges = FreeRanges {
             by_offset: BTreeMap::new(),
@@ -56,7 +127,9 @@ impl OffsetAllocator {
         }
         Arc::new(OffsetAllocator {
             capacity,
+            gate,
             alive: AtomicBool::new(true),
+            dormant: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             used: AtomicU64::new(0),
             ranges: Mutex::new(ranges),
@@ -79,6 +152,38 @@ impl OffsetAllocator {
         ranges.remove(offset, free_size);
         if free_size > rounded {
             ranges.insert(offset + rounded, free_size - rounded);
+        }
+        self.used.fetch_add(rounded, Ordering::Relaxed);
+        let generation = self.generation.load(Ordering::Relaxed);
+        drop(ranges);
+        Some(Allocation {
+            allocator: Arc::clone(self),
+            offset,
+            size: rounded,
+            generation,
+        })
+    }
+
+    /// Allocates exactly `[offset, offset + size)` (`size` rounded up to [`ALIGNMENT`]), also
+    /// while the allocator is dead: how a recovering master rebuilds the ranges its journal
+    /// names. `None` when `offset` is unaligned, `size` is 0 or the range is not wholly free.
+    pub(crate) fn allocate_at(self: &Arc<Self>, offset: u64, size: u64) -> Option<Allocation> {
+        let rounded = size.checked_add(ALIGNMENT - 1)? / ALIGNMENT * ALIGNMENT;
+        let end = offset.checked_add(rounded)?;
+        if rounded == 0 || offset % ALIGNMENT != 0 {
+            return None;
+        }
+        let mut ranges = self.ranges.lock();
+        let (&free_offset, &free_size) = ranges.by_offset.range(..=offset).next_back()?;
+        if free_offset + free_size < end {
+            return None;
+        }
+        ranges.remove(free_offset, free_size);
+        if free_offset < offset {
+            ranges.insert(free_offset, offset - free_offset);
+        }
+        if end < free_offset + free_size {
+            ranges.insert(end, free_offset + free_size - end);
         }
         self.used.fetch_add(rounded, Ordering::Relaxed);
         let generation = self.generation.load(Ordering::Relaxed);
@@ -117,6 +222,16 @@ impl OffsetAllocator {
     pub(crate) fn mark_dead(&self) {
         let _ranges = self.ranges.lock();
         self.alive.store(false, Ordering::Release);
+        self.dormant.store(false, Ordering::Release);
+    }
+
+    /// Marks the allocator dead but dormant: its allocations are not live, nothing is handed
+    /// out, yet they are not gone: [`OffsetAllocator::revive_keeping`] makes them live again,
+    /// [`OffsetAllocator::mark_dead`] ends them.
+    pub(crate) fn mark_dormant(&self) {
+        let _ranges = self.ranges.lock();
+        self.alive.store(false, Ordering::Release);
+        self.dormant.store(true, Ordering::Release);
     }
 
     /// Brings a dead allocator back for a remount of the same segment: allocations of the
@@ -124,6 +239,14 @@ impl OffsetAllocator {
     pub(crate) fn revive(&self) {
         let _ranges = self.ranges.lock();
         self.generation.fetch_add(1, Ordering::Relaxed);
+        self.alive.store(true, Ordering::Release);
+    }
+
+    /// Brings a dead allocator back for a mount that keeps the earlier mount's contents (a
+    /// recovered segment re-attached by its owner): its allocations become live again.
+    pub(crate) fn revive_keeping(&self) {
+        let _ranges = self.ranges.lock();
+        self.dormant.store(false, Ordering::Release);
         self.alive.store(true, Ordering::Release);
     }
 
@@ -173,14 +296,26 @@ impl Allocation {
 
     /// Whether the owning segment is still mounted, by the mount that handed this out.
     pub(crate) fn is_live(&self) -> bool {
-        self.allocator.is_alive()
-            && self.allocator.generation.load(Ordering::Acquire) == self.generation
+        self.allocator.is_alive() && self.is_current()
+    }
+
+    /// Whether the owning segment waits to be re-attached with this range's contents (see
+    /// [`OffsetAllocator::mark_dormant`]).
+    pub(crate) fn is_dormant(&self) -> bool {
+        self.allocator.dormant.load(Ordering::Acquire) && self.is_current()
+    }
+
+    fn is_current(&self) -> bool {
+        self.allocator.generation.load(Ordering::Acquire) == self.generation
     }
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        self.allocator.free(self.offset, self.size);
+        match &self.allocator.gate {
+            Some(gate) => gate.hold(&self.allocator, self.offset, self.size),
+            None => self.allocator.free(self.offset, self.size),
+        }
     }
 }
 
@@ -261,6 +396,56 @@ mod tests {
         assert_eq!(a.used(), 128 + 64);
         drop(held);
         assert_eq!(a.used(), 64);
+    }
+
+    #[test]
+    fn allocate_at_carves_exact_free_ranges_only() {
+        let a = OffsetAllocator::new(64 * 16);
+        let middle = a.allocate_at(64 * 4, 100).unwrap();
+        assert_eq!((middle.offset(), middle.size()), (64 * 4, 128));
+        assert!(a.allocate_at(64 * 5, 64).is_none(), "overlaps a held range");
+        assert!(a.allocate_at(65, 64).is_none(), "unaligned");
+        assert!(a.allocate_at(64 * 15, 128).is_none(), "past the end");
+        let first = a.allocate_at(0, 64 * 4).unwrap();
+        assert_eq!(a.used(), 64 * 6);
+        assert_eq!(
+            a.allocate(64 * 10).unwrap().offset(),
+            64 * 6,
+            "the rest stays free"
+        );
+        drop((first, middle));
+        a.mark_dead();
+        assert!(a.allocate_at(0, 64).is_some(), "recovery carves while dead");
+    }
+
+    #[test]
+    fn a_gate_holds_dropped_ranges_until_their_stamp_is_released() {
+        let gate = Arc::new(FreeGate::default());
+        let a = OffsetAllocator::gated(64 * 4, Some(Arc::clone(&gate)));
+        gate.stamp(7);
+        let held = a.allocate(64 * 4).unwrap();
+        drop(held);
+        assert_eq!(gate.held(), 1);
+        assert!(a.allocate(64).is_none(), "held at the gate, not free");
+        assert_eq!(gate.release_through(6), 0);
+        assert!(a.allocate(64).is_none());
+        assert_eq!(gate.release_through(7), 1);
+        assert_eq!(a.used(), 0);
+        assert_eq!(a.allocate(64 * 4).unwrap().offset(), 0);
+    }
+
+    #[test]
+    fn revive_keeping_makes_the_earlier_allocations_live_again() {
+        let a = OffsetAllocator::new(4096);
+        let kept = a.allocate(64).unwrap();
+        a.mark_dormant();
+        assert!(!kept.is_live() && kept.is_dormant());
+        assert!(a.allocate(64).is_none(), "nothing handed out while dormant");
+        a.revive_keeping();
+        assert!(kept.is_live() && !kept.is_dormant());
+        a.mark_dormant();
+        a.mark_dead();
+        assert!(!kept.is_live() && !kept.is_dormant(), "a dead end");
     }
 
     #[test]

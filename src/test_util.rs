@@ -122,3 +122,27 @@ pub(crate) fn punch_hole(fd: std::os::fd::BorrowedFd<'_>, offset: usize, len: us
     };
     assert_eq!(rc, 0, "punch: {}", std::io::Error::last_os_error());
 }
+
+/// A fresh directory under the system temp dir, deleted (with its contents) when dropped.
+pub(crate) struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// Creates `<tmp>/mc-<name>-<pid>-<random>`.
+    pub(crate) fn new(name: &str) -> TempDir {
+        let unique = format!("mc-{name}-{}-{:x}", std::process::id(), fastrand::u64(..));
+        let path = std::env::temp_dir().join(unique);
+        std::fs::create_dir_all(&path).expect("a temporary directory");
+        TempDir(path)
+    }
+
+    /// The directory.
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

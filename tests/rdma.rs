@@ -1138,7 +1138,7 @@ fn a_remount_registers_the_fresh_pages_and_the_old_rkey_reaches_only_orphaned_pa
     // The remount, as the client's own segment does it: fresh (zero) pages over the range.
     owner
         .set_region_epoch_with(base, 2, Duration::ZERO, || {
-            region.renew_shared("remount test")
+            region.renew_shared("remount test", false)
         })
         .unwrap();
     assert!(bytes_of(&region).iter().all(|b| *b == 0), "fresh pages");

@@ -3,7 +3,7 @@
 
 use super::glog::GlogFlags;
 use super::Program;
-use crate::master::{MasterConfig, MasterInterface, MasterService};
+use crate::master::{JournalOptions, MasterConfig, MasterInterface, MasterService};
 use crate::metadata::{metadata_handler, MetadataStore};
 use crate::rpc::server::{ServerLimits, ServerOptions};
 use crate::rpc::stats::RpcStats;
@@ -100,6 +100,15 @@ pub(super) struct Flags {
     /// (mooncake-rs flag).
     #[arg(long = "p2p_route_grace_ms", default_value_t = DEFAULT_P2P_ROUTE_GRACE_MS)]
     p2p_route_grace_ms: u64,
+    /// Keep a journal in this directory so a restarted master keeps its objects (committed
+    /// objects, removals, mounts, write-token ceiling); empty: none (mooncake-rs flag).
+    #[arg(long = "journal_dir", default_value = "")]
+    journal_dir: String,
+    /// With `--journal_dir`: milliseconds a restarted master waits for the owners of the
+    /// segments it recovered to re-attach them before giving their objects up
+    /// (mooncake-rs flag).
+    #[arg(long = "reattach_grace_ms", default_value_t = 30_000)]
+    reattach_grace_ms: u64,
     /// Serve Mooncake's HTTP metadata service (`/metadata?key=`).
     #[arg(long = "enable_http_metadata_server", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
     enable_http_metadata_server: bool,
@@ -176,6 +185,7 @@ fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
         put_start_release_timeout_s: flags.put_start_release_timeout_sec,
         write_quarantine_ms: flags.write_quarantine_ms,
         p2p_route_grace_ms: flags.p2p_route_grace_ms,
+        reattach_grace_ms: flags.reattach_grace_ms,
         cluster_id: flags.cluster_id.clone(),
         deployment_mode: match flags.deployment_mode.as_str() {
             "P2P" => DeploymentMode::P2p,
@@ -205,7 +215,13 @@ fn limits_from(flags: &Flags) -> ServerLimits {
 
 fn run(flags: Flags) -> Result<(), String> {
     let config = config_from(&flags)?;
-    let service = MasterService::new(config);
+    let service = match flags.journal_dir.as_str() {
+        "" => MasterService::new(config),
+        dir => MasterService::open(config, JournalOptions::new(dir)).map_err(|e| {
+            let detail = crate::error::last_error_message();
+            format!("cannot open the journal in {dir}: {e}: {detail}")
+        })?,
+    };
     let port = if flags.rpc_port != 0 {
         flags.rpc_port
     } else {

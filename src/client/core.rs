@@ -148,7 +148,7 @@ impl Client {
         core.link.never_expire(core.id);
         if let Some(own) = &core.segment {
             let mounted = own
-                .next_mount(&core.engine)
+                .next_mount(&core.engine, false)
                 .and_then(|segment| core.master.mount_segment(core.id, segment));
             if let Err(e) = mounted {
                 core.shutdown();
@@ -317,9 +317,11 @@ impl ClientCore {
 }
 
 impl LivenessHook for ClientCore {
-    /// `NeedRemount` (the master restarted or expired us) remounts the segment, empty, under
-    /// a new epoch; a client without a segment registers again. Pins taken before are no
-    /// longer trusted either way (`check_pins_held`).
+    /// `NeedRemount` (the master restarted or expired us) remounts the segment under a new
+    /// epoch: with its contents when a master restarted from its journal recovered our
+    /// current mount (a re-attach: its objects stay), else empty; a client without a segment
+    /// registers again. Pins taken before are no longer trusted either way
+    /// (`check_pins_held`).
     fn on_answer(&self, _sent_at: Instant, answer: &PingResponse) -> Result<()> {
         if answer.status != ClientStatus::NeedRemount {
             return Ok(());
@@ -327,7 +329,22 @@ impl LivenessHook for ClientCore {
         let Some(own) = &self.segment else {
             return self.master.register_client(self.id);
         };
-        let segment = own.next_mount(&self.engine)?;
+        let held = own.current();
+        // A master without a journal (or of an older version) recovers nothing.
+        let recovered = self.master.recovered_segments(self.id).unwrap_or_default();
+        let reattach = held.epoch != 0
+            && recovered
+                .iter()
+                .any(|r| r.id == held.id && r.epoch == held.epoch);
+        let segment = own.next_mount(&self.engine, reattach)?;
+        if reattach
+            && self
+                .master
+                .reattach_segment(self.id, held.epoch, segment.clone())?
+        {
+            tracing::warn!(segment = %segment.name, epoch = segment.epoch, "master restarted from its journal; re-attached our segment with its objects (new epoch)");
+            return Ok(());
+        }
         tracing::warn!(segment = %segment.name, epoch = segment.epoch, "master lost our segment; remounting it (empty, new epoch)");
         self.master.remount_segments(self.id, vec![segment])
     }

@@ -96,9 +96,11 @@ impl MappedRegion {
         MappedRegion::shared(len, what)?.pin(what)
     }
 
-    /// Replaces the pages of a [`MappedRegion::shared`] region by a fresh, zero-filled memfd
-    /// mapped over the same addresses (`MAP_FIXED`), pre-faulted and pinned again if it was
-    /// pinned. Mappings other processes made of the previous file keep the previous pages,
+    /// Replaces the pages of a [`MappedRegion::shared`] region by a fresh memfd mapped over
+    /// the same addresses (`MAP_FIXED`), pre-faulted and pinned again if it was pinned. The
+    /// fresh file is zero-filled, or with `keep_contents` a copy of the region's bytes (made
+    /// before the replacement: bytes written meanwhile may be lost; for a while the old and
+    /// new pages both take memory). Mappings other processes made of the previous file keep the previous pages,
     /// which nothing in this process reads or writes any more; they are freed when the last
     /// such mapping goes. `&mut self`: no access through this region may run meanwhile
     /// (accesses by address from elsewhere see either the old or the new pages, never a
@@ -108,7 +110,7 @@ impl MappedRegion {
     /// `INTERNAL_ERROR` when the kernel refuses the mapping: the region then keeps its
     /// previous file and pages; `INTERNAL_ERROR` when the kernel cannot provide the fresh
     /// pages (the region then maps the fresh file, not all of it populated).
-    pub fn renew_shared(&mut self, what: &str) -> Result<()> {
+    pub fn renew_shared(&mut self, what: &str, keep_contents: bool) -> Result<()> {
         if self.file.is_none() {
             return fail(
                 ErrorCode::InvalidParams,
@@ -116,6 +118,9 @@ impl MappedRegion {
             );
         }
         let file = SealedMemfd::create(what, self.len)?;
+        if keep_contents {
+            self.copy_into(&file)?;
+        }
         let was_pinned = self.pin.is_some();
         drop(self.pin.take());
         // SAFETY: replaces exactly our own mapping [base, base+len) with a same-sized shared
@@ -185,30 +190,8 @@ impl MappedRegion {
             );
         }
         let file = SealedMemfd::create(what, self.len)?;
+        self.copy_into(&file)?;
         let fd = file.fd().as_raw_fd();
-        let mut done = 0usize;
-        while done < self.len {
-            // SAFETY: reads `[base + done, base + len)`, our own mapping, into our own file.
-            let wrote = unsafe {
-                libc::pwrite(
-                    fd,
-                    self.base.add(done).cast(),
-                    self.len - done,
-                    done as libc::off_t,
-                )
-            };
-            if wrote <= 0 {
-                return fail(
-                    ErrorCode::InternalError,
-                    format!(
-                        "copying {} bytes into a fresh memfd failed: {}",
-                        self.len,
-                        std::io::Error::last_os_error()
-                    ),
-                );
-            }
-            done += wrote as usize;
-        }
         // SAFETY: replaces exactly our own mapping `[base, base + len)` with the new file of
         // the same length; checked below.
         let base = unsafe {
@@ -239,6 +222,35 @@ impl MappedRegion {
             file: Some(file),
             owns_range: AtomicBool::new(true),
         })
+    }
+
+    /// Copies the region's bytes into `file` (as long as the region).
+    fn copy_into(&self, file: &SealedMemfd) -> Result<()> {
+        let fd = file.fd().as_raw_fd();
+        let mut done = 0usize;
+        while done < self.len {
+            // SAFETY: reads `[base + done, base + len)`, our own mapping, into our own file.
+            let wrote = unsafe {
+                libc::pwrite(
+                    fd,
+                    self.base.add(done).cast(),
+                    self.len - done,
+                    done as libc::off_t,
+                )
+            };
+            if wrote <= 0 {
+                return fail(
+                    ErrorCode::InternalError,
+                    format!(
+                        "copying {} bytes into a fresh memfd failed: {}",
+                        self.len,
+                        std::io::Error::last_os_error()
+                    ),
+                );
+            }
+            done += wrote as usize;
+        }
+        Ok(())
     }
 
     /// Whether the region is registered with the device runtime.
@@ -361,7 +373,7 @@ mod tests {
         let old = old.expect("a memfd");
         // SAFETY: live mappings of 64 KiB; the test is their only user.
         unsafe { (addr as *mut u8).add(100).write(7) };
-        region.renew_shared("renew-test").unwrap();
+        region.renew_shared("renew-test", false).unwrap();
         assert_eq!(region.addr(), addr);
         // SAFETY: as above.
         unsafe {
@@ -380,7 +392,33 @@ mod tests {
             unsafe { (new.unwrap().addr() as *const u8).add(200).read() },
             5
         );
-        assert!(MappedRegion::new(4096).unwrap().renew_shared("x").is_err());
+        assert!(MappedRegion::new(4096)
+            .unwrap()
+            .renew_shared("x", false)
+            .is_err());
+    }
+
+    #[test]
+    fn a_region_renewed_with_its_contents_keeps_them_and_leaves_old_mappings_behind() {
+        let mut region = MappedRegion::shared_pinned(1 << 16, "renew-keep-test").unwrap();
+        let addr = region.addr();
+        let old = region
+            .shared_file()
+            .map(|f| crate::shm::PeerMapping::map(f.fd(), 0, 1 << 16).unwrap());
+        let old = old.expect("a memfd");
+        // SAFETY: live mappings of 64 KiB; the test is their only user.
+        unsafe { (addr as *mut u8).add(100).write(7) };
+        region.renew_shared("renew-keep-test", true).unwrap();
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!((addr as *const u8).add(100).read(), 7, "contents kept");
+            (old.addr() as *mut u8).add(100).write(9);
+            assert_eq!(
+                (addr as *const u8).add(100).read(),
+                7,
+                "old mapping is elsewhere"
+            );
+        }
     }
 
     #[test]

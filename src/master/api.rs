@@ -95,4 +95,15 @@ rpc_interface! {
     /// its pings are answered `Ok`, and it is expired, with its pins, when they stop for
     /// `client_ttl`. Idempotent; waits while an expiry of the client is being retired.
     fn register_client(client: ClientId) -> Result<()>;
+    /// The segments a master restarted from its journal recovered for `client` and still
+    /// waits for (empty for a master without a journal). A segment whose `epoch` is the one
+    /// the client still holds, with the same memory, can be re-attached with
+    /// [`MasterApi::reattach_segment`] instead of mounted afresh. `UNAVAILABLE_IN_CURRENT_MODE`
+    /// in P2P mode.
+    fn recovered_segments(client: ClientId) -> Result<Vec<Segment>>;
+    /// Re-attaches a recovered segment that `client` held under `previous_epoch` and mounts
+    /// again, same memory and contents, as `segment` (same id, range, name and protocol,
+    /// a fresh epoch): its objects become readable under the new epoch. `false` when the
+    /// master has no such segment waiting (then nothing changed: mount it afresh).
+    fn reattach_segment(client: ClientId, previous_epoch: u64, segment: Segment) -> Result<bool>;
 }

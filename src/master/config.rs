@@ -53,6 +53,10 @@ pub struct MasterConfig {
     /// anew before then. 0 here (an in-process master); the `mooncake_master` binary defaults
     /// to [`crate::p2p::MASTER_ROUTE_GRACE`].
     pub p2p_route_grace_ms: u64,
+    /// A master restarted from its journal waits this long for the owners of the segments it
+    /// recovered to re-attach them (`--reattach_grace_ms`); a segment not re-attached by then
+    /// is given up with its replicas.
+    pub reattach_grace_ms: u64,
 }
 
 impl Default for MasterConfig {
@@ -74,6 +78,7 @@ impl Default for MasterConfig {
             put_start_release_timeout_ms: None,
             write_quarantine_ms: 120_000,
             p2p_route_grace_ms: 0,
+            reattach_grace_ms: 30_000,
         }
     }
 }

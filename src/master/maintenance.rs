@@ -31,10 +31,19 @@ impl MasterService {
         self.evict_if_needed(now);
     }
 
-    /// One round of the client monitor: expires clients not seen for `client_ttl`.
+    /// One round of the client monitor: expires clients not seen for `client_ttl`, and gives
+    /// up recovered segments whose owners did not re-attach within `reattach_grace_ms`.
     /// Also forgets expired owners' route claims older than [`EXPIRED_CLAIM_AGE`].
     pub(super) fn client_tick(&self) {
         let now = Instant::now();
+        let given_up = self.segments.expire_recovered(now);
+        if given_up > 0 {
+            tracing::warn!(
+                given_up,
+                "recovered segments not re-attached in time; their replicas are gone"
+            );
+            self.purge(None);
+        }
         let expired = self.clients.expire(now, self.config.client_ttl());
         for client in expired {
             self.retire_client(client);
@@ -91,7 +100,7 @@ impl MasterService {
                 }
             }
             for key in abandoned {
-                if let Some(mut meta) = shard.remove(&key) {
+                if let Some(mut meta) = self.take_object(&mut shard, &key) {
                     self.retire(&mut meta, now);
                 }
             }
@@ -148,7 +157,8 @@ impl MasterService {
             let still = shard
                 .get(&victim.key)
                 .is_some_and(|meta| meta.id == victim.object_id && Self::is_evictable(meta, now));
-            if let Some(meta) = still.then(|| shard.remove(&victim.key)).flatten() {
+            let taken = still.then(|| self.take_object(&mut shard, &victim.key));
+            if let Some(meta) = taken.flatten() {
                 objects += 1;
                 bytes += meta.allocated_bytes();
             }

@@ -70,6 +70,12 @@ pub struct MasterMetrics {
     pub deferred_frees_pending: u64,
     /// Whole-table scans by the eviction and reclaim rounds so far.
     pub table_scans: u64,
+    /// Segments recovered from the journal still waiting for their owners to re-attach.
+    pub recovered_segments_waiting: u64,
+    /// Objects the journal gave back at start.
+    pub recovered_objects: u64,
+    /// The journal's counters (`None`: no `--journal_dir`).
+    pub journal: Option<crate::master::JournalMetrics>,
 }
 
 /// A per-segment series: name, help text and the value it reads.
@@ -88,7 +94,7 @@ impl MasterMetrics {
     pub fn prometheus_text(&self) -> String {
         let mut out = String::new();
         let cluster = escape_label(&self.cluster_id);
-        let scalars: [(&str, &str, &str, u64); 14] = [
+        let mut scalars: Vec<(&str, &str, &str, u64)> = vec![
             ("objects", "gauge", "Keys in the object table", self.objects),
             (
                 "p2p_keys",
@@ -163,7 +169,22 @@ impl MasterMetrics {
                 "Whole-table scans by eviction and reclaim",
                 self.table_scans,
             ),
+            (
+                "recovered_segments_waiting",
+                "gauge",
+                "Recovered segments waiting for their owners",
+                self.recovered_segments_waiting,
+            ),
+            (
+                "recovered_objects",
+                "gauge",
+                "Objects recovered from the journal at start",
+                self.recovered_objects,
+            ),
         ];
+        if let Some(journal) = &self.journal {
+            scalars.extend(journal.series());
+        }
         for (name, kind, help, value) in scalars {
             let _ = writeln!(out, "# HELP mooncake_master_{name} {help}");
             let _ = writeln!(out, "# TYPE mooncake_master_{name} {kind}");

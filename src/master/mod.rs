@@ -6,7 +6,9 @@
 mod api;
 mod config;
 mod deferred;
+mod durability;
 mod eviction;
+mod journal;
 mod liveness;
 mod maintenance;
 mod metrics;
@@ -17,6 +19,8 @@ pub mod remote;
 #[cfg(test)]
 mod remote_tests;
 mod removal;
+#[cfg(test)]
+mod restart_tests;
 mod route_claims;
 mod routes;
 mod segments;
@@ -34,6 +38,7 @@ pub use api::{
     ForwardMaster, MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster,
 };
 pub use config::MasterConfig;
+pub use journal::{JournalMetrics, JournalOptions};
 pub use metrics::{MasterMetrics, SegmentMetrics};
 pub use remote::{
     connect_master, connect_pinger, RemoteMasterApi, RpcMasterClient, MASTER_SCAN_METHODS,

@@ -3,6 +3,7 @@
 //! Thread-safety: 1024 `parking_lot::Mutex` shards selected by key hash. At most one shard
 //! lock is held at a time (see the lock order in `service.rs`).
 
+use super::journal::{ObjectRecord, ReplicaRecord};
 use crate::alloc::Allocation;
 use crate::spin::deadline;
 use crate::types::{
@@ -23,6 +24,7 @@ pub(crate) const NUM_SHARDS: usize = 1024;
 /// the mount that placed it is current) and descriptor.
 pub(crate) struct Replica {
     pub id: u64,
+    pub segment: crate::types::SegmentId,
     pub allocation: Arc<Allocation>,
     pub buffer: crate::types::BufferDescriptor,
 }
@@ -66,6 +68,9 @@ pub(crate) struct ObjectMeta {
     pub hard_pinned: bool,
     /// Pins held on this generation.
     pub pins: u64,
+    /// Whether the journal holds this object as committed (a `Commit` not followed by a
+    /// `Remove`): taking it out of the table, or rewriting it, must journal its removal.
+    pub journaled: bool,
 }
 
 impl ObjectMeta {
@@ -93,6 +98,7 @@ impl ObjectMeta {
             soft_pin_deadline: None,
             hard_pinned: config.with_hard_pin,
             pins: 0,
+            journaled: false,
         };
         meta.apply_soft_pin_action(config, default_soft_pin);
         meta
@@ -204,13 +210,38 @@ impl ObjectMeta {
     }
 
     /// Removes the replicas whose mount is gone (segment unmounted, or remounted with a new
-    /// epoch) and returns their allocations.
+    /// epoch) and returns their allocations. Replicas of a recovered segment waiting for its
+    /// owner (dormant) stay.
     pub(crate) fn take_dead_replicas(&mut self) -> Vec<Arc<Allocation>> {
         let (live, dead) = std::mem::take(&mut self.replicas)
             .into_iter()
-            .partition(|r| r.allocation.is_live());
+            .partition(|r| r.allocation.is_live() || r.allocation.is_dormant());
         self.replicas = live;
         dead.into_iter().map(|r: Replica| r.allocation).collect()
+    }
+
+    /// The journal's description of this (complete) object at `now`.
+    pub(crate) fn record(&self, now: Instant) -> ObjectRecord {
+        let soft_pin = self
+            .soft_pin_deadline
+            .map(|d| d.saturating_duration_since(now));
+        ObjectRecord {
+            id: self.id,
+            size: self.size,
+            hard_pinned: self.hard_pinned,
+            soft_pin_ms: soft_pin.map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+            replicas: self
+                .replicas
+                .iter()
+                .map(|r| ReplicaRecord {
+                    id: r.id,
+                    segment: r.segment,
+                    epoch: r.buffer.epoch,
+                    offset: r.allocation.offset(),
+                    size: r.allocation.size(),
+                })
+                .collect(),
+        }
     }
 
     /// Allocated bytes of the replicas.

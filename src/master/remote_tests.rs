@@ -187,6 +187,14 @@ impl MasterApi for Fixture {
         self.record("register_client");
         Ok(())
     }
+    fn recovered_segments(&self, _: ClientId) -> Result<Vec<Segment>> {
+        self.record("recovered_segments");
+        Ok(Vec::new())
+    }
+    fn reattach_segment(&self, _: ClientId, _: u64, _: Segment) -> Result<bool> {
+        self.record("reattach_segment");
+        Ok(false)
+    }
 
     fn p2p_register_owner(&self, _: P2pOwner) -> Result<()> {
         self.record("p2p_register_owner");

@@ -24,7 +24,7 @@ impl MasterService {
         if !force && meta.has_lease(now) {
             return fail(ErrorCode::ObjectHasLease, key);
         }
-        if let Some(mut meta) = shard.remove(key) {
+        if let Some(mut meta) = self.take_object(&mut shard, key) {
             self.retire(&mut meta, now);
         }
         Ok(())
@@ -44,7 +44,7 @@ impl MasterService {
                 .map(|(key, _)| key.clone())
                 .collect();
             for key in doomed {
-                if let Some(mut meta) = shard.remove(&key) {
+                if let Some(mut meta) = self.take_object(&mut shard, &key) {
                     self.retire(&mut meta, now);
                     removed += 1;
                 }

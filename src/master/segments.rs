@@ -5,13 +5,15 @@
 //! then allocator locks (leaves); mount/unmount take it exclusively and never lock anything
 //! else except an allocator (to mark it dead).
 
+use super::journal::{Journal, Record};
 use super::metrics::SegmentMetrics;
-use crate::alloc::{Allocation, OffsetAllocator};
+use crate::alloc::{Allocation, FreeGate, OffsetAllocator};
 use crate::error::{fail, ErrorCode, Result};
 use crate::types::{BufferDescriptor, ClientId, ReplicateConfig, Segment, SegmentId};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 /// At most this many segment names are tried after the preferred ones (Mooncake's cap).
 const MAX_NAMES_TRIED: usize = 100;
@@ -30,10 +32,19 @@ struct RetiredSegment {
     allocator: Weak<OffsetAllocator>,
 }
 
+/// A segment the journal says was mounted when the master stopped: its replicas are
+/// unreadable (the allocator is dead) until its owner re-attaches the same memory, or gone at
+/// `deadline` if it does not.
+struct RecoveredSegment {
+    mounted: MountedSegment,
+    deadline: Instant,
+}
+
 #[derive(Default)]
 struct Registry {
     by_id: HashMap<SegmentId, MountedSegment>,
     retired: HashMap<SegmentId, RetiredSegment>,
+    recovered: HashMap<SegmentId, RecoveredSegment>,
     /// Segment ids per name, in mount order.
     by_name: HashMap<String, Vec<SegmentId>>,
     /// Distinct names, in mount order (random-start iteration).
@@ -44,11 +55,24 @@ struct Registry {
 pub(crate) struct Placed {
     /// The range; freed when the last holder drops it.
     pub allocation: Arc<Allocation>,
+    /// The segment it is in.
+    pub segment: SegmentId,
     /// Where a client writes / reads it.
     pub buffer: BufferDescriptor,
 }
 
 impl Registry {
+    /// Adds a mounted segment to the indexes.
+    fn insert_mounted(&mut self, mounted: MountedSegment) {
+        let name = &mounted.segment.name;
+        let ids = self.by_name.entry(name.clone()).or_default();
+        ids.push(mounted.segment.id);
+        if ids.len() == 1 {
+            self.names.push(name.clone());
+        }
+        self.by_id.insert(mounted.segment.id, mounted);
+    }
+
     /// Allocates on one of the segments called `name`, starting from a random one.
     fn place_on_name(&self, name: &str, size: u64) -> Option<Placed> {
         let ids = self.by_name.get(name)?;
@@ -66,6 +90,7 @@ impl Registry {
             };
             Some(Placed {
                 allocation: Arc::new(allocation),
+                segment: id,
                 buffer,
             })
         })
@@ -76,9 +101,130 @@ impl Registry {
 #[derive(Default)]
 pub(crate) struct SegmentRegistry {
     inner: RwLock<Registry>,
+    /// Where mounts and unmounts are journaled (appended under the write lock, so in the
+    /// order they happen), and where freed ranges wait for their removal to be durable.
+    journal: Option<(Arc<Journal>, Arc<FreeGate>)>,
 }
 
 impl SegmentRegistry {
+    /// A registry whose changes go to `journal` and whose allocators free through `gate`.
+    pub(crate) fn journaled(journal: Arc<Journal>, gate: Arc<FreeGate>) -> SegmentRegistry {
+        SegmentRegistry {
+            inner: RwLock::default(),
+            journal: Some((journal, gate)),
+        }
+    }
+
+    fn record(&self, record: impl FnOnce() -> Record) {
+        if let Some((journal, _)) = &self.journal {
+            journal.append(&record());
+        }
+    }
+
+    fn new_allocator(&self, size: u64) -> Arc<OffsetAllocator> {
+        let gate = self.journal.as_ref().map(|(_, gate)| Arc::clone(gate));
+        OffsetAllocator::gated(size, gate)
+    }
+
+    /// Adds a segment recovered from the journal, owned by `client`, with a dormant allocator
+    /// (none of its ranges live or allocatable) until [`SegmentRegistry::adopt`]; returns the
+    /// allocator, on which the caller carves the recovered replicas' ranges.
+    pub(crate) fn restore(
+        &self,
+        client: ClientId,
+        segment: Segment,
+        deadline: Instant,
+    ) -> Arc<OffsetAllocator> {
+        let allocator = self.new_allocator(segment.size);
+        allocator.mark_dormant();
+        let mounted = MountedSegment {
+            segment,
+            owner: client,
+            allocator: Arc::clone(&allocator),
+        };
+        let id = mounted.segment.id;
+        let recovered = RecoveredSegment { mounted, deadline };
+        self.inner.write().recovered.insert(id, recovered);
+        allocator
+    }
+
+    /// The recovered segments of `client` still waiting for it, as the journal describes
+    /// them (their epoch is the mount the owner must still hold to re-attach).
+    pub(crate) fn recovered_of(&self, client: ClientId) -> Vec<Segment> {
+        let inner = self.inner.read();
+        let waiting = inner.recovered.values().map(|r| &r.mounted);
+        let owned = waiting.filter(|m| m.owner == client);
+        owned.map(|m| m.segment.clone()).collect()
+    }
+
+    /// Whether `segment` (by `client`, which held it under `previous_epoch`) can re-attach a
+    /// recovered segment: same id, owner, range, name and protocol, and that epoch.
+    pub(crate) fn can_adopt(
+        &self,
+        client: ClientId,
+        previous_epoch: u64,
+        segment: &Segment,
+    ) -> bool {
+        let inner = self.inner.read();
+        inner.recovered.get(&segment.id).is_some_and(|r| {
+            let old = &r.mounted.segment;
+            r.mounted.owner == client
+                && old.epoch == previous_epoch
+                && (old.base, old.size, &old.name, &old.protocol)
+                    == (segment.base, segment.size, &segment.name, &segment.protocol)
+        })
+    }
+
+    /// Re-attaches a recovered segment under the owner's new epoch (see
+    /// [`SegmentRegistry::can_adopt`], checked again here): its ranges are live again and the
+    /// rest of it allocatable. `false` when it no longer can (nothing changed).
+    pub(crate) fn adopt(&self, client: ClientId, previous_epoch: u64, segment: Segment) -> bool {
+        if !self.can_adopt(client, previous_epoch, &segment) {
+            return false;
+        }
+        let mut inner = self.inner.write();
+        let Some(recovered) = inner.recovered.remove(&segment.id) else {
+            return false;
+        };
+        let allocator = recovered.mounted.allocator;
+        self.record(|| Record::Mount {
+            client,
+            segment: segment.clone(),
+            adopted_from: Some(previous_epoch),
+        });
+        inner.insert_mounted(MountedSegment {
+            segment,
+            owner: client,
+            allocator: Arc::clone(&allocator),
+        });
+        allocator.revive_keeping();
+        true
+    }
+
+    /// Gives up the recovered segments whose owners did not re-attach by `now`; returns how
+    /// many (their replicas are dead: the caller purges them).
+    pub(crate) fn expire_recovered(&self, now: Instant) -> usize {
+        let mut inner = self.inner.write();
+        let due: Vec<SegmentId> = inner
+            .recovered
+            .iter()
+            .filter(|(_, r)| r.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &due {
+            if let Some(recovered) = inner.recovered.remove(id) {
+                recovered.mounted.allocator.mark_dead();
+            }
+            self.record(|| Record::Unmount { segment: *id });
+        }
+        due.len()
+    }
+
+    /// Recovered segments still waiting for their owners.
+    pub(crate) fn recovered_waiting(&self) -> usize {
+        self.inner.read().recovered.len()
+    }
+
     /// Adds `segment` for `client`. Idempotent for the same id, owner and epoch; the same id
     /// and owner with a new epoch is a remount (the owner restarted its segment): the earlier
     /// mount's allocations stop being live and `Ok(true)` tells the caller to purge them.
@@ -114,14 +260,19 @@ impl SegmentRegistry {
                 );
             }
             // A new epoch: the earlier mount's allocations stop being live.
+            self.record(|| Record::Mount {
+                client,
+                segment: segment.clone(),
+                adopted_from: None,
+            });
             existing.allocator.revive();
             existing.segment = segment;
             return Ok(true);
         }
-        let ids = inner.by_name.entry(segment.name.clone()).or_default();
-        ids.push(segment.id);
-        if ids.len() == 1 {
-            inner.names.push(segment.name.clone());
+        // A recovered segment mounted afresh (not re-attached): its replicas are gone.
+        let forgotten = inner.recovered.remove(&segment.id);
+        if let Some(recovered) = &forgotten {
+            recovered.mounted.allocator.mark_dead();
         }
         let allocator = match inner.retired.remove(&segment.id) {
             Some(old) if (old.base, old.size) == (segment.base, segment.size) => old
@@ -130,16 +281,18 @@ impl SegmentRegistry {
                 .inspect(|allocator| allocator.revive()),
             _ => None,
         }
-        .unwrap_or_else(|| OffsetAllocator::new(segment.size));
-        inner.by_id.insert(
-            segment.id,
-            MountedSegment {
-                segment,
-                owner: client,
-                allocator,
-            },
-        );
-        Ok(false)
+        .unwrap_or_else(|| self.new_allocator(segment.size));
+        self.record(|| Record::Mount {
+            client,
+            segment: segment.clone(),
+            adopted_from: None,
+        });
+        inner.insert_mounted(MountedSegment {
+            segment,
+            owner: client,
+            allocator,
+        });
+        Ok(forgotten.is_some())
     }
 
     /// Removes segment `id` and marks its allocator dead. `Ok(false)` if unknown; errors:
@@ -159,6 +312,7 @@ impl SegmentRegistry {
         let Some(mounted) = inner.by_id.remove(&id) else {
             return Ok(false);
         };
+        self.record(|| Record::Unmount { segment: id });
         mounted.allocator.mark_dead();
         inner
             .retired

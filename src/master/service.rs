@@ -6,8 +6,10 @@
 //! A thread may take locks only in this order, and never more than one of a kind:
 //! 1. one object shard (`ObjectTable::shard`; scans lock shards one after another);
 //! 2. the segment registry (`SegmentRegistry`, a read/write lock);
-//! 3. the pin table, the deferred-free queue or the client table (never two of them);
-//! 4. an allocator's free lists (taken by allocating, or by dropping an `Allocation`).
+//! 3. the pin table, the deferred-free queue, the client table or the write-token reserve
+//!    (never two of them);
+//! 4. an allocator's free lists (taken by allocating, or by dropping an `Allocation`), the
+//!    free gate's queue, or the journal's pending batch (leaves).
 //!
 //! Nothing slow runs under a lock: no I/O, no sleeping; scans hold one shard at a time.
 //! Bytes are released by dropping the last `Arc<Allocation>`: replicas, pins and deferred
@@ -15,6 +17,8 @@
 
 use super::config::MasterConfig;
 use super::deferred::DeferredFrees;
+use super::durability::{Restored, TokenReserve};
+use super::journal::{Journal, JournalOptions};
 use super::liveness::ClientTable;
 use super::metrics::{Counters, MasterMetrics};
 use super::objects::{ObjectMeta, ObjectTable, Phase};
@@ -57,9 +61,16 @@ pub struct MasterService {
     pub(super) next_reclaim: Mutex<Instant>,
     /// When the next eviction scan is due.
     pub(super) eviction_backoff: Mutex<super::eviction::Backoff>,
-    /// Write generations (also object ids); starts at a random value (see [`WriteToken`]).
-    next_write: AtomicU64,
+    /// Write generations (also object ids); starts at a random value (see [`WriteToken`]),
+    /// or above the journal's ceiling.
+    pub(super) next_write: AtomicU64,
     pub(super) next_replica_id: AtomicU64,
+    /// The journal (`--journal_dir`), if any.
+    pub(super) journal: Option<Arc<Journal>>,
+    /// Write tokens covered by the journal.
+    pub(super) token_reserve: Mutex<TokenReserve>,
+    /// What the journal gave back at start.
+    pub(super) restored: Restored,
     /// When this master started (the P2P route grace counts from it).
     pub(super) started_at: Instant,
     workers: Workers,
@@ -78,14 +89,53 @@ impl MasterService {
     /// The configuration is used as given; call [`MasterConfig::validate`] first (out-of-range
     /// ratios only make eviction more or less eager, they never panic).
     pub fn new(config: MasterConfig) -> Arc<MasterService> {
-        let monitor_period =
-            (config.client_ttl() / 4).clamp(Duration::from_millis(1), CLIENT_MONITOR_PERIOD);
-        let service = Arc::new(MasterService {
+        let service = Arc::new(Self::assemble(config, SegmentRegistry::default(), None));
+        service.start_workers();
+        service
+    }
+
+    /// A master that journals to `journal` (see [`JournalOptions`]): it first replays what
+    /// the directory holds — segments wait dormant for their owners to re-attach for
+    /// `reattach_grace_ms`, committed objects on them come back — then starts its threads.
+    /// A torn tail of the newest log is cut and reported (`journal_torn_tail_bytes`).
+    /// Errors: `INVALID_PARAMS` in P2P mode (its owners reclaim their routes instead);
+    /// `INTERNAL_ERROR` naming the file when the directory is unusable or corrupt.
+    pub fn open(config: MasterConfig, journal: JournalOptions) -> Result<Arc<MasterService>> {
+        if config.deployment_mode != DeploymentMode::Centralized {
+            return fail(
+                ErrorCode::InvalidParams,
+                "a journal is kept in CENTRALIZED mode only (P2P owners reclaim their routes)",
+            );
+        }
+        let gate = Arc::new(crate::alloc::FreeGate::default());
+        let (journal, replayed) = Journal::open(journal, Arc::clone(&gate))?;
+        let journal = Arc::new(journal);
+        let segments = SegmentRegistry::journaled(Arc::clone(&journal), gate);
+        let mut service = Self::assemble(config, segments, Some(journal));
+        service.restored = service.recover(replayed.state);
+        let restored = service.restored;
+        tracing::info!(
+            segments = restored.segments,
+            objects = restored.objects,
+            torn_tail = replayed.torn.is_some(),
+            "master recovered from its journal"
+        );
+        let service = Arc::new(service);
+        service.start_workers();
+        Ok(service)
+    }
+
+    fn assemble(
+        config: MasterConfig,
+        segments: SegmentRegistry,
+        journal: Option<Arc<Journal>>,
+    ) -> MasterService {
+        MasterService {
             config,
             // 0 names no master (an owner that cannot vouch for its keys sends it).
             view_version: fastrand::u64(1..),
             objects: ObjectTable::default(),
-            segments: SegmentRegistry::default(),
+            segments,
             clients: ClientTable::default(),
             pins: PinTable::default(),
             routes: RouteTable::default(),
@@ -98,9 +148,17 @@ impl MasterService {
             next_replica_id: AtomicU64::new(1),
             started_at: Instant::now(),
             workers: Workers::default(),
-        });
-        let weak = Arc::downgrade(&service);
-        let workers = &service.workers;
+            journal,
+            token_reserve: Mutex::new(TokenReserve::default()),
+            restored: Restored::default(),
+        }
+    }
+
+    fn start_workers(self: &Arc<Self>) {
+        let monitor_period =
+            (self.config.client_ttl() / 4).clamp(Duration::from_millis(1), CLIENT_MONITOR_PERIOD);
+        let weak = Arc::downgrade(self);
+        let workers = &self.workers;
         workers.spawn(
             "mc-evict",
             EVICTION_PERIOD,
@@ -108,13 +166,16 @@ impl MasterService {
             Self::eviction_tick,
         );
         workers.spawn("mc-clients", monitor_period, weak, Self::client_tick);
-        service
     }
 
-    /// Stops and joins the background threads. Idempotent. The service keeps answering calls
-    /// afterwards, but nothing is evicted, expired or freed on a timer any more.
+    /// Stops and joins the background threads, and flushes and closes the journal.
+    /// Idempotent. The service keeps answering calls afterwards, but nothing is evicted,
+    /// expired or freed on a timer any more, and nothing more is journaled durably.
     pub fn shutdown(&self) {
         self.workers.stop();
+        if let Some(journal) = &self.journal {
+            journal.shutdown();
+        }
     }
 
     /// Registers `client` as alive for as long as this master runs: the client monitor never
@@ -149,17 +210,15 @@ impl MasterService {
             clients_expired: load(&self.counters.clients_expired),
             deferred_frees_pending: self.deferred.len() as u64,
             table_scans: load(&self.counters.table_scans),
+            recovered_segments_waiting: self.segments.recovered_waiting() as u64,
+            recovered_objects: self.restored.objects,
+            journal: self.journal.as_ref().map(|journal| journal.metrics()),
         }
     }
 
     /// Prometheus text exposition of [`MasterService::metrics`].
     pub fn prometheus_text(&self) -> String {
         self.metrics().prometheus_text()
-    }
-
-    /// A fresh write token (write generation).
-    pub(super) fn next_write_token(&self) -> WriteToken {
-        WriteToken(self.next_write.fetch_add(1, Ordering::Relaxed))
     }
 
     /// When space an unfinished write gives up may be reused: its writer may transfer until
@@ -199,7 +258,7 @@ impl MasterService {
                 })
                 .collect();
             for key in doomed {
-                if let Some(mut meta) = shard.remove(&key) {
+                if let Some(mut meta) = self.take_object(&mut shard, &key) {
                     self.retire(&mut meta, now);
                 }
             }
@@ -369,6 +428,19 @@ impl MasterApi for MasterService {
         // are released when it stops pinging for client_ttl.
         self.clients.register(client, Instant::now());
         each(keys, |key| self.pin(client, &key))
+    }
+
+    fn recovered_segments(&self, client: ClientId) -> Result<Vec<Segment>> {
+        self.recovered_of(client)
+    }
+
+    fn reattach_segment(
+        &self,
+        client: ClientId,
+        previous_epoch: u64,
+        segment: Segment,
+    ) -> Result<bool> {
+        self.reattach(client, previous_epoch, segment)
     }
 
     fn register_client(&self, client: ClientId) -> Result<()> {

@@ -48,6 +48,7 @@ impl MasterService {
         }
         let replicas = placed.into_iter().map(|p| Replica {
             id: self.next_replica_id.fetch_add(1, Ordering::Relaxed),
+            segment: p.segment,
             allocation: p.allocation,
             buffer: p.buffer,
         });
@@ -101,6 +102,7 @@ impl MasterService {
         config: &ReplicateConfig,
     ) -> Result<WriteGrant> {
         self.check_write(key, size, config)?;
+        self.check_journal()?;
         let now = Instant::now();
         let mut shard = self.objects.shard(key);
         match shard.get(key).map(ObjectMeta::write_started) {
@@ -119,7 +121,7 @@ impl MasterService {
         }
         // Space first: when none fits, the discarded write (if any) is left as it was.
         let replicas = self.place(size, config)?;
-        if let Some(mut stale) = shard.remove(key) {
+        if let Some(mut stale) = self.take_object(&mut shard, key) {
             self.retire(&mut stale, now);
         }
         Ok(self.start_new(&mut shard, client, key, size, replicas, config))
@@ -135,7 +137,9 @@ impl MasterService {
     ///
     /// The object is unreadable (`REPLICA_IS_NOT_READY`) until `put_end`; its hard pin is kept.
     /// Every upsert start is a new write with a new token: the pre-empted or overwritten
-    /// write's token is stale from now on.
+    /// write's token is stale from now on. With a journal, the old value's removal is
+    /// journaled first, and an in-place rewrite waits until it is durable (`INTERNAL_ERROR`
+    /// if it is not within [`super::journal::DURABLE_WAIT`]; the write is then abandoned).
     pub(super) fn upsert_start(
         &self,
         client: ClientId,
@@ -144,6 +148,7 @@ impl MasterService {
         config: &ReplicateConfig,
     ) -> Result<WriteGrant> {
         self.check_write(key, size, config)?;
+        self.check_journal()?;
         let now = Instant::now();
         let mut shard = self.objects.shard(key);
         if let Some(meta) = shard.get_mut(key) {
@@ -155,8 +160,12 @@ impl MasterService {
                     && !meta.has_lease(now)
                     && !meta.replicas.is_empty()
                     && meta.replicas.iter().all(|r| r.allocation.is_live());
-                if !in_place {
-                    let fresh = self.place(size, config)?;
+                let fresh = match in_place {
+                    true => None,
+                    false => Some(self.place(size, config)?),
+                };
+                let removal = self.forget_committed(key, meta);
+                if let Some(fresh) = fresh {
                     let old: Vec<_> = std::mem::replace(&mut meta.replicas, fresh)
                         .into_iter()
                         .map(|r| r.allocation)
@@ -167,13 +176,18 @@ impl MasterService {
                 }
                 meta.restart_write(client, self.next_write_token(), now);
                 meta.apply_soft_pin_action(config, self.default_soft_pin());
-                return Ok(self.grant(meta));
+                let grant = self.grant(meta);
+                drop(shard);
+                if in_place {
+                    self.wait_durable(removal)?;
+                }
+                return Ok(grant);
             }
         }
         // Pre-empting a write (or creating the key): space first, so a failed allocation
         // leaves the write in progress untouched.
         let replicas = self.place(size, config)?;
-        if let Some(mut preempted) = shard.remove(key) {
+        if let Some(mut preempted) = self.take_object(&mut shard, key) {
             self.retire(&mut preempted, now);
         }
         Ok(self.start_new(&mut shard, client, key, size, replicas, config))
@@ -216,6 +230,7 @@ impl MasterService {
         let meta = Self::written_by(&mut shard, client, key, token)?;
         if meta.write_started().is_some() {
             meta.complete(now);
+            self.journal_commit(key, meta, now);
         }
         Ok(())
     }
@@ -235,7 +250,7 @@ impl MasterService {
                 format!("{key}: no write in progress"),
             );
         }
-        if let Some(mut revoked) = shard.remove(key) {
+        if let Some(mut revoked) = self.take_object(&mut shard, key) {
             let due = deadline(now, self.config.write_quarantine());
             self.deferred
                 .hold_until(due, now, revoked.take_allocations());

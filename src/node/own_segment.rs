@@ -51,9 +51,11 @@ impl OwnSegment {
 
     /// Starts a new mount: a fresh epoch, which the engine enforces from now on. A remount
     /// (not the first mount) first withdraws the old mount from same-host peers and then,
-    /// once the engine refuses the old epoch, replaces the segment's pages by a fresh memfd
-    /// (the remounted segment is empty). The new mount is then offered to same-host peers.
-    /// Returns the description to (re)mount at the master.
+    /// once the engine refuses the old epoch, replaces the segment's pages by a fresh memfd:
+    /// empty, or with `keep_contents` a copy of the current bytes (a re-attach to a master
+    /// that recovered this mount from its journal). Either way nothing that names the old
+    /// epoch, or maps the old pages, reaches the new mount. The new mount is then offered to
+    /// same-host peers. Returns the description to (re)mount at the master.
     ///
     /// A remount waits up to [`REMOUNT_WAIT`] for stream copies queued against the current
     /// mount (their [`TransferEngine::hold_mount`]s) to run; while any is still queued it
@@ -63,7 +65,11 @@ impl OwnSegment {
     /// Errors: `TRY_AGAIN` as above; the engine's (`INVALID_PARAMS` when the region is not
     /// registered); the fresh file's (`INTERNAL_ERROR`): then nothing is mounted and the
     /// caller retries later.
-    pub(crate) fn next_mount(&self, engine: &TransferEngine) -> Result<Segment> {
+    pub(crate) fn next_mount(
+        &self,
+        engine: &TransferEngine,
+        keep_contents: bool,
+    ) -> Result<Segment> {
         let mut segment = self.segment.lock();
         let mut region = self.region.lock();
         let epoch = fresh_epoch();
@@ -78,7 +84,7 @@ impl OwnSegment {
         let base = segment.base as usize;
         let switched = match remount {
             true => engine.set_region_epoch_with(base, epoch, REMOUNT_WAIT, || {
-                region.renew_shared(SEGMENT_FILE)
+                region.renew_shared(SEGMENT_FILE, keep_contents)
             }),
             false => engine.set_region_epoch(base, epoch),
         };

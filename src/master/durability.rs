@@ -1,0 +1,250 @@
+//! What [`MasterService`] journals and how a restarted master comes back from its journal
+//! (see `journal/` for the files and `docs/ha.md` for the design).
+//!
+//! - Commits are journaled at `PutEnd` (acknowledged before they are durable); every way a
+//!   committed object leaves the table or is rewritten journals its removal first
+//!   ([`MasterService::take_object`], [`MasterService::forget_committed`]); its ranges then
+//!   wait at the free gate until that removal is durable.
+//! - An upsert that rewrites a committed object in place waits for its removal to be durable
+//!   before it hands out the grant: a crash during the rewrite must not bring back the old
+//!   value over half-written bytes.
+//! - Write tokens come from blocks reserved in the journal ([`TOKEN_BLOCK`]): a restarted
+//!   master starts above every token its predecessor could have handed out.
+//! - Recovery restores segments dormant and objects committed; an owner that still holds the
+//!   same memory under the same epoch re-attaches it under a fresh epoch
+//!   ([`MasterService::reattach`]), which fences every descriptor the previous master handed
+//!   out; a segment not re-attached within `reattach_grace_ms` is given up.
+
+use super::journal::{JournalState, Record};
+use super::objects::{ObjectMeta, Phase, Replica, Shard};
+use super::service::MasterService;
+use crate::error::Result;
+use crate::types::{BufferDescriptor, ClientId, DeploymentMode, Segment, WriteToken};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Write tokens reserved per `TokenCeiling` record; a new block is reserved when half of the
+/// current one is used, so handing out a token practically never waits for the disk.
+pub(super) const TOKEN_BLOCK: u64 = 1 << 32;
+
+/// The journaled ceiling of write tokens.
+#[derive(Default)]
+pub(super) struct TokenReserve {
+    /// Tokens below this may be handed out once `lsn` is durable.
+    pub ceiling: u64,
+    pub lsn: u64,
+    /// Tokens below this are covered by a durable record.
+    pub durable: u64,
+}
+
+/// What a recovery restored (reported in the master's log and metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Restored {
+    pub segments: u64,
+    pub objects: u64,
+    /// Replicas the journal names whose range another replica already holds (corruption;
+    /// never served).
+    pub overlapping_replicas: u64,
+}
+
+impl MasterService {
+    /// Removes `key` from `shard`, journaling its removal if it was committed.
+    pub(super) fn take_object(&self, shard: &mut Shard, key: &str) -> Option<ObjectMeta> {
+        let mut meta = shard.remove(key)?;
+        self.forget_committed(key, &mut meta);
+        Some(meta)
+    }
+
+    /// Journals that the committed value of `key` is gone (before it is rewritten or its
+    /// ranges are released); returns the record's LSN, or `None` if nothing was journaled.
+    pub(super) fn forget_committed(&self, key: &str, meta: &mut ObjectMeta) -> Option<u64> {
+        let journal = self.journal.as_ref()?;
+        if !std::mem::take(&mut meta.journaled) {
+            return None;
+        }
+        Some(journal.append(&Record::Remove {
+            key: key.to_string(),
+        }))
+    }
+
+    /// Journals the commit of `key` (complete now).
+    pub(super) fn journal_commit(&self, key: &str, meta: &mut ObjectMeta, now: Instant) {
+        if let Some(journal) = &self.journal {
+            journal.append(&Record::Commit {
+                key: key.to_string(),
+                object: meta.record(now),
+            });
+            meta.journaled = true;
+        }
+    }
+
+    /// Waits until the removal journaled at `lsn` (if any) is durable.
+    pub(super) fn wait_durable(&self, lsn: Option<u64>) -> Result<()> {
+        match (&self.journal, lsn) {
+            (Some(journal), Some(lsn)) => journal.wait_durable(lsn),
+            _ => Ok(()),
+        }
+    }
+
+    /// `INTERNAL_ERROR` while the journal cannot write: new writes are refused then.
+    pub(super) fn check_journal(&self) -> Result<()> {
+        match &self.journal {
+            Some(journal) if journal.is_failing() => crate::error::fail(
+                crate::error::ErrorCode::InternalError,
+                "the master's journal cannot write; new writes are refused until it can",
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// A fresh write token (write generation), covered by a journaled ceiling when there is
+    /// a journal.
+    pub(super) fn next_write_token(&self) -> WriteToken {
+        let token = self.next_write.fetch_add(1, Ordering::Relaxed);
+        if self.journal.is_some() {
+            self.cover_token(token);
+        }
+        WriteToken(token)
+    }
+
+    fn cover_token(&self, token: u64) {
+        let Some(journal) = &self.journal else { return };
+        let mut reserve = self.token_reserve.lock();
+        if token.saturating_add(TOKEN_BLOCK / 2) >= reserve.ceiling {
+            reserve.ceiling = reserve.ceiling.max(token).saturating_add(TOKEN_BLOCK);
+            reserve.lsn = journal.append(&Record::TokenCeiling(reserve.ceiling));
+        }
+        if token >= reserve.durable {
+            if journal.wait_durable(reserve.lsn).is_err() {
+                tracing::error!(
+                    token,
+                    "write token handed out before its ceiling is durable"
+                );
+                return;
+            }
+            reserve.durable = reserve.ceiling;
+        }
+    }
+
+    /// Restores what the journal kept: segments dormant until their owners re-attach (or
+    /// `reattach_grace` passes), committed objects on them, and the write-token floor.
+    pub(super) fn recover(&self, state: JournalState) -> Restored {
+        let now = Instant::now();
+        let grace = Duration::from_millis(self.config.reattach_grace_ms);
+        let until = crate::spin::deadline(now, grace);
+        let mut restored = Restored::default();
+        let mut allocators = HashMap::new();
+        for (id, kept) in state.segments {
+            let allocator = self
+                .segments
+                .restore(kept.client, kept.segment.clone(), until);
+            allocators.insert(id, (allocator, kept.segment));
+            restored.segments += 1;
+        }
+        for (key, object) in state.objects {
+            let mut replicas = Vec::new();
+            for kept in &object.replicas {
+                let Some((allocator, segment)) = allocators.get(&kept.segment) else {
+                    continue;
+                };
+                let Some(allocation) = allocator.allocate_at(kept.offset, kept.size) else {
+                    restored.overlapping_replicas += 1;
+                    tracing::error!(%key, offset = kept.offset, "journal: replica overlaps another; dropped");
+                    continue;
+                };
+                replicas.push(Replica {
+                    id: kept.id,
+                    segment: kept.segment,
+                    allocation: Arc::new(allocation),
+                    buffer: BufferDescriptor {
+                        size: object.size,
+                        buffer_address: segment.base.saturating_add(kept.offset),
+                        protocol: segment.protocol.clone(),
+                        transport_endpoint: segment.name.clone(),
+                        epoch: kept.epoch,
+                    },
+                });
+            }
+            if replicas.is_empty() {
+                if let Some(journal) = &self.journal {
+                    journal.append(&Record::Remove { key });
+                }
+                continue;
+            }
+            let meta = ObjectMeta {
+                id: object.id,
+                size: object.size,
+                writer: ClientId::default(),
+                write: WriteToken(object.id),
+                phase: Phase::Complete,
+                replicas,
+                lease_deadline: None,
+                last_access: now,
+                pending_soft_pin: None,
+                soft_pin_deadline: object
+                    .soft_pin_ms
+                    .map(|ms| crate::spin::deadline(now, Duration::from_millis(ms))),
+                hard_pinned: object.hard_pinned,
+                pins: 0,
+                journaled: true,
+            };
+            self.objects.shard(&key).insert(key, meta);
+            restored.objects += 1;
+        }
+        self.start_tokens(state.token_ceiling);
+        restored
+    }
+
+    /// Starts write tokens (and replica ids) at the recovered ceiling (a random start for an
+    /// empty journal) and makes the next block's reservation durable before anything is
+    /// handed out.
+    fn start_tokens(&self, recovered_ceiling: u64) {
+        let start = match recovered_ceiling {
+            0 => self.next_write.load(Ordering::Relaxed),
+            ceiling => ceiling,
+        };
+        self.next_write.store(start, Ordering::Relaxed);
+        self.next_replica_id.store(start, Ordering::Relaxed);
+        self.cover_token(start);
+    }
+
+    /// The segments the journal recovered for `client` that still wait for it to re-attach.
+    pub(super) fn recovered_of(&self, client: ClientId) -> Result<Vec<Segment>> {
+        self.require_mode(DeploymentMode::Centralized)?;
+        Ok(self.segments.recovered_of(client))
+    }
+
+    /// Re-attaches a recovered segment: `client` held it under `previous_epoch` (the epoch the
+    /// journal names, so its pages are the ones the journal describes) and now mounts the same
+    /// memory as `segment`, under a fresh epoch. The replicas on it become readable under the
+    /// new epoch. `Ok(false)`: nothing to re-attach (the caller mounts it afresh).
+    pub(super) fn reattach(
+        &self,
+        client: ClientId,
+        previous_epoch: u64,
+        segment: Segment,
+    ) -> Result<bool> {
+        self.require_mode(DeploymentMode::Centralized)?;
+        self.clients.register(client, Instant::now());
+        if !self.segments.can_adopt(client, previous_epoch, &segment) {
+            return Ok(false);
+        }
+        // The replicas take the new epoch while still unreadable (the segment is dormant).
+        for mut shard in self.objects.shards() {
+            for meta in shard.values_mut() {
+                let on_it = meta.replicas.iter_mut().filter(|r| r.segment == segment.id);
+                for replica in on_it {
+                    replica.buffer.epoch = segment.epoch;
+                }
+            }
+        }
+        let name = segment.name.clone();
+        let adopted = self.segments.adopt(client, previous_epoch, segment);
+        if adopted {
+            tracing::info!(%client, segment = %name, "owner re-attached its recovered segment");
+        }
+        Ok(adopted)
+    }
+}
