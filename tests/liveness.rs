@@ -164,18 +164,6 @@ fn spawn_pinner(master: &str) -> (Child, std::sync::mpsc::Receiver<String>) {
     (child, rx)
 }
 
-/// The value of the master's Prometheus gauge `name`.
-fn gauge(master: &Master, name: &str) -> u64 {
-    let text = master.http_get("/metrics");
-    let prefix = format!("mooncake_master_{name}{{");
-    text.lines()
-        .find(|line| line.starts_with(&prefix))
-        .and_then(|line| line.rsplit(' ').next())
-        .and_then(|value| value.trim().parse::<f64>().ok())
-        .map(|value| value as u64)
-        .unwrap_or_else(|| panic!("no {name} in {text}"))
-}
-
 #[test]
 fn a_dead_segmentless_clients_pins_are_reclaimed() {
     let master = Master::start(&["--default_kv_lease_ttl=200"]);
@@ -188,25 +176,21 @@ fn a_dead_segmentless_clients_pins_are_reclaimed() {
         )
         .unwrap();
     let (mut child, _reads) = spawn_pinner(&master.addr());
-    assert_eq!(gauge(&master, "active_pins"), 1);
+    assert_eq!(master.gauge("active_pins"), 1);
     // Alive and pinging: its pin outlives client_ttl (2 s).
-    let dropped = wait_until(Duration::from_secs(3), || {
-        gauge(&master, "active_pins") != 1
-    });
+    let dropped = wait_until(Duration::from_secs(3), || master.gauge("active_pins") != 1);
     assert!(!dropped, "a live segment-less client lost its pin");
     child.kill().unwrap();
     child.wait().unwrap();
-    let reclaimed = wait_until(Duration::from_secs(8), || {
-        gauge(&master, "active_pins") == 0
-    });
+    let reclaimed = wait_until(Duration::from_secs(8), || master.gauge("active_pins") == 0);
     assert!(
         reclaimed,
         "the dead client's pin was never released: active_pins = {}",
-        gauge(&master, "active_pins")
+        master.gauge("active_pins")
     );
     owner.remove("pinned", true).unwrap();
-    let freed = wait_until(Duration::from_secs(5), || gauge(&master, "bytes_used") == 0);
-    assert!(freed, "bytes_used = {}", gauge(&master, "bytes_used"));
+    let freed = wait_until(Duration::from_secs(5), || master.gauge("bytes_used") == 0);
+    assert!(freed, "bytes_used = {}", master.gauge("bytes_used"));
     owner.teardown();
 }
 
@@ -237,9 +221,7 @@ fn a_client_stopped_past_its_ttl_reads_nothing_through_a_pin_the_master_released
     assert_eq!(ask("first"), "READ OK exact");
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
-    let released = wait_until(Duration::from_secs(10), || {
-        gauge(&master, "active_pins") == 0
-    });
+    let released = wait_until(Duration::from_secs(10), || master.gauge("active_pins") == 0);
     assert!(released, "the stopped client's pin outlived client_ttl");
     owner.remove("pinned", true).unwrap();
     let mut reused = false;

@@ -111,6 +111,9 @@ impl MasterService {
 
     fn cover_token(&self, token: u64) {
         let Some(journal) = &self.journal else { return };
+        if token < self.tokens_covered.load(Ordering::Acquire) {
+            return;
+        }
         let mut reserve = self.token_reserve.lock();
         if token.saturating_add(TOKEN_BLOCK / 2) >= reserve.ceiling {
             reserve.ceiling = reserve.ceiling.max(token).saturating_add(TOKEN_BLOCK);
@@ -126,6 +129,10 @@ impl MasterService {
             }
             reserve.durable = reserve.ceiling;
         }
+        let covered = reserve
+            .durable
+            .min(reserve.ceiling.saturating_sub(TOKEN_BLOCK / 2));
+        self.tokens_covered.store(covered, Ordering::Release);
     }
 
     /// Restores what the journal kept: segments dormant until their owners re-attach (or

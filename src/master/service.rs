@@ -69,6 +69,8 @@ pub struct MasterService {
     pub(super) journal: Option<Arc<Journal>>,
     /// Write tokens covered by the journal.
     pub(super) token_reserve: Mutex<TokenReserve>,
+    /// Tokens below this need no look at the reserve (durable, and far from its ceiling).
+    pub(super) tokens_covered: AtomicU64,
     /// What the journal gave back at start.
     pub(super) restored: Restored,
     /// When this master started (the P2P route grace counts from it).
@@ -150,6 +152,7 @@ impl MasterService {
             workers: Workers::default(),
             journal,
             token_reserve: Mutex::new(TokenReserve::default()),
+            tokens_covered: AtomicU64::new(0),
             restored: Restored::default(),
         }
     }

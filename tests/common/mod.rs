@@ -150,6 +150,18 @@ impl Master {
     pub fn http_get(&self, path: &str) -> String {
         http_get(self.metrics_port, path)
     }
+
+    /// The value of the master's Prometheus series `mooncake_master_<name>`.
+    pub fn gauge(&self, name: &str) -> u64 {
+        let text = self.http_get("/metrics");
+        let prefix = format!("mooncake_master_{name}{{");
+        text.lines()
+            .find(|line| line.starts_with(&prefix))
+            .and_then(|line| line.rsplit(' ').next())
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .map(|value| value as u64)
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    }
 }
 
 impl Drop for Master {
