@@ -9,6 +9,7 @@
 //! metadata only (key → owner client, size); a master in the other mode answers them with
 //! `UNAVAILABLE_IN_CURRENT_MODE`, as a P2P master answers the segment methods.
 
+use super::journal::JournalFile;
 use crate::error::Result;
 use crate::rpc::interface::rpc_interface;
 use crate::types::{
@@ -106,4 +107,12 @@ rpc_interface! {
     /// a fresh epoch): its objects become readable under the new epoch. `false` when the
     /// master has no such segment waiting (then nothing changed: mount it afresh).
     fn reattach_segment(client: ClientId, previous_epoch: u64, segment: Segment) -> Result<bool>;
+    /// For a standby master copying this master's journal: the journal's files and their
+    /// lengths; `acked_lsn` is how far the standby's copy is durable (the master then keeps
+    /// freed ranges until the standby holds their removals). `UNAVAILABLE_IN_CURRENT_MODE`
+    /// without a journal.
+    fn journal_files(follower: ClientId, acked_lsn: u64) -> Result<Vec<JournalFile>>;
+    /// Up to `max_bytes` (at most 4 MiB) of journal file `name` from `offset`.
+    /// `FILE_NOT_FOUND` once compaction deleted it; `INVALID_PARAMS` for other names.
+    fn journal_read(name: String, offset: u64, max_bytes: u64) -> Result<Vec<u8>>;
 }

@@ -88,6 +88,17 @@ impl MasterService {
         }
     }
 
+    /// The journal; `UNAVAILABLE_IN_CURRENT_MODE` without one.
+    pub(super) fn journal_or_fail(&self) -> Result<&super::journal::Journal> {
+        match &self.journal {
+            Some(journal) => Ok(journal),
+            None => crate::error::fail(
+                crate::error::ErrorCode::UnavailableInCurrentMode,
+                "this master keeps no journal (--journal_dir)",
+            ),
+        }
+    }
+
     /// `INTERNAL_ERROR` while the journal cannot write: new writes are refused then.
     pub(super) fn check_journal(&self) -> Result<()> {
         match &self.journal {

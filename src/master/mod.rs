@@ -25,6 +25,9 @@ mod route_claims;
 mod routes;
 mod segments;
 mod service;
+pub mod standby;
+#[cfg(test)]
+mod standby_tests;
 mod workers;
 pub(crate) use workers::Workers;
 mod writes;
@@ -38,7 +41,7 @@ pub use api::{
     ForwardMaster, MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster,
 };
 pub use config::MasterConfig;
-pub use journal::{JournalMetrics, JournalOptions};
+pub use journal::{JournalFile, JournalMetrics, JournalOptions};
 pub use metrics::{MasterMetrics, SegmentMetrics};
 pub use remote::{
     connect_master, connect_pinger, RemoteMasterApi, RpcMasterClient, MASTER_SCAN_METHODS,

@@ -195,6 +195,14 @@ impl MasterApi for Fixture {
         self.record("reattach_segment");
         Ok(false)
     }
+    fn journal_files(&self, _: ClientId, _: u64) -> Result<Vec<super::JournalFile>> {
+        self.record("journal_files");
+        Ok(Vec::new())
+    }
+    fn journal_read(&self, _: String, _: u64, _: u64) -> Result<Vec<u8>> {
+        self.record("journal_read");
+        Ok(Vec::new())
+    }
 
     fn p2p_register_owner(&self, _: P2pOwner) -> Result<()> {
         self.record("p2p_register_owner");

@@ -446,6 +446,21 @@ impl MasterApi for MasterService {
         self.reattach(client, previous_epoch, segment)
     }
 
+    fn journal_files(
+        &self,
+        follower: ClientId,
+        acked_lsn: u64,
+    ) -> Result<Vec<super::journal::JournalFile>> {
+        let journal = self.journal_or_fail()?;
+        journal.follower_ack(follower, acked_lsn);
+        journal.files()
+    }
+
+    fn journal_read(&self, name: String, offset: u64, max_bytes: u64) -> Result<Vec<u8>> {
+        let max = max_bytes.min(super::journal::MAX_READ);
+        self.journal_or_fail()?.read_file(&name, offset, max)
+    }
+
     fn register_client(&self, client: ClientId) -> Result<()> {
         self.require_mode(DeploymentMode::Centralized)?;
         self.clients.register(client, Instant::now());

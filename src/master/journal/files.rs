@@ -52,6 +52,16 @@ fn number(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
         .ok()
 }
 
+/// The LSN in a snapshot file's name.
+pub(crate) fn snapshot_lsn(name: &str) -> Option<u64> {
+    number(name, "snapshot-", ".mcs")
+}
+
+/// Whether `name` is a snapshot's or a log's (what a standby may read and copy).
+pub(crate) fn is_journal_file(name: &str) -> bool {
+    number(name, "snapshot-", ".mcs").is_some() || number(name, "log-", ".mcj").is_some()
+}
+
 /// Lists `dir`. Errors: `INTERNAL_ERROR` when it cannot be read.
 pub(crate) fn list(dir: &Path) -> Result<Listing> {
     let entries = fs::read_dir(dir).or_else(|e| io_fail("cannot list", dir, e))?;

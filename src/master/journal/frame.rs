@@ -26,13 +26,13 @@ fn codec() -> impl Options {
 pub(crate) fn encode_frame(lsn: u64, record: &Record, out: &mut Vec<u8>) {
     let payload = codec().serialize(record).unwrap_or_default();
     let len = 8 + payload.len();
-    let start = out.len();
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&lsn.to_le_bytes());
+    crc.update(&payload);
     out.extend_from_slice(&(len as u32).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&crc.finalize().to_le_bytes());
     out.extend_from_slice(&lsn.to_le_bytes());
     out.extend_from_slice(&payload);
-    let crc = crc32fast::hash(&out[start + FRAME_HEAD..]);
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// What a log file holds.

@@ -16,6 +16,12 @@
 //!   [`Journal::is_failing`] tells the master to refuse new writes.
 //! - Logs rotate at `rotate_bytes`; when closed logs exceed `compact_bytes`, a compactor
 //!   thread folds the snapshot and the closed logs into a new snapshot and deletes them.
+//! - Standby masters copy the files ([`Journal::files`], [`Journal::read_file`]) and report
+//!   how far their copy is durable ([`Journal::follower_ack`]). While followers are
+//!   registered, "safe" means durable here *and* at every follower: freed ranges wait for
+//!   it, and so does [`Journal::wait_durable`]. So a standby promoted after this master dies
+//!   knows every removal whose range was reused. The HA layer drops a follower that stopped
+//!   copying ([`Journal::drop_follower`]) after recording in etcd that it is out of sync.
 //!
 //! Thread-safety: `Journal` is `Send + Sync`. The pending batch's mutex is a leaf (nothing
 //! else is locked while it is held), so appends may run under any master lock.
@@ -24,13 +30,15 @@ mod files;
 mod frame;
 mod record;
 
-pub(crate) use files::TornTail;
+pub(crate) use files::{is_journal_file, snapshot_lsn, sync_dir, TornTail};
 pub(crate) use record::{JournalState, ObjectRecord, Record, ReplicaRecord};
 
 use crate::alloc::FreeGate;
 use crate::error::{fail, ErrorCode, Result};
-use files::{fold, list, log_path, remove_all, sync_dir, write_snapshot};
+use crate::types::ClientId;
+use files::{fold, list, log_path, remove_all, write_snapshot};
 use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
@@ -41,6 +49,8 @@ use std::time::{Duration, Instant};
 
 /// How long [`Journal::wait_durable`] waits before it gives up.
 pub(crate) const DURABLE_WAIT: Duration = Duration::from_secs(5);
+/// Most bytes one [`Journal::read_file`] answer carries.
+pub(crate) const MAX_READ: u64 = 4 << 20;
 /// Pause between attempts after a failed write or sync.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Shortest time between two group commits: appends arriving meanwhile join the next batch
@@ -67,6 +77,13 @@ impl JournalOptions {
             compact_bytes: 256 << 20,
         }
     }
+}
+
+/// The length of the whole records at the start of `log_bytes` and the LSN of the last one.
+pub(crate) fn last_whole_record(log_bytes: &[u8]) -> (u64, Option<u64>) {
+    let scan = frame::scan_log(log_bytes);
+    let last = scan.records.last().map(|(lsn, _)| *lsn);
+    (scan.valid_len, last)
 }
 
 /// Counters of a journal (all since this process opened it). Plain data.
@@ -155,6 +172,24 @@ impl JournalMetrics {
     }
 }
 
+/// One file of a journal directory, as a standby copies it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct JournalFile {
+    /// File name (a snapshot or a log; nothing else is listed).
+    pub name: String,
+    /// Bytes in it now.
+    pub len: u64,
+}
+
+/// A standby copying this journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Follower {
+    /// Records its copy holds durably.
+    pub acked: u64,
+    /// When it last reported.
+    pub seen: Instant,
+}
+
 /// What opening a journal found.
 #[derive(Debug)]
 pub(crate) struct Replayed {
@@ -190,6 +225,8 @@ struct Shared {
     /// Signalled after each flush.
     durable: Condvar,
     gate: Arc<FreeGate>,
+    /// Standbys copying the journal (see the module documentation).
+    followers: Mutex<HashMap<ClientId, Follower>>,
     stop: AtomicBool,
     failing: AtomicBool,
     compacting: AtomicBool,
@@ -272,6 +309,7 @@ impl Journal {
             durable_lock: Mutex::new(()),
             durable: Condvar::new(),
             gate,
+            followers: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             failing: AtomicBool::new(false),
             compacting: AtomicBool::new(false),
@@ -322,26 +360,92 @@ impl Journal {
         lsn
     }
 
-    /// Waits until record `lsn` is durable. Errors: `INTERNAL_ERROR` when it is not within
-    /// [`DURABLE_WAIT`] (the disk is failing or stuck) or the journal stopped first.
+    /// Waits until record `lsn` is safe (durable here and at every follower). Errors:
+    /// `INTERNAL_ERROR` when it is not within [`DURABLE_WAIT`] (a disk or a standby is
+    /// failing or stuck) or the journal stopped first.
     pub(crate) fn wait_durable(&self, lsn: u64) -> Result<()> {
         let shared = &self.shared;
         let until = Instant::now() + DURABLE_WAIT;
         let mut guard = shared.durable_lock.lock();
-        while shared.durable_lsn.load(Ordering::Acquire) < lsn {
+        while shared.safe_lsn() < lsn {
             if shared.stop.load(Ordering::Acquire)
                 || shared.durable.wait_until(&mut guard, until).timed_out()
             {
-                if shared.durable_lsn.load(Ordering::Acquire) >= lsn {
+                if shared.safe_lsn() >= lsn {
                     break;
                 }
                 return fail(
                     ErrorCode::InternalError,
-                    format!("journal: record {lsn} not durable within {DURABLE_WAIT:?}"),
+                    format!("journal: record {lsn} not safe within {DURABLE_WAIT:?}"),
                 );
             }
         }
         Ok(())
+    }
+
+    /// Records that standby `follower` holds the records up to `acked` durably (registering
+    /// it if new), and releases what became safe.
+    pub(crate) fn follower_ack(&self, follower: ClientId, acked: u64) {
+        let seen = Instant::now();
+        self.shared
+            .followers
+            .lock()
+            .insert(follower, Follower { acked, seen });
+        self.shared.publish_safe();
+    }
+
+    /// The registered followers.
+    pub(crate) fn followers(&self) -> HashMap<ClientId, Follower> {
+        self.shared.followers.lock().clone()
+    }
+
+    /// Stops counting `follower` (the HA layer recorded that it is out of sync); releases
+    /// what became safe.
+    pub(crate) fn drop_follower(&self, follower: ClientId) {
+        self.shared.followers.lock().remove(&follower);
+        self.shared.publish_safe();
+    }
+
+    /// The journal's files (snapshot first, then logs in order) and their lengths now.
+    /// Errors: `INTERNAL_ERROR` when the directory cannot be listed.
+    pub(crate) fn files(&self) -> Result<Vec<JournalFile>> {
+        let listing = list(&self.shared.options.dir)?;
+        let snapshot = listing.snapshot.into_iter().map(|(_, path)| path);
+        let logs = listing.logs.into_iter().map(|log| log.path);
+        Ok(snapshot
+            .chain(logs)
+            .filter_map(|path| {
+                let len = std::fs::metadata(&path).ok()?.len();
+                let name = path.file_name()?.to_string_lossy().into_owned();
+                Some(JournalFile { name, len })
+            })
+            .collect())
+    }
+
+    /// Up to `max` bytes of journal file `name` from `offset` (fewer at its end). Errors:
+    /// `INVALID_PARAMS` for a name that is not a journal file's; `FILE_NOT_FOUND` when it is
+    /// gone (compacted: the reader starts over from the listing); `FILE_READ_FAIL`.
+    pub(crate) fn read_file(&self, name: &str, offset: u64, max: u64) -> Result<Vec<u8>> {
+        use std::io::{Read, Seek, SeekFrom};
+        if !files::is_journal_file(name) {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!("{name:?} is not a journal file"),
+            );
+        }
+        let path = self.shared.options.dir.join(name);
+        let mut file = match File::open(&path) {
+            Ok(file) => file,
+            Err(error) => return fail(ErrorCode::FileNotFound, format!("{name}: {error}")),
+        };
+        let mut out = Vec::new();
+        let read = file
+            .seek(SeekFrom::Start(offset))
+            .and_then(|_| file.take(max).read_to_end(&mut out));
+        match read {
+            Ok(_) => Ok(out),
+            Err(error) => fail(ErrorCode::FileReadFail, format!("{name}: {error}")),
+        }
     }
 
     /// Whether the last write or sync failed (new writes should be refused until it works).
@@ -396,6 +500,20 @@ fn file_len(path: &std::path::Path) -> u64 {
 }
 
 impl Shared {
+    /// Durable here and at every registered follower.
+    fn safe_lsn(&self) -> u64 {
+        let durable = self.durable_lsn.load(Ordering::Acquire);
+        let followers = self.followers.lock();
+        followers.values().map(|f| f.acked).fold(durable, u64::min)
+    }
+
+    /// Wakes the waiters of [`Journal::wait_durable`] and releases the ranges that are safe.
+    fn publish_safe(&self) {
+        drop(self.durable_lock.lock());
+        self.durable.notify_all();
+        self.gate.release_through(self.safe_lsn());
+    }
+
     /// The flusher: writes and syncs batches until stopped (then drains what is pending).
     fn run_flusher(self: Arc<Self>, mut active: Active) {
         let mut last_flush = Instant::now();
@@ -421,9 +539,7 @@ impl Shared {
                 return;
             }
             self.durable_lsn.store(last_lsn, Ordering::Release);
-            drop(self.durable_lock.lock());
-            self.durable.notify_all();
-            self.gate.release_through(last_lsn);
+            self.publish_safe();
             if active.len >= self.options.rotate_bytes {
                 self.rotate(&mut active, last_lsn + 1);
             }
