@@ -37,6 +37,7 @@ pub mod device;
 pub(crate) mod env;
 pub mod error;
 pub mod ffi;
+pub mod ha;
 pub mod master;
 pub(crate) mod metadata;
 pub(crate) mod node;

@@ -108,3 +108,16 @@ pub fn wait_for_termination() {
         }
     }
 }
+
+/// This host's name (`gethostname`), if it has a valid one.
+pub(crate) fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: a writable buffer of the given length.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0)?;
+    String::from_utf8(buf[..end].to_vec())
+        .ok()
+        .filter(|name| !name.is_empty())
+}

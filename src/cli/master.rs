@@ -3,7 +3,8 @@
 
 use super::glog::GlogFlags;
 use super::Program;
-use crate::master::{JournalOptions, MasterConfig, MasterInterface, MasterService};
+use crate::ha::{HaConfig, Member, Role, RoleCall};
+use crate::master::{JournalOptions, MasterConfig, MasterInterface, MasterService, RemoteMaster};
 use crate::metadata::{metadata_handler, MetadataStore};
 use crate::rpc::server::{ServerLimits, ServerOptions};
 use crate::rpc::stats::RpcStats;
@@ -14,6 +15,7 @@ use crate::types::DeploymentMode;
 const DEFAULT_P2P_ROUTE_GRACE_MS: u64 = crate::p2p::MASTER_ROUTE_GRACE.as_millis() as u64;
 use clap::Parser;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -109,6 +111,28 @@ pub(super) struct Flags {
     /// (mooncake-rs flag).
     #[arg(long = "reattach_grace_ms", default_value_t = 30_000)]
     reattach_grace_ms: u64,
+    /// Run as one master of an HA group elected on etcd (`--etcd_endpoints`): a standby
+    /// copying the leader's journal until it leads.
+    #[arg(long = "enable_ha", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    enable_ha: bool,
+    /// HA backend; `etcd` is built.
+    #[arg(long = "ha_backend_type", default_value = "etcd", value_parser = ["etcd"])]
+    ha_backend_type: String,
+    /// etcd members, `h1:2379,h2:2379` (or `;`-separated).
+    #[arg(
+        long = "etcd_endpoints",
+        alias = "ha_backend_connstring",
+        default_value = ""
+    )]
+    etcd_endpoints: String,
+    /// The leader's etcd lease in ms: a leader that cannot renew it stops serving before it
+    /// ends, and a standby takes over after it (mooncake-rs flag).
+    #[arg(long = "ha_lease_ttl_ms", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1000..))]
+    ha_lease_ttl_ms: u64,
+    /// The address clients reach this master at, published while it leads; default
+    /// `--rpc_address:port`, this host's name for 0.0.0.0 (mooncake-rs flag).
+    #[arg(long = "ha_advertise_address", default_value = "")]
+    ha_advertise_address: String,
     /// Serve Mooncake's HTTP metadata service (`/metadata?key=`).
     #[arg(long = "enable_http_metadata_server", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
     enable_http_metadata_server: bool,
@@ -213,14 +237,66 @@ fn limits_from(flags: &Flags) -> ServerLimits {
     }
 }
 
+/// What the RPC server serves: one master, or this member's role in an HA group.
+enum Served {
+    Single(Arc<MasterService>),
+    Ha(Arc<Role>),
+}
+
+impl Served {
+    fn api(&self) -> Arc<dyn crate::master::MasterApi> {
+        match self {
+            Served::Single(service) => service.clone(),
+            Served::Ha(role) => Arc::new(RemoteMaster(RoleCall(Arc::clone(role)))),
+        }
+    }
+
+    fn prometheus_text(&self, cluster_id: &str) -> String {
+        match self {
+            Served::Single(service) => service.prometheus_text(),
+            Served::Ha(role) => {
+                let service = role.service();
+                let text = service.as_ref().map(|s| s.prometheus_text());
+                format!(
+                    "# HELP mooncake_master_ha_leader Whether this master leads its HA group\n\
+                     # TYPE mooncake_master_ha_leader gauge\n\
+                     mooncake_master_ha_leader{{cluster=\"{cluster_id}\"}} {}\n{}",
+                    u8::from(service.is_some()),
+                    text.unwrap_or_default()
+                )
+            }
+        }
+    }
+}
+
+/// The address an HA master publishes while it leads.
+fn advertise(flags: &Flags, port: u16) -> String {
+    if !flags.ha_advertise_address.is_empty() {
+        return flags.ha_advertise_address.clone();
+    }
+    let host = match flags.rpc_address.as_str() {
+        "0.0.0.0" | "::" | "" => crate::process::host_name().unwrap_or_else(|| "127.0.0.1".into()),
+        address => address.to_string(),
+    };
+    format!("{host}:{port}")
+}
+
 fn run(flags: Flags) -> Result<(), String> {
     let config = config_from(&flags)?;
-    let service = match flags.journal_dir.as_str() {
-        "" => MasterService::new(config),
-        dir => MasterService::open(config, JournalOptions::new(dir)).map_err(|e| {
-            let detail = crate::error::last_error_message();
-            format!("cannot open the journal in {dir}: {e}: {detail}")
-        })?,
+    let journal = (!flags.journal_dir.is_empty()).then(|| JournalOptions::new(&flags.journal_dir));
+    let served = match (flags.enable_ha, &journal) {
+        (true, _) => Served::Ha(Arc::new(Role::default())),
+        (false, None) => Served::Single(MasterService::new(config.clone())),
+        (false, Some(journal)) => {
+            let opened = MasterService::open(config.clone(), journal.clone());
+            Served::Single(opened.map_err(|e| {
+                let detail = crate::error::last_error_message();
+                format!(
+                    "cannot open the journal in {}: {e}: {detail}",
+                    flags.journal_dir
+                )
+            })?)
+        }
     };
     let port = if flags.rpc_port != 0 {
         flags.rpc_port
@@ -239,16 +315,18 @@ fn run(flags: Flags) -> Result<(), String> {
     // and one that cannot bind them exits before any client reaches it. `/metrics` shows the
     // RPC counters once the RPC server exists (it is started right after).
     let rpc_stats: Arc<OnceLock<Arc<RpcStats>>> = Arc::default();
+    let served = Arc::new(served);
     let _metrics = if flags.enable_metric_reporting {
-        let service = Arc::clone(&service);
+        let served = Arc::clone(&served);
         let rpc_stats = Arc::clone(&rpc_stats);
+        let cluster_id = flags.cluster_id.clone();
         let handler = move |request: &HttpRequest| match request.path.as_str() {
             "/health" => HttpResponse::text(200, "OK\n"),
             "/metrics" => {
                 let rpc_text = rpc_stats.get().map(|s| s.prometheus_text());
                 HttpResponse::text(
                     200,
-                    service.prometheus_text() + &rpc_text.unwrap_or_default(),
+                    served.prometheus_text(&cluster_id) + &rpc_text.unwrap_or_default(),
                 )
             }
             _ => HttpResponse::text(404, "not found\n"),
@@ -283,7 +361,7 @@ fn run(flags: Flags) -> Result<(), String> {
     } else {
         None
     };
-    let api: Arc<dyn crate::master::MasterApi> = service.clone();
+    let api = served.api();
     let rpc =
         RpcServer::serve_with::<MasterInterface>(socket(&flags.rpc_address, port)?, api, options)
             .map_err(|e| {
@@ -293,11 +371,60 @@ fn run(flags: Flags) -> Result<(), String> {
             )
         })?;
     let _ = rpc_stats.set(rpc.stats());
+    let member = match &*served {
+        Served::Ha(role) => Some(start_member(
+            &flags,
+            port,
+            config,
+            journal,
+            Arc::clone(role),
+        )?),
+        Served::Single(_) => None,
+    };
     tracing::info!(rpc = %rpc.local_addr(), "mooncake_master ready");
     crate::wait_for_termination();
+    if let Some((stop, thread)) = member {
+        stop.store(true, Ordering::Release);
+        let _ = thread.join();
+    }
     rpc.shutdown();
-    service.shutdown();
+    if let Served::Single(service) = &*served {
+        service.shutdown();
+    }
     Ok(())
+}
+
+/// Starts this master's HA member loop on a thread; returns its stop flag and thread.
+fn start_member(
+    flags: &Flags,
+    port: u16,
+    master: MasterConfig,
+    journal: Option<JournalOptions>,
+    role: Arc<Role>,
+) -> Result<(Arc<AtomicBool>, std::thread::JoinHandle<()>), String> {
+    let endpoints = crate::ha::etcd::endpoints(&flags.etcd_endpoints);
+    if endpoints.is_empty() {
+        return Err("--enable_ha needs --etcd_endpoints (or --ha_backend_connstring)".into());
+    }
+    let config = HaConfig {
+        endpoints,
+        cluster_id: flags.cluster_id.clone(),
+        advertise: advertise(flags, port),
+        lease_ttl: Duration::from_millis(flags.ha_lease_ttl_ms),
+        journal,
+        master,
+    };
+    let mut member = Member::new(config, role).map_err(|e| {
+        let detail = crate::error::last_error_message();
+        format!("cannot join the HA group: {e}: {detail}")
+    })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let thread = std::thread::Builder::new()
+        .name("mc-ha".into())
+        .spawn(move || member.run(&flag))
+        .map_err(|e| format!("cannot start the HA thread: {e}"))?;
+    Ok((stop, thread))
 }
 
 impl Program for Flags {

@@ -8,7 +8,7 @@
 use super::api::{MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster};
 use crate::error::{fail, ErrorCode, Result};
 use crate::rpc::server::{ServerLimits, ServerOptions, DEFAULT_WORKER_THREADS};
-use crate::rpc::{Call, RpcClient, RpcServer, Timeouts};
+use crate::rpc::{Call, Resolve, RpcClient, RpcServer, Timeouts};
 use crate::types::STORE_VERSION;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -55,7 +55,21 @@ impl RpcClient<MasterInterface> {
 
     /// As [`RpcMasterClient::connect`], with explicit timeouts.
     pub fn with_timeouts(addr: &str, timeouts: Timeouts) -> Result<RpcMasterClient> {
-        let client = RpcMasterClient::new(addr, timeouts);
+        Self::checked(RpcMasterClient::new(addr, timeouts))
+    }
+
+    /// A client of whichever master `resolver` names (an HA group's leader; `name` is the
+    /// group's `etcd://` address), with its version checked as [`RpcMasterClient::connect`].
+    pub fn resolved_master(
+        name: &str,
+        resolver: Arc<dyn Resolve>,
+        timeouts: Timeouts,
+    ) -> Result<RpcMasterClient> {
+        Self::checked(RpcMasterClient::resolved(name, resolver, timeouts))
+    }
+
+    fn checked(client: RpcMasterClient) -> Result<RpcMasterClient> {
+        let addr = client.addr().to_string();
         match client.call(MasterRequest::service_ready {})? {
             MasterResponse::service_ready(Ok(version)) if version == STORE_VERSION => Ok(client),
             MasterResponse::service_ready(Ok(version)) => fail(

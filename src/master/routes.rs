@@ -337,7 +337,7 @@ impl MasterService {
     ) -> Result<Vec<Result<()>>> {
         self.require_mode(DeploymentMode::P2p)?;
         check_lengths(&keys, &sizes)?;
-        if view_version == self.view_version {
+        if view_version == self.view_version.load(std::sync::atomic::Ordering::Acquire) {
             let answers = self.apply_routes(client, keys, sizes, RouteTable::reclaim);
             self.routes.end_reclaim(client);
             return Ok(answers);

@@ -47,7 +47,8 @@ const CLIENT_MONITOR_PERIOD: Duration = Duration::from_secs(1);
 /// Dropping the last `Arc` stops the background threads.
 pub struct MasterService {
     pub(super) config: MasterConfig,
-    pub(super) view_version: u64,
+    /// This master's view: random per start, or the etcd revision that made it leader.
+    pub(super) view_version: AtomicU64,
     pub(super) objects: ObjectTable,
     pub(super) segments: SegmentRegistry,
     pub(super) clients: ClientTable,
@@ -135,7 +136,7 @@ impl MasterService {
         MasterService {
             config,
             // 0 names no master (an owner that cannot vouch for its keys sends it).
-            view_version: fastrand::u64(1..),
+            view_version: AtomicU64::new(fastrand::u64(1..)),
             objects: ObjectTable::default(),
             segments,
             clients: ClientTable::default(),
@@ -178,6 +179,25 @@ impl MasterService {
         self.workers.stop();
         if let Some(journal) = &self.journal {
             journal.shutdown();
+        }
+    }
+
+    /// Sets the view (the etcd revision that made this master the leader), before it serves.
+    pub fn set_view_version(&self, view: u64) {
+        self.view_version.store(view, Ordering::Release);
+    }
+
+    /// The standbys copying the journal, if there is one.
+    pub(crate) fn journal_followers(
+        &self,
+    ) -> Option<std::collections::HashMap<ClientId, super::journal::Follower>> {
+        self.journal.as_ref().map(|journal| journal.followers())
+    }
+
+    /// Stops waiting for standby `follower` (see [`super::journal::Journal::drop_follower`]).
+    pub(crate) fn drop_journal_follower(&self, follower: ClientId) {
+        if let Some(journal) = &self.journal {
+            journal.drop_follower(follower);
         }
     }
 
@@ -313,7 +333,7 @@ impl MasterApi for MasterService {
             None => ClientStatus::NeedRemount,
         };
         Ok(PingResponse {
-            view_version: self.view_version,
+            view_version: self.view_version.load(Ordering::Acquire),
             status,
             registration: registration.unwrap_or(0),
             client_ttl_ms: u64::try_from(self.config.client_ttl().as_millis()).unwrap_or(u64::MAX),

@@ -22,7 +22,12 @@
 use super::standing::Standing;
 use crate::env;
 use crate::error::Result;
-use crate::master::{connect_master, connect_pinger, MasterApi, MasterConfig, MasterService};
+use crate::ha::{is_etcd_addr, LeaderView};
+use crate::master::{
+    connect_master, connect_pinger, MasterApi, MasterConfig, MasterService, RemoteMaster,
+    RpcMasterClient,
+};
+use crate::rpc::{Resolve, Timeouts};
 use crate::types::{ClientId, PingResponse, EMBEDDED_MASTER};
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
@@ -39,6 +44,12 @@ pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(1);
 /// is logged). Keep `2 × timeout + 1 s` below the master's `client_ttl`.
 pub(crate) fn ping_timeout() -> Duration {
     Duration::from_millis(env::PING_TIMEOUT_MS.get())
+}
+
+/// Connect timeout towards an HA group's leader: at most 1 s, with jitter (0.75–1 s), so
+/// clients that lost a leader together do not reconnect in lockstep.
+fn ha_connect_timeout() -> Duration {
+    Duration::from_millis(750 + fastrand::u64(..=250))
 }
 
 /// True when `master_server_addr` selects the in-process master.
@@ -59,8 +70,11 @@ pub(crate) trait LivenessHook: Send + Sync {
 /// A handle's master: see the module documentation.
 pub(crate) struct MasterLink {
     api: Arc<dyn MasterApi>,
-    /// `host:port` of a remote master; `None` for the embedded one.
+    /// `host:port` of a remote master (its `etcd://` address for an HA group); `None` for the
+    /// embedded one.
     remote_addr: Option<String>,
+    /// An HA group's view of its leader (`etcd://` addresses).
+    view: Option<Arc<LeaderView>>,
     embedded: Option<Arc<MasterService>>,
     reachable: Arc<AtomicBool>,
     standing: Arc<Standing>,
@@ -69,18 +83,32 @@ pub(crate) struct MasterLink {
 
 impl MasterLink {
     /// The master `master_server_addr` names: the in-process master (configured by
-    /// `embedded_config`) for `embedded` or empty, else a connection to the remote master.
+    /// `embedded_config`) for `embedded` or empty, the leader of an HA group for
+    /// `etcd://h1:p;h2:p` (followed through failovers), else a connection to the remote
+    /// master.
     ///
-    /// Errors: RPC errors and `INVALID_VERSION` from connecting to a remote master.
+    /// Errors: RPC errors and `INVALID_VERSION` from connecting to a remote master;
+    /// `INVALID_PARAMS` for an `etcd://` address without members, `ETCD_OPERATION_ERROR` when
+    /// no etcd member answers.
     pub(crate) fn open(master_server_addr: &str, embedded_config: MasterConfig) -> Result<Self> {
-        let (api, remote_addr, embedded): (Arc<dyn MasterApi>, _, _) =
-            if is_embedded_addr(master_server_addr) {
-                let service = MasterService::new(embedded_config);
-                (service.clone(), None, Some(service))
-            } else {
-                let addr = master_server_addr.trim();
-                (connect_master(addr)?, Some(addr.to_string()), None)
+        let addr = master_server_addr.trim();
+        let mut view = None;
+        let (api, remote_addr, embedded): (Arc<dyn MasterApi>, _, _) = if is_embedded_addr(addr) {
+            let service = MasterService::new(embedded_config);
+            (service.clone(), None, Some(service))
+        } else if is_etcd_addr(addr) {
+            let leader = Arc::new(LeaderView::parse(addr)?);
+            let timeouts = Timeouts {
+                connect: ha_connect_timeout(),
+                ..Timeouts::from_env()
             };
+            let resolver: Arc<dyn Resolve> = leader.clone();
+            let client = RpcMasterClient::resolved_master(addr, resolver, timeouts)?;
+            view = Some(leader);
+            (Arc::new(RemoteMaster(client)), Some(addr.to_string()), None)
+        } else {
+            (connect_master(addr)?, Some(addr.to_string()), None)
+        };
         let standing = match embedded {
             Some(_) => Standing::permanent(),
             None => Standing::remote(),
@@ -88,6 +116,7 @@ impl MasterLink {
         Ok(MasterLink {
             api,
             remote_addr,
+            view,
             embedded,
             reachable: Arc::new(AtomicBool::new(true)),
             standing: Arc::new(standing),
@@ -145,7 +174,18 @@ impl MasterLink {
         };
         let mut liveness = self.liveness.lock();
         if liveness.is_none() {
-            let pinger = connect_pinger(addr, ping_timeout());
+            let pinger: Arc<dyn MasterApi> = match &self.view {
+                Some(view) => {
+                    let timeouts = Timeouts {
+                        connect: ping_timeout().min(ha_connect_timeout()),
+                        request: ping_timeout(),
+                    };
+                    let resolver: Arc<dyn Resolve> = view.clone();
+                    let client = RpcMasterClient::resolved(addr, resolver, timeouts);
+                    Arc::new(RemoteMaster(client))
+                }
+                None => connect_pinger(addr, ping_timeout()),
+            };
             let (first_round, first_done) = bounded::<()>(1);
             *liveness = Some(Liveness::start(
                 client,
@@ -154,6 +194,7 @@ impl MasterLink {
                 Probe {
                     reachable: Arc::clone(&self.reachable),
                     standing: Arc::clone(&self.standing),
+                    view: self.view.clone(),
                 },
                 first_round,
             ));
@@ -180,10 +221,27 @@ impl MasterLink {
 }
 
 /// What the liveness loop records of each round: whether the master answered (and the hook
-/// succeeded), and the handle's standing.
+/// succeeded), and the handle's standing; with an HA group, the view its answers must match.
 struct Probe {
     reachable: Arc<AtomicBool>,
     standing: Arc<Standing>,
+    view: Option<Arc<LeaderView>>,
+}
+
+impl Probe {
+    /// Whether `answer` comes from the leader of the current view (always, without HA). A
+    /// master answering under another view is a deposed leader, or the view moved on: the
+    /// view is looked up again and the answer not used.
+    fn current(&self, answer: &PingResponse) -> bool {
+        let Some(view) = &self.view else { return true };
+        let current = view
+            .leader()
+            .is_ok_and(|leader| leader.view == answer.view_version);
+        if !current {
+            view.invalidate();
+        }
+        current
+    }
 }
 
 /// A running liveness thread.
@@ -265,6 +323,14 @@ fn ping_with_retry(client: ClientId, pinger: &dyn MasterApi) -> Result<(Instant,
 fn ping_once(client: ClientId, pinger: &dyn MasterApi, hook: &dyn LivenessHook, probe: &Probe) {
     let reachable = &probe.reachable;
     match ping_with_retry(client, pinger) {
+        Ok((_, answer)) if !probe.current(&answer) => {
+            if reachable.swap(false, Ordering::AcqRel) {
+                tracing::warn!(
+                    view = answer.view_version,
+                    "a master of another view answered"
+                );
+            }
+        }
         Ok((sent_at, answer)) => {
             probe.standing.on_ping(sent_at, Instant::now(), &answer);
             if let Err(e) = hook.on_answer(sent_at, &answer) {
@@ -277,6 +343,9 @@ fn ping_once(client: ClientId, pinger: &dyn MasterApi, hook: &dyn LivenessHook, 
             }
         }
         Err(e) => {
+            if let Some(view) = &probe.view {
+                view.invalidate();
+            }
             if reachable.swap(false, Ordering::AcqRel) {
                 tracing::warn!(error = %e, "master ping failed");
             }

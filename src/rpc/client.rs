@@ -20,14 +20,26 @@ use std::os::fd::AsRawFd;
 /// Idle connections kept per client; more are closed after use.
 const MAX_IDLE_CONNECTIONS: usize = 16;
 
-/// A [`Call`] transport of interface `I` to one server address. Thread-safe: concurrent
-/// calls use separate connections. Errors: `RPC_FAIL` (-900) for connection, I/O and
-/// protocol failures, `RPC_TIMEOUT` (-901) when the server does not answer within the
-/// request timeout.
+/// Where a client's server is now, for a server that moves (a master group's leader).
+/// Thread-safe; called on the caller's thread at each new connection.
+pub trait Resolve: Send + Sync {
+    /// The server's address ("host:port") now.
+    fn resolve(&self) -> Result<String>;
+    /// A connection to `addr` failed: look again before the next one.
+    fn failed(&self, addr: &str);
+}
+
+/// A [`Call`] transport of interface `I` to one server address, or to whichever address a
+/// [`Resolve`] names at each new connection. Thread-safe: concurrent calls use separate
+/// connections. Errors: `RPC_FAIL` (-900) for connection, I/O and protocol failures,
+/// `RPC_TIMEOUT` (-901) when the server does not answer within the request timeout; a
+/// resolver's own.
 pub struct RpcClient<I> {
     addr: String,
+    resolver: Option<std::sync::Arc<dyn Resolve>>,
     timeouts: Timeouts,
-    idle: Mutex<Vec<TcpStream>>,
+    /// Idle connections and the address each was made to.
+    idle: Mutex<Vec<(TcpStream, String)>>,
     interface: PhantomData<fn() -> I>,
 }
 
@@ -36,33 +48,65 @@ impl<I: Interface> RpcClient<I> {
     pub fn new(addr: &str, timeouts: Timeouts) -> RpcClient<I> {
         RpcClient {
             addr: addr.to_owned(),
+            resolver: None,
             timeouts,
             idle: Mutex::new(Vec::new()),
             interface: PhantomData,
         }
     }
 
-    /// The server address as given.
+    /// A client of whichever server `resolver` names (looked up at each new connection;
+    /// `name` describes it in messages, e.g. `etcd://h1:2379`); connects lazily. Idle
+    /// connections to an address the resolver no longer names are closed.
+    pub fn resolved(
+        name: &str,
+        resolver: std::sync::Arc<dyn Resolve>,
+        timeouts: Timeouts,
+    ) -> RpcClient<I> {
+        RpcClient {
+            resolver: Some(resolver),
+            ..RpcClient::new(name, timeouts)
+        }
+    }
+
+    /// The server address as given (a resolved client's name).
     pub fn addr(&self) -> &str {
         &self.addr
     }
 
-    /// An idle connection still open on the server's side, or a new one.
-    fn checkout(&self) -> Result<TcpStream> {
+    /// An idle connection to the current address still open on the server's side, or a
+    /// new one; with the address.
+    fn checkout(&self) -> Result<(TcpStream, String)> {
+        let addr = match &self.resolver {
+            Some(resolver) => resolver.resolve()?,
+            None => self.addr.clone(),
+        };
         loop {
-            let Some(stream) = self.idle.lock().pop() else {
-                return net::connect(&self.addr, self.timeouts);
+            let Some((stream, to)) = self.idle.lock().pop() else {
+                return match net::connect(&addr, self.timeouts) {
+                    Ok(stream) => Ok((stream, addr)),
+                    Err(code) => {
+                        self.failed(&addr);
+                        Err(code)
+                    }
+                };
             };
-            if is_idle_and_open(&stream) {
-                return Ok(stream);
+            if to == addr && is_idle_and_open(&stream) {
+                return Ok((stream, to));
             }
         }
     }
 
-    fn checkin(&self, stream: TcpStream) {
+    fn checkin(&self, stream: TcpStream, addr: String) {
         let mut idle = self.idle.lock();
         if idle.len() < MAX_IDLE_CONNECTIONS {
-            idle.push(stream);
+            idle.push((stream, addr));
+        }
+    }
+
+    fn failed(&self, addr: &str) {
+        if let Some(resolver) = &self.resolver {
+            resolver.failed(addr);
         }
     }
 }
@@ -70,17 +114,16 @@ impl<I: Interface> RpcClient<I> {
 impl<I: Interface> Call<I> for RpcClient<I> {
     fn call(&self, request: I::Request) -> Result<I::Response> {
         let frame = codec::encode_frame(&request)?;
-        let mut stream = self.checkout()?;
+        let (mut stream, addr) = self.checkout()?;
         if let Err(err) = stream.write_all(&frame) {
-            return codec::io_fail(
-                &format!("send {} to {}", I::method(&request), self.addr),
-                err,
-            );
+            self.failed(&addr);
+            return codec::io_fail(&format!("send {} to {addr}", I::method(&request)), err);
         }
         crate::spin::before_read(&stream);
-        let payload = codec::read_answer(&mut stream)?;
+        let answer = codec::read_answer(&mut stream);
+        let payload = answer.inspect_err(|_| self.failed(&addr))?;
         let response = codec::decode_payload(&payload)?;
-        self.checkin(stream);
+        self.checkin(stream, addr);
         Ok(response)
     }
 }

@@ -25,7 +25,7 @@ pub mod stats;
 #[cfg(test)]
 mod test_interface;
 
-pub use client::RpcClient;
+pub use client::{Resolve, RpcClient};
 pub use http::{HttpHandler, HttpRequest, HttpResponse, HttpServer};
 pub use interface::{Call, Interface};
 pub use net::Timeouts;

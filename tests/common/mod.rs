@@ -541,3 +541,113 @@ pub fn p2p_accessor(
     })
     .expect("P2P accessor setup")
 }
+
+/// A running etcd member (Debian's `etcd-server`), on loopback ports, with a fresh data
+/// directory; killed and its directory deleted on drop.
+pub struct EtcdMember {
+    child: Option<Child>,
+    pub client_port: u16,
+    pub peer_port: u16,
+    pub name: String,
+    dir: std::path::PathBuf,
+    cluster: String,
+}
+
+impl EtcdMember {
+    /// `count` members forming one cluster.
+    pub fn cluster(count: usize) -> Vec<EtcdMember> {
+        let ports = free_ports(2 * count);
+        let names: Vec<String> = (0..count).map(|i| format!("m{i}")).collect();
+        let cluster = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| format!("{name}=http://127.0.0.1:{}", ports[2 * i + 1]))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut members: Vec<EtcdMember> = (0..count)
+            .map(|i| {
+                let unique = format!("mc-etcd-{}-{:x}", std::process::id(), fastrand::u64(..));
+                EtcdMember {
+                    child: None,
+                    client_port: ports[2 * i],
+                    peer_port: ports[2 * i + 1],
+                    name: names[i].clone(),
+                    dir: std::env::temp_dir().join(unique),
+                    cluster: cluster.clone(),
+                }
+            })
+            .collect();
+        for member in &mut members {
+            member.spawn();
+        }
+        for member in &members {
+            assert!(
+                wait_until(Duration::from_secs(20), || member.healthy()),
+                "etcd member {} did not become healthy",
+                member.name
+            );
+        }
+        members
+    }
+
+    fn spawn(&mut self) {
+        let url = |port: u16| format!("http://127.0.0.1:{port}");
+        let child = Command::new("etcd")
+            .args([
+                format!("--name={}", self.name),
+                format!("--data-dir={}", self.dir.display()),
+                format!("--listen-client-urls={}", url(self.client_port)),
+                format!("--advertise-client-urls={}", url(self.client_port)),
+                format!("--listen-peer-urls={}", url(self.peer_port)),
+                format!("--initial-advertise-peer-urls={}", url(self.peer_port)),
+                format!("--initial-cluster={}", self.cluster),
+                "--initial-cluster-state=new".into(),
+                "--heartbeat-interval=50".into(),
+                "--election-timeout=500".into(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn etcd (Debian package etcd-server)");
+        self.child = Some(child);
+    }
+
+    /// Whether the member answers `/health` with `"health":"true"`.
+    pub fn healthy(&self) -> bool {
+        TcpStream::connect(("127.0.0.1", self.client_port)).is_ok()
+            && http_get(self.client_port, "/health").contains("\"health\":\"true\"")
+    }
+
+    /// `127.0.0.1:<client port>`.
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    /// SIGKILLs the member.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends `signal` to the member.
+    pub fn signal(&self, signal: i32) {
+        if let Some(child) = &self.child {
+            signal_child(child, signal);
+        }
+    }
+}
+
+impl Drop for EtcdMember {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The `etcd://` master address of `members`.
+pub fn etcd_master_addr(members: &[EtcdMember]) -> String {
+    let list: Vec<String> = members.iter().map(EtcdMember::endpoint).collect();
+    format!("etcd://{}", list.join(";"))
+}

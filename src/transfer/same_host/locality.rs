@@ -17,7 +17,7 @@ pub(super) fn is_local(endpoint: &str) -> bool {
         Ok(ip) => ip.is_loopback() || interface_addresses().contains(&ip),
         Err(_) => {
             host.eq_ignore_ascii_case("localhost")
-                || hostname().is_some_and(|name| name.eq_ignore_ascii_case(host))
+                || crate::process::host_name().is_some_and(|name| name.eq_ignore_ascii_case(host))
         }
     }
 }
@@ -58,19 +58,6 @@ fn interface_addresses() -> HashSet<IpAddr> {
     found
 }
 
-/// This host's name (`gethostname`), if it has a valid one.
-fn hostname() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: a writable buffer of the given length.
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return None;
-    }
-    let end = buf.iter().position(|&b| b == 0)?;
-    String::from_utf8(buf[..end].to_vec())
-        .ok()
-        .filter(|name| !name.is_empty())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,7 +68,7 @@ mod tests {
         assert!(is_local("127.9.8.7:65535"));
         assert!(is_local("[::1]:5"));
         assert!(is_local("localhost:5"));
-        if let Some(name) = hostname() {
+        if let Some(name) = crate::process::host_name() {
             assert!(is_local(&format!("{name}:5")));
         }
         for ip in interface_addresses() {

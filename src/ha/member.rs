@@ -1,0 +1,311 @@
+//! One master of an HA group ([`Member`]): a standby that copies the leader's journal, a
+//! candidate when there is no leader, the leader while it holds the etcd lease.
+//!
+//! - **Election**: the key `mooncake-store/<cluster_id>/master_view` (upstream's name) holds
+//!   the leader's RPC address under a lease ([`HaConfig::lease_ttl`], 5 s). It is created only
+//!   if absent (a transaction); the revision that created it is the leader's `view_version`
+//!   and fencing token. A candidate replays its journal *before* it competes, so the address
+//!   is published only once the master behind it can serve.
+//! - **Lease**: renewed every `lease_ttl / 5`; the leader serves only within
+//!   [`super::role::fenced`] of the last renewal it sent, so it stops before etcd could
+//!   expire the lease and let another win (a partition from etcd, a stopped process).
+//! - **Journal**: standbys copy the leader's journal ([`JournalCopy`]); the leader reuses
+//!   freed space only once every registered standby holds the removal. The key
+//!   `mooncake-store/<cluster_id>/in_sync` lists, per view, the members that may take over:
+//!   the leader, and each standby from its first report on. A standby silent for
+//!   `lease_ttl` is removed from the list (in etcd first) before the leader stops waiting for
+//!   it; a master not in the list does not compete (it could lack a removal whose space was
+//!   reused). An absent list (a new cluster) lets anyone compete.
+//! - **P2P mode** keeps no journal: a new leader starts empty and owners reclaim their
+//!   routes (`p2p_route_grace_ms`).
+//!
+//! Threads: [`Member::run`] is the member's loop (one thread); the RPC server dispatches
+//! through the shared [`Role`].
+
+use super::etcd::Etcd;
+use super::role::{fenced, Role};
+use crate::error::{ErrorCode, Result};
+use crate::master::standby::{member_id, JournalCopy};
+use crate::master::{JournalOptions, MasterConfig, MasterService, RemoteMaster, RpcMasterClient};
+use crate::rpc::Timeouts;
+use crate::types::{ClientId, DeploymentMode};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Pause between two journal copy rounds of a standby.
+const FOLLOW_PERIOD: Duration = Duration::from_millis(20);
+/// Pause after a failed round, or while waiting for a leader.
+const RETRY_PERIOD: Duration = Duration::from_millis(200);
+
+/// An HA master's settings.
+#[derive(Clone, Debug)]
+pub struct HaConfig {
+    /// etcd members (`http://host:port`).
+    pub endpoints: Vec<String>,
+    /// `--cluster_id`: the namespace of the keys.
+    pub cluster_id: String,
+    /// The address clients and standbys reach this master's RPC server at.
+    pub advertise: String,
+    /// The leader's lease (`--ha_lease_ttl_ms`, 5 s).
+    pub lease_ttl: Duration,
+    /// The journal directory (CENTRALIZED mode): the leader's journal, a standby's copy.
+    pub journal: Option<JournalOptions>,
+    pub master: MasterConfig,
+}
+
+/// The key holding the leader's address.
+pub fn view_key(cluster_id: &str) -> String {
+    format!(
+        "mooncake-store/{}/master_view",
+        cluster_id.trim_end_matches('/')
+    )
+}
+
+fn in_sync_key(cluster_id: &str) -> String {
+    format!(
+        "mooncake-store/{}/in_sync",
+        cluster_id.trim_end_matches('/')
+    )
+}
+
+/// The members that may take over from the leader of `view`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct InSync {
+    view: u64,
+    members: Vec<String>,
+}
+
+/// Whom a standby copies from.
+struct Following {
+    view: u64,
+    leader: RemoteMaster<RpcMasterClient>,
+    copy: JournalCopy,
+}
+
+/// See the module documentation.
+pub struct Member {
+    config: HaConfig,
+    role: Arc<Role>,
+    etcd: Etcd,
+    member: ClientId,
+    following: Option<Following>,
+}
+
+impl Member {
+    /// A member serving through `role`. Errors: `INVALID_PARAMS` (a CENTRALIZED member
+    /// without a journal), the journal directory's, `ETCD_OPERATION_ERROR` when no etcd
+    /// member answers.
+    pub fn new(config: HaConfig, role: Arc<Role>) -> Result<Member> {
+        let member = match (&config.journal, config.master.deployment_mode) {
+            (Some(journal), _) => member_id(&journal.dir)?,
+            (None, DeploymentMode::P2p) => ClientId::random(),
+            (None, DeploymentMode::Centralized) => {
+                return crate::error::fail(
+                    ErrorCode::InvalidParams,
+                    "an HA master in CENTRALIZED mode needs --journal_dir",
+                )
+            }
+        };
+        let etcd = Etcd::connect(&config.endpoints, etcd_timeout(config.lease_ttl))?;
+        Ok(Member {
+            config,
+            role,
+            etcd,
+            member,
+            following: None,
+        })
+    }
+
+    /// Runs until `stop`; a leader then stands down and revokes its lease, so a standby
+    /// takes over at once.
+    pub fn run(&mut self, stop: &AtomicBool) {
+        while !stop.load(Ordering::Acquire) {
+            let pause = match self.round(stop) {
+                Ok(pause) => pause,
+                Err(code) => {
+                    tracing::warn!(%code, detail = %crate::error::last_error_message(), "HA round failed");
+                    RETRY_PERIOD
+                }
+            };
+            std::thread::sleep(pause);
+        }
+    }
+
+    /// One look at the view: follow the leader, or compete when there is none.
+    fn round(&mut self, stop: &AtomicBool) -> Result<Duration> {
+        let key = view_key(&self.config.cluster_id);
+        match self.etcd.get(&key)? {
+            Some(view) if view.value == self.config.advertise => {
+                // Our own key from a previous life: its lease runs out.
+                Ok(RETRY_PERIOD)
+            }
+            Some(view) => self.follow(&view.value, view.create_revision),
+            None if self.eligible()? => {
+                self.compete(stop)?;
+                Ok(Duration::ZERO)
+            }
+            None => Ok(RETRY_PERIOD),
+        }
+    }
+
+    /// One copy round from the leader at `addr` (view `view`).
+    fn follow(&mut self, addr: &str, view: u64) -> Result<Duration> {
+        let Some(journal) = &self.config.journal else {
+            return Ok(RETRY_PERIOD);
+        };
+        if self.following.as_ref().is_none_or(|f| f.view != view) {
+            let timeouts = Timeouts {
+                connect: Duration::from_secs(1),
+                request: Duration::from_secs(5),
+            };
+            tracing::info!(leader = addr, view, "following a new leader");
+            self.following = Some(Following {
+                view,
+                leader: RemoteMaster(RpcMasterClient::new(addr, timeouts)),
+                copy: JournalCopy::start(&journal.dir)?,
+            });
+        }
+        let Some(following) = self.following.as_mut() else {
+            return Ok(RETRY_PERIOD);
+        };
+        match following.copy.sync_once(&following.leader) {
+            Ok(()) => Ok(FOLLOW_PERIOD),
+            Err(ErrorCode::InternalError) => {
+                // The leader's files do not extend our copy: start over.
+                self.following = None;
+                Ok(RETRY_PERIOD)
+            }
+            Err(code) => Err(code),
+        }
+    }
+
+    /// Whether this member may take over (see the module documentation).
+    fn eligible(&self) -> Result<bool> {
+        let Some(list) = self.etcd.get(&in_sync_key(&self.config.cluster_id))? else {
+            return Ok(true);
+        };
+        let in_sync: InSync = serde_json::from_str(&list.value).unwrap_or_default();
+        let listed = in_sync.members.contains(&self.member.to_string());
+        if !listed {
+            tracing::warn!(member = %self.member, "not in the in-sync list: not competing");
+        }
+        Ok(listed)
+    }
+
+    /// Replays the journal, competes for the key, and leads while the lease holds.
+    fn compete(&mut self, stop: &AtomicBool) -> Result<()> {
+        self.following = None;
+        let service = match &self.config.journal {
+            Some(journal) => MasterService::open(self.config.master.clone(), journal.clone())?,
+            None => MasterService::new(self.config.master.clone()),
+        };
+        let ttl = self.config.lease_ttl;
+        let granted_at = Instant::now();
+        let lease = self.etcd.grant(ttl)?;
+        let key = view_key(&self.config.cluster_id);
+        let Some(view) = self.etcd.create(&key, &self.config.advertise, lease)? else {
+            let _ = self.etcd.revoke(lease);
+            service.shutdown();
+            return Ok(());
+        };
+        service.set_view_version(view);
+        let mut in_sync = InSync {
+            view,
+            members: vec![self.member.to_string()],
+        };
+        if !self.publish(view, &in_sync)? {
+            let _ = self.etcd.revoke(lease);
+            service.shutdown();
+            return Ok(());
+        }
+        tracing::info!(view, address = %self.config.advertise, "leading");
+        self.role
+            .lead(Arc::clone(&service), granted_at + fenced(ttl));
+        self.lead(&service, lease, &mut in_sync, stop);
+        self.role.stand_down();
+        service.shutdown();
+        let _ = self.etcd.revoke(lease);
+        tracing::warn!(view, "stood down");
+        Ok(())
+    }
+
+    /// Writes the in-sync list if this member still leads `view`.
+    fn publish(&self, view: u64, in_sync: &InSync) -> Result<bool> {
+        let text = serde_json::to_string(in_sync).unwrap_or_default();
+        let key = view_key(&self.config.cluster_id);
+        self.etcd
+            .put_if(&key, view, &in_sync_key(&self.config.cluster_id), &text)
+    }
+
+    /// Renews the lease and keeps the in-sync list until the fence falls or `stop`.
+    fn lead(&self, service: &MasterService, lease: i64, in_sync: &mut InSync, stop: &AtomicBool) {
+        let ttl = self.config.lease_ttl;
+        let period = ttl / 5;
+        while !stop.load(Ordering::Acquire) {
+            let sent = Instant::now();
+            match self.etcd.keep_alive(lease) {
+                Ok(granted) if granted > 0 => {
+                    let granted = Duration::from_secs(granted as u64).min(ttl);
+                    self.role.extend(sent + fenced(granted));
+                }
+                Ok(_) => {
+                    tracing::error!("the leader's lease is gone");
+                    return;
+                }
+                Err(_) => tracing::warn!(
+                    detail = %crate::error::last_error_message(),
+                    "lease renewal failed"
+                ),
+            }
+            if Instant::now() >= self.role.fence() {
+                tracing::error!("lease not renewed in time: standing down");
+                return;
+            }
+            if let Err(code) = self.keep_in_sync(service, in_sync) {
+                tracing::warn!(%code, "in-sync list not updated");
+            }
+            let next = sent + period;
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+    }
+
+    /// Adds standbys that report to the in-sync list; removes those silent for the lease's
+    /// length (in etcd first, then from the journal's followers).
+    fn keep_in_sync(&self, service: &MasterService, in_sync: &mut InSync) -> Result<()> {
+        let Some(followers) = service.journal_followers() else {
+            return Ok(());
+        };
+        let silent_after = self.config.lease_ttl;
+        let mut next = in_sync.clone();
+        let mut dropped = Vec::new();
+        for (id, follower) in &followers {
+            let name = id.to_string();
+            let silent = follower.seen.elapsed() > silent_after;
+            let listed = next.members.contains(&name);
+            if silent {
+                next.members.retain(|member| *member != name);
+                dropped.push(*id);
+            } else if !listed {
+                next.members.push(name);
+            }
+        }
+        if next != *in_sync {
+            if !self.publish(in_sync.view, &next)? {
+                return crate::error::fail(ErrorCode::EtcdTransactionFail, "no longer leading");
+            }
+            *in_sync = next;
+        }
+        for id in dropped {
+            tracing::warn!(standby = %id, "standby silent: no longer waited for");
+            service.drop_journal_follower(id);
+        }
+        Ok(())
+    }
+}
+
+/// The timeout of each etcd operation: a fifth of the lease, between 0.5 and 2 s.
+fn etcd_timeout(lease_ttl: Duration) -> Duration {
+    (lease_ttl / 5).clamp(Duration::from_millis(500), Duration::from_secs(2))
+}

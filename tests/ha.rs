@@ -1,0 +1,229 @@
+//! A group of `mooncake_master`s elected on a real etcd (Debian's `etcd-server`), with real
+//! peer processes and clients that follow the leader through `etcd://`: failovers under the
+//! faults a group must survive, with every committed object still readable and no get
+//! returning bytes other than its key's.
+
+mod common;
+
+use common::{etcd_master_addr, local_client, pattern, wait_until, EtcdMember, Master, PeerClient};
+use mooncake_rs::client::Client;
+use mooncake_rs::master::{MasterApi, RemoteMaster, RpcMasterClient};
+use mooncake_rs::rpc::Timeouts;
+use mooncake_rs::types::{ReplicateConfig, Uuid};
+use mooncake_rs::ErrorCode;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The lease the tests' masters hold (shorter than the 5 s default, so failovers are quick).
+const LEASE_MS: u64 = 2000;
+
+/// A journal directory, deleted on drop.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new() -> Dir {
+        let unique = format!("mc-ha-{}-{:x}", std::process::id(), fastrand::u64(..));
+        Dir(std::env::temp_dir().join(unique))
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One master of the group.
+struct Member {
+    master: Master,
+    _dir: Dir,
+}
+
+fn member(etcd: &[EtcdMember], etcd_endpoints: &str) -> Member {
+    let dir = Dir::new();
+    let _ = etcd;
+    let master = Master::start(&[
+        "--enable_ha",
+        &format!("--etcd_endpoints={etcd_endpoints}"),
+        &format!("--journal_dir={}", dir.0.display()),
+        &format!("--ha_lease_ttl_ms={LEASE_MS}"),
+        "--reattach_grace_ms=20000",
+    ]);
+    Member { master, _dir: dir }
+}
+
+fn endpoints(etcd: &[EtcdMember]) -> String {
+    let list: Vec<String> = etcd.iter().map(EtcdMember::endpoint).collect();
+    list.join(",")
+}
+
+fn leads(member: &Member) -> bool {
+    member.master.gauge("ha_leader") == 1
+}
+
+/// Waits until exactly one of `members` leads; returns its index.
+fn leader_of(members: &[&Member], limit: Duration) -> usize {
+    let mut leader = None;
+    let found = wait_until(limit, || {
+        let leading: Vec<usize> = (0..members.len()).filter(|&i| leads(members[i])).collect();
+        leader = leading.first().copied();
+        leading.len() == 1
+    });
+    assert!(found, "no single leader");
+    leader.unwrap_or(0)
+}
+
+fn read_exact(client: &Client, key: &str, len: usize, seed: u8) -> Result<(), String> {
+    let mut buf = vec![0u8; len];
+    match client.get_into(key, &mut buf) {
+        Ok(n) if n as usize == len && buf == pattern(len, seed) => Ok(()),
+        Ok(_) => Err(format!("{key}: WRONG BYTES")),
+        Err(code) => Err(format!("{key}: {code:?}")),
+    }
+}
+
+/// Puts `count` keys `prefix-i` (4 KiB, seed i) and lets their commits reach the standby.
+fn put_keys(client: &Client, prefix: &str, count: u8) {
+    for i in 0..count {
+        let key = format!("{prefix}-{i}");
+        client
+            .put_from(&key, &pattern(4096, i), &ReplicateConfig::default())
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+/// Every key readable exactly again within `limit`; never wrong bytes meanwhile.
+fn all_readable(client: &Client, prefix: &str, count: u8, limit: Duration) {
+    let started = Instant::now();
+    for i in 0..count {
+        let key = format!("{prefix}-{i}");
+        loop {
+            match read_exact(client, &key, 4096, i) {
+                Ok(()) => break,
+                Err(e) if e.contains("WRONG") => panic!("{e}"),
+                Err(e) if started.elapsed() > limit => panic!("{e} after {limit:?}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+}
+
+/// A direct RPC client of one master (not through etcd).
+fn direct(master: &Master) -> RemoteMaster<RpcMasterClient> {
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(1),
+        request: Duration::from_secs(2),
+    };
+    RemoteMaster(RpcMasterClient::new(&master.addr(), timeouts))
+}
+
+#[test]
+fn a_killed_leader_is_replaced_and_every_committed_object_stays_readable() {
+    let etcd = EtcdMember::cluster(1);
+    let list = endpoints(&etcd);
+    let (a, b) = (member(&etcd, &list), member(&etcd, &list));
+    let first = leader_of(&[&a, &b], Duration::from_secs(10));
+    let addr = etcd_master_addr(&etcd);
+    let _peers = [
+        PeerClient::start(&addr, "64 MB"),
+        PeerClient::start(&addr, "64 MB"),
+    ];
+    let client = local_client(&addr, 0, 0);
+    put_keys(&client, "before", 100);
+    let (mut leader, standby) = if first == 0 { (a, b) } else { (b, a) };
+    let killed = Instant::now();
+    leader.master.kill();
+    assert!(
+        wait_until(Duration::from_secs(10), || leads(&standby)),
+        "no takeover"
+    );
+    let took_over = killed.elapsed();
+    all_readable(&client, "before", 100, Duration::from_secs(15));
+    eprintln!(
+        "takeover after {took_over:?}, all readable after {:?}",
+        killed.elapsed()
+    );
+    put_keys(&client, "after", 20);
+    all_readable(&client, "after", 20, Duration::from_secs(5));
+}
+
+#[test]
+fn a_stopped_leader_that_wakes_up_after_a_takeover_grants_nothing() {
+    let etcd = EtcdMember::cluster(1);
+    let list = endpoints(&etcd);
+    let (a, b) = (member(&etcd, &list), member(&etcd, &list));
+    let first = leader_of(&[&a, &b], Duration::from_secs(10));
+    let addr = etcd_master_addr(&etcd);
+    let _peer = PeerClient::start(&addr, "64 MB");
+    let client = local_client(&addr, 0, 0);
+    put_keys(&client, "k", 50);
+    let (leader, standby) = if first == 0 { (&a, &b) } else { (&b, &a) };
+    leader.master.signal(libc::SIGSTOP);
+    assert!(
+        wait_until(Duration::from_secs(10), || leads(standby)),
+        "no takeover"
+    );
+    leader.master.signal(libc::SIGCONT);
+    // At once, before its own HA loop looks at etcd: its fence has fallen.
+    let woken = direct(&leader.master);
+    let refused = woken.batch_put_start(
+        Uuid::random(),
+        vec!["late".into()],
+        vec![64],
+        ReplicateConfig::default(),
+    );
+    assert_eq!(refused.err(), Some(ErrorCode::UnavailableInCurrentStatus));
+    assert!(!leads(leader));
+    all_readable(&client, "k", 50, Duration::from_secs(15));
+    assert_eq!(client.is_exist("late"), Ok(false));
+}
+
+#[test]
+fn the_group_survives_losing_one_of_three_etcd_members() {
+    let mut etcd = EtcdMember::cluster(3);
+    let list = endpoints(&etcd);
+    let (a, b) = (member(&etcd, &list), member(&etcd, &list));
+    let first = leader_of(&[&a, &b], Duration::from_secs(10));
+    let addr = etcd_master_addr(&etcd);
+    let _peer = PeerClient::start(&addr, "64 MB");
+    let client = local_client(&addr, 0, 0);
+    put_keys(&client, "k", 50);
+    etcd[0].kill();
+    std::thread::sleep(Duration::from_millis(3 * LEASE_MS));
+    let still = leader_of(&[&a, &b], Duration::from_secs(10));
+    assert_eq!(
+        still, first,
+        "the leader kept its lease through the member loss"
+    );
+    all_readable(&client, "k", 50, Duration::from_secs(10));
+    put_keys(&client, "more", 10);
+    all_readable(&client, "more", 10, Duration::from_secs(5));
+}
+
+#[test]
+fn a_leader_cut_off_from_etcd_stops_serving_within_its_lease_and_serves_again_after() {
+    let etcd = EtcdMember::cluster(1);
+    let list = endpoints(&etcd);
+    let a = member(&etcd, &list);
+    leader_of(&[&a], Duration::from_secs(10));
+    let addr = etcd_master_addr(&etcd);
+    let _peer = PeerClient::start(&addr, "64 MB");
+    let client = local_client(&addr, 0, 0);
+    put_keys(&client, "k", 30);
+    etcd[0].signal(libc::SIGSTOP);
+    let cut = Instant::now();
+    assert!(
+        wait_until(Duration::from_millis(LEASE_MS + 1000), || !leads(&a)),
+        "still serving {:?} after etcd stopped",
+        cut.elapsed()
+    );
+    let stopped_after = cut.elapsed();
+    assert!(
+        stopped_after < Duration::from_millis(LEASE_MS),
+        "{stopped_after:?}"
+    );
+    etcd[0].signal(libc::SIGCONT);
+    leader_of(&[&a], Duration::from_secs(15));
+    all_readable(&client, "k", 30, Duration::from_secs(15));
+}
