@@ -170,7 +170,7 @@ impl OffsetAllocator {
     pub(crate) fn allocate_at(self: &Arc<Self>, offset: u64, size: u64) -> Option<Allocation> {
         let rounded = size.checked_add(ALIGNMENT - 1)? / ALIGNMENT * ALIGNMENT;
         let end = offset.checked_add(rounded)?;
-        if rounded == 0 || offset % ALIGNMENT != 0 {
+        if rounded == 0 || !offset.is_multiple_of(ALIGNMENT) {
             return None;
         }
         let mut ranges = self.ranges.lock();

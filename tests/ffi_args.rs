@@ -376,7 +376,7 @@ fn bad_single_key_arguments() {
         BAD,
         "get_buffer NULL out",
     );
-    let mut b: *mut mc_buffer_t = 1 as *mut mc_buffer_t;
+    let mut b: *mut mc_buffer_t = std::ptr::dangling_mut::<mc_buffer_t>();
     expect(
         mc_store_get_buffer(s, null(), &mut b).into(),
         BAD,

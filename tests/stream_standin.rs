@@ -453,7 +453,7 @@ fn local_scenario(driver: Driver) {
     assert_eq!(client.metrics().stream.pins_held, 2);
     blocker.release();
     stream.synchronize();
-    assert!(event.as_ref().map_or(true, DevEvent::done));
+    assert!(event.as_ref().is_none_or(DevEvent::done));
     assert_eq!(ticket.wait(LIMIT), 0);
     for (d, v) in dsts.iter().zip(&values) {
         assert_eq!(&read_device(d), v);

@@ -297,9 +297,9 @@ async fn answer<I: Interface>(
     } else {
         codec::encode_frame(&I::dispatch(request, &*shared.api)).ok()
     };
-    let failed = frame.as_ref().map_or(true, |frame| {
-        codec::enum_result_error(&frame[HEADER_LEN..]).is_some()
-    });
+    let failed = frame
+        .as_ref()
+        .is_none_or(|frame| codec::enum_result_error(&frame[HEADER_LEN..]).is_some());
     stats.record(method, started.elapsed(), failed);
     frame
 }

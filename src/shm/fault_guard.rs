@@ -131,7 +131,7 @@ impl GuardedRange {
                 Some(index) => index,
                 None if slots.next < MAX_RANGES => {
                     let index = slots.next;
-                    if index % SLOTS_PER_BLOCK == 0 {
+                    if index.is_multiple_of(SLOTS_PER_BLOCK) {
                         let block: &'static Block =
                             Box::leak(Box::new(std::array::from_fn(|_| Slot {
                                 generation: AtomicU64::new(0),

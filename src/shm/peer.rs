@@ -43,7 +43,7 @@ impl PeerMapping {
                 "cannot map 0 bytes of a peer's file",
             );
         }
-        if offset % page_size() != 0 {
+        if !offset.is_multiple_of(page_size()) {
             return fail(
                 ErrorCode::InvalidParams,
                 format!("offset {offset} of a peer's file is not page-aligned"),

@@ -145,7 +145,7 @@ fn ours(
     iters: usize,
     batch: usize,
 ) -> Result<f64, String> {
-    if batch == 0 || BUFFER % size != 0 || batch * size > BUFFER {
+    if batch == 0 || !BUFFER.is_multiple_of(size) || batch * size > BUFFER {
         return Err(format!(
             "bad bench shape: {batch} x {size} bytes in {BUFFER}"
         ));

@@ -91,7 +91,7 @@ impl RdmaDevice {
             let name = unsafe { CStr::from_ptr((verbs.get_device_name)(device)) }
                 .to_string_lossy()
                 .into_owned();
-            if chosen.is_none() && wanted.map_or(true, |w| w == name) {
+            if chosen.is_none() && wanted.is_none_or(|w| w == name) {
                 chosen = Some((device, name.clone()));
             }
             names.push(name);
