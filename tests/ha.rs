@@ -12,6 +12,8 @@ use mooncake_rs::rpc::Timeouts;
 use mooncake_rs::types::{ReplicateConfig, Uuid};
 use mooncake_rs::ErrorCode;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The lease the tests' masters hold (shorter than the 5 s default, so failovers are quick).
@@ -129,8 +131,29 @@ fn a_killed_leader_is_replaced_and_every_committed_object_stays_readable() {
         PeerClient::start(&addr, "64 MB"),
         PeerClient::start(&addr, "64 MB"),
     ];
-    let client = local_client(&addr, 0, 0);
+    let client = Arc::new(local_client(&addr, 0, 0));
     put_keys(&client, "before", 100);
+    // A writer keeps putting through the failover; what it was acknowledged is checked.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (client, stop) = (Arc::clone(&client), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut acked = Vec::new();
+            for i in 0..100_000u32 {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                let (key, seed) = (format!("load-{i}"), (i % 251) as u8);
+                let put = client.put_from(&key, &pattern(4096, seed), &ReplicateConfig::default());
+                match put {
+                    Ok(()) => acked.push((key, seed, Instant::now())),
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+            acked
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
     let (mut leader, standby) = if first == 0 { (a, b) } else { (b, a) };
     let killed = Instant::now();
     leader.master.kill();
@@ -144,6 +167,28 @@ fn a_killed_leader_is_replaced_and_every_committed_object_stays_readable() {
         "takeover after {took_over:?}, all readable after {:?}",
         killed.elapsed()
     );
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Release);
+    let acked = writer.join().unwrap();
+    let (mut lost, mut durable_lost, mut after) = (0, 0, 0);
+    for (key, seed, at) in &acked {
+        let mut buf = vec![0u8; 4096];
+        match client.get_into(key, &mut buf) {
+            Ok(_) => assert!(buf == pattern(4096, *seed), "{key}: WRONG BYTES"),
+            Err(_) => {
+                lost += 1;
+                // Acknowledged half a second before the kill: copied by the standby.
+                durable_lost += usize::from(*at + Duration::from_millis(500) < killed);
+            }
+        }
+        after += usize::from(*at > killed);
+    }
+    eprintln!(
+        "load: {} acknowledged, {after} after the kill, {lost} lost",
+        acked.len()
+    );
+    assert_eq!(durable_lost, 0, "acknowledged long before the kill, lost");
+    assert!(after > 0, "puts went on after the takeover");
     put_keys(&client, "after", 20);
     all_readable(&client, "after", 20, Duration::from_secs(5));
 }
