@@ -240,6 +240,12 @@ pub(crate) const METADATA_CLUSTER_ID: Var = Var {
     name: "MC_METADATA_CLUSTER_ID",
     default: "",
 };
+/// `MC_STORE_CLUSTER_ID`: the cluster a client's `etcd://` master address names (the key
+/// `mooncake-store/<id>/master_view`, as upstream). Unset or empty: `mooncake_cluster`.
+pub(crate) const STORE_CLUSTER_ID: Var = Var {
+    name: "MC_STORE_CLUSTER_ID",
+    default: "mooncake_cluster",
+};
 /// `MC_METADATA_CACHE_ENTRIES`: segment addresses the HTTP metadata resolver caches (the oldest
 /// is evicted first). Default 4096; 0 or unparsable: the default (logged).
 pub(crate) const METADATA_CACHE_ENTRIES: Knob =
@@ -502,6 +508,7 @@ pub(crate) const KNOBS: &[&Knob] = &[
 pub(crate) const VARS: &[&Var] = &[
     &LOG,
     &METADATA_CLUSTER_ID,
+    &STORE_CLUSTER_ID,
     &STORE_MEMCPY,
     &GID_INDEX,
     &RDMA_COMPLETION,

@@ -47,9 +47,10 @@ pub struct LeaderView {
 
 /// The cluster clients look up (`MC_STORE_CLUSTER_ID`, default `mooncake_cluster`).
 fn client_cluster_id() -> String {
-    match std::env::var("MC_STORE_CLUSTER_ID") {
-        Ok(id) if !id.trim().is_empty() => id.trim().to_string(),
-        _ => "mooncake_cluster".to_string(),
+    let var = crate::env::STORE_CLUSTER_ID;
+    match var.get() {
+        Some(id) if !id.trim().is_empty() => id.trim().to_string(),
+        _ => var.default.to_string(),
     }
 }
 

@@ -130,9 +130,19 @@ fn served(dir: Option<&Path>) -> Result<(Arc<MasterService>, mooncake_rs::rpc::R
             .map_err(|e| format!("journal: {e}"))?,
         None => MasterService::new(MasterConfig::default()),
     };
+    let owner = Uuid::random();
     service
-        .mount_segment(Uuid::random(), segment("bench-owner", 1))
+        .mount_segment(owner, segment("bench-owner", 1))
         .map_err(|e| format!("mount: {e}"))?;
+    // The owner (in process, not measured) stays alive: it pings while the master runs.
+    let weak = Arc::downgrade(&service);
+    std::thread::spawn(move || {
+        while let Some(service) = weak.upgrade() {
+            let _ = service.ping(owner);
+            drop(service);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
     let rpc = mooncake_rs::master::remote::serve(
         "127.0.0.1:0".parse().map_err(|_| "addr")?,
         service.clone(),
