@@ -153,15 +153,26 @@ impl OffsetAllocator {
         if free_size > rounded {
             ranges.insert(offset + rounded, free_size - rounded);
         }
+        Some(self.handed_out(ranges, offset, rounded))
+    }
+
+    /// The handle of `[offset, offset + rounded)`, just taken out of `ranges` (whose lock is
+    /// released here).
+    fn handed_out(
+        self: &Arc<Self>,
+        ranges: parking_lot::MutexGuard<'_, FreeRanges>,
+        offset: u64,
+        rounded: u64,
+    ) -> Allocation {
         self.used.fetch_add(rounded, Ordering::Relaxed);
         let generation = self.generation.load(Ordering::Relaxed);
         drop(ranges);
-        Some(Allocation {
+        Allocation {
             allocator: Arc::clone(self),
             offset,
             size: rounded,
             generation,
-        })
+        }
     }
 
     /// Allocates exactly `[offset, offset + size)` (`size` rounded up to [`ALIGNMENT`]), also
@@ -185,15 +196,7 @@ impl OffsetAllocator {
         if end < free_offset + free_size {
             ranges.insert(end, free_offset + free_size - end);
         }
-        self.used.fetch_add(rounded, Ordering::Relaxed);
-        let generation = self.generation.load(Ordering::Relaxed);
-        drop(ranges);
-        Some(Allocation {
-            allocator: Arc::clone(self),
-            offset,
-            size: rounded,
-            generation,
-        })
+        Some(self.handed_out(ranges, offset, rounded))
     }
 
     /// Returns a range, also while the allocator is dead: a revived allocator must know

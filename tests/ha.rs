@@ -41,9 +41,8 @@ struct Member {
     _dir: Dir,
 }
 
-fn member(etcd: &[EtcdMember], etcd_endpoints: &str) -> Member {
+fn member(etcd_endpoints: &str) -> Member {
     let dir = Dir::new();
-    let _ = etcd;
     let master = Master::start(&[
         "--enable_ha",
         &format!("--etcd_endpoints={etcd_endpoints}"),
@@ -57,6 +56,35 @@ fn member(etcd: &[EtcdMember], etcd_endpoints: &str) -> Member {
 fn endpoints(etcd: &[EtcdMember]) -> String {
     let list: Vec<String> = etcd.iter().map(EtcdMember::endpoint).collect();
     list.join(",")
+}
+
+/// An HA group on a real etcd: its members, which master leads first, peers holding the
+/// replicas and a client following the leader.
+struct Group {
+    etcd: Vec<EtcdMember>,
+    masters: Vec<Member>,
+    first: usize,
+    _peers: Vec<PeerClient>,
+    client: Arc<Client>,
+}
+
+fn group(etcd_members: usize, masters: usize, peers: usize) -> Group {
+    let etcd = EtcdMember::cluster(etcd_members);
+    let list = endpoints(&etcd);
+    let masters: Vec<Member> = (0..masters).map(|_| member(&list)).collect();
+    let first = leader_of(&masters.iter().collect::<Vec<_>>(), Duration::from_secs(10));
+    let addr = etcd_master_addr(&etcd);
+    let peers = (0..peers)
+        .map(|_| PeerClient::start(&addr, "64 MB"))
+        .collect();
+    let client = Arc::new(local_client(&addr, 0, 0));
+    Group {
+        etcd,
+        masters,
+        first,
+        _peers: peers,
+        client,
+    }
 }
 
 fn leads(member: &Member) -> bool {
@@ -122,16 +150,8 @@ fn direct(master: &Master) -> RemoteMaster<RpcMasterClient> {
 
 #[test]
 fn a_killed_leader_is_replaced_and_every_committed_object_stays_readable() {
-    let etcd = EtcdMember::cluster(1);
-    let list = endpoints(&etcd);
-    let (a, b) = (member(&etcd, &list), member(&etcd, &list));
-    let first = leader_of(&[&a, &b], Duration::from_secs(10));
-    let addr = etcd_master_addr(&etcd);
-    let _peers = [
-        PeerClient::start(&addr, "64 MB"),
-        PeerClient::start(&addr, "64 MB"),
-    ];
-    let client = Arc::new(local_client(&addr, 0, 0));
+    let mut group = group(1, 2, 2);
+    let client = Arc::clone(&group.client);
     put_keys(&client, "before", 100);
     // A writer keeps putting through the failover; what it was acknowledged is checked.
     let stop = Arc::new(AtomicBool::new(false));
@@ -154,7 +174,8 @@ fn a_killed_leader_is_replaced_and_every_committed_object_stays_readable() {
         })
     };
     std::thread::sleep(Duration::from_millis(500));
-    let (mut leader, standby) = if first == 0 { (a, b) } else { (b, a) };
+    let mut leader = group.masters.remove(group.first);
+    let standby = group.masters.remove(0);
     let killed = Instant::now();
     leader.master.kill();
     assert!(
@@ -195,15 +216,11 @@ fn a_killed_leader_is_replaced_and_every_committed_object_stays_readable() {
 
 #[test]
 fn a_stopped_leader_that_wakes_up_after_a_takeover_grants_nothing() {
-    let etcd = EtcdMember::cluster(1);
-    let list = endpoints(&etcd);
-    let (a, b) = (member(&etcd, &list), member(&etcd, &list));
-    let first = leader_of(&[&a, &b], Duration::from_secs(10));
-    let addr = etcd_master_addr(&etcd);
-    let _peer = PeerClient::start(&addr, "64 MB");
-    let client = local_client(&addr, 0, 0);
-    put_keys(&client, "k", 50);
-    let (leader, standby) = if first == 0 { (&a, &b) } else { (&b, &a) };
+    let group = group(1, 2, 1);
+    let client = &group.client;
+    put_keys(client, "k", 50);
+    let leader = &group.masters[group.first];
+    let standby = &group.masters[1 - group.first];
     leader.master.signal(libc::SIGSTOP);
     assert!(
         wait_until(Duration::from_secs(10), || leads(standby)),
@@ -220,25 +237,21 @@ fn a_stopped_leader_that_wakes_up_after_a_takeover_grants_nothing() {
     );
     assert_eq!(refused.err(), Some(ErrorCode::UnavailableInCurrentStatus));
     assert!(!leads(leader));
-    all_readable(&client, "k", 50, Duration::from_secs(15));
+    all_readable(client, "k", 50, Duration::from_secs(15));
     assert_eq!(client.is_exist("late"), Ok(false));
 }
 
 #[test]
 fn the_group_survives_losing_one_of_three_etcd_members() {
-    let mut etcd = EtcdMember::cluster(3);
-    let list = endpoints(&etcd);
-    let (a, b) = (member(&etcd, &list), member(&etcd, &list));
-    let first = leader_of(&[&a, &b], Duration::from_secs(10));
-    let addr = etcd_master_addr(&etcd);
-    let _peer = PeerClient::start(&addr, "64 MB");
-    let client = local_client(&addr, 0, 0);
+    let mut group = group(3, 2, 1);
+    let client = Arc::clone(&group.client);
     put_keys(&client, "k", 50);
-    etcd[0].kill();
+    group.etcd[0].kill();
     std::thread::sleep(Duration::from_millis(3 * LEASE_MS));
-    let still = leader_of(&[&a, &b], Duration::from_secs(10));
+    let masters: Vec<&Member> = group.masters.iter().collect();
+    let still = leader_of(&masters, Duration::from_secs(10));
     assert_eq!(
-        still, first,
+        still, group.first,
         "the leader kept its lease through the member loss"
     );
     all_readable(&client, "k", 50, Duration::from_secs(10));
@@ -248,18 +261,13 @@ fn the_group_survives_losing_one_of_three_etcd_members() {
 
 #[test]
 fn a_leader_cut_off_from_etcd_stops_serving_within_its_lease_and_serves_again_after() {
-    let etcd = EtcdMember::cluster(1);
-    let list = endpoints(&etcd);
-    let a = member(&etcd, &list);
-    leader_of(&[&a], Duration::from_secs(10));
-    let addr = etcd_master_addr(&etcd);
-    let _peer = PeerClient::start(&addr, "64 MB");
-    let client = local_client(&addr, 0, 0);
-    put_keys(&client, "k", 30);
+    let group = group(1, 1, 1);
+    let (etcd, a, client) = (&group.etcd, &group.masters[0], &group.client);
+    put_keys(client, "k", 30);
     etcd[0].signal(libc::SIGSTOP);
     let cut = Instant::now();
     assert!(
-        wait_until(Duration::from_millis(LEASE_MS + 1000), || !leads(&a)),
+        wait_until(Duration::from_millis(LEASE_MS + 1000), || !leads(a)),
         "still serving {:?} after etcd stopped",
         cut.elapsed()
     );
@@ -269,6 +277,6 @@ fn a_leader_cut_off_from_etcd_stops_serving_within_its_lease_and_serves_again_af
         "{stopped_after:?}"
     );
     etcd[0].signal(libc::SIGCONT);
-    leader_of(&[&a], Duration::from_secs(15));
-    all_readable(&client, "k", 30, Duration::from_secs(15));
+    leader_of(&[a], Duration::from_secs(15));
+    all_readable(client, "k", 30, Duration::from_secs(15));
 }

@@ -26,12 +26,8 @@ const BATCH: usize = 1000;
 
 fn segment(name: &str, epoch: u64) -> Segment {
     Segment {
-        id: Uuid::random(),
-        name: name.into(),
-        base: 1 << 30,
-        size: 1 << 40,
-        protocol: "tcp".into(),
         epoch,
+        ..crate::load::segment(name)
     }
 }
 

@@ -22,7 +22,8 @@ const SCAN_LIMIT: Duration = Duration::from_secs(180);
 /// Pause of each worker between rounds.
 const PACING: Duration = Duration::from_millis(2);
 
-fn segment(name: &str) -> Segment {
+/// A 1 TiB segment called `name` (epoch 1), owned by no real process.
+pub(crate) fn segment(name: &str) -> Segment {
     Segment {
         id: Uuid::random(),
         name: name.into(),
