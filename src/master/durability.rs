@@ -15,11 +15,12 @@
 //!   ([`MasterService::reattach`]), which fences every descriptor the previous master handed
 //!   out; a segment not re-attached within `reattach_grace_ms` is given up.
 
-use super::journal::{JournalState, Record};
+use super::journal::{JournalState, ObjectRecord, Record};
 use super::objects::{ObjectMeta, Phase, Replica, Shard};
 use super::service::MasterService;
+use crate::alloc::Allocation;
 use crate::error::Result;
-use crate::types::{BufferDescriptor, ClientId, DeploymentMode, Segment, WriteToken};
+use crate::types::{BufferDescriptor, ClientId, DeploymentMode, Segment, SegmentId, WriteToken};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -161,21 +162,48 @@ impl MasterService {
             allocators.insert(id, (allocator, kept.segment));
             restored.segments += 1;
         }
-        for (key, object) in state.objects {
-            let mut replicas = Vec::new();
-            for kept in &object.replicas {
-                let Some((allocator, segment)) = allocators.get(&kept.segment) else {
-                    continue;
-                };
-                let Some(allocation) = allocator.allocate_at(kept.offset, kept.size) else {
+        let objects: Vec<(String, ObjectRecord)> = state.objects.into_iter().collect();
+        // Ranges are carved in offset order per segment: the free lists stay short (in the
+        // table's random order each carve would split a long list of gaps).
+        let mut order: Vec<(SegmentId, u64, usize, usize)> = objects
+            .iter()
+            .enumerate()
+            .flat_map(|(o, (_, object))| {
+                let replicas = object.replicas.iter().enumerate();
+                replicas.map(move |(r, kept)| (kept.segment, kept.offset, o, r))
+            })
+            .collect();
+        order.sort_unstable();
+        let mut carved: Vec<Vec<Option<Arc<Allocation>>>> = objects
+            .iter()
+            .map(|(_, object)| vec![None; object.replicas.len()])
+            .collect();
+        for (segment, offset, o, r) in order {
+            let Some((allocator, _)) = allocators.get(&segment) else {
+                continue;
+            };
+            let size = objects[o].1.replicas[r].size;
+            match allocator.allocate_at(offset, size) {
+                Some(allocation) => carved[o][r] = Some(Arc::new(allocation)),
+                None => {
                     restored.overlapping_replicas += 1;
-                    tracing::error!(%key, offset = kept.offset, "journal: replica overlaps another; dropped");
+                    let key = &objects[o].0;
+                    tracing::error!(%key, offset, "journal: replica overlaps another; dropped");
+                }
+            }
+        }
+        for ((key, object), allocations) in objects.into_iter().zip(carved) {
+            let mut replicas = Vec::new();
+            for (kept, allocation) in object.replicas.iter().zip(allocations) {
+                let (Some(allocation), Some((_, segment))) =
+                    (allocation, allocators.get(&kept.segment))
+                else {
                     continue;
                 };
                 replicas.push(Replica {
                     id: kept.id,
                     segment: kept.segment,
-                    allocation: Arc::new(allocation),
+                    allocation,
                     buffer: BufferDescriptor {
                         size: object.size,
                         buffer_address: segment.base.saturating_add(kept.offset),

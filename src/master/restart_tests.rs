@@ -242,3 +242,34 @@ fn a_journal_in_p2p_mode_or_on_a_bad_directory_is_refused() {
     let refused = MasterService::open(MasterConfig::default(), JournalOptions::new(&file));
     assert_eq!(refused.err(), Some(ErrorCode::InternalError));
 }
+
+#[test]
+fn two_journaled_objects_on_one_range_never_both_come_back() {
+    let dir = TempDir::new("restart-overlap");
+    let (owner, seg, _) = populated(&dir, 1);
+    {
+        // A damaged journal: a second key naming the first one's range.
+        let master = open(&dir, fast_config());
+        let journal = master.journal.clone().unwrap();
+        let mut forged = master
+            .objects
+            .shard("key-0")
+            .get("key-0")
+            .unwrap()
+            .record(std::time::Instant::now());
+        forged.id += 1;
+        let lsn = journal.append(&super::journal::Record::Commit {
+            key: "forged".into(),
+            object: forged,
+        });
+        journal.wait_durable(lsn).unwrap();
+    }
+    let master = open(&dir, fast_config());
+    assert_eq!(master.restored.overlapping_replicas, 1);
+    assert_eq!(master.metrics().recovered_objects, 1);
+    master
+        .reattach_segment(owner, seg.epoch, with_epoch(&seg, seg.epoch + 1))
+        .unwrap();
+    let served = ["key-0", "forged"].map(|key| query(&master, key).is_ok());
+    assert_eq!(served.iter().filter(|&&ok| ok).count(), 1, "{served:?}");
+}
