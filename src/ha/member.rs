@@ -6,7 +6,7 @@
 //!   if absent (a transaction); the revision that created it is the leader's `view_version`
 //!   and fencing token. A candidate replays its journal *before* it competes, so the address
 //!   is published only once the master behind it can serve.
-//! - **Lease**: renewed every `lease_ttl / 5`; the leader serves only within
+//! - **Lease**: renewed every `lease_ttl / 5` (standbys are looked at every 50 ms between); the leader serves only within
 //!   [`super::role::fenced`] of the last renewal it sent, so it stops before etcd could
 //!   expire the lease and let another win (a partition from etcd, a stopped process).
 //! - **Journal**: standbys copy the leader's journal ([`JournalCopy`]); the leader reuses
@@ -36,6 +36,8 @@ use std::time::{Duration, Instant};
 
 /// Pause between two journal copy rounds of a standby.
 const FOLLOW_PERIOD: Duration = Duration::from_millis(20);
+/// How often a leader looks at its standbys (a new one is listed in sync within this).
+const IN_SYNC_PERIOD: Duration = Duration::from_millis(50);
 /// Pause after a failed round, or while waiting for a leader.
 const RETRY_PERIOD: Duration = Duration::from_millis(200);
 
@@ -243,21 +245,25 @@ impl Member {
     fn lead(&self, service: &MasterService, lease: i64, in_sync: &mut InSync, stop: &AtomicBool) {
         let ttl = self.config.lease_ttl;
         let period = ttl / 5;
+        let mut next_renewal = Instant::now();
         while !stop.load(Ordering::Acquire) {
-            let sent = Instant::now();
-            match self.etcd.keep_alive(lease) {
-                Ok(granted) if granted > 0 => {
-                    let granted = Duration::from_secs(granted as u64).min(ttl);
-                    self.role.extend(sent + fenced(granted));
+            if Instant::now() >= next_renewal {
+                let sent = Instant::now();
+                next_renewal = sent + period;
+                match self.etcd.keep_alive(lease) {
+                    Ok(granted) if granted > 0 => {
+                        let granted = Duration::from_secs(granted as u64).min(ttl);
+                        self.role.extend(sent + fenced(granted));
+                    }
+                    Ok(_) => {
+                        tracing::error!("the leader's lease is gone");
+                        return;
+                    }
+                    Err(_) => tracing::warn!(
+                        detail = %crate::error::last_error_message(),
+                        "lease renewal failed"
+                    ),
                 }
-                Ok(_) => {
-                    tracing::error!("the leader's lease is gone");
-                    return;
-                }
-                Err(_) => tracing::warn!(
-                    detail = %crate::error::last_error_message(),
-                    "lease renewal failed"
-                ),
             }
             if Instant::now() >= self.role.fence() {
                 tracing::error!("lease not renewed in time: standing down");
@@ -266,8 +272,8 @@ impl Member {
             if let Err(code) = self.keep_in_sync(service, in_sync) {
                 tracing::warn!(%code, "in-sync list not updated");
             }
-            let next = sent + period;
-            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            let pause = next_renewal.saturating_duration_since(Instant::now());
+            std::thread::sleep(pause.min(IN_SYNC_PERIOD));
         }
     }
 

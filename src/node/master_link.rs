@@ -38,6 +38,9 @@ use std::time::{Duration, Instant};
 
 /// Interval between pings (Mooncake: 1 s).
 pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(1);
+/// Interval between pings while the master is unreachable (a restart, a failover): the
+/// handle re-attaches soon after a master serves again.
+pub(crate) const UNREACHABLE_PING_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The ping timeout: `MC_PING_TIMEOUT_MS` (ms, default 2000, see `env.rs`) bounds
 /// connecting and waiting for each answer. Unset, unparsable or 0: the default (a bad value
@@ -264,9 +267,14 @@ impl Liveness {
             .spawn(move || {
                 let mut first_round = Some(first_round);
                 loop {
-                    // The first round pings at once, later ones a ping interval apart.
+                    // The first round pings at once, later ones a ping interval apart (a
+                    // shorter one while the master is unreachable).
                     if first_round.is_none() {
-                        match stopped.recv_timeout(PING_INTERVAL) {
+                        let interval = match probe.reachable.load(Ordering::Acquire) {
+                            true => PING_INTERVAL,
+                            false => UNREACHABLE_PING_INTERVAL,
+                        };
+                        match stopped.recv_timeout(interval) {
                             Err(RecvTimeoutError::Timeout) => {}
                             _ => return,
                         }

@@ -3,7 +3,7 @@
 //! compared with each other: call cost vs bytes, session vs pinning calls, pipeline vs ideal).
 //!
 //! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load | --tcp | --same-host | --rdma
-//! | --journal]
+//! | --journal | --failover]
 //! [--only NAME | --profile NAME]`, or `mc_bench --standalone [--json] [--quick]` (a dummy's
 //! get through its real client against memcpy, `standalone.rs`) (`--tcp`: only the memcpy
 //! limit and the TCP scenarios between two processes; `--same-host`: only the same-host
@@ -11,7 +11,8 @@
 //! against perftest, inside the soft-RoCE VM, `rdma.rs`; `--only NAME`: of the judged lines,
 //! only those whose name contains NAME; `--profile NAME`: the same without their limits, for a
 //! profiler; `--journal`: the master journal's cost (ops/s with and without it, interleaved)
-//! and a restart of 1 M objects (100 k with `--quick`), `journal.rs`; `--load`: only the
+//! and a restart of 1 M objects (100 k with `--quick`), `journal.rs`; `--failover`: an HA
+//! group on a real etcd, clients' wait when the leader is SIGKILLed, `failover.rs`; `--load`: only the
 //! master load test, `load.rs`, about 30 s; `--device`: only the memcpy
 //! limit, the embedded host scenarios and the device scenarios, which need a GPU and are
 //! skipped cleanly without one; `--stream`: only the memcpy limit and the on-stream
@@ -23,6 +24,7 @@
 //! limit_max, ratio_best`.
 
 mod device;
+mod failover;
 mod interleave;
 mod journal;
 mod limits;
@@ -64,6 +66,15 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("--serve-p2p-owner") {
         std::process::exit(p2p::serve_owner(&args[1..]));
+    }
+    if args.iter().any(|a| a == "--failover") {
+        let mut report = Report::new(json, interleave::Selection::default());
+        let quick = args.iter().any(|a| a == "--quick");
+        if let Err(message) = failover::run(&mut report, quick) {
+            eprintln!("mc_bench: {message}");
+            std::process::exit(1);
+        }
+        return;
     }
     if args.iter().any(|a| a == "--journal") {
         let mut report = Report::new(json, interleave::Selection::default());

@@ -1,0 +1,271 @@
+//! `--failover`: how long clients of an HA group wait when its leader dies.
+//!
+//! A real etcd (Debian's `etcd`, on loopback ports), two `mooncake_master`s with journals
+//! (`--enable_ha`, the default 5 s lease), a `mooncake_client` owning a 256 MB segment and two
+//! in-process clients following `etcd://`. Each round SIGKILLs the leader and measures, from
+//! the kill, the first successful get of a committed key on **every** client (the slower of
+//! the two), against the moment etcd dropped the dead leader's key (the floor: nobody may
+//! lead before); then the killed master is started again as a standby. Prints p50/p99 over
+//! the rounds (10; 3 with `--quick`).
+
+use crate::report::Report;
+use mooncake_rs::client::{Client, SetupConfig};
+use mooncake_rs::ha::etcd::Etcd;
+use mooncake_rs::ha::member::view_key;
+use mooncake_rs::types::ReplicateConfig;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest wait for anything in a round.
+const ROUND_LIMIT: Duration = Duration::from_secs(30);
+
+fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+/// A child process killed on drop.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for(limit: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if ready() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+fn sibling(name: &str) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let path = exe.with_file_name(name);
+    match path.exists() {
+        true => Ok(path),
+        false => Err(format!(
+            "{} not built (cargo build --release)",
+            path.display()
+        )),
+    }
+}
+
+/// The group's processes and directories.
+struct Group {
+    scratch: PathBuf,
+    etcd_port: u16,
+    _etcd: Process,
+    masters: Vec<(u16, Option<Process>)>,
+}
+
+impl Group {
+    fn start() -> Result<Group, String> {
+        let unique = format!(
+            "mc-bench-failover-{}-{:x}",
+            std::process::id(),
+            fastrand::u64(..)
+        );
+        let scratch = std::env::temp_dir().join(unique);
+        let (etcd_port, peer_port) = (free_port()?, free_port()?);
+        let url = |port: u16| format!("http://127.0.0.1:{port}");
+        let etcd = Command::new("etcd")
+            .arg(format!("--data-dir={}", scratch.join("etcd").display()))
+            .arg(format!("--listen-client-urls={}", url(etcd_port)))
+            .arg(format!("--advertise-client-urls={}", url(etcd_port)))
+            .arg(format!("--listen-peer-urls={}", url(peer_port)))
+            .arg(format!("--initial-advertise-peer-urls={}", url(peer_port)))
+            .arg(format!("--initial-cluster=default={}", url(peer_port)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start etcd (Debian package etcd-server): {e}"))?;
+        let mut group = Group {
+            scratch,
+            etcd_port,
+            _etcd: Process(etcd),
+            masters: Vec::new(),
+        };
+        let endpoint = [format!("127.0.0.1:{etcd_port}")];
+        if !wait_for(ROUND_LIMIT, || {
+            Etcd::connect(&endpoint, Duration::from_secs(1)).is_ok()
+        }) {
+            return Err("etcd did not start".into());
+        }
+        for _ in 0..2 {
+            let port = free_port()?;
+            group.masters.push((port, None));
+        }
+        for index in 0..2 {
+            group.start_master(index)?;
+        }
+        Ok(group)
+    }
+
+    fn start_master(&mut self, index: usize) -> Result<(), String> {
+        let (port, _) = self.masters[index];
+        let journal = self.scratch.join(format!("journal-{index}"));
+        let child = Command::new(sibling("mooncake_master")?)
+            .arg(format!("--rpc_port={port}"))
+            .arg("--rpc_address=127.0.0.1")
+            .arg("--enable_metric_reporting=false")
+            .arg("--enable_ha")
+            .arg(format!("--etcd_endpoints=127.0.0.1:{}", self.etcd_port))
+            .arg(format!("--journal_dir={}", journal.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start mooncake_master: {e}"))?;
+        self.masters[index].1 = Some(Process(child));
+        let listening = wait_for(ROUND_LIMIT, || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        match listening {
+            true => Ok(()),
+            false => Err("mooncake_master did not listen".into()),
+        }
+    }
+
+    fn addr(&self) -> String {
+        format!("etcd://127.0.0.1:{}", self.etcd_port)
+    }
+
+    /// The index of the master whose address the view names.
+    fn leader(&self, etcd: &Etcd) -> Option<usize> {
+        let view = etcd.get(&view_key("mooncake_cluster")).ok()??;
+        let port: u16 = view.value.rsplit(':').next()?.parse().ok()?;
+        self.masters.iter().position(|(p, _)| *p == port)
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.masters.clear();
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+fn client(addr: &str) -> Result<Client, String> {
+    Client::setup(SetupConfig {
+        local_hostname: "127.0.0.1".into(),
+        metadata_server: "P2PHANDSHAKE".into(),
+        global_segment_size: 0,
+        local_buffer_size: 0,
+        master_server_addr: addr.into(),
+        ..SetupConfig::default()
+    })
+    .map_err(|e| format!("client setup: {e}"))
+}
+
+fn peer(addr: &str, scratch: &Path) -> Result<Process, String> {
+    let child = Command::new(sibling("mooncake_client")?)
+        .arg(format!("--master_server_address={addr}"))
+        .arg("--host=127.0.0.1")
+        .arg("--global_segment_size=256 MB")
+        .arg("--local_buffer_size=0")
+        .env("MC_SAME_HOST", "0")
+        .current_dir(scratch)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start mooncake_client: {e}"))?;
+    Ok(Process(child))
+}
+
+/// Members of the group's in-sync list (see `ha::member`).
+fn in_sync_members(etcd: &Etcd) -> usize {
+    let list = etcd
+        .get("mooncake-store/mooncake_cluster/in_sync")
+        .ok()
+        .flatten();
+    let value = list.map(|v| v.value).unwrap_or_default();
+    let parsed: serde_json::Value = serde_json::from_str(&value).unwrap_or_default();
+    parsed["members"].as_array().map_or(0, Vec::len)
+}
+
+fn percentile(samples: &mut [f64], q: f64) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
+    samples.get(index).copied().unwrap_or(0.0)
+}
+
+/// Runs the failover rounds and prints their lines.
+pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
+    let mut group = Group::start()?;
+    let etcd = Etcd::connect(
+        &[format!("127.0.0.1:{}", group.etcd_port)],
+        Duration::from_secs(1),
+    )
+    .map_err(|e| format!("etcd: {e}"))?;
+    if !wait_for(ROUND_LIMIT, || group.leader(&etcd).is_some()) {
+        return Err("no leader elected".into());
+    }
+    std::fs::create_dir_all(&group.scratch).map_err(|e| e.to_string())?;
+    let _peer = peer(&group.addr(), &group.scratch)?;
+    let clients = [client(&group.addr())?, client(&group.addr())?];
+    let value = vec![7u8; 4096];
+    let put = wait_for(ROUND_LIMIT, || {
+        clients[0]
+            .put_from("committed", &value, &ReplicateConfig::default())
+            .is_ok()
+    });
+    if !put {
+        return Err("the first put never succeeded".into());
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let rounds = if quick { 3 } else { 10 };
+    let (mut recovered, mut expired) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        // Both masters in the in-sync list: the standby copied the journal and may take over.
+        if !wait_for(ROUND_LIMIT, || in_sync_members(&etcd) == 2) {
+            return Err("the standby never got in sync".into());
+        }
+        let leader = group.leader(&etcd).ok_or("no leader")?;
+        let killed = Instant::now();
+        group.masters[leader].1 = None; // SIGKILL
+        let mut key_gone = None;
+        let mut done = [None, None];
+        let finished = wait_for(ROUND_LIMIT, || {
+            if key_gone.is_none() && group.leader(&etcd) != Some(leader) {
+                key_gone = Some(killed.elapsed());
+            }
+            for (slot, client) in done.iter_mut().zip(&clients) {
+                let mut buf = vec![0u8; 4096];
+                if slot.is_none() && client.get_into("committed", &mut buf) == Ok(4096) {
+                    *slot = Some(killed.elapsed());
+                }
+            }
+            done.iter().all(Option::is_some)
+        });
+        if !finished {
+            return Err(format!(
+                "the clients did not recover within {ROUND_LIMIT:?}"
+            ));
+        }
+        let slowest = done.iter().flatten().max().copied().unwrap_or_default();
+        recovered.push(slowest.as_secs_f64());
+        expired.push(key_gone.unwrap_or(slowest).as_secs_f64());
+        group.start_master(leader)?;
+    }
+    let name = format!("failover: get on every client p50 ({rounds} kills, 5 s lease)");
+    let (r50, e50) = (
+        percentile(&mut recovered.clone(), 0.5),
+        percentile(&mut expired.clone(), 0.5),
+    );
+    report.line(&name, r50, "s", "leader's key gone in etcd p50", e50);
+    let name = format!("failover: get on every client p99 ({rounds} kills)");
+    let (r99, e99) = (
+        percentile(&mut recovered, 0.99),
+        percentile(&mut expired, 0.99),
+    );
+    report.line(&name, r99, "s", "leader's key gone in etcd p99", e99);
+    Ok(())
+}
