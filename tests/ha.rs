@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{etcd_master_addr, local_client, pattern, wait_until, EtcdMember, Master, PeerClient};
+use common::{
+    etcd_master_addr, local_client, pattern, wait_until, EtcdMember, Master, PeerClient, TcpProxy,
+};
 use mooncake_rs::client::Client;
 use mooncake_rs::master::{MasterApi, RemoteMaster, RpcMasterClient};
 use mooncake_rs::rpc::Timeouts;
@@ -279,4 +281,46 @@ fn a_leader_cut_off_from_etcd_stops_serving_within_its_lease_and_serves_again_af
     etcd[0].signal(libc::SIGCONT);
     leader_of(&[a], Duration::from_secs(15));
     all_readable(client, "k", 30, Duration::from_secs(15));
+}
+
+#[test]
+fn a_leader_partitioned_from_etcd_stands_down_before_its_standby_takes_over() {
+    let etcd = EtcdMember::cluster(1);
+    // The first master reaches etcd only through a proxy the test can cut.
+    let proxy = TcpProxy::start(etcd[0].client_port);
+    let a = member(&format!("127.0.0.1:{}", proxy.port));
+    leader_of(&[&a], Duration::from_secs(10));
+    let b = member(&endpoints(&etcd));
+    let addr = etcd_master_addr(&etcd);
+    let _peer = PeerClient::start(&addr, "64 MB");
+    let client = local_client(&addr, 0, 0);
+    put_keys(&client, "k", 50);
+    // B is in sync before the partition.
+    std::thread::sleep(Duration::from_millis(500));
+    proxy.cut();
+    let cut = Instant::now();
+    let (mut a_stopped, mut b_started) = (None, None);
+    let both = wait_until(Duration::from_millis(4 * LEASE_MS), || {
+        if a_stopped.is_none() && !leads(&a) {
+            a_stopped = Some(cut.elapsed());
+        }
+        if b_started.is_none() && leads(&b) {
+            b_started = Some(cut.elapsed());
+        }
+        a_stopped.is_some() && b_started.is_some()
+    });
+    assert!(both, "stopped {a_stopped:?}, took over {b_started:?}");
+    let (stopped, started) = (a_stopped.unwrap(), b_started.unwrap());
+    eprintln!("partitioned leader stopped after {stopped:?}, standby led after {started:?}");
+    assert!(
+        stopped < started,
+        "two leaders: A stopped {stopped:?}, B led {started:?}"
+    );
+    all_readable(&client, "k", 50, Duration::from_secs(15));
+    // Healed, the old leader follows the new one; it never leads again meanwhile.
+    proxy.heal();
+    std::thread::sleep(Duration::from_millis(LEASE_MS));
+    assert!(!leads(&a) && leads(&b));
+    put_keys(&client, "more", 10);
+    all_readable(&client, "more", 10, Duration::from_secs(5));
 }

@@ -651,3 +651,60 @@ pub fn etcd_master_addr(members: &[EtcdMember]) -> String {
     let list: Vec<String> = members.iter().map(EtcdMember::endpoint).collect();
     format!("etcd://{}", list.join(";"))
 }
+
+/// A TCP proxy on a loopback port forwarding to `127.0.0.1:<target>`, that can cut every
+/// connection and refuse new ones (a partition of whoever connects through it) and heal.
+pub struct TcpProxy {
+    pub port: u16,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    streams: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl TcpProxy {
+    /// Starts forwarding to `target`.
+    pub fn start(target: u16) -> TcpProxy {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let streams: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (flag, list) = (Arc::clone(&cut), Arc::clone(&streams));
+        std::thread::spawn(move || {
+            for inbound in listener.incoming().flatten() {
+                if flag.load(Ordering::Acquire) {
+                    continue; // dropped: the connection is refused
+                }
+                let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let pairs = [
+                    (inbound.try_clone(), outbound.try_clone()),
+                    (outbound.try_clone(), inbound.try_clone()),
+                ];
+                list.lock().unwrap().extend([inbound, outbound]);
+                for pair in pairs {
+                    if let (Ok(mut from), Ok(mut to)) = pair {
+                        std::thread::spawn(move || {
+                            let _ = std::io::copy(&mut from, &mut to);
+                            let _ = to.shutdown(std::net::Shutdown::Both);
+                        });
+                    }
+                }
+            }
+        });
+        TcpProxy { port, cut, streams }
+    }
+
+    /// Cuts every connection and refuses new ones.
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::Release);
+        for stream in self.streams.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Accepts connections again.
+    pub fn heal(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::Release);
+    }
+}
