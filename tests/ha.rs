@@ -324,3 +324,57 @@ fn a_leader_partitioned_from_etcd_stands_down_before_its_standby_takes_over() {
     put_keys(&client, "more", 10);
     all_readable(&client, "more", 10, Duration::from_secs(5));
 }
+
+#[test]
+fn a_p2p_group_fails_over_and_its_owners_reclaim_their_keys() {
+    use common::{p2p_accessor, P2pOwnerProcess};
+    use mooncake_rs::p2p::{RequestOptions, TransferDirection};
+    let etcd = EtcdMember::cluster(1);
+    let grace = format!(
+        "--p2p_route_grace_ms={}",
+        mooncake_rs::p2p::MASTER_ROUTE_GRACE.as_millis()
+    );
+    let p2p_master = || {
+        // A client TTL longer than a failover: the old leader cannot have expired the owner
+        // before it died, so the owner vouches for its keys to the new one.
+        Master::start(&[
+            "--deployment_mode=P2P",
+            "--client_ttl=10",
+            "--enable_ha",
+            &format!("--etcd_endpoints={}", endpoints(&etcd)),
+            &format!("--ha_lease_ttl_ms={LEASE_MS}"),
+            &grace,
+        ])
+    };
+    let (a, b) = (
+        Member {
+            master: p2p_master(),
+            _dir: Dir::new(),
+        },
+        Member {
+            master: p2p_master(),
+            _dir: Dir::new(),
+        },
+    );
+    let first = leader_of(&[&a, &b], Duration::from_secs(10));
+    let addr = etcd_master_addr(&etcd);
+    let owner = P2pOwnerProcess::start(&addr, &[], &[]);
+    let accessor = p2p_accessor(&addr, TransferDirection::Reverse);
+    let to_owner = RequestOptions {
+        direction: Some(TransferDirection::Reverse),
+        preferred_owner: Some(owner.name.clone()),
+    };
+    let value = pattern(4096, 9);
+    accessor.put("k", &value, &to_owner).unwrap();
+    let (mut leader, standby) = if first == 0 { (a, b) } else { (b, a) };
+    leader.master.kill();
+    assert!(
+        wait_until(Duration::from_secs(10), || leads(&standby)),
+        "no takeover"
+    );
+    let forward = RequestOptions::direction(TransferDirection::Forward);
+    let back = wait_until(Duration::from_secs(15), || {
+        accessor.get("k", &forward).is_ok_and(|v| v == value)
+    });
+    assert!(back, "the owner's key is not routed by the new leader");
+}

@@ -183,8 +183,12 @@ impl Member {
         }
     }
 
-    /// Whether this member may take over (see the module documentation).
+    /// Whether this member may take over (see the module documentation). Always in P2P mode:
+    /// no journal, nothing a new leader could serve wrongly (owners reclaim their routes).
     fn eligible(&self) -> Result<bool> {
+        if self.config.journal.is_none() {
+            return Ok(true);
+        }
         let Some(list) = self.etcd.get(&in_sync_key(&self.config.cluster_id))? else {
             return Ok(true);
         };

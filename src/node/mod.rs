@@ -22,3 +22,4 @@ pub use local_buffer::LocalAlloc;
 pub(crate) use local_buffer::LocalBuffer;
 pub(crate) use master_link::{LivenessHook, MasterLink, PING_INTERVAL};
 pub(crate) use own_segment::{OwnSegment, SEGMENT_FILE};
+pub(crate) use standing::margin as ttl_margin;

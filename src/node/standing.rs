@@ -52,7 +52,7 @@ struct Chain {
 
 /// What is taken off the master's TTL: 2 % (clocks of two machines may run at rates up to
 /// 0.05 % apart) and 5 ms.
-fn margin(ttl: Duration) -> Duration {
+pub(crate) fn margin(ttl: Duration) -> Duration {
     ttl / 50 + Duration::from_millis(5)
 }
 

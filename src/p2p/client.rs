@@ -133,8 +133,9 @@ impl P2pClient {
             // The master's view, so a later re-registration can tell an expiry by this master
             // (it keeps our claims) from a restart.
             let sent_at = std::time::Instant::now();
-            let view = master.ping(id)?.view_version;
-            manager.registration().confirm(sent_at, view);
+            let answer = master.ping(id)?;
+            let registration = manager.registration();
+            registration.confirm(sent_at, answer.view_version, answer.client_ttl_ms);
             (Some(manager), Some(server), Some(me))
         } else {
             (None, None, None)
@@ -547,12 +548,12 @@ impl LivenessHook for Inner {
             self.master.p2p_register_owner(me.clone())?;
         }
         if registration.must_republish() {
-            // Another master's view, and we were unconfirmed when this one answered: the old
-            // one may have expired us and routed our keys elsewhere (and removed them) before
-            // it died, which this one cannot know. View 0 says so: it keeps only what it
-            // already routes to us.
+            // Another master's view, and the old one's client TTL ran out since it last
+            // confirmed us: it may have expired us and routed our keys elsewhere (and removed
+            // them) before it died, which this one cannot know. View 0 says so: it keeps only
+            // what it already routes to us.
             let mut view = registration.view();
-            if view != answer.view_version && !registration.confirmed_at(answered_at) {
+            if view != answer.view_version && !registration.vouches_at(answered_at) {
                 view = 0;
             }
             let dropped = owner.reclaim(view)?;
@@ -561,7 +562,7 @@ impl LivenessHook for Inner {
             }
             registration.republished();
         }
-        registration.confirm(sent_at, answer.view_version);
+        registration.confirm(sent_at, answer.view_version, answer.client_ttl_ms);
         Ok(())
     }
 }

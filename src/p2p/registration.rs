@@ -36,6 +36,8 @@ pub(crate) struct Registration {
     /// The `view_version` of the master that last confirmed us: a master with the same view
     /// expired us (and keeps our claims), one with another view restarted.
     view: AtomicU64,
+    /// That master's client TTL in ms (0: it named none).
+    ttl_ms: AtomicU64,
 }
 
 impl Registration {
@@ -45,14 +47,17 @@ impl Registration {
             confirmed_at: Mutex::new(Instant::now()),
             republish: AtomicBool::new(false),
             view: AtomicU64::new(0),
+            ttl_ms: AtomicU64::new(0),
         }
     }
 
-    /// The master with view `view` knew this owner and all its keys as of `sent_at` (when the
-    /// ping or the re-registration it answered was sent). Never moves the confirmation back.
-    pub(crate) fn confirm(&self, sent_at: Instant, view: u64) {
+    /// The master with view `view` (client TTL `ttl_ms`) knew this owner and all its keys as
+    /// of `sent_at` (when the ping or the re-registration it answered was sent). Never moves
+    /// the confirmation back.
+    pub(crate) fn confirm(&self, sent_at: Instant, view: u64, ttl_ms: u64) {
         let mut confirmed = self.confirmed_at.lock();
         self.view.store(view, Ordering::Release);
+        self.ttl_ms.store(ttl_ms, Ordering::Release);
         if sent_at > *confirmed {
             *confirmed = sent_at;
         }
@@ -63,11 +68,18 @@ impl Registration {
         self.view.load(Ordering::Acquire)
     }
 
-    /// Whether this owner was still confirmed at `at`: a master it confirmed with cannot have
-    /// expired it before then (its TTL is at least [`FENCE_AFTER`]), so every key it held was
-    /// still its own at that master.
-    pub(crate) fn confirmed_at(&self, at: Instant) -> bool {
-        at.saturating_duration_since(*self.confirmed_at.lock()) < FENCE_AFTER
+    /// Whether the master that last confirmed this owner cannot have expired it by `at`: less
+    /// than that master's client TTL (less a margin for clock rates; [`FENCE_AFTER`] when it
+    /// named none) passed since the confirmed ping was sent. Every key the owner held was then
+    /// still its own at that master, whenever it stopped answering (a restart, a failover to
+    /// another master of its group).
+    pub(crate) fn vouches_at(&self, at: Instant) -> bool {
+        let ttl = match self.ttl_ms.load(Ordering::Acquire) {
+            0 => FENCE_AFTER,
+            ms => Duration::from_millis(ms),
+        };
+        let ttl = ttl.saturating_sub(crate::node::ttl_margin(ttl));
+        at.saturating_duration_since(*self.confirmed_at.lock()) < ttl
     }
 
     /// The master answered that it does not know this owner: its keys must be published again
@@ -114,19 +126,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_owner_vouches_for_its_keys_while_its_last_master_cannot_have_expired_it() {
+        let registration = Registration::new();
+        let at = Instant::now();
+        registration.confirm(at, 5, 10_000);
+        assert!(
+            registration.vouches_at(at + Duration::from_secs(5)),
+            "a failover's length"
+        );
+        assert!(
+            !registration.vouches_at(at + Duration::from_millis(9_800)),
+            "the margin"
+        );
+        assert!(!registration.vouches_at(at + Duration::from_secs(10)));
+        registration.confirm(at, 6, 0);
+        assert!(
+            !registration.vouches_at(at + FENCE_AFTER),
+            "no TTL named: FENCE_AFTER"
+        );
+    }
+
+    #[test]
     fn reads_stop_once_unconfirmed_and_resume_when_confirmed() {
         let registration = Registration::new();
         assert!(registration.check_serving().is_ok());
         let long_ago = Instant::now() - FENCE_AFTER;
         *registration.confirmed_at.lock() = long_ago;
         assert_eq!(registration.check_serving(), Err(ErrorCode::ObjectNotFound));
-        registration.confirm(long_ago - Duration::from_secs(1), 7);
+        registration.confirm(long_ago - Duration::from_secs(1), 7, 0);
         assert!(registration.check_serving().is_err(), "moved back");
-        registration.confirm(Instant::now(), 8);
+        registration.confirm(Instant::now(), 8, 0);
         assert!(registration.check_serving().is_ok());
         assert_eq!(registration.view(), 8);
-        assert!(registration.confirmed_at(Instant::now()));
-        assert!(!registration.confirmed_at(Instant::now() + FENCE_AFTER));
+        assert!(registration.vouches_at(Instant::now()));
+        assert!(!registration.vouches_at(Instant::now() + FENCE_AFTER));
         registration.forgotten();
         assert!(registration.must_republish());
         assert_eq!(registration.check_serving(), Err(ErrorCode::ObjectNotFound));

@@ -61,7 +61,8 @@ pub struct Master {
 }
 
 impl Master {
-    /// Starts a master with test-friendly timing (client_ttl 2 s) plus `extra` flags. A port
+    /// Starts a master with test-friendly timing (client_ttl 2 s unless `extra` sets it) plus
+    /// `extra` flags. A port
     /// taken between `free_port()` and the master's bind (another test's process) makes the
     /// master exit: then it is started again on another port, up to 5 times.
     pub fn start(extra: &[&str]) -> Master {
@@ -92,8 +93,10 @@ impl Master {
             "--rpc_address=127.0.0.1".into(),
             format!("--metrics_port={metrics_port}"),
             "--metrics_host=127.0.0.1".into(),
-            "--client_ttl=2".into(),
         ];
+        if !extra.iter().any(|flag| flag.starts_with("--client_ttl")) {
+            args.push("--client_ttl=2".into());
+        }
         // No restart grace unless a test asks for one (it restarts a P2P master): a fresh
         // master would otherwise hold P2P commits for its first seconds.
         if !extra
