@@ -28,7 +28,8 @@ pub struct Versioned {
 /// See the module documentation.
 pub struct Etcd {
     runtime: tokio::runtime::Runtime,
-    client: Mutex<Client>,
+    endpoints: Vec<String>,
+    client: Mutex<Option<Client>>,
     timeout: Duration,
     keeper: Mutex<Option<(i64, LeaseKeeper, LeaseKeepAliveStream)>>,
 }
@@ -53,10 +54,11 @@ pub fn endpoints(list: &str) -> Vec<String> {
 }
 
 impl Etcd {
-    /// Connects to the members `endpoints` (see [`endpoints`]); `timeout` bounds connecting
-    /// and every later operation. Errors: `INVALID_PARAMS` for an empty list,
-    /// `ETCD_OPERATION_ERROR` when no member answers.
-    pub fn connect(endpoints: &[String], timeout: Duration) -> Result<Etcd> {
+    /// A client of the members `endpoints` (see [`endpoints`]) that connects at its first
+    /// operation (and again after a failed connect); `timeout` bounds connecting and every
+    /// operation. Errors: `INVALID_PARAMS` for an empty list, `ETCD_OPERATION_ERROR` when the
+    /// runtime cannot be built.
+    pub fn new(endpoints: &[String], timeout: Duration) -> Result<Etcd> {
         if endpoints.is_empty() {
             return fail(ErrorCode::InvalidParams, "no etcd endpoints");
         }
@@ -67,27 +69,46 @@ impl Etcd {
             Ok(runtime) => runtime,
             Err(error) => return etcd_fail("runtime", error),
         };
-        let options = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            .with_timeout(timeout)
-            .with_keep_alive(timeout, timeout);
-        let connect = Client::connect(endpoints, Some(options));
-        // The timer is made inside the runtime (it needs its reactor).
-        let client = match runtime.block_on(async { tokio::time::timeout(timeout, connect).await })
-        {
-            Ok(Ok(client)) => client,
-            Ok(Err(error)) => return etcd_fail("connect", error),
-            Err(_) => return etcd_fail("connect", "timed out"),
-        };
-        let etcd = Etcd {
+        Ok(Etcd {
             runtime,
-            client: Mutex::new(client),
+            endpoints: endpoints.to_vec(),
+            client: Mutex::new(None),
             timeout,
             keeper: Mutex::new(None),
-        };
-        // The channel connects lazily: make sure a member answers.
+        })
+    }
+
+    /// [`Etcd::new`], then one operation: `ETCD_OPERATION_ERROR` when no member answers.
+    pub fn connect(endpoints: &[String], timeout: Duration) -> Result<Etcd> {
+        let etcd = Etcd::new(endpoints, timeout)?;
         etcd.get("mooncake-store/probe")?;
         Ok(etcd)
+    }
+
+    /// The connected client (connecting now if not yet).
+    fn client(&self) -> Result<Client> {
+        let mut client = self.client.lock();
+        if let Some(client) = client.as_ref() {
+            return Ok(client.clone());
+        }
+        let options = ConnectOptions::new()
+            .with_connect_timeout(self.timeout)
+            .with_timeout(self.timeout)
+            .with_keep_alive(self.timeout, self.timeout);
+        let connect = Client::connect(&self.endpoints, Some(options));
+        let limit = self.timeout;
+        // The timer is made inside the runtime (it needs its reactor).
+        let connected = self
+            .runtime
+            .block_on(async { tokio::time::timeout(limit, connect).await });
+        match connected {
+            Ok(Ok(connected)) => {
+                *client = Some(connected.clone());
+                Ok(connected)
+            }
+            Ok(Err(error)) => etcd_fail("connect", error),
+            Err(_) => etcd_fail("connect", "timed out"),
+        }
     }
 
     fn run<T, E: std::fmt::Display>(
@@ -108,7 +129,7 @@ impl Etcd {
 
     /// The value of `key` and its create revision; `None` when absent.
     pub fn get(&self, key: &str) -> Result<Option<Versioned>> {
-        let mut client = self.client.lock().clone();
+        let mut client = self.client()?;
         let answer = self.run("get", client.get(key, None))?;
         Ok(answer.kvs().first().map(|kv| Versioned {
             value: String::from_utf8_lossy(kv.value()).into_owned(),
@@ -118,7 +139,7 @@ impl Etcd {
 
     /// A lease of `ttl` (whole seconds, at least 1); returns its id.
     pub fn grant(&self, ttl: Duration) -> Result<i64> {
-        let mut client = self.client.lock().clone();
+        let mut client = self.client()?;
         let seconds = ttl.as_secs().max(1) as i64;
         Ok(self
             .run("lease grant", client.lease_grant(seconds, None))?
@@ -128,7 +149,7 @@ impl Etcd {
     /// Creates `key` = `value` under `lease` if it does not exist; returns the revision that
     /// created it, or `None` when it exists.
     pub fn create(&self, key: &str, value: &str, lease: i64) -> Result<Option<u64>> {
-        let mut client = self.client.lock().clone();
+        let mut client = self.client()?;
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then([TxnOp::put(
@@ -144,7 +165,7 @@ impl Etcd {
     /// Sets `key` = `value` if `guard` still exists with create revision `guard_revision`
     /// (the caller still leads). Returns whether it was set.
     pub fn put_if(&self, guard: &str, guard_revision: u64, key: &str, value: &str) -> Result<bool> {
-        let mut client = self.client.lock().clone();
+        let mut client = self.client()?;
         let revision = i64::try_from(guard_revision).unwrap_or(i64::MAX);
         let txn = Txn::new()
             .when([Compare::create_revision(guard, CompareOp::Equal, revision)])
@@ -156,7 +177,7 @@ impl Etcd {
     pub fn keep_alive(&self, lease: i64) -> Result<i64> {
         let mut keeper = self.keeper.lock();
         if keeper.as_ref().is_none_or(|(id, _, _)| *id != lease) {
-            let mut client = self.client.lock().clone();
+            let mut client = self.client()?;
             let (new_keeper, stream) = self.run("keep alive", client.lease_keep_alive(lease))?;
             *keeper = Some((lease, new_keeper, stream));
         }
@@ -190,7 +211,7 @@ impl Etcd {
 
     /// Revokes `lease` (its keys disappear at once). Best effort for a step-down.
     pub fn revoke(&self, lease: i64) -> Result<()> {
-        let mut client = self.client.lock().clone();
+        let mut client = self.client()?;
         self.keeper.lock().take();
         self.run("lease revoke", client.lease_revoke(lease))
             .map(drop)

@@ -97,8 +97,7 @@ pub struct Member {
 
 impl Member {
     /// A member serving through `role`. Errors: `INVALID_PARAMS` (a CENTRALIZED member
-    /// without a journal), the journal directory's, `ETCD_OPERATION_ERROR` when no etcd
-    /// member answers.
+    /// without a journal, no etcd endpoint), the journal directory's.
     pub fn new(config: HaConfig, role: Arc<Role>) -> Result<Member> {
         let member = match (&config.journal, config.master.deployment_mode) {
             (Some(journal), _) => member_id(&journal.dir)?,
@@ -110,7 +109,9 @@ impl Member {
                 )
             }
         };
-        let etcd = Etcd::connect(&config.endpoints, etcd_timeout(config.lease_ttl))?;
+        // Connected at the first round (and retried every round): a master may start before
+        // etcd answers.
+        let etcd = Etcd::new(&config.endpoints, etcd_timeout(config.lease_ttl))?;
         Ok(Member {
             config,
             role,

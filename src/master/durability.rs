@@ -65,9 +65,22 @@ impl MasterService {
         if !std::mem::take(&mut meta.journaled) {
             return None;
         }
-        Some(journal.append(&Record::Remove {
+        let lsn = journal.append(&Record::Remove {
             key: key.to_string(),
-        }))
+        });
+        self.objects.note_removal(key, lsn);
+        Some(lsn)
+    }
+
+    /// Waits until the last journaled removal in `key`'s shard is safe (durable here and at
+    /// every standby): called before a write of `key` is granted or a removal acknowledged,
+    /// so a failover can lose the newest commits but never bring back a value removed before
+    /// an acknowledged write or removal. Errors: see [`Self::wait_durable`].
+    pub(super) fn wait_removals_safe(&self, key: &str) -> Result<()> {
+        match self.objects.last_removal(key) {
+            0 => Ok(()),
+            lsn => self.wait_durable(Some(lsn)),
+        }
     }
 
     /// Journals the commit of `key` (complete now).

@@ -14,6 +14,7 @@ use parking_lot::{Mutex, MutexGuard};
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -257,6 +258,10 @@ pub(crate) type Shard = HashMap<String, ObjectMeta>;
 pub(crate) struct ObjectTable {
     hasher: RandomState,
     shards: Vec<Mutex<Shard>>,
+    /// Per shard: the journal LSN of the last removal of one of its committed objects (set
+    /// under the shard's lock). A write of a key waits until it is safe before it is granted,
+    /// so no acknowledged write can be followed, after a failover, by a removed older value.
+    removals: Vec<AtomicU64>,
 }
 
 impl Default for ObjectTable {
@@ -264,15 +269,29 @@ impl Default for ObjectTable {
         ObjectTable {
             hasher: RandomState::new(),
             shards: (0..NUM_SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
+            removals: (0..NUM_SHARDS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 }
 
 impl ObjectTable {
+    fn index(&self, key: &str) -> usize {
+        (self.hasher.hash_one(key) % NUM_SHARDS as u64) as usize
+    }
+
     /// Locks the shard owning `key`.
     pub(crate) fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
-        let index = (self.hasher.hash_one(key) % NUM_SHARDS as u64) as usize;
-        self.shards[index].lock()
+        self.shards[self.index(key)].lock()
+    }
+
+    /// Records that a committed object of `key`'s shard was journaled removed at `lsn`.
+    pub(crate) fn note_removal(&self, key: &str, lsn: u64) {
+        self.removals[self.index(key)].fetch_max(lsn, Ordering::AcqRel);
+    }
+
+    /// The LSN of the last journaled removal in `key`'s shard (0: none).
+    pub(crate) fn last_removal(&self, key: &str) -> u64 {
+        self.removals[self.index(key)].load(Ordering::Acquire)
     }
 
     /// Every shard, one at a time (each lock released before the next is taken).

@@ -7,7 +7,10 @@ use std::time::Instant;
 
 impl MasterService {
     /// Removes one key. Errors: `OBJECT_NOT_FOUND`, `REPLICA_IS_NOT_READY` (being written,
-    /// even with `force`), `OBJECT_HAS_LEASE` (leased and not `force`).
+    /// even with `force`), `OBJECT_HAS_LEASE` (leased and not `force`); with a journal,
+    /// `INTERNAL_ERROR` when the removal is not safe (durable, copied by the standbys) within
+    /// [`super::journal::DURABLE_WAIT`] (the key is gone here, but may come back after a
+    /// failover).
     pub(super) fn remove(&self, key: &str, force: bool) -> Result<()> {
         check_key(key)?;
         let now = Instant::now();
@@ -27,7 +30,9 @@ impl MasterService {
         if let Some(mut meta) = self.take_object(&mut shard, key) {
             self.retire(&mut meta, now);
         }
-        Ok(())
+        drop(shard);
+        // Acknowledged only once the removal survives a failover.
+        self.wait_removals_safe(key)
     }
 
     /// Removes every complete object whose key satisfies `wanted` and that is unleased (or
@@ -49,6 +54,11 @@ impl MasterService {
                     removed += 1;
                 }
             }
+        }
+        if let Some(journal) = &self.journal {
+            // Acknowledged only once the removals survive a failover (best effort: the count
+            // is the answer; a journal that is stuck is reported by its own metrics).
+            let _ = self.wait_durable(Some(journal.last_appended()));
         }
         removed
     }

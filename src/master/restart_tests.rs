@@ -161,17 +161,31 @@ fn a_range_is_reused_only_after_its_removal_is_durable_so_a_removed_key_never_re
     let journal = master.journal.clone().unwrap();
     // Hold the flusher between its sync and the release of the gate.
     let held = journal.hold_release();
-    one(master.batch_remove(vec!["old".into()], true)).unwrap();
+    let remover = {
+        let master = Arc::clone(&master);
+        std::thread::spawn(move || one(master.batch_remove(vec!["old".into()], true)))
+    };
+    let gone = wait_until(Duration::from_secs(5), || {
+        query(&master, "old").err() == Some(ErrorCode::ObjectNotFound)
+    });
+    assert!(gone, "removed from the table");
     assert_eq!(
         grant(&master, owner, "new", 4096).err(),
         Some(ErrorCode::NoAvailableHandle),
         "the range waits for the removal to be durable"
     );
+    assert!(!remover.is_finished(), "acknowledged before it was durable");
     drop(held);
+    assert_eq!(remover.join().unwrap(), Ok(()));
     let reused = wait_until(Duration::from_secs(5), || {
         grant(&master, owner, "new", 4096).is_ok()
     });
-    assert!(reused, "reused once the removal is durable");
+    assert!(
+        reused,
+        "reused once the removal is durable: {:?} {:?}",
+        grant(&master, owner, "new", 4096).err(),
+        journal.metrics()
+    );
     let token = super::tests::current_token(&master, "new");
     one(master.batch_put_end(owner, vec!["new".into()], vec![token])).unwrap();
     drop((master, journal));

@@ -45,6 +45,19 @@ fn a_promoted_standby_serves_what_the_leader_committed_through_rotations_and_com
     let seg = segment("h1", 64 << 20);
     master.mount_segment(owner, seg.clone()).unwrap();
     let mut copy = JournalCopy::start(standby_dir.path()).unwrap();
+    copy.sync_once(&*master).unwrap();
+    // The standby copies all along, as a standby's loop does (writes and removals wait for it).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let copier = {
+        let (master, stop) = (Arc::clone(&master), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                copy.sync_once(&*master).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            copy
+        })
+    };
     for round in 0..20 {
         for i in 0..100 {
             put(&master, owner, &format!("k{round}-{i}"), 1000);
@@ -52,8 +65,9 @@ fn a_promoted_standby_serves_what_the_leader_committed_through_rotations_and_com
         for i in (0..100).step_by(3) {
             one(master.batch_remove(vec![format!("k{round}-{i}")], true)).unwrap();
         }
-        copy.sync_once(&*master).unwrap();
     }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let mut copy = copier.join().unwrap();
     let journal = master.journal.clone().unwrap();
     let durable = crate::test_util::wait_until(std::time::Duration::from_secs(5), || {
         copy.sync_once(&*master).unwrap();
@@ -82,16 +96,25 @@ fn a_leader_reuses_freed_space_only_after_its_standby_holds_the_removal() {
     put(&master, owner, "old", 4096);
     let mut copy = JournalCopy::start(standby_dir.path()).unwrap();
     copy.sync_once(&*master).unwrap();
-    one(master.batch_remove(vec!["old".into()], true)).unwrap();
+    // The removal is acknowledged only once the standby holds it.
+    let remover = {
+        let master = Arc::clone(&master);
+        std::thread::spawn(move || one(master.batch_remove(vec!["old".into()], true)))
+    };
     std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(
+        !remover.is_finished(),
+        "acknowledged before the standby held it"
+    );
     assert_eq!(
         grant(&master, owner, "new", 4096).err(),
         Some(ErrorCode::NoAvailableHandle),
         "durable here, not yet at the standby"
     );
-    // The standby copies the removal; its next report releases the range.
+    // The standby copies the removal; its next report releases the range and the remover.
     copy.sync_once(&*master).unwrap();
     copy.sync_once(&*master).unwrap();
+    assert_eq!(remover.join().unwrap(), Ok(()));
     assert!(grant(&master, owner, "new", 4096).is_ok());
     // Dropped from the followers (the HA layer recorded it out of sync): no more waiting.
     let journal = master.journal.clone().unwrap();

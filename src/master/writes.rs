@@ -124,7 +124,10 @@ impl MasterService {
         if let Some(mut stale) = self.take_object(&mut shard, key) {
             self.retire(&mut stale, now);
         }
-        Ok(self.start_new(&mut shard, client, key, size, replicas, config))
+        let grant = self.start_new(&mut shard, client, key, size, replicas, config);
+        drop(shard);
+        self.wait_removals_safe(key)?;
+        Ok(grant)
     }
 
     /// `UpsertStart` for one key: see [`crate::master::MasterApi::batch_upsert_start`].
@@ -138,8 +141,8 @@ impl MasterService {
     /// The object is unreadable (`REPLICA_IS_NOT_READY`) until `put_end`; its hard pin is kept.
     /// Every upsert start is a new write with a new token: the pre-empted or overwritten
     /// write's token is stale from now on. With a journal, the old value's removal is
-    /// journaled first, and an in-place rewrite waits until it is durable (`INTERNAL_ERROR`
-    /// if it is not within [`super::journal::DURABLE_WAIT`]; the write is then abandoned).
+    /// journaled first and the grant waits until it is safe (`INTERNAL_ERROR` if it is not
+    /// within [`super::journal::DURABLE_WAIT`]; the write is then abandoned).
     pub(super) fn upsert_start(
         &self,
         client: ClientId,
@@ -164,7 +167,7 @@ impl MasterService {
                     true => None,
                     false => Some(self.place(size, config)?),
                 };
-                let removal = self.forget_committed(key, meta);
+                self.forget_committed(key, meta);
                 if let Some(fresh) = fresh {
                     let old: Vec<_> = std::mem::replace(&mut meta.replicas, fresh)
                         .into_iter()
@@ -178,9 +181,9 @@ impl MasterService {
                 meta.apply_soft_pin_action(config, self.default_soft_pin());
                 let grant = self.grant(meta);
                 drop(shard);
-                if in_place {
-                    self.wait_durable(removal)?;
-                }
+                // The old value's removal is safe before anything is written (in place: over
+                // its bytes).
+                self.wait_removals_safe(key)?;
                 return Ok(grant);
             }
         }
@@ -190,7 +193,10 @@ impl MasterService {
         if let Some(mut preempted) = self.take_object(&mut shard, key) {
             self.retire(&mut preempted, now);
         }
-        Ok(self.start_new(&mut shard, client, key, size, replicas, config))
+        let grant = self.start_new(&mut shard, client, key, size, replicas, config);
+        drop(shard);
+        self.wait_removals_safe(key)?;
+        Ok(grant)
     }
 
     /// The key's object if `client` may finish write `token` of it. Errors:

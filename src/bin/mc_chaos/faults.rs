@@ -3,6 +3,7 @@
 
 use crate::checker::{self, FaultWindow, Tagged, Timeouts};
 use crate::cluster::{free_port, http_get, metric, sibling, wait_until, Proc};
+use crate::ha_cell::HaCell;
 use crate::journal::{self, now_ns};
 use crate::netns::Namespace;
 use crate::peer_front::{Directory, PROXIED_OWNER};
@@ -33,6 +34,18 @@ pub const KINDS: &[&str] = &[
     "stop_dummy",
     "kill_real_client",
     "stop_real_client",
+    "kill_leader",
+    "stop_leader",
+    "kill_etcd",
+    "partition_leader",
+];
+
+/// The kinds that act on the HA cell (not drawn in a run without it).
+const HA_KINDS: &[&str] = &[
+    "kill_leader",
+    "stop_leader",
+    "kill_etcd",
+    "partition_leader",
 ];
 
 /// The kinds that act on dummies or their real client (not drawn in a run without dummies).
@@ -89,6 +102,8 @@ struct Cluster {
     p2p_metrics_port: u16,
     /// The host address of the P2P cluster (the veth's host end, else 127.0.0.1).
     p2p_host: String,
+    /// The HA cell (`--ha-workers` > 0).
+    ha: Option<HaCell>,
     /// Dropped last: the processes inside are gone by then.
     netns: Result<Namespace, String>,
 }
@@ -148,6 +163,46 @@ impl Cluster {
             args.extend(["--dummy-of".into(), self.real_client_name.clone()]);
         }
         args
+    }
+
+    /// The arguments of HA cell worker `index`: the cell's `etcd://` master, key space `ha`,
+    /// worker numbers from 1001 on.
+    fn ha_worker_args(&self, settings: &Settings, index: usize, deadline_ns: u64) -> Vec<String> {
+        let Some(ha) = &self.ha else {
+            return Vec::new();
+        };
+        let incarnation = ha.incarnations[index];
+        let journal = settings
+            .dir
+            .join(format!("ha-worker-{index}-{incarnation}.log"));
+        [
+            "worker".to_string(),
+            "--master".into(),
+            ha.master_addr(),
+            "--key-space".into(),
+            "ha".into(),
+            "--worker".into(),
+            (1001 + index).to_string(),
+            "--incarnation".into(),
+            incarnation.to_string(),
+            "--seed".into(),
+            settings.seed.to_string(),
+            "--journal".into(),
+            journal.display().to_string(),
+            "--keys".into(),
+            settings.keys.to_string(),
+            "--metadata".into(),
+            "P2PHANDSHAKE".into(),
+            "--max-value".into(),
+            settings.max_value.to_string(),
+            "--deadline-ns".into(),
+            deadline_ns.to_string(),
+            "--p2p-master".into(),
+            self.p2p_master_addr.clone(),
+            "--p2p-host".into(),
+            self.p2p_host.clone(),
+        ]
+        .into()
     }
 
     fn start(settings: &Settings, deadline_ns: u64) -> Result<Cluster, String> {
@@ -278,8 +333,25 @@ impl Cluster {
             p2p_master_addr,
             p2p_metrics_port,
             p2p_host,
+            ha: None,
             netns,
         };
+        if settings.ha_workers > 0 {
+            let ha = HaCell::start(&settings.dir, &settings.segment, &env())?;
+            cluster.ha = Some(ha);
+            let me = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+            for index in 0..settings.ha_workers as usize {
+                if let Some(ha) = cluster.ha.as_mut() {
+                    ha.incarnations.push(0);
+                }
+                let args = cluster.ha_worker_args(settings, index, deadline_ns);
+                let mut worker = Proc::new(&format!("ha-worker-{index}"), me.clone(), args, env());
+                worker.start()?;
+                if let Some(ha) = cluster.ha.as_mut() {
+                    ha.workers.push(worker);
+                }
+            }
+        }
         let me = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
         for index in 0..(settings.workers + settings.dummies) as usize {
             let args = cluster.worker_args(settings, index, deadline_ns);
@@ -325,6 +397,9 @@ pub fn run(settings: &Settings) -> i32 {
     let mut kinds: Vec<&'static str> = KINDS.to_vec();
     if settings.dummies == 0 {
         kinds.retain(|k| !DUMMY_KINDS.contains(k));
+    }
+    if cluster.ha.is_none() {
+        kinds.retain(|k| !HA_KINDS.contains(k));
     }
     match &cluster.netns {
         Ok(ns) => println!(
@@ -392,7 +467,12 @@ pub fn run(settings: &Settings) -> i32 {
     // Every worker exits at its deadline; one still running past the call limit hung.
     let grace = settings.call_limit + Duration::from_secs(10);
     let wait_from = std::time::Instant::now();
-    for worker in &mut cluster.workers {
+    let ha_workers = cluster.ha.as_mut().map(|ha| ha.workers.iter_mut());
+    for worker in cluster
+        .workers
+        .iter_mut()
+        .chain(ha_workers.into_iter().flatten())
+    {
         let left = grace.saturating_sub(wait_from.elapsed())
             + Duration::from_secs(deadline_ns.saturating_sub(now_ns()) / 1_000_000_000 + 1);
         if !worker.wait_exit(left) {
@@ -417,7 +497,9 @@ pub fn run(settings: &Settings) -> i32 {
 
     let mut events: Vec<Tagged> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(&settings.dir) {
-        for entry in entries.flatten() {
+        // The workers' journals (the HA cell keeps its etcd and master data in directories).
+        let logs = entries.flatten().filter(|e| e.path().is_file());
+        for entry in logs {
             let source = entry.file_name().to_string_lossy().into_owned();
             match journal::read_all(&entry.path()) {
                 Ok(list) => events.extend(list.into_iter().map(|event| Tagged {
@@ -591,6 +673,10 @@ fn inject(
             cluster.p2p_master.start()?;
             "p2p-master".into()
         }
+        "kill_leader" | "stop_leader" | "kill_etcd" | "partition_leader" => {
+            let ha = cluster.ha.as_mut().ok_or("no HA cell")?;
+            ha.inject(kind, pause, rng)?
+        }
         "partition" => {
             let ns = cluster.netns.as_ref().map_err(Clone::clone)?;
             // Up to twice the P2P master's client TTL (2 s): long ones make it drop the
@@ -653,6 +739,11 @@ fn end_checks(
     problems: &mut Vec<String>,
 ) -> Accounting {
     let mut accounting = Accounting::default();
+    if let Some(ha) = &cluster.ha {
+        if !wait_until(Duration::from_secs(20), || ha.leader().is_some()) {
+            problems.push("no master of the HA cell leads at the end".into());
+        }
+    }
     let scrape = |port: u16| http_get(port, "/metrics").unwrap_or_default();
     // Leases (500 ms), the client TTL (2 s) of the exited workers and the write quarantine
     // (10 s) must all have run out.

@@ -22,6 +22,7 @@
 mod checker;
 mod cluster;
 mod faults;
+mod ha_cell;
 mod journal;
 mod netns;
 mod p2p_audit;
@@ -43,6 +44,8 @@ pub struct Settings {
     pub workers: u64,
     /// Worker processes whose client is a dummy of the last owner (`--dummies`, default 1).
     pub dummies: u64,
+    /// Workers of the HA cell (`--ha-workers`, default 2; 0: no HA cell, see `ha_cell`).
+    pub ha_workers: u64,
     pub owners: usize,
     pub keys: usize,
     pub max_value: usize,
@@ -63,6 +66,7 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
         duration: Duration::from_secs(90),
         workers: 3,
         dummies: 1,
+        ha_workers: 2,
         owners: 2,
         keys: 48,
         max_value: 1 << 20,
@@ -89,6 +93,7 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
             "--duration" => settings.duration = Duration::from_secs(number()?),
             "--workers" => settings.workers = number()?.clamp(1, 64),
             "--dummies" => settings.dummies = number()?.min(16),
+            "--ha-workers" => settings.ha_workers = number()?.min(16),
             "--owners" => settings.owners = number()?.clamp(1, 16) as usize,
             "--keys" => settings.keys = number()?.clamp(1, 1 << 20) as usize,
             "--max-value" => settings.max_value = (number()? as usize).max(value::HEADER_LEN + 1),
@@ -133,6 +138,7 @@ fn worker_args(args: &[String]) -> Result<worker::WorkerArgs, String> {
         max_value: number("--max-value")? as usize,
         deadline_ns: number("--deadline-ns")?,
         dummy_of: get("--dummy-of").ok(),
+        key_space: get("--key-space").unwrap_or_else(|_| "k".into()),
     })
 }
 

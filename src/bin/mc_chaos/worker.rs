@@ -33,6 +33,8 @@ pub struct WorkerArgs {
     /// `Some(host:port)`: this worker is a dummy of that real client (`setup_dummy`); its
     /// registered memory then comes from the shared-memory pool.
     pub dummy_of: Option<String>,
+    /// The prefix of the keys it writes and reads (`k`; `ha` in the HA cell).
+    pub key_space: String,
 }
 
 /// The operations a worker draws from, with their weights.
@@ -243,7 +245,8 @@ impl Worker {
     }
 
     fn key(&mut self) -> String {
-        self.key_in("k")
+        let space = self.args.key_space.clone();
+        self.key_in(&space)
     }
 
     fn key_in(&mut self, prefix: &str) -> String {
@@ -251,7 +254,8 @@ impl Worker {
     }
 
     pub(crate) fn distinct_keys(&mut self, count: usize) -> Vec<String> {
-        self.distinct_keys_in("k", count)
+        let space = self.args.key_space.clone();
+        self.distinct_keys_in(&space, count)
     }
 
     /// `count` distinct keys of the key space `prefix/N`.

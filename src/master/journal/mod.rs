@@ -360,6 +360,11 @@ impl Journal {
         lsn
     }
 
+    /// The LSN of the last record appended (0: none yet).
+    pub(crate) fn last_appended(&self) -> u64 {
+        self.shared.pending.lock().next_lsn - 1
+    }
+
     /// Waits until record `lsn` is safe (durable here and at every follower). Errors:
     /// `INTERNAL_ERROR` when it is not within [`DURABLE_WAIT`] (a disk or a standby is
     /// failing or stuck) or the journal stopped first.
