@@ -75,6 +75,16 @@ const CLIENT_ENV: &[(&str, &str)] = &[
     ("MC_LOG", "error"),
 ];
 
+/// What differs between the worker processes of a run.
+struct WorkerLaunch {
+    master: String,
+    key_space: &'static str,
+    number: usize,
+    incarnation: u64,
+    journal: std::path::PathBuf,
+    metadata: String,
+}
+
 struct Cluster {
     master: Proc,
     owners: Vec<Proc>,
@@ -128,38 +138,20 @@ impl Cluster {
             self.master_port
         };
         let incarnation = self.incarnations[index];
-        let dummy = index >= settings.workers as usize;
         let journal = settings.dir.join(format!(
             "{}-{incarnation}.log",
             worker_label(settings, index)
         ));
-        let mut args: Vec<String> = [
-            "worker".to_string(),
-            "--master".into(),
-            format!("127.0.0.1:{port}"),
-            "--worker".into(),
-            (index + 1).to_string(),
-            "--incarnation".into(),
-            incarnation.to_string(),
-            "--seed".into(),
-            settings.seed.to_string(),
-            "--journal".into(),
-            journal.display().to_string(),
-            "--keys".into(),
-            settings.keys.to_string(),
-            "--metadata".into(),
-            self.directory.url(),
-            "--max-value".into(),
-            settings.max_value.to_string(),
-            "--deadline-ns".into(),
-            deadline_ns.to_string(),
-            "--p2p-master".into(),
-            self.p2p_master_addr.clone(),
-            "--p2p-host".into(),
-            self.p2p_host.clone(),
-        ]
-        .into();
-        if dummy {
+        let worker = WorkerLaunch {
+            master: format!("127.0.0.1:{port}"),
+            key_space: "k",
+            number: index + 1,
+            incarnation,
+            journal,
+            metadata: self.directory.url(),
+        };
+        let mut args = self.launch_args(settings, worker, deadline_ns);
+        if index >= settings.workers as usize {
             args.extend(["--dummy-of".into(), self.real_client_name.clone()]);
         }
         args
@@ -172,27 +164,44 @@ impl Cluster {
             return Vec::new();
         };
         let incarnation = ha.incarnations[index];
-        let journal = settings
-            .dir
-            .join(format!("ha-worker-{index}-{incarnation}.log"));
+        let worker = WorkerLaunch {
+            master: ha.master_addr(),
+            key_space: "ha",
+            number: 1001 + index,
+            incarnation,
+            journal: settings
+                .dir
+                .join(format!("ha-worker-{index}-{incarnation}.log")),
+            metadata: "P2PHANDSHAKE".into(),
+        };
+        self.launch_args(settings, worker, deadline_ns)
+    }
+
+    /// The `worker` subcommand's arguments for `worker`.
+    fn launch_args(
+        &self,
+        settings: &Settings,
+        worker: WorkerLaunch,
+        deadline_ns: u64,
+    ) -> Vec<String> {
         [
             "worker".to_string(),
             "--master".into(),
-            ha.master_addr(),
+            worker.master,
             "--key-space".into(),
-            "ha".into(),
+            worker.key_space.into(),
             "--worker".into(),
-            (1001 + index).to_string(),
+            worker.number.to_string(),
             "--incarnation".into(),
-            incarnation.to_string(),
+            worker.incarnation.to_string(),
             "--seed".into(),
             settings.seed.to_string(),
             "--journal".into(),
-            journal.display().to_string(),
+            worker.journal.display().to_string(),
             "--keys".into(),
             settings.keys.to_string(),
             "--metadata".into(),
-            "P2PHANDSHAKE".into(),
+            worker.metadata,
             "--max-value".into(),
             settings.max_value.to_string(),
             "--deadline-ns".into(),
