@@ -12,8 +12,9 @@
 //! - `node`: one process handle's plumbing shared by both clients (setup config, engine
 //!   bootstrap, local buffer, own segment, the master link and its single liveness loop).
 //!   Never names `client` or `p2p`.
-//! - [`stream`], [`standalone`]: the on-stream engine; dummy clients' link and the real
-//!   client's server for them.
+//! - [`stream`], [`standalone`], [`ha`]: the on-stream engine; dummy clients' link and the real
+//!   client's server for them; HA on etcd (a master group's election and fence, standbys
+//!   copying the journal, clients following `etcd://`).
 //! - [`master`], `metadata`, `storage`: the metadata service (with `master::remote`, its RPC
 //!   glue); Mooncake's HTTP metadata service; storage tiers (the `Tier` seam). `master` names
 //!   no client-side part.

@@ -16,7 +16,7 @@ const FLOORS: &[&[&str]] = &[
     &["cli", "ffi"],
     &["client", "p2p"],
     &["node"],
-    &["stream", "standalone"],
+    &["stream", "standalone", "ha"],
     &["master", "metadata", "storage"],
     &["transfer"],
     &["rpc", "device", "shm"],
