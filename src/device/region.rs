@@ -363,16 +363,22 @@ mod tests {
         assert!(MappedRegion::shared(0, "x").is_err());
     }
 
-    #[test]
-    fn a_renewed_region_keeps_its_address_and_leaves_old_mappings_on_old_pages() {
-        let mut region = MappedRegion::shared_pinned(1 << 16, "renew-test").unwrap();
+    /// A pinned shared region of 64 KiB, its address, and a second mapping of its file (as a
+    /// peer process would hold); byte 100 is 7.
+    fn renewable_with_a_peer(what: &str) -> (MappedRegion, usize, crate::shm::PeerMapping) {
+        let region = MappedRegion::shared_pinned(1 << 16, what).unwrap();
         let addr = region.addr();
-        let old = region
+        let peer = region
             .shared_file()
             .map(|f| crate::shm::PeerMapping::map(f.fd(), 0, 1 << 16).unwrap());
-        let old = old.expect("a memfd");
         // SAFETY: live mappings of 64 KiB; the test is their only user.
         unsafe { (addr as *mut u8).add(100).write(7) };
+        (region, addr, peer.expect("a memfd"))
+    }
+
+    #[test]
+    fn a_renewed_region_keeps_its_address_and_leaves_old_mappings_on_old_pages() {
+        let (mut region, addr, old) = renewable_with_a_peer("renew-test");
         region.renew_shared("renew-test", false).unwrap();
         assert_eq!(region.addr(), addr);
         // SAFETY: as above.
@@ -400,14 +406,7 @@ mod tests {
 
     #[test]
     fn a_region_renewed_with_its_contents_keeps_them_and_leaves_old_mappings_behind() {
-        let mut region = MappedRegion::shared_pinned(1 << 16, "renew-keep-test").unwrap();
-        let addr = region.addr();
-        let old = region
-            .shared_file()
-            .map(|f| crate::shm::PeerMapping::map(f.fd(), 0, 1 << 16).unwrap());
-        let old = old.expect("a memfd");
-        // SAFETY: live mappings of 64 KiB; the test is their only user.
-        unsafe { (addr as *mut u8).add(100).write(7) };
+        let (mut region, addr, old) = renewable_with_a_peer("renew-keep-test");
         region.renew_shared("renew-keep-test", true).unwrap();
         // SAFETY: as above.
         unsafe {
