@@ -143,11 +143,12 @@ impl JournalState {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::types::Uuid;
 
-    fn segment(id: SegmentId, epoch: u64) -> Segment {
+    /// A 1 MiB segment `id` mounted under `epoch`.
+    pub(in crate::master::journal) fn segment(id: SegmentId, epoch: u64) -> Segment {
         Segment {
             id,
             name: "owner:1".into(),
@@ -158,7 +159,12 @@ mod tests {
         }
     }
 
-    fn object(id: u64, segment: SegmentId, epoch: u64) -> ObjectRecord {
+    /// Object `id`: one replica of 128 bytes at offset `64 * id` of `segment`.
+    pub(in crate::master::journal) fn object(
+        id: u64,
+        segment: SegmentId,
+        epoch: u64,
+    ) -> ObjectRecord {
         ObjectRecord {
             id,
             size: 100,

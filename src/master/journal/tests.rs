@@ -1,6 +1,6 @@
 use super::*;
 use crate::alloc::OffsetAllocator;
-use crate::types::{Segment, Uuid};
+use crate::types::Uuid;
 
 fn options(dir: &std::path::Path) -> JournalOptions {
     JournalOptions::new(dir)
@@ -13,33 +13,14 @@ fn open(options: &JournalOptions) -> (Journal, Replayed) {
 fn commit(key: &str, id: u64, segment: Uuid, epoch: u64) -> Record {
     Record::Commit {
         key: key.into(),
-        object: ObjectRecord {
-            id,
-            size: 10,
-            hard_pinned: false,
-            soft_pin_ms: None,
-            replicas: vec![ReplicaRecord {
-                id,
-                segment,
-                epoch,
-                offset: 64 * id,
-                size: 64,
-            }],
-        },
+        object: record::tests::object(id, segment, epoch),
     }
 }
 
 fn mount(client: Uuid, segment: Uuid, epoch: u64) -> Record {
     Record::Mount {
         client,
-        segment: Segment {
-            id: segment,
-            name: "owner:1".into(),
-            base: 4096,
-            size: 1 << 20,
-            protocol: "tcp".into(),
-            epoch,
-        },
+        segment: record::tests::segment(segment, epoch),
         adopted_from: None,
     }
 }
