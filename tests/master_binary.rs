@@ -201,6 +201,7 @@ fn unknown_flags_and_bad_values_exit_with_code_2() {
         vec!["--eviction_ratio=lots"],
         vec!["--deployment_mode=MESH"],
         vec!["--enable_ha=true"],
+        vec!["--enable_ha=true", "--etcd_endpoints=,"],
         vec!["--logtostderr=maybe"],
         vec!["--v=lots"],
     ] {

@@ -113,18 +113,24 @@ pub(super) struct Flags {
     reattach_grace_ms: u64,
     /// Run as one master of an HA group elected on etcd (`--etcd_endpoints`): a standby
     /// copying the leader's journal until it leads.
-    #[arg(long = "enable_ha", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    #[arg(
+        long = "enable_ha",
+        default_value = "false",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        requires_if("true", "etcd_endpoints")
+    )]
     enable_ha: bool,
     /// HA backend; `etcd` is built.
     #[arg(long = "ha_backend_type", default_value = "etcd", value_parser = ["etcd"])]
     ha_backend_type: String,
-    /// etcd members, `h1:2379,h2:2379` (or `;`-separated).
+    /// etcd members, `h1:2379,h2:2379` (or `;`-separated); required by `--enable_ha`.
     #[arg(
         long = "etcd_endpoints",
         alias = "ha_backend_connstring",
-        default_value = ""
+        value_parser = parse_etcd_endpoints
     )]
-    etcd_endpoints: String,
+    etcd_endpoints: Option<EtcdEndpoints>,
     /// The leader's etcd lease in ms: a leader that cannot renew it stops serving before it
     /// ends, and a standby takes over after it (mooncake-rs flag).
     #[arg(long = "ha_lease_ttl_ms", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1000..))]
@@ -281,6 +287,19 @@ fn advertise(flags: &Flags, port: u16) -> String {
     format!("{host}:{port}")
 }
 
+/// The parsed `--etcd_endpoints`: at least one member URL.
+#[derive(Clone, Debug)]
+struct EtcdEndpoints(Vec<String>);
+
+/// Parses `--etcd_endpoints` (see [`crate::ha::etcd::endpoints`]); an empty list is an error.
+fn parse_etcd_endpoints(text: &str) -> Result<EtcdEndpoints, String> {
+    let endpoints = crate::ha::etcd::endpoints(text);
+    match endpoints.is_empty() {
+        true => Err("names no etcd member (expected h1:2379,h2:2379)".into()),
+        false => Ok(EtcdEndpoints(endpoints)),
+    }
+}
+
 fn run(flags: Flags) -> Result<(), String> {
     let config = config_from(&flags)?;
     let journal = (!flags.journal_dir.is_empty()).then(|| JournalOptions::new(&flags.journal_dir));
@@ -402,10 +421,12 @@ fn start_member(
     journal: Option<JournalOptions>,
     role: Arc<Role>,
 ) -> Result<(Arc<AtomicBool>, std::thread::JoinHandle<()>), String> {
-    let endpoints = crate::ha::etcd::endpoints(&flags.etcd_endpoints);
-    if endpoints.is_empty() {
-        return Err("--enable_ha needs --etcd_endpoints (or --ha_backend_connstring)".into());
-    }
+    // clap requires the flag with --enable_ha, and its parser refuses an empty list.
+    let endpoints = flags
+        .etcd_endpoints
+        .clone()
+        .map(|e| e.0)
+        .unwrap_or_default();
     let config = HaConfig {
         endpoints,
         cluster_id: flags.cluster_id.clone(),
