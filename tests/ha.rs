@@ -150,31 +150,101 @@ fn direct(master: &Master) -> RemoteMaster<RpcMasterClient> {
     RemoteMaster(RpcMasterClient::new(&master.addr(), timeouts))
 }
 
+/// One put the load was acknowledged: its key, seed and when.
+struct Acked {
+    key: String,
+    seed: u8,
+    at: Instant,
+}
+
+/// A writer putting 4 KiB keys `<prefix>-i` through the group (paced to at most ~400 puts/s so
+/// the peers' segments never evict), reading back an earlier acknowledged key after each put:
+/// a fault happens while it runs. A read that returns other bytes than its key's panics the
+/// writer (and so the test); a failed call is counted, not fatal.
+struct Load {
+    stop: Arc<AtomicBool>,
+    writer: std::thread::JoinHandle<Vec<Acked>>,
+}
+
+/// What [`Load::finish`] found.
+struct LoadReport {
+    acked: usize,
+    after_fault: usize,
+    lost: usize,
+}
+
+impl Load {
+    fn start(client: &Arc<Client>, prefix: &'static str) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (client, stop) = (Arc::clone(client), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut acked: Vec<Acked> = Vec::new();
+                for i in 0..100_000u32 {
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let (key, seed) = (format!("{prefix}-{i}"), (i % 251) as u8);
+                    let put =
+                        client.put_from(&key, &pattern(4096, seed), &ReplicateConfig::default());
+                    match put {
+                        Ok(()) => acked.push(Acked {
+                            key,
+                            seed,
+                            at: Instant::now(),
+                        }),
+                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                    }
+                    if let Some(earlier) = acked.get(fastrand::usize(..acked.len().max(1))) {
+                        if let Err(e) = read_exact(&client, &earlier.key, 4096, earlier.seed) {
+                            assert!(!e.contains("WRONG"), "{e}");
+                        }
+                    }
+                    std::thread::sleep(Duration::from_micros(2500));
+                }
+                acked
+            })
+        };
+        Load { stop, writer }
+    }
+
+    /// Stops the writer and reads every put it was acknowledged: never other bytes than the
+    /// key's; none acknowledged `settled` or longer before `fault` lost (those reached the
+    /// standby's copy of the journal before the fault).
+    fn finish(self, client: &Client, fault: Instant, settled: Duration) -> LoadReport {
+        self.stop.store(true, Ordering::Release);
+        let acked = self.writer.join().expect("the load's writer failed");
+        let (mut lost, mut settled_lost, mut after_fault) = (0, 0, 0);
+        for put in &acked {
+            match read_exact(client, &put.key, 4096, put.seed) {
+                Ok(()) => {}
+                Err(e) if e.contains("WRONG") => panic!("{e}"),
+                Err(_) => {
+                    lost += 1;
+                    settled_lost += usize::from(put.at + settled < fault);
+                }
+            }
+            after_fault += usize::from(put.at > fault);
+        }
+        eprintln!(
+            "load: {} acknowledged, {after_fault} after the fault, {lost} lost",
+            acked.len()
+        );
+        assert_eq!(settled_lost, 0, "acknowledged long before the fault, lost");
+        LoadReport {
+            acked: acked.len(),
+            after_fault,
+            lost,
+        }
+    }
+}
+
 #[test]
 fn a_killed_leader_is_replaced_and_every_committed_object_stays_readable() {
     let mut group = group(1, 2, 2);
     let client = Arc::clone(&group.client);
     put_keys(&client, "before", 100);
-    // A writer keeps putting through the failover; what it was acknowledged is checked.
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (client, stop) = (Arc::clone(&client), Arc::clone(&stop));
-        std::thread::spawn(move || {
-            let mut acked = Vec::new();
-            for i in 0..100_000u32 {
-                if stop.load(Ordering::Acquire) {
-                    break;
-                }
-                let (key, seed) = (format!("load-{i}"), (i % 251) as u8);
-                let put = client.put_from(&key, &pattern(4096, seed), &ReplicateConfig::default());
-                match put {
-                    Ok(()) => acked.push((key, seed, Instant::now())),
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-            acked
-        })
-    };
+    let load = Load::start(&client, "load");
     std::thread::sleep(Duration::from_millis(500));
     let mut leader = group.masters.remove(group.first);
     let standby = group.masters.remove(0);
@@ -191,27 +261,8 @@ fn a_killed_leader_is_replaced_and_every_committed_object_stays_readable() {
         killed.elapsed()
     );
     std::thread::sleep(Duration::from_millis(500));
-    stop.store(true, Ordering::Release);
-    let acked = writer.join().unwrap();
-    let (mut lost, mut durable_lost, mut after) = (0, 0, 0);
-    for (key, seed, at) in &acked {
-        let mut buf = vec![0u8; 4096];
-        match client.get_into(key, &mut buf) {
-            Ok(_) => assert!(buf == pattern(4096, *seed), "{key}: WRONG BYTES"),
-            Err(_) => {
-                lost += 1;
-                // Acknowledged half a second before the kill: copied by the standby.
-                durable_lost += usize::from(*at + Duration::from_millis(500) < killed);
-            }
-        }
-        after += usize::from(*at > killed);
-    }
-    eprintln!(
-        "load: {} acknowledged, {after} after the kill, {lost} lost",
-        acked.len()
-    );
-    assert_eq!(durable_lost, 0, "acknowledged long before the kill, lost");
-    assert!(after > 0, "puts went on after the takeover");
+    let report = load.finish(&client, killed, Duration::from_millis(500));
+    assert!(report.after_fault > 0, "puts went on after the takeover");
     put_keys(&client, "after", 20);
     all_readable(&client, "after", 20, Duration::from_secs(5));
 }
@@ -221,8 +272,11 @@ fn a_stopped_leader_that_wakes_up_after_a_takeover_grants_nothing() {
     let group = group(1, 2, 1);
     let client = &group.client;
     put_keys(client, "k", 50);
+    let load = Load::start(client, "load");
+    std::thread::sleep(Duration::from_millis(500));
     let leader = &group.masters[group.first];
     let standby = &group.masters[1 - group.first];
+    let stopped = Instant::now();
     leader.master.signal(libc::SIGSTOP);
     assert!(
         wait_until(Duration::from_secs(10), || leads(standby)),
@@ -241,6 +295,9 @@ fn a_stopped_leader_that_wakes_up_after_a_takeover_grants_nothing() {
     assert!(!leads(leader));
     all_readable(client, "k", 50, Duration::from_secs(15));
     assert_eq!(client.is_exist("late"), Ok(false));
+    std::thread::sleep(Duration::from_millis(500));
+    let report = load.finish(client, stopped, Duration::from_millis(500));
+    assert!(report.after_fault > 0, "puts went on after the takeover");
 }
 
 #[test]
@@ -248,6 +305,9 @@ fn the_group_survives_losing_one_of_three_etcd_members() {
     let mut group = group(3, 2, 1);
     let client = Arc::clone(&group.client);
     put_keys(&client, "k", 50);
+    let load = Load::start(&client, "load");
+    std::thread::sleep(Duration::from_millis(500));
+    let lost_member = Instant::now();
     group.etcd[0].kill();
     std::thread::sleep(Duration::from_millis(3 * LEASE_MS));
     let masters: Vec<&Member> = group.masters.iter().collect();
@@ -257,6 +317,10 @@ fn the_group_survives_losing_one_of_three_etcd_members() {
         "the leader kept its lease through the member loss"
     );
     all_readable(&client, "k", 50, Duration::from_secs(10));
+    // No failover: nothing the writer was acknowledged may be lost, however recent.
+    let report = load.finish(&client, lost_member, Duration::ZERO);
+    assert_eq!(report.lost, 0);
+    assert!(report.after_fault > 0 && report.acked > report.after_fault);
     put_keys(&client, "more", 10);
     all_readable(&client, "more", 10, Duration::from_secs(5));
 }
@@ -293,8 +357,9 @@ fn a_leader_partitioned_from_etcd_stands_down_before_its_standby_takes_over() {
     let b = member(&endpoints(&etcd));
     let addr = etcd_master_addr(&etcd);
     let _peer = PeerClient::start(&addr, "64 MB");
-    let client = local_client(&addr, 0, 0);
+    let client = Arc::new(local_client(&addr, 0, 0));
     put_keys(&client, "k", 50);
+    let load = Load::start(&client, "load");
     // B is in sync before the partition.
     std::thread::sleep(Duration::from_millis(500));
     proxy.cut();
@@ -321,6 +386,8 @@ fn a_leader_partitioned_from_etcd_stands_down_before_its_standby_takes_over() {
     proxy.heal();
     std::thread::sleep(Duration::from_millis(LEASE_MS));
     assert!(!leads(&a) && leads(&b));
+    let report = load.finish(&client, cut, Duration::from_millis(500));
+    assert!(report.after_fault > 0, "puts went on after the takeover");
     put_keys(&client, "more", 10);
     all_readable(&client, "more", 10, Duration::from_secs(5));
 }
