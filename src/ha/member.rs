@@ -12,7 +12,10 @@
 //! - **Journal**: standbys copy the leader's journal ([`JournalCopy`]); the leader reuses
 //!   freed space only once every registered standby holds the removal. The key
 //!   `mooncake-store/<cluster_id>/in_sync` lists, per view, the members that may take over:
-//!   the leader, and each standby from its first report on. A standby silent for
+//!   the leader, and each standby once its copy holds every record appended before it
+//!   registered (earlier removals' ranges may have been reused without it). Standbys poll
+//!   the leader's listing as a long poll, so a removal waits for a copy round trip, not a
+//!   polling period. A standby silent for
 //!   `lease_ttl` is removed from the list (in etcd first) before the leader stops waiting for
 //!   it; a master not in the list does not compete (it could lack a removal whose space was
 //!   reused). An absent list (a new cluster) lets anyone compete.
@@ -25,17 +28,22 @@
 use super::etcd::Etcd;
 use super::role::{fenced, Role};
 use crate::error::{ErrorCode, Result};
+use crate::master::Follower;
 use crate::master::standby::{member_id, JournalCopy};
 use crate::master::{JournalOptions, MasterConfig, MasterService, RemoteMaster, RpcMasterClient};
 use crate::rpc::Timeouts;
 use crate::types::{ClientId, DeploymentMode};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Pause between two journal copy rounds of a standby.
-const FOLLOW_PERIOD: Duration = Duration::from_millis(20);
+/// Pause after a journal copy round that brought nothing new (a round that copied starts the
+/// next at once: the leader's listing is a long poll, see `MasterApi::journal_files`).
+const FOLLOW_IDLE_PAUSE: Duration = Duration::from_millis(5);
+/// Longest a standby copies without looking at the view in etcd.
+const FOLLOW_SPELL: Duration = Duration::from_millis(100);
 /// How often a leader looks at its standbys (a new one is listed in sync within this).
 const IN_SYNC_PERIOD: Duration = Duration::from_millis(50);
 /// Pause after a failed round, or while waiting for a leader.
@@ -173,8 +181,20 @@ impl Member {
         let Some(following) = self.following.as_mut() else {
             return Ok(RETRY_PERIOD);
         };
-        match following.copy.sync_once(&following.leader) {
-            Ok(()) => Ok(FOLLOW_PERIOD),
+        // Rounds follow each other while they copy, for at most FOLLOW_SPELL between two
+        // looks at the view (a deposed leader refuses the calls meanwhile: it is fenced).
+        let spell = Instant::now() + FOLLOW_SPELL;
+        let copied = loop {
+            let before = following.copy.acked();
+            match following.copy.sync_once(&following.leader) {
+                Ok(()) if following.copy.acked() == before => break Ok(FOLLOW_IDLE_PAUSE),
+                Ok(()) if Instant::now() >= spell => break Ok(Duration::ZERO),
+                Ok(()) => {}
+                Err(code) => break Err(code),
+            }
+        };
+        match copied {
+            Ok(pause) => Ok(pause),
             Err(ErrorCode::InternalError) => {
                 // The leader's files do not extend our copy: start over.
                 self.following = None;
@@ -288,20 +308,7 @@ impl Member {
         let Some(followers) = service.journal_followers() else {
             return Ok(());
         };
-        let silent_after = self.config.lease_ttl;
-        let mut next = in_sync.clone();
-        let mut dropped = Vec::new();
-        for (id, follower) in &followers {
-            let name = id.to_string();
-            let silent = follower.seen.elapsed() > silent_after;
-            let listed = next.members.contains(&name);
-            if silent {
-                next.members.retain(|member| *member != name);
-                dropped.push(*id);
-            } else if !listed {
-                next.members.push(name);
-            }
-        }
+        let (next, dropped) = next_in_sync(in_sync, &followers, self.config.lease_ttl);
         if next != *in_sync {
             if !self.publish(in_sync.view, &next)? {
                 return crate::error::fail(ErrorCode::EtcdTransactionFail, "no longer leading");
@@ -316,7 +323,68 @@ impl Member {
     }
 }
 
+/// The in-sync list after a look at the leader's `followers`, and the followers to stop
+/// waiting for: a follower silent for `silent_after` leaves the list; one that reports joins
+/// once its copy holds every record appended before it registered (removals whose ranges
+/// were reused without waiting for it: a promoted copy lacking one would serve a key over
+/// another key's bytes).
+fn next_in_sync(
+    in_sync: &InSync,
+    followers: &HashMap<ClientId, Follower>,
+    silent_after: Duration,
+) -> (InSync, Vec<ClientId>) {
+    let mut next = in_sync.clone();
+    let mut dropped = Vec::new();
+    for (id, follower) in followers {
+        let name = id.to_string();
+        let silent = follower.seen.elapsed() > silent_after;
+        let listed = next.members.contains(&name);
+        if silent {
+            next.members.retain(|member| *member != name);
+            dropped.push(*id);
+        } else if !listed && follower.acked >= follower.joined {
+            next.members.push(name);
+        }
+    }
+    (next, dropped)
+}
+
 /// The timeout of each etcd operation: a fifth of the lease, between 0.5 and 2 s.
 fn etcd_timeout(lease_ttl: Duration) -> Duration {
     (lease_ttl / 5).clamp(Duration::from_millis(500), Duration::from_secs(2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Uuid;
+
+    fn follower(acked: u64, joined: u64, silent_for: Duration) -> Follower {
+        Follower {
+            acked,
+            joined,
+            seen: Instant::now() - silent_for,
+        }
+    }
+
+    #[test]
+    fn a_standby_is_listed_only_once_its_copy_holds_what_was_appended_when_it_joined() {
+        let leader = InSync {
+            view: 7,
+            members: vec!["leader".into()],
+        };
+        let standby = Uuid::random();
+        let copying = HashMap::from([(standby, follower(3, 10, Duration::ZERO))]);
+        let (next, dropped) = next_in_sync(&leader, &copying, Duration::from_secs(5));
+        assert_eq!(next, leader, "listed before its copy caught up");
+        assert!(dropped.is_empty());
+        let caught_up = HashMap::from([(standby, follower(10, 10, Duration::ZERO))]);
+        let (next, _) = next_in_sync(&leader, &caught_up, Duration::from_secs(5));
+        assert_eq!(next.members, vec!["leader".to_string(), standby.to_string()]);
+        // Silent: dropped from the list and no longer waited for.
+        let silent = HashMap::from([(standby, follower(10, 10, Duration::from_secs(6)))]);
+        let (after, dropped) = next_in_sync(&next, &silent, Duration::from_secs(5));
+        assert_eq!(after, leader);
+        assert_eq!(dropped, vec![standby]);
+    }
 }

@@ -109,7 +109,8 @@ rpc_interface! {
     fn reattach_segment(client: ClientId, previous_epoch: u64, segment: Segment) -> Result<bool>;
     /// For a standby master copying this master's journal: the journal's files and their
     /// lengths; `acked_lsn` is how far the standby's copy is durable (the master then keeps
-    /// freed ranges until the standby holds their removals). `UNAVAILABLE_IN_CURRENT_MODE`
+    /// freed ranges until the standby holds their removals). A long poll: answers once a
+    /// record after `acked_lsn` is durable, or after at most 100 ms. `UNAVAILABLE_IN_CURRENT_MODE`
     /// without a journal.
     fn journal_files(follower: ClientId, acked_lsn: u64) -> Result<Vec<JournalFile>>;
     /// Up to `max_bytes` (at most 4 MiB) of journal file `name` from `offset`.

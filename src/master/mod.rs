@@ -42,8 +42,10 @@ pub use api::{
 };
 pub use config::MasterConfig;
 pub use journal::{JournalFile, JournalMetrics, JournalOptions};
+pub(crate) use journal::Follower;
 pub use metrics::{MasterMetrics, SegmentMetrics};
 pub use remote::{
     connect_master, connect_pinger, RemoteMasterApi, RpcMasterClient, MASTER_SCAN_METHODS,
+    MASTER_WAIT_METHODS,
 };
 pub use service::MasterService;

@@ -473,6 +473,7 @@ impl MasterApi for MasterService {
     ) -> Result<Vec<super::journal::JournalFile>> {
         let journal = self.journal_or_fail()?;
         journal.follower_ack(follower, acked_lsn);
+        journal.wait_beyond(acked_lsn, super::journal::FOLLOWER_POLL);
         journal.files()
     }
 

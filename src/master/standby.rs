@@ -39,6 +39,19 @@ fn io_fail<T>(what: &str, path: &Path, error: std::io::Error) -> Result<T> {
     )
 }
 
+/// The bytes of `path` from `offset` to its end.
+fn read_from(path: &Path, offset: u64) -> Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|mut file| {
+            file.seek(SeekFrom::Start(offset))?;
+            file.read_to_end(&mut bytes)
+        })
+        .or_else(|e| io_fail("cannot read", path, e))?;
+    Ok(bytes)
+}
+
 /// The member id stored in `dir` (created on first use): this master's identity to its
 /// leader and in the in-sync list.
 pub fn member_id(dir: &Path) -> Result<ClientId> {
@@ -96,7 +109,8 @@ impl JournalCopy {
         &self.dir
     }
 
-    /// One round against `leader`. Errors: the leader's (the caller retries or re-resolves
+    /// One round against `leader` (whose listing waits up to 100 ms for something new, so
+    /// rounds may follow each other without a pause). Errors: the leader's (the caller retries or re-resolves
     /// the leader), `FILE_WRITE_FAIL` for local I/O, `INTERNAL_ERROR` when the leader's
     /// files no longer extend this copy (it restarted from another history: start over).
     pub fn sync_once(&mut self, leader: &dyn MasterApi) -> Result<()> {
@@ -174,8 +188,8 @@ impl JournalCopy {
             let (offset, seen) = self.scanned.get(name).copied().unwrap_or((0, 0));
             if offset < len {
                 let path = self.dir.join(name);
-                let bytes = fs::read(&path).or_else(|e| io_fail("cannot read", &path, e))?;
-                let (whole, lsn) = journal::last_whole_record(&bytes[offset as usize..]);
+                let bytes = read_from(&path, offset)?;
+                let (whole, lsn) = journal::last_whole_record(&bytes);
                 let seen = lsn.unwrap_or(seen);
                 self.scanned.insert(name.clone(), (offset + whole, seen));
             }

@@ -7,15 +7,25 @@
 //! the two), against the moment etcd dropped the dead leader's key (the floor: nobody may
 //! lead before); then the killed master is started again as a standby. Prints p50/p99 over
 //! the rounds (10; 3 with `--quick`).
+//!
+//! Before the kills, the HA group's cost: put + get + remove ops/s of 8 RPC clients against
+//! the leader (journal, lease fence, the standby copying the journal), against a plain
+//! `mooncake_master` process (no journal, no HA) under the same load, interleaved rounds
+//! (`journal.rs`'s load).
 
+use crate::interleave::{judge, Judged};
 use crate::report::Report;
 use mooncake_rs::client::{Client, SetupConfig};
 use mooncake_rs::ha::etcd::Etcd;
 use mooncake_rs::ha::member::view_key;
-use mooncake_rs::types::ReplicateConfig;
+use mooncake_rs::master::{MasterApi, RemoteMaster, RpcMasterClient};
+use mooncake_rs::rpc::Timeouts;
+use mooncake_rs::types::{ReplicateConfig, Uuid};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Longest wait for anything in a round.
@@ -113,25 +123,16 @@ impl Group {
     fn start_master(&mut self, index: usize) -> Result<(), String> {
         let (port, _) = self.masters[index];
         let journal = self.scratch.join(format!("journal-{index}"));
-        let child = Command::new(sibling("mooncake_master")?)
-            .arg(format!("--rpc_port={port}"))
-            .arg("--rpc_address=127.0.0.1")
-            .arg("--enable_metric_reporting=false")
-            .arg("--enable_ha")
-            .arg(format!("--etcd_endpoints=127.0.0.1:{}", self.etcd_port))
-            .arg(format!("--journal_dir={}", journal.display()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start mooncake_master: {e}"))?;
-        self.masters[index].1 = Some(Process(child));
-        let listening = wait_for(ROUND_LIMIT, || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        match listening {
-            true => Ok(()),
-            false => Err("mooncake_master did not listen".into()),
-        }
+        let child = master_process(
+            port,
+            &[
+                "--enable_ha".into(),
+                format!("--etcd_endpoints=127.0.0.1:{}", self.etcd_port),
+                format!("--journal_dir={}", journal.display()),
+            ],
+        )?;
+        self.masters[index].1 = Some(child);
+        Ok(())
     }
 
     fn addr(&self) -> String {
@@ -144,6 +145,102 @@ impl Group {
         let port: u16 = view.value.rsplit(':').next()?.parse().ok()?;
         self.masters.iter().position(|(p, _)| *p == port)
     }
+}
+
+/// A `mooncake_master` on 127.0.0.1:`port` with `extra` flags, once it listens.
+fn master_process(port: u16, extra: &[String]) -> Result<Process, String> {
+    let child = Command::new(sibling("mooncake_master")?)
+        .arg(format!("--rpc_port={port}"))
+        .arg("--rpc_address=127.0.0.1")
+        .arg("--enable_metric_reporting=false")
+        .args(extra)
+        .arg("--logtostderr")
+        .env("MC_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(format!("/tmp/hadbg/master-{port}.log")).unwrap())
+        .spawn()
+        .map_err(|e| format!("cannot start mooncake_master: {e}"))?;
+    let process = Process(child);
+    let listening = wait_for(ROUND_LIMIT, || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    match listening {
+        true => Ok(process),
+        false => Err("mooncake_master did not listen".into()),
+    }
+}
+
+/// A segment descriptor mounted on the master at `addr` by a client that pings it every
+/// 500 ms until dropped (the throughput load's puts are placed there; no bytes move).
+struct MountedOwner {
+    stop: Arc<AtomicBool>,
+    pinger: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MountedOwner {
+    fn mount(addr: &str) -> Result<MountedOwner, String> {
+        let timeouts = Timeouts {
+            connect: Duration::from_secs(3),
+            request: Duration::from_secs(10),
+        };
+        let master = RpcMasterClient::with_timeouts(addr, timeouts)
+            .map(RemoteMaster)
+            .map_err(|e| format!("connect: {e}"))?;
+        let owner = Uuid::random();
+        master
+            .mount_segment(owner, crate::load::segment("bench-owner"))
+            .map_err(|e| format!("mount: {e}"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let pinger = std::thread::spawn(move || {
+            while !flag.load(Ordering::Acquire) {
+                let _ = master.ping(owner);
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        });
+        Ok(MountedOwner {
+            stop,
+            pinger: Some(pinger),
+        })
+    }
+}
+
+impl Drop for MountedOwner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(pinger) = self.pinger.take() {
+            let _ = pinger.join();
+        }
+    }
+}
+
+/// Ops/s against the group's leader against a plain master, interleaved (see the module doc).
+fn throughput(report: &mut Report, quick: bool, group: &Group, etcd: &Etcd) -> Result<(), String> {
+    let leader = group.leader(etcd).ok_or("no leader")?;
+    let leader_addr = format!("127.0.0.1:{}", group.masters[leader].0);
+    let plain_port = free_port()?;
+    let _plain = master_process(plain_port, &[])?;
+    let plain_addr = format!("127.0.0.1:{plain_port}");
+    let _owners = [
+        MountedOwner::mount(&leader_addr)?,
+        MountedOwner::mount(&plain_addr)?,
+    ];
+    let duration = Duration::from_millis(if quick { 500 } else { 2000 });
+    let round = AtomicU64::new(0);
+    let what = Judged {
+        name: "HA leader (journal, standby copying): put+get+remove ops/s (8 thr)",
+        unit: "ops/s",
+        limit_name: "plain master, same load",
+        rounds: 5,
+    };
+    let next = || round.fetch_add(1, Ordering::Relaxed);
+    judge(
+        report,
+        &what,
+        || crate::journal::ops_per_second(&plain_addr, duration, next()),
+        || crate::journal::ops_per_second(&leader_addr, duration, next()),
+    )?;
+    Ok(())
 }
 
 impl Drop for Group {
@@ -208,6 +305,10 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
     if !wait_for(ROUND_LIMIT, || group.leader(&etcd).is_some()) {
         return Err("no leader elected".into());
     }
+    if !wait_for(ROUND_LIMIT, || in_sync_members(&etcd) == 2) {
+        return Err("the standby never got in sync".into());
+    }
+    throughput(report, quick, &group, &etcd)?;
     std::fs::create_dir_all(&group.scratch).map_err(|e| e.to_string())?;
     let _peer = peer(&group.addr(), &group.scratch)?;
     let clients = [client(&group.addr())?, client(&group.addr())?];
@@ -221,7 +322,7 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
         return Err("the first put never succeeded".into());
     }
     std::thread::sleep(Duration::from_millis(500));
-    let rounds = if quick { 3 } else { 10 };
+    let rounds = if quick { 0 } else { 10 };
     let (mut recovered, mut expired) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         // Both masters in the in-sync list: the standby copied the journal and may take over.

@@ -79,7 +79,7 @@ fn put_batch(
 
 /// Operations per second (put + get + remove of one key counts 3) of [`THREADS`] clients of
 /// the master at `addr` for `duration`.
-fn ops_per_second(addr: &str, duration: Duration, round: u64) -> Result<f64, String> {
+pub(crate) fn ops_per_second(addr: &str, duration: Duration, round: u64) -> Result<f64, String> {
     let barrier = Arc::new(Barrier::new(THREADS));
     let stop = Arc::new(AtomicBool::new(false));
     let ops = Arc::new(AtomicU64::new(0));
@@ -116,6 +116,7 @@ fn ops_per_second(addr: &str, duration: Duration, round: u64) -> Result<f64, Str
     for worker in workers {
         worker.join().map_err(|_| "worker panicked")??;
     }
+    eprintln!("DEBUG round {round} {addr}: {counted}");
     Ok(counted as f64 / duration.as_secs_f64())
 }
 

@@ -49,6 +49,8 @@ use std::time::{Duration, Instant};
 
 /// How long [`Journal::wait_durable`] waits before it gives up.
 pub(crate) const DURABLE_WAIT: Duration = Duration::from_secs(5);
+/// Longest a standby's poll ([`Journal::wait_beyond`]) waits for new durable records.
+pub(crate) const FOLLOWER_POLL: Duration = Duration::from_millis(100);
 /// Most bytes one [`Journal::read_file`] answer carries.
 pub(crate) const MAX_READ: u64 = 4 << 20;
 /// Pause between attempts after a failed write or sync.
@@ -188,6 +190,10 @@ pub(crate) struct Follower {
     pub acked: u64,
     /// When it last reported.
     pub seen: Instant,
+    /// The last record appended when it registered: ranges freed by earlier removals may
+    /// have been reused without waiting for it, so its copy is complete (it may take over)
+    /// only once `acked` reaches this.
+    pub joined: u64,
 }
 
 /// What opening a journal found.
@@ -388,14 +394,37 @@ impl Journal {
         Ok(())
     }
 
+    /// Waits until a record after `lsn` is durable here, the journal stops, or `limit`
+    /// passes (a standby's long poll: it copies as soon as there is something to copy).
+    pub(crate) fn wait_beyond(&self, lsn: u64, limit: Duration) {
+        let shared = &self.shared;
+        let until = Instant::now() + limit;
+        let mut guard = shared.durable_lock.lock();
+        while shared.durable_lsn.load(Ordering::Acquire) <= lsn
+            && !shared.stop.load(Ordering::Acquire)
+        {
+            if shared.durable.wait_until(&mut guard, until).timed_out() {
+                return;
+            }
+        }
+    }
+
     /// Records that standby `follower` holds the records up to `acked` durably (registering
     /// it if new), and releases what became safe.
     pub(crate) fn follower_ack(&self, follower: ClientId, acked: u64) {
         let seen = Instant::now();
-        self.shared
-            .followers
-            .lock()
-            .insert(follower, Follower { acked, seen });
+        let appended = self.last_appended();
+        let mut followers = self.shared.followers.lock();
+        let joined = followers.get(&follower).map_or(appended, |known| known.joined);
+        followers.insert(
+            follower,
+            Follower {
+                acked,
+                seen,
+                joined,
+            },
+        );
+        drop(followers);
         self.shared.publish_safe();
     }
 
