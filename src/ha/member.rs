@@ -28,8 +28,8 @@
 use super::etcd::Etcd;
 use super::role::{fenced, Role};
 use crate::error::{ErrorCode, Result};
-use crate::master::Follower;
 use crate::master::standby::{member_id, JournalCopy};
+use crate::master::Follower;
 use crate::master::{JournalOptions, MasterConfig, MasterService, RemoteMaster, RpcMasterClient};
 use crate::rpc::Timeouts;
 use crate::types::{ClientId, DeploymentMode};
@@ -380,7 +380,10 @@ mod tests {
         assert!(dropped.is_empty());
         let caught_up = HashMap::from([(standby, follower(10, 10, Duration::ZERO))]);
         let (next, _) = next_in_sync(&leader, &caught_up, Duration::from_secs(5));
-        assert_eq!(next.members, vec!["leader".to_string(), standby.to_string()]);
+        assert_eq!(
+            next.members,
+            vec!["leader".to_string(), standby.to_string()]
+        );
         // Silent: dropped from the list and no longer waited for.
         let silent = HashMap::from([(standby, follower(10, 10, Duration::from_secs(6)))]);
         let (after, dropped) = next_in_sync(&next, &silent, Duration::from_secs(5));

@@ -41,8 +41,8 @@ pub use api::{
     ForwardMaster, MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster,
 };
 pub use config::MasterConfig;
-pub use journal::{JournalFile, JournalMetrics, JournalOptions};
 pub(crate) use journal::Follower;
+pub use journal::{JournalFile, JournalMetrics, JournalOptions};
 pub use metrics::{MasterMetrics, SegmentMetrics};
 pub use remote::{
     connect_master, connect_pinger, RemoteMasterApi, RpcMasterClient, MASTER_SCAN_METHODS,

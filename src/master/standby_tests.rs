@@ -3,7 +3,7 @@
 
 use super::standby::JournalCopy;
 use super::tests::{fast_config, grant, one, segment};
-use super::{JournalOptions, MasterApi, MasterService};
+use super::{JournalOptions, MasterApi, MasterConfig, MasterService};
 use crate::error::ErrorCode;
 use crate::test_util::TempDir;
 use crate::types::{ClientId, Segment, Uuid};
@@ -14,13 +14,18 @@ fn put(m: &MasterService, client: ClientId, key: &str, size: u64) {
     one(m.batch_put_end(client, vec![key.into()], vec![token])).unwrap();
 }
 
+/// A journaled master that never evicts (the tests fill segments on purpose).
 fn leader(dir: &TempDir, small_files: bool) -> Arc<MasterService> {
     let mut options = JournalOptions::new(dir.path());
     if small_files {
         options.rotate_bytes = 8 << 10;
         options.compact_bytes = 32 << 10;
     }
-    MasterService::open(fast_config(), options).unwrap()
+    let config = MasterConfig {
+        eviction_high_watermark_ratio: 1.0,
+        ..fast_config()
+    };
+    MasterService::open(config, options).unwrap()
 }
 
 fn promote(copy: &JournalCopy, owner: ClientId, seg: &Segment) -> Arc<MasterService> {

@@ -38,6 +38,7 @@ pub(super) struct Acceptor {
 /// Dropping it (a failed start) also stops the threads: they stop when `stop` is closed.
 struct Running {
     stop: watch::Sender<bool>,
+    exit_tx: mpsc::Sender<()>,
     exited: mpsc::Receiver<()>,
     threads: usize,
 }
@@ -73,6 +74,7 @@ impl Acceptor {
         let (exit_tx, exited) = mpsc::channel();
         let mut running = Running {
             stop,
+            exit_tx: exit_tx.clone(),
             exited,
             threads: 0,
         };
@@ -103,6 +105,26 @@ impl Acceptor {
             local_addr,
             running: Mutex::new(Some(running)),
         })
+    }
+
+    /// Starts one more single-threaded runtime, named `name`, outside the round robin (for
+    /// connections a server moves off the shards); stopped with the others. Errors:
+    /// `RPC_FAIL` if the server is shut down or the thread cannot be started.
+    pub(super) fn extra_runtime(&self, name: &str) -> Result<Handle> {
+        let mut running = self.running.lock();
+        let Some(running) = running.as_mut() else {
+            return fail(ErrorCode::RpcFail, format_args!("{name}: server stopped"));
+        };
+        let (handle_tx, handle_rx) = mpsc::channel();
+        let stopped = running.stop.subscribe();
+        let exit_tx = running.exit_tx.clone();
+        running.spawn(name.to_owned(), &stopped, &exit_tx, move || async move {
+            let _ = handle_tx.send(Handle::current());
+            std::future::pending::<()>().await
+        })?;
+        handle_rx
+            .recv()
+            .or_else(|_| fail(ErrorCode::RpcFail, format_args!("{name}: runtime failed")))
     }
 
     /// The bound address (with the real port when 0 was asked for).

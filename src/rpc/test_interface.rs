@@ -123,4 +123,84 @@ mod tests {
         server.shutdown();
         assert!(remote.service_ready().is_err());
     }
+
+    /// Counts `service_ready` calls (a wait method in the test below); `batch_remove`, an
+    /// inline call, waits up to 3 s for the second one.
+    #[derive(Default)]
+    struct Rendezvous {
+        ready_calls: parking_lot::Mutex<u32>,
+        called: parking_lot::Condvar,
+    }
+
+    impl TestApi for Rendezvous {
+        fn service_ready(&self) -> Result<String> {
+            *self.ready_calls.lock() += 1;
+            self.called.notify_all();
+            Ok("test-1".into())
+        }
+        fn batch_put_start(
+            &self,
+            _: Uuid,
+            _: Vec<String>,
+            _: Vec<u64>,
+            _: ReplicateConfig,
+        ) -> Result<Vec<Result<u64>>> {
+            Ok(Vec::new())
+        }
+        fn batch_remove(&self, _: Vec<String>, _: bool) -> Result<Vec<Result<()>>> {
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+            let mut calls = self.ready_calls.lock();
+            while *calls < 2 {
+                if self.called.wait_until(&mut calls, until).timed_out() {
+                    return Err(ErrorCode::RpcTimeout);
+                }
+            }
+            Ok(Vec::new())
+        }
+        fn unpin(&self, _: Uuid, _: Vec<u64>) -> Result<()> {
+            Ok(())
+        }
+        fn remove_all(&self, _: bool) -> Result<u64> {
+            Ok(0)
+        }
+        fn remove_by_regex(&self, _: String, _: bool) -> Result<u64> {
+            Ok(0)
+        }
+    }
+
+    /// A connection that made a wait call is served off the shards from then on: an inline
+    /// call that holds the only shard while it waits for that connection's next call gets it.
+    #[test]
+    fn a_connection_that_made_a_wait_call_is_never_held_by_a_blocked_shard() {
+        let api = Arc::new(Rendezvous::default());
+        let options = crate::rpc::server::ServerOptions {
+            threads: 1,
+            limits: Default::default(),
+            scan_methods: &[],
+            wait_methods: &["service_ready"],
+        };
+        let served: Arc<dyn TestApi> = api.clone();
+        let server = RpcServer::serve_with::<TestInterface>(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            served,
+            options,
+        )
+        .unwrap();
+        let addr = server.local_addr().to_string();
+        let waiter = RemoteTest(RpcClient::<TestInterface>::new(&addr, Timeouts::default()));
+        assert_eq!(waiter.service_ready().unwrap(), "test-1");
+        let blocked = {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let remote =
+                    RemoteTest(RpcClient::<TestInterface>::new(&addr, Timeouts::default()));
+                remote.batch_remove(vec!["k".into()], true)
+            })
+        };
+        // The inline call now holds the only shard, waiting for the waiter's second call.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(waiter.service_ready().unwrap(), "test-1");
+        assert_eq!(blocked.join().unwrap(), Ok(Vec::new()));
+        assert_eq!(*api.ready_calls.lock(), 2);
+    }
 }

@@ -77,9 +77,33 @@ fn put_batch(
     Ok(())
 }
 
-/// Operations per second (put + get + remove of one key counts 3) of [`THREADS`] clients of
-/// the master at `addr` for `duration`.
-pub(crate) fn ops_per_second(addr: &str, duration: Duration, round: u64) -> Result<f64, String> {
+/// What each client thread does per key.
+#[derive(Clone, Copy)]
+pub(crate) enum Mix {
+    /// Put (start + end) and get the replica list: 2 operations.
+    PutGet,
+    /// Put, get and remove: 3 operations (a removal waits until it is safe).
+    PutGetRemove,
+}
+
+impl Mix {
+    /// The mix's name in a bench line.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Mix::PutGet => "put+get",
+            Mix::PutGetRemove => "put+get+remove",
+        }
+    }
+}
+
+/// Operations per second of [`THREADS`] clients of the master at `addr` for `duration`,
+/// each running `mix` on fresh 4 KiB keys.
+pub(crate) fn ops_per_second(
+    addr: &str,
+    duration: Duration,
+    round: u64,
+    mix: Mix,
+) -> Result<f64, String> {
     let barrier = Arc::new(Barrier::new(THREADS));
     let stop = Arc::new(AtomicBool::new(false));
     let ops = Arc::new(AtomicU64::new(0));
@@ -102,8 +126,14 @@ pub(crate) fn ops_per_second(addr: &str, duration: Duration, round: u64) -> Resu
                     let key = format!("r{round}-t{thread}-{i}");
                     put_batch(&master, client, std::slice::from_ref(&key), 4096)?;
                     let _ = master.batch_get_replica_list(vec![key.clone()]);
-                    let _ = master.batch_remove(vec![key], true);
-                    ops.fetch_add(3, Ordering::Relaxed);
+                    let done = match mix {
+                        Mix::PutGet => 2,
+                        Mix::PutGetRemove => {
+                            let _ = master.batch_remove(vec![key], true);
+                            3
+                        }
+                    };
+                    ops.fetch_add(done, Ordering::Relaxed);
                     i += 1;
                 }
                 Ok(())
@@ -116,7 +146,6 @@ pub(crate) fn ops_per_second(addr: &str, duration: Duration, round: u64) -> Resu
     for worker in workers {
         worker.join().map_err(|_| "worker panicked")??;
     }
-    eprintln!("DEBUG round {round} {addr}: {counted}");
     Ok(counted as f64 / duration.as_secs_f64())
 }
 
@@ -156,31 +185,45 @@ fn throughput(report: &mut Report, quick: bool) -> Result<(), String> {
         plain_rpc.local_addr().to_string(),
         journaled_rpc.local_addr().to_string(),
     );
-    let duration = Duration::from_millis(if quick { 500 } else { 2000 });
-    let round = AtomicU64::new(0);
-    let what = Judged {
-        name: "journal on: put+get+remove ops/s (8 thr)",
-        unit: "ops/s",
-        limit_name: "journal off, same load",
-        rounds: 5,
-    };
-    judge(
+    compare(
         report,
-        &what,
-        || ops_per_second(&plain_addr, duration, round.fetch_add(1, Ordering::Relaxed)),
-        || {
-            ops_per_second(
-                &journaled_addr,
-                duration,
-                round.fetch_add(1, Ordering::Relaxed),
-            )
-        },
+        quick,
+        ("journal on", &journaled_addr),
+        ("journal off", &plain_addr),
     )?;
     let flushes = journaled.metrics().journal.map_or(0, |j| j.flushes);
     eprintln!("journal: {flushes} group commits");
     plain_rpc.shutdown();
     journaled_rpc.shutdown();
     drop((plain, journaled));
+    Ok(())
+}
+
+/// One judged line per [`Mix`]: ops/s of 8 client threads against the master at
+/// `scenario.1`, limit the master at `limit.1` under the same load, interleaved rounds.
+pub(crate) fn compare(
+    report: &mut Report,
+    quick: bool,
+    scenario: (&str, &str),
+    limit: (&str, &str),
+) -> Result<(), String> {
+    let duration = Duration::from_millis(if quick { 500 } else { 2000 });
+    let round = AtomicU64::new(0);
+    let next = || round.fetch_add(1, Ordering::Relaxed);
+    for mix in [Mix::PutGet, Mix::PutGetRemove] {
+        let what = Judged {
+            name: &format!("{}: {} ops/s (8 thr)", scenario.0, mix.name()),
+            unit: "ops/s",
+            limit_name: &format!("{}, same load", limit.0),
+            rounds: 5,
+        };
+        judge(
+            report,
+            &what,
+            || ops_per_second(limit.1, duration, next(), mix),
+            || ops_per_second(scenario.1, duration, next(), mix),
+        )?;
+    }
     Ok(())
 }
 

@@ -42,7 +42,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -51,6 +51,9 @@ use std::time::{Duration, Instant};
 pub(crate) const DURABLE_WAIT: Duration = Duration::from_secs(5);
 /// Longest a standby's poll ([`Journal::wait_beyond`]) waits for new durable records.
 pub(crate) const FOLLOWER_POLL: Duration = Duration::from_millis(100);
+/// How long a standby's poll lets new records gather while nobody waits for them to be safe
+/// (a removal waiting answers it at once): fewer, larger copy rounds under a write load.
+const FOLLOWER_BATCH: Duration = Duration::from_millis(10);
 /// Most bytes one [`Journal::read_file`] answer carries.
 pub(crate) const MAX_READ: u64 = 4 << 20;
 /// Pause between attempts after a failed write or sync.
@@ -228,8 +231,11 @@ struct Shared {
     wake: Condvar,
     durable_lsn: AtomicU64,
     durable_lock: Mutex<()>,
-    /// Signalled after each flush.
+    /// Signalled after each flush, each follower report, and when a caller starts waiting
+    /// in [`Journal::wait_durable`].
     durable: Condvar,
+    /// Callers inside [`Journal::wait_durable`] (a standby's poll answers at once then).
+    safe_waiters: AtomicUsize,
     gate: Arc<FreeGate>,
     /// Standbys copying the journal (see the module documentation).
     followers: Mutex<HashMap<ClientId, Follower>>,
@@ -314,6 +320,7 @@ impl Journal {
             durable_lsn: AtomicU64::new(folded.last_lsn),
             durable_lock: Mutex::new(()),
             durable: Condvar::new(),
+            safe_waiters: AtomicUsize::new(0),
             gate,
             followers: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
@@ -378,34 +385,47 @@ impl Journal {
         let shared = &self.shared;
         let until = Instant::now() + DURABLE_WAIT;
         let mut guard = shared.durable_lock.lock();
+        if shared.safe_lsn() >= lsn {
+            return Ok(());
+        }
+        shared.safe_waiters.fetch_add(1, Ordering::AcqRel);
+        // Standbys' polls gathering a batch copy at once now.
+        shared.durable.notify_all();
+        let mut outcome = Ok(());
         while shared.safe_lsn() < lsn {
             if shared.stop.load(Ordering::Acquire)
                 || shared.durable.wait_until(&mut guard, until).timed_out()
             {
-                if shared.safe_lsn() >= lsn {
-                    break;
+                if shared.safe_lsn() < lsn {
+                    outcome = fail(
+                        ErrorCode::InternalError,
+                        format!("journal: record {lsn} not safe within {DURABLE_WAIT:?}"),
+                    );
                 }
-                return fail(
-                    ErrorCode::InternalError,
-                    format!("journal: record {lsn} not safe within {DURABLE_WAIT:?}"),
-                );
+                break;
             }
         }
-        Ok(())
+        shared.safe_waiters.fetch_sub(1, Ordering::AcqRel);
+        outcome
     }
 
-    /// Waits until a record after `lsn` is durable here, the journal stops, or `limit`
-    /// passes (a standby's long poll: it copies as soon as there is something to copy).
+    /// A standby's long poll: waits until a record after `lsn` is durable here and either
+    /// someone waits in [`Journal::wait_durable`] or [`FOLLOWER_BATCH`] passed (so records
+    /// gather into fewer copy rounds); or until the journal stops or `limit` passes.
     pub(crate) fn wait_beyond(&self, lsn: u64, limit: Duration) {
         let shared = &self.shared;
-        let until = Instant::now() + limit;
+        let started = Instant::now();
+        let (batched, until) = (started + FOLLOWER_BATCH, started + limit);
         let mut guard = shared.durable_lock.lock();
-        while shared.durable_lsn.load(Ordering::Acquire) <= lsn
-            && !shared.stop.load(Ordering::Acquire)
-        {
-            if shared.durable.wait_until(&mut guard, until).timed_out() {
+        while !shared.stop.load(Ordering::Acquire) {
+            let news = shared.durable_lsn.load(Ordering::Acquire) > lsn;
+            let urgent = shared.safe_waiters.load(Ordering::Acquire) > 0;
+            let now = Instant::now();
+            if (news && (urgent || now >= batched)) || now >= until {
                 return;
             }
+            let wake = if news { batched.min(until) } else { until };
+            shared.durable.wait_until(&mut guard, wake);
         }
     }
 
@@ -415,7 +435,9 @@ impl Journal {
         let seen = Instant::now();
         let appended = self.last_appended();
         let mut followers = self.shared.followers.lock();
-        let joined = followers.get(&follower).map_or(appended, |known| known.joined);
+        let joined = followers
+            .get(&follower)
+            .map_or(appended, |known| known.joined);
         followers.insert(
             follower,
             Follower {
