@@ -44,12 +44,16 @@ struct Member {
 }
 
 fn member(etcd_endpoints: &str) -> Member {
+    member_with_lease(etcd_endpoints, LEASE_MS)
+}
+
+fn member_with_lease(etcd_endpoints: &str, lease_ms: u64) -> Member {
     let dir = Dir::new();
     let master = Master::start(&[
         "--enable_ha",
         &format!("--etcd_endpoints={etcd_endpoints}"),
         &format!("--journal_dir={}", dir.0.display()),
-        &format!("--ha_lease_ttl_ms={LEASE_MS}"),
+        &format!("--ha_lease_ttl_ms={lease_ms}"),
         "--reattach_grace_ms=20000",
     ]);
     Member { master, _dir: dir }
@@ -444,4 +448,34 @@ fn a_p2p_group_fails_over_and_its_owners_reclaim_their_keys() {
         accessor.get("k", &forward).is_ok_and(|v| v == value)
     });
     assert!(back, "the owner's key is not routed by the new leader");
+}
+
+#[test]
+fn removals_wait_out_a_stopped_standby_and_succeed() {
+    // A lease longer than the default: the leader stops waiting for a silent standby after 7 s.
+    let etcd = EtcdMember::cluster(1);
+    let list = endpoints(&etcd);
+    let a = member_with_lease(&list, 7000);
+    leader_of(&[&a], Duration::from_secs(10));
+    let b = member_with_lease(&list, 7000);
+    let addr = etcd_master_addr(&etcd);
+    let _peer = PeerClient::start(&addr, "64 MB");
+    let client = local_client(&addr, 0, 0);
+    put_keys(&client, "k", 60);
+    std::thread::sleep(Duration::from_millis(500));
+    b.master.signal(libc::SIGSTOP);
+    let stopped = Instant::now();
+    // Each removal waits until the stopped standby is no longer waited for, then succeeds.
+    let mut failed = Vec::new();
+    for i in 0..60u8 {
+        if let Err(code) = client.remove(&format!("k-{i}"), true) {
+            failed.push((i, code, stopped.elapsed()));
+        }
+        if stopped.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+    }
+    b.master.signal(libc::SIGCONT);
+    assert!(failed.is_empty(), "removals failed: {failed:?}");
+    assert_eq!(client.is_exist("k-0"), Ok(false));
 }

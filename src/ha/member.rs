@@ -225,7 +225,13 @@ impl Member {
     fn compete(&mut self, stop: &AtomicBool) -> Result<()> {
         self.following = None;
         let service = match &self.config.journal {
-            Some(journal) => MasterService::open(self.config.master.clone(), journal.clone())?,
+            Some(journal) => {
+                let options = JournalOptions {
+                    safe_wait: journal.safe_wait.max(safe_wait(self.config.lease_ttl)),
+                    ..journal.clone()
+                };
+                MasterService::open(self.config.master.clone(), options)?
+            }
             None => MasterService::new(self.config.master.clone()),
         };
         let ttl = self.config.lease_ttl;
@@ -347,6 +353,13 @@ fn next_in_sync(
         }
     }
     (next, dropped)
+}
+
+/// How long a leader's removals may wait for standbys: longer than a standby may stay silent
+/// before it is no longer waited for (a lease, a look every [`IN_SYNC_PERIOD`], then an etcd
+/// write of at most [`etcd_timeout`]), so a stopped standby delays them and never fails them.
+fn safe_wait(lease_ttl: Duration) -> Duration {
+    lease_ttl + IN_SYNC_PERIOD + etcd_timeout(lease_ttl) + Duration::from_secs(1)
 }
 
 /// The timeout of each etcd operation: a fifth of the lease, between 0.5 and 2 s.

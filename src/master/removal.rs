@@ -9,7 +9,7 @@ impl MasterService {
     /// Removes one key. Errors: `OBJECT_NOT_FOUND`, `REPLICA_IS_NOT_READY` (being written,
     /// even with `force`), `OBJECT_HAS_LEASE` (leased and not `force`); with a journal,
     /// `INTERNAL_ERROR` when the removal is not safe (durable, copied by the standbys) within
-    /// [`super::journal::DURABLE_WAIT`] (the key is gone here, but may come back after a
+    /// [`super::JournalOptions::safe_wait`] (the key is gone here, but may come back after a
     /// failover).
     pub(super) fn remove(&self, key: &str, force: bool) -> Result<()> {
         check_key(key)?;

@@ -142,7 +142,7 @@ impl MasterService {
     /// Every upsert start is a new write with a new token: the pre-empted or overwritten
     /// write's token is stale from now on. With a journal, the old value's removal is
     /// journaled first and the grant waits until it is safe (`INTERNAL_ERROR` if it is not
-    /// within [`super::journal::DURABLE_WAIT`]; the write is then abandoned).
+    /// within [`super::JournalOptions::safe_wait`]; the write is then abandoned).
     pub(super) fn upsert_start(
         &self,
         client: ClientId,

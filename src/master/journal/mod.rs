@@ -47,8 +47,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long [`Journal::wait_durable`] waits before it gives up.
-pub(crate) const DURABLE_WAIT: Duration = Duration::from_secs(5);
+/// How long [`Journal::wait_durable`] waits before it gives up, by default
+/// ([`JournalOptions::safe_wait`]).
+const DURABLE_WAIT: Duration = Duration::from_secs(5);
 /// Longest a standby's poll ([`Journal::wait_beyond`]) waits for new durable records.
 pub(crate) const FOLLOWER_POLL: Duration = Duration::from_millis(100);
 /// How long a standby's poll lets new records gather while nobody waits for them to be safe
@@ -71,6 +72,10 @@ pub struct JournalOptions {
     pub rotate_bytes: u64,
     /// Closed logs are folded into a snapshot once they hold this many bytes.
     pub compact_bytes: u64,
+    /// Longest a removal's acknowledgement or a write's grant waits for a record to be safe
+    /// (5 s). An HA leader needs more than the time it takes to stop waiting for a silent
+    /// standby (see `crate::ha::member`), so that such a standby delays writes, never fails them.
+    pub safe_wait: Duration,
 }
 
 impl JournalOptions {
@@ -80,6 +85,7 @@ impl JournalOptions {
             dir: dir.into(),
             rotate_bytes: 64 << 20,
             compact_bytes: 256 << 20,
+            safe_wait: DURABLE_WAIT,
         }
     }
 }
@@ -379,11 +385,12 @@ impl Journal {
     }
 
     /// Waits until record `lsn` is safe (durable here and at every follower). Errors:
-    /// `INTERNAL_ERROR` when it is not within [`DURABLE_WAIT`] (a disk or a standby is
+    /// `INTERNAL_ERROR` when it is not within [`JournalOptions::safe_wait`] (a disk or a standby is
     /// failing or stuck) or the journal stopped first.
     pub(crate) fn wait_durable(&self, lsn: u64) -> Result<()> {
         let shared = &self.shared;
-        let until = Instant::now() + DURABLE_WAIT;
+        let limit = shared.options.safe_wait;
+        let until = Instant::now() + limit;
         let mut guard = shared.durable_lock.lock();
         if shared.safe_lsn() >= lsn {
             return Ok(());
@@ -399,7 +406,7 @@ impl Journal {
                 if shared.safe_lsn() < lsn {
                     outcome = fail(
                         ErrorCode::InternalError,
-                        format!("journal: record {lsn} not safe within {DURABLE_WAIT:?}"),
+                        format!("journal: record {lsn} not safe within {limit:?}"),
                     );
                 }
                 break;
