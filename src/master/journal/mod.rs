@@ -59,8 +59,9 @@ const FOLLOWER_BATCH: Duration = Duration::from_millis(10);
 pub(crate) const MAX_READ: u64 = 4 << 20;
 /// Pause between attempts after a failed write or sync.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
-/// Shortest time between two group commits: appends arriving meanwhile join the next batch
-/// (fewer syncs under load; a freed range or an in-place upsert waits at most this longer).
+/// Shortest time between two group commits while nobody waits in [`Journal::wait_durable`]:
+/// appends arriving meanwhile join the next batch (fewer syncs under a write load). A caller
+/// that starts waiting ends the pause: removals are acknowledged a sync later, not a pause.
 const FLUSH_SPACING: Duration = Duration::from_millis(1);
 
 /// Where and how the journal keeps its files.
@@ -240,8 +241,12 @@ struct Shared {
     /// Signalled after each flush, each follower report, and when a caller starts waiting
     /// in [`Journal::wait_durable`].
     durable: Condvar,
-    /// Callers inside [`Journal::wait_durable`] (a standby's poll answers at once then).
+    /// Callers inside [`Journal::wait_durable`] (a standby's poll answers at once then, and
+    /// the flusher does not pause).
     safe_waiters: AtomicUsize,
+    /// Signalled (with `durable_lock`) when a caller starts waiting in
+    /// [`Journal::wait_durable`]: ends the flusher's pause between group commits.
+    hurry: Condvar,
     gate: Arc<FreeGate>,
     /// Standbys copying the journal (see the module documentation).
     followers: Mutex<HashMap<ClientId, Follower>>,
@@ -327,6 +332,7 @@ impl Journal {
             durable_lock: Mutex::new(()),
             durable: Condvar::new(),
             safe_waiters: AtomicUsize::new(0),
+            hurry: Condvar::new(),
             gate,
             followers: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
@@ -396,7 +402,8 @@ impl Journal {
             return Ok(());
         }
         shared.safe_waiters.fetch_add(1, Ordering::AcqRel);
-        // Standbys' polls gathering a batch copy at once now.
+        // The flusher syncs without its pause, standbys' polls copy without theirs.
+        shared.hurry.notify_one();
         shared.durable.notify_all();
         let mut outcome = Ok(());
         while shared.safe_lsn() < lsn {
@@ -577,6 +584,16 @@ impl Shared {
         self.gate.release_through(self.safe_lsn());
     }
 
+    /// Waits until `until`, or until someone waits in [`Journal::wait_durable`] or the journal
+    /// stops.
+    fn pause_unless_waited_for(&self, until: Instant) {
+        let mut guard = self.durable_lock.lock();
+        while self.safe_waiters.load(Ordering::Acquire) == 0
+            && !self.stop.load(Ordering::Acquire)
+            && !self.hurry.wait_until(&mut guard, until).timed_out()
+        {}
+    }
+
     /// The flusher: writes and syncs batches until stopped (then drains what is pending).
     fn run_flusher(self: Arc<Self>, mut active: Active) {
         let mut last_flush = Instant::now();
@@ -590,9 +607,7 @@ impl Shared {
                     return;
                 }
             }
-            if let Some(rest) = FLUSH_SPACING.checked_sub(last_flush.elapsed()) {
-                std::thread::sleep(rest);
-            }
+            self.pause_unless_waited_for(last_flush + FLUSH_SPACING);
             let (batch, last_lsn) = {
                 let mut pending = self.pending.lock();
                 (std::mem::take(&mut pending.buf), pending.next_lsn - 1)
