@@ -692,10 +692,35 @@ impl Shared {
         }
     }
 
-    /// Folds the snapshot and the closed logs (those starting before `active_lsn`, the first
-    /// LSN of the log being appended to) into a new snapshot, then deletes them. On failure
-    /// everything stays as it was (the next compaction folds the logs).
+    /// The compaction thread: folds the closed logs (see [`Shared::compact_once`]), again as
+    /// long as the logs closed meanwhile reach `compact_bytes` (a burst that ends while a
+    /// compaction runs would otherwise leave them for the next rotation), then clears
+    /// `compacting`.
     fn compact(&self, active_lsn: u64) {
+        let mut active_lsn = Some(active_lsn);
+        while let Some(lsn) = active_lsn {
+            let folded = self.compact_once(lsn);
+            active_lsn = match folded && !self.stop.load(Ordering::Acquire) {
+                true => self.closed_past_threshold(),
+                false => None,
+            };
+        }
+        self.compacting.store(false, Ordering::Release);
+    }
+
+    /// The first LSN of the newest log (taken as the active one) when the logs before it hold
+    /// at least `compact_bytes`.
+    fn closed_past_threshold(&self) -> Option<u64> {
+        let logs = list(&self.options.dir).ok()?.logs;
+        let (active, closed) = logs.split_last()?;
+        let bytes: u64 = closed.iter().map(|log| file_len(&log.path)).sum();
+        (bytes >= self.options.compact_bytes).then_some(active.first_lsn)
+    }
+
+    /// Folds the snapshot and the closed logs (those starting before `active_lsn`, the first
+    /// LSN of the log being appended to) into a new snapshot, then deletes them; whether it
+    /// did. On failure everything stays as it was (the next compaction folds the logs).
+    fn compact_once(&self, active_lsn: u64) -> bool {
         let dir = &self.options.dir;
         let outcome = list(dir).and_then(|listing| {
             let mut logs = listing.logs;
@@ -719,13 +744,16 @@ impl Shared {
                 let c = &self.counters;
                 c.snapshot_bytes.store(bytes, Ordering::Relaxed);
                 c.compactions.fetch_add(1, Ordering::Relaxed);
+                true
             }
-            Err(_) => tracing::warn!(
-                detail = %crate::error::last_error_message(),
-                "journal: compaction failed; the logs stay"
-            ),
+            Err(_) => {
+                tracing::warn!(
+                    detail = %crate::error::last_error_message(),
+                    "journal: compaction failed; the logs stay"
+                );
+                false
+            }
         }
-        self.compacting.store(false, Ordering::Release);
     }
 }
 

@@ -191,3 +191,42 @@ fn a_dropped_range_is_reused_only_after_the_records_before_it_are_durable() {
     assert!(freed, "freed once durable");
     assert_eq!(gate.held(), 0);
 }
+
+#[test]
+fn logs_closed_during_a_compaction_are_folded_after_a_burst_ends() {
+    let dir = crate::test_util::TempDir::new("journal-burst");
+    let options = JournalOptions {
+        rotate_bytes: 4 << 10,
+        compact_bytes: 16 << 10,
+        ..options(dir.path())
+    };
+    let (client, seg) = (Uuid::random(), Uuid::random());
+    let (journal, _) = open(&options);
+    journal.append(&mount(client, seg, 7));
+    // One burst, no waits: logs close faster than a compaction folds them.
+    let mut last = 0;
+    for id in 1..=30_000u64 {
+        last = journal.append(&commit(&format!("key-{}", id % 700), id, seg, 7));
+    }
+    journal.wait_durable(last).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    // Bytes in closed logs (all but the newest) once no compaction runs.
+    let closed = || {
+        let logs = list(dir.path()).unwrap().logs;
+        let bytes: u64 = logs
+            .iter()
+            .rev()
+            .skip(1)
+            .map(|log| file_len(&log.path))
+            .sum();
+        (!journal.shared.compacting.load(Ordering::Acquire)).then_some(bytes)
+    };
+    while closed().is_none_or(|bytes| bytes >= options.compact_bytes) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let left = closed();
+    assert!(
+        left.is_some_and(|bytes| bytes < options.compact_bytes),
+        "closed logs past compact_bytes stayed after the burst: {left:?} bytes"
+    );
+}
