@@ -202,6 +202,7 @@ fn unknown_flags_and_bad_values_exit_with_code_2() {
         vec!["--deployment_mode=MESH"],
         vec!["--enable_ha=true"],
         vec!["--enable_ha=true", "--etcd_endpoints=,"],
+        vec!["--enable_ha", "--etcd_endpoints="],
         vec!["--logtostderr=maybe"],
         vec!["--v=lots"],
     ] {

@@ -291,13 +291,10 @@ fn advertise(flags: &Flags, port: u16) -> String {
 #[derive(Clone, Debug)]
 struct EtcdEndpoints(Vec<String>);
 
-/// Parses `--etcd_endpoints` (see [`crate::ha::etcd::endpoints`]); an empty list is an error.
+/// Parses `--etcd_endpoints` (see [`crate::ha::etcd::endpoints`]); an empty list is refused
+/// with `--enable_ha` ([`Program::validate`]), accepted without.
 fn parse_etcd_endpoints(text: &str) -> Result<EtcdEndpoints, String> {
-    let endpoints = crate::ha::etcd::endpoints(text);
-    match endpoints.is_empty() {
-        true => Err("names no etcd member (expected h1:2379,h2:2379)".into()),
-        false => Ok(EtcdEndpoints(endpoints)),
-    }
+    Ok(EtcdEndpoints(crate::ha::etcd::endpoints(text)))
 }
 
 fn run(flags: Flags) -> Result<(), String> {
@@ -421,7 +418,7 @@ fn start_member(
     journal: Option<JournalOptions>,
     role: Arc<Role>,
 ) -> Result<(Arc<AtomicBool>, std::thread::JoinHandle<()>), String> {
-    // clap requires the flag with --enable_ha, and its parser refuses an empty list.
+    // `validate` refused --enable_ha without a member.
     let endpoints = flags
         .etcd_endpoints
         .clone()
@@ -453,6 +450,19 @@ impl Program for Flags {
 
     fn glog(&self) -> &GlogFlags {
         &self.glog
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let named = self
+            .etcd_endpoints
+            .as_ref()
+            .is_some_and(|e| !e.0.is_empty());
+        match self.enable_ha && !named {
+            true => Err(
+                "--enable_ha needs --etcd_endpoints naming an etcd member (h1:2379,h2:2379)".into(),
+            ),
+            false => Ok(()),
+        }
     }
 
     fn run(self) -> Result<(), String> {

@@ -47,6 +47,12 @@ trait Program: Parser + std::fmt::Debug {
     /// The glog logging flags among the program's flags.
     fn glog(&self) -> &glog::GlogFlags;
 
+    /// Checks what clap cannot (flags that need each other's values); `Err` is a flag error
+    /// (exit 2).
+    fn validate(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Runs until a termination signal; `Err` carries the message for stderr.
     fn run(self) -> Result<(), String>;
 }
@@ -63,6 +69,10 @@ where
             return e.exit_code();
         }
     };
+    if let Err(message) = flags.validate() {
+        eprintln!("{}: {message}", P::NAME);
+        return 2;
+    }
     // Before any thread starts, so every thread inherits the mask.
     crate::process::hold_termination_signals();
     flags.glog().init_logging(P::NAME);

@@ -344,11 +344,15 @@ fn next_in_sync(
     for (id, follower) in followers {
         let name = id.to_string();
         let silent = follower.seen.elapsed() > silent_after;
+        let complete = follower.acked >= follower.joined;
         let listed = next.members.contains(&name);
         if silent {
             next.members.retain(|member| *member != name);
             dropped.push(*id);
-        } else if !listed && follower.acked >= follower.joined {
+        } else if listed && !complete {
+            // Its copy started over (a restart): unlisted until it holds what it lacks.
+            next.members.retain(|member| *member != name);
+        } else if !listed && complete {
             next.members.push(name);
         }
     }
@@ -356,10 +360,11 @@ fn next_in_sync(
 }
 
 /// How long a leader's removals may wait for standbys: longer than a standby may stay silent
-/// before it is no longer waited for (a lease, a look every [`IN_SYNC_PERIOD`], then an etcd
-/// write of at most [`etcd_timeout`]), so a stopped standby delays them and never fails them.
+/// before it is no longer waited for (a lease, a look every [`IN_SYNC_PERIOD`] that may follow
+/// a lease renewal, then an etcd write: each etcd call at most [`etcd_timeout`]), so a stopped
+/// standby delays them and never fails them.
 fn safe_wait(lease_ttl: Duration) -> Duration {
-    lease_ttl + IN_SYNC_PERIOD + etcd_timeout(lease_ttl) + Duration::from_secs(1)
+    lease_ttl + IN_SYNC_PERIOD + 2 * etcd_timeout(lease_ttl) + Duration::from_secs(1)
 }
 
 /// The timeout of each etcd operation: a fifth of the lease, between 0.5 and 2 s.
@@ -397,6 +402,11 @@ mod tests {
             next.members,
             vec!["leader".to_string(), standby.to_string()]
         );
+        // Its copy started over (the leader registered it again): unlisted, still waited for.
+        let restarted = HashMap::from([(standby, follower(0, 12, Duration::ZERO))]);
+        let (again, dropped) = next_in_sync(&next, &restarted, Duration::from_secs(5));
+        assert_eq!(again, leader, "listed while its copy starts over");
+        assert!(dropped.is_empty());
         // Silent: dropped from the list and no longer waited for.
         let silent = HashMap::from([(standby, follower(10, 10, Duration::from_secs(6)))]);
         let (after, dropped) = next_in_sync(&next, &silent, Duration::from_secs(5));

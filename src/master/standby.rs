@@ -126,7 +126,9 @@ impl JournalCopy {
             }
             new_files |= !self.copied.contains_key(&file.name);
             match self.copy(leader, file, have) {
-                Err(ErrorCode::FileNotFound) => break, // compacted meanwhile: list again
+                // Compacted meanwhile: list again next round. Nothing is acknowledged from
+                // this one (a snapshot cut short would count as whole).
+                Err(ErrorCode::FileNotFound) => return Ok(()),
                 outcome => outcome?,
             }
         }

@@ -297,30 +297,39 @@ async fn serve_connection<I: Interface>(
         tracing::warn!(%peer, limit = limits.max_connections, "refusing an RPC connection: too many");
         return;
     }
+    let slot = Slot(Arc::clone(&shared));
     if let Next::MoveToSide(read) =
         serve_requests::<I>(&mut stream, Vec::new(), peer, &shared, Placement::Shard).await
     {
         match (shared.side.get(), stream.into_std()) {
             (Some(side), Ok(stream)) => {
                 // A tokio socket is tied to its runtime: the side runtime adopts it.
-                let moved = Arc::clone(&shared);
                 side.spawn(async move {
                     match TcpStream::from_std(stream) {
                         Ok(mut stream) => {
-                            serve_requests::<I>(&mut stream, read, peer, &moved, Placement::Side)
+                            let shared = &slot.0;
+                            serve_requests::<I>(&mut stream, read, peer, shared, Placement::Side)
                                 .await;
                         }
                         Err(err) => tracing::debug!(%peer, "adopt a moved connection: {err}"),
                     }
-                    moved.connections.fetch_sub(1, Ordering::Relaxed);
+                    drop(slot);
                 });
-                return;
             }
             (_, Err(err)) => tracing::debug!(%peer, "cannot move a connection: {err}"),
             (None, Ok(_)) => {}
         }
     }
-    shared.connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Counts a connection for as long as it lives, wherever it is served (dropped when its task
+/// ends, also by a panic in a call).
+struct Slot<I: Interface>(Arc<Shared<I>>);
+
+impl<I: Interface> Drop for Slot<I> {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Serves the requests of `stream` (after the bytes `read` already read from it) until it

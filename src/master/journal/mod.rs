@@ -445,13 +445,19 @@ impl Journal {
 
     /// Records that standby `follower` holds the records up to `acked` durably (registering
     /// it if new), and releases what became safe.
+    ///
+    /// A follower registers (or registers again: its copy went back, it started over) with
+    /// `joined` = the last record appended, read under the followers' lock after it is
+    /// counted, so every range freed after that point waits for it.
     pub(crate) fn follower_ack(&self, follower: ClientId, acked: u64) {
         let seen = Instant::now();
-        let appended = self.last_appended();
         let mut followers = self.shared.followers.lock();
-        let joined = followers
-            .get(&follower)
-            .map_or(appended, |known| known.joined);
+        let known = followers.get(&follower).copied();
+        let joined = match known {
+            Some(known) if acked >= known.acked => known.joined,
+            // New, or its copy went back: everything appended so far may lack it.
+            _ => self.last_appended(),
+        };
         followers.insert(
             follower,
             Follower {
