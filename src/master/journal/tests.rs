@@ -6,6 +6,15 @@ fn options(dir: &std::path::Path) -> JournalOptions {
     JournalOptions::new(dir)
 }
 
+/// Logs of 4 KiB, compacted past 16 KiB: many rotations and compactions in a short test.
+fn small_files(dir: &std::path::Path) -> JournalOptions {
+    JournalOptions {
+        rotate_bytes: 4 << 10,
+        compact_bytes: 16 << 10,
+        ..options(dir)
+    }
+}
+
 fn open(options: &JournalOptions) -> (Journal, Replayed) {
     Journal::open(options.clone(), Arc::new(FreeGate::default())).unwrap()
 }
@@ -120,11 +129,7 @@ fn damage_before_the_newest_log_stops_the_open() {
 #[test]
 fn compaction_folds_closed_logs_into_a_snapshot_that_replays_the_same() {
     let dir = crate::test_util::TempDir::new("journal-compact");
-    let options = JournalOptions {
-        rotate_bytes: 4 << 10,
-        compact_bytes: 16 << 10,
-        ..options(dir.path())
-    };
+    let options = small_files(dir.path());
     let (client, seg) = (Uuid::random(), Uuid::random());
     let mut expected = JournalState::default();
     {
@@ -195,11 +200,7 @@ fn a_dropped_range_is_reused_only_after_the_records_before_it_are_durable() {
 #[test]
 fn logs_closed_during_a_compaction_are_folded_after_a_burst_ends() {
     let dir = crate::test_util::TempDir::new("journal-burst");
-    let options = JournalOptions {
-        rotate_bytes: 4 << 10,
-        compact_bytes: 16 << 10,
-        ..options(dir.path())
-    };
+    let options = small_files(dir.path());
     let (client, seg) = (Uuid::random(), Uuid::random());
     let (journal, _) = open(&options);
     journal.append(&mount(client, seg, 7));
