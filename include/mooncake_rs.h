@@ -375,6 +375,10 @@ typedef struct mc_setup_config {
      * `"host:port"` of a master; NULL, `""` or `"embedded"` selects the in-process master.
      */
     const char *master_server_addr;
+    /**
+     * The SSD tier's directory (`docs/ssd-tier.md`); NULL or `""`: no SSD tier.
+     */
+    const char *ssd_offload_path;
 } mc_setup_config;
 
 /**
@@ -564,7 +568,8 @@ void mc_buffer_free(mc_buffer_t *buffer);
 
 /**
  * Fills `config` with Mooncake's defaults: `"localhost"`, `"P2PHANDSHAKE"`, 16 MiB segment,
- * 16 MiB local buffer, `"tcp"`, `""`, master `"127.0.0.1:50051"`. The strings are static.
+ * 16 MiB local buffer, `"tcp"`, `""`, master `"127.0.0.1:50051"`, no SSD tier. The strings
+ * are static.
  * NULL is ignored. Thread-safe.
  */
 void mc_setup_config_init(mc_setup_config_t *config);

@@ -457,6 +457,21 @@ pub(crate) const DM_LOCK_SHARD_COUNT: Knob =
         .quiet()
         .zero_is_default();
 
+// ---- the SSD tier (node/disk_tier.rs) -------------------------------------------------------
+
+/// `MOONCAKE_OFFLOAD_FILE_STORAGE_PATH`: the SSD tier's directory when a setup turns the tier
+/// on (`enable_ssd_offload`) without naming one (`ssd_offload_path`). Unset or empty: none
+/// (such a setup fails naming both).
+pub(crate) const OFFLOAD_FILE_STORAGE_PATH: Var = Var {
+    name: "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH",
+    default: "",
+};
+/// `MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES`: record bytes the SSD tier may hold (size
+/// syntax). Default 0: no limit but the filesystem's free space (minus a 64 MiB reserve);
+/// unparsable: the default (logged).
+pub(crate) const OFFLOAD_TOTAL_SIZE_LIMIT_BYTES: Knob =
+    Knob::new("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES", 0, 0, u64::MAX).sizes();
+
 /// Every numeric variable defined here (`docs/configuration.md` has a row for each).
 #[cfg_attr(not(test), allow(dead_code))] // read by the tests
 pub(crate) const KNOBS: &[&Knob] = &[
@@ -501,6 +516,7 @@ pub(crate) const KNOBS: &[&Knob] = &[
     &P2P_QUARANTINE_MS,
     &P2P_DEBUG_TRANSFER_DELAY_MS,
     &DM_LOCK_SHARD_COUNT,
+    &OFFLOAD_TOTAL_SIZE_LIMIT_BYTES,
 ];
 
 /// Every text or switch variable defined here (`docs/configuration.md` has a row for each).
@@ -513,6 +529,7 @@ pub(crate) const VARS: &[&Var] = &[
     &GID_INDEX,
     &RDMA_COMPLETION,
     &DEVICE_RUNTIME,
+    &OFFLOAD_FILE_STORAGE_PATH,
 ];
 
 /// Parses Mooncake's human-readable sizes: a plain byte count or a number with a

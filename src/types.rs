@@ -159,6 +159,110 @@ pub struct ReplicaDescriptor {
     pub buffer: BufferDescriptor,
     /// State at the time of the answer.
     pub status: ReplicaStatus,
+    /// For a LOCAL_DISK replica (Mooncake's `LocalDiskDescriptor`): which record of the
+    /// owner's disk tier holds the bytes. `buffer.transport_endpoint` is then the owner's disk
+    /// read service (`host:port`), `buffer.protocol` is [`LOCAL_DISK_PROTOCOL`],
+    /// `buffer.size` the object size and `buffer.buffer_address` 0. `None`: a memory replica.
+    #[serde(default)]
+    pub disk: Option<DiskRecordRef>,
+}
+
+/// `BufferDescriptor::protocol` of a LOCAL_DISK replica.
+pub const LOCAL_DISK_PROTOCOL: &str = "local_disk";
+
+/// Which record of which disk tier holds a LOCAL_DISK replica: the owner serves only the
+/// record of exactly this key and generation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskRecordRef {
+    /// The key.
+    pub key: String,
+    /// The client owning the disk tier.
+    pub owner: ClientId,
+    /// The object generation (the write token of its committed write).
+    pub generation: u64,
+}
+
+/// What the master answers to a disk tier mount.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskMountAnswer {
+    /// The master's view; the owner's next mount names it.
+    pub view_version: u64,
+    /// Per object the owner held: whether it keeps it (`false`: delete the record).
+    pub kept: Vec<bool>,
+}
+
+/// One object held in a client's disk tier, as its owner reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskObject {
+    /// The key.
+    pub key: String,
+    /// The object generation the record holds.
+    pub generation: u64,
+    /// Value length in bytes.
+    pub size: u64,
+}
+
+/// A client's disk tier as it mounts it at the master.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskMount {
+    /// Identity of the tier's directory (kept in the directory, the same across restarts).
+    pub disk: Uuid,
+    /// `host:port` of the owner's disk read service.
+    pub endpoint: String,
+    /// Record bytes the tier may hold.
+    pub capacity: u64,
+    /// Record bytes it holds now.
+    pub used: u64,
+    /// The master view the owner last mounted this directory under (0: never, or not since
+    /// this process opened it). A master of another view that has no journal adopts what the
+    /// owner reports; the master of the same view knows exactly what the tier holds.
+    pub view_version: u64,
+}
+
+/// Work the master hands to the owner of a disk tier.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DiskTask {
+    /// Copy the complete memory replica `replica` of `key` (generation `generation`, `size`
+    /// bytes, in the owner's own segment) into a disk record, then report
+    /// [`DiskReport::Demoted`] with `task`. The master keeps the memory range allocated until
+    /// the report (or until it gives the task up, after which it refuses the report).
+    Demote {
+        /// Names the task in the report.
+        task: u64,
+        /// The key.
+        key: String,
+        /// The object generation.
+        generation: u64,
+        /// The memory replica to copy.
+        replica: BufferDescriptor,
+    },
+    /// Delete the record of `key` at `generation` (or older), if held.
+    Delete {
+        /// The key.
+        key: String,
+        /// The generation that is gone.
+        generation: u64,
+    },
+}
+
+/// What the owner of a disk tier tells the master.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DiskReport {
+    /// Demotion `task` ended: `written` when the record is durable.
+    Demoted {
+        /// The task's number.
+        task: u64,
+        /// Whether the disk record is committed (durable).
+        written: bool,
+    },
+    /// The record of `key` at `generation` is unreadable (checksum mismatch, missing file,
+    /// I/O error) and was dropped: the master forgets that replica.
+    Lost {
+        /// The key.
+        key: String,
+        /// The generation whose record was lost.
+        generation: u64,
+    },
 }
 
 /// Answer to a replica query (`GetReplicaList`): the readable replicas and the read lease

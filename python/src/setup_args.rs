@@ -3,7 +3,7 @@
 //! pyo3 has no overloads, so `setup(*args, **kwargs)` is dispatched here by hand.
 
 use crate::convert::U64;
-use mooncake_rs::client::SetupConfig;
+use mooncake_rs::client::{ssd_offload_dir, SetupConfig};
 use mooncake_rs::error::{fail, ErrorCode, Result};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -97,11 +97,12 @@ pub fn parse(
         protocol: text(4)?,
         device_name: text(5)?,
         master_server_addr: text(6)?,
+        ssd_offload_path: String::new(),
     };
     Ok(finish(
         config,
         Extras {
-            ssd_offload: flag(8)?,
+            ssd_offload: (flag(8)?, text(9)?),
             tenant,
             http_server: flag(11)?,
             http_port: port,
@@ -172,21 +173,19 @@ fn bind<'py>(
 
 /// Options of `setup` beyond the client's own arguments.
 struct Extras {
-    ssd_offload: bool,
+    /// `enable_ssd_offload` and `ssd_offload_path`.
+    ssd_offload: (bool, String),
     tenant: String,
     http_server: bool,
     http_port: i64,
     ipc_socket_path: String,
 }
 
-/// Checks the options this library does not build and the HTTP port.
-fn finish(config: SetupConfig, extras: Extras) -> Result<SetupRequest> {
-    if extras.ssd_offload {
-        return fail(
-            ErrorCode::NotSupported,
-            "enable_ssd_offload: the SSD offload tier is not built in mooncake-rs",
-        );
-    }
+/// Resolves the SSD tier's directory; checks the options this library does not build and
+/// the HTTP port.
+fn finish(mut config: SetupConfig, extras: Extras) -> Result<SetupRequest> {
+    let (enable, path) = &extras.ssd_offload;
+    config.ssd_offload_path = ssd_offload_dir(*enable, path)?;
     if extras.tenant != "default" {
         return fail(
             ErrorCode::NotSupported,
@@ -266,11 +265,18 @@ fn from_dict(dict: &Bound<'_, PyDict>) -> Result<SetupRequest> {
         protocol: get("protocol").unwrap_or_else(|| "tcp".into()),
         device_name: get("rdma_devices").unwrap_or_default(),
         master_server_addr: get("master_server_addr").unwrap_or_else(|| "127.0.0.1:50051".into()),
+        ssd_offload_path: String::new(),
     };
     finish(
         config,
         Extras {
-            ssd_offload: flag("enable_ssd_offload"),
+            // LMCache names the directory `storage_root_dir`.
+            ssd_offload: (
+                flag("enable_ssd_offload"),
+                get("ssd_offload_path")
+                    .or_else(|| get("storage_root_dir"))
+                    .unwrap_or_default(),
+            ),
             tenant: get("tenant_id").unwrap_or_else(|| "default".into()),
             http_server: flag("enable_client_http_server"),
             http_port: port,

@@ -67,6 +67,31 @@ def test_sglang_form_engine_none_and_every_kwarg(fresh, master):
     assert_usable(fresh)
 
 
+def test_ssd_offload_kwargs_turn_the_tier_on(fresh, master, tmp_path):
+    rc = fresh.setup(
+        *positional(master).values(), None,
+        enable_ssd_offload=True, ssd_offload_path=str(tmp_path / "ssd"),
+    )
+    assert rc == 0
+    assert_usable(fresh)
+    # The directory is the tier's: locked, with its identity file.
+    assert (tmp_path / "ssd" / "LOCK").exists() and (tmp_path / "ssd" / "TIER_ID").exists()
+    second = type(fresh)()
+    try:
+        assert second.setup(
+            *positional(master).values(), None,
+            enable_ssd_offload=True, ssd_offload_path=str(tmp_path / "ssd"),
+        ) != 0, "a second client on the directory is refused"
+    finally:
+        second.close()
+
+
+def test_ssd_offload_without_a_directory_is_refused(fresh, master, monkeypatch):
+    monkeypatch.delenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", raising=False)
+    rc = fresh.setup(*positional(master).values(), None, enable_ssd_offload=True)
+    assert rc != 0
+
+
 def test_unknown_kwarg_is_a_type_error_naming_it(fresh, master):
     with pytest.raises(TypeError, match="no_such_option"):
         fresh.setup(*positional(master).values(), no_such_option=1)

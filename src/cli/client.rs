@@ -11,7 +11,7 @@
 
 use super::glog::GlogFlags;
 use super::Program;
-use crate::client::{parse_size, Client, SetupConfig};
+use crate::client::{parse_size, ssd_offload_dir, Client, SetupConfig};
 use crate::p2p::{P2pClient, P2pSetupConfig, TransferDirection};
 use clap::Parser;
 use std::io::Write;
@@ -70,6 +70,13 @@ pub(super) struct Flags {
     /// P2P: period of the expired-record scan (ms; 0 = 1000).
     #[arg(long = "p2p_key_lease_scan_interval_ms", default_value_t = 1000)]
     p2p_key_lease_scan_interval_ms: u64,
+    /// Turn the SSD tier on (upstream's flag): its directory is `--ssd_offload_path`, or
+    /// `MOONCAKE_OFFLOAD_FILE_STORAGE_PATH` (`docs/ssd-tier.md`).
+    #[arg(long = "enable_offload", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    enable_offload: bool,
+    /// The SSD tier's directory (with `--enable_offload`).
+    #[arg(long = "ssd_offload_path", default_value = "")]
+    ssd_offload_path: String,
     /// P2P: default transfer direction, forward or reverse.
     #[arg(long = "p2p_transfer_direction_mode", default_value = "reverse", value_parser = ["forward", "reverse"])]
     p2p_transfer_direction_mode: String,
@@ -130,6 +137,8 @@ fn run(flags: Flags) -> Result<(), String> {
         protocol: flags.protocol.clone(),
         device_name: flags.device_name.clone(),
         master_server_addr: flags.master_server_address.clone(),
+        ssd_offload_path: ssd_offload_dir(flags.enable_offload, &flags.ssd_offload_path)
+            .map_err(|e| format!("{e}: {}", crate::error::last_error_message()))?,
     })
     .map_err(|e| format!("setup failed: {e}: {}", crate::error::last_error_message()))?;
     // Dummies of this host attach on @mooncake_client_<port>.sock (not with an in-process

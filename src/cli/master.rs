@@ -111,6 +111,14 @@ pub(super) struct Flags {
     /// (mooncake-rs flag).
     #[arg(long = "reattach_grace_ms", default_value_t = 30_000)]
     reattach_grace_ms: u64,
+    /// Upstream's switch for its SSD offload. Here the SSD tier is on for every client that
+    /// mounts one (`docs/ssd-tier.md`); accepted so existing launch lines work.
+    #[arg(long = "enable_offload", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    enable_offload: bool,
+    /// Upstream's switch for demoting evicted objects to SSD. Here eviction always demotes
+    /// to the owner's SSD tier while it has room; accepted so existing launch lines work.
+    #[arg(long = "offload_on_evict", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    offload_on_evict: bool,
     /// Run as one master of an HA group elected on etcd (`--etcd_endpoints`): a standby
     /// copying the leader's journal until it leads.
     #[arg(
@@ -298,6 +306,8 @@ fn parse_etcd_endpoints(text: &str) -> Result<EtcdEndpoints, String> {
 }
 
 fn run(flags: Flags) -> Result<(), String> {
+    // Upstream's SSD switches: the tier follows the clients here (see their docs).
+    let _ = (flags.enable_offload, flags.offload_on_evict);
     let config = config_from(&flags)?;
     let journal = (!flags.journal_dir.is_empty()).then(|| JournalOptions::new(&flags.journal_dir));
     let served = match (flags.enable_ha, &journal) {

@@ -7,8 +7,9 @@ use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::{ForwardMaster, MasterApi, MasterConfig};
 use crate::node::{
-    publish_endpoint, start_dummy_engine, start_engine, LivenessHook, LocalBuffer, MasterLink,
-    OwnSegment, SetupConfig, SEGMENT_FILE,
+    publish_endpoint, start_dummy_engine, start_engine, DemotionSource, DiskReaders,
+    DiskTierSettings, LivenessHook, LocalBuffer, MasterLink, OwnDiskTier, OwnSegment, SetupConfig,
+    SEGMENT_FILE,
 };
 use crate::standalone::DummyLink;
 use crate::stream::{StreamConfig, StreamEngine};
@@ -46,6 +47,10 @@ pub(super) struct ClientCore {
     link: MasterLink,
     pub(super) engine: Arc<TransferEngine>,
     pub(super) segment: Option<OwnSegment>,
+    /// The SSD tier this client owns (`ssd_offload_path`), if any.
+    disk: Option<OwnDiskTier>,
+    /// Reads LOCAL_DISK replicas (ours, or other owners').
+    pub(super) disk_readers: DiskReaders,
     pub(super) local_buffer: Option<Arc<LocalBuffer>>,
     pub(super) sessions: Sessions,
     pub(super) streams: StreamEngine,
@@ -125,6 +130,16 @@ impl Client {
                 Some(OwnSegment::new(segment, region))
             }
         };
+        let disk = match (config.ssd_offload_path.as_str(), &dummy) {
+            ("", _) | (_, Some(_)) => None,
+            (dir, None) => {
+                let host = hostname
+                    .rsplit_once(':')
+                    .map_or(hostname.as_str(), |(h, _)| h);
+                Some(OwnDiskTier::open(&DiskTierSettings::from_env(dir), host)?)
+            }
+        };
+        let disk_readers = DiskReaders::new(id, disk.as_ref());
         let own = segment.as_ref().map(OwnSegment::current);
         publish_endpoint(metadata.as_ref(), &hostname, &engine, own.as_ref())?;
         let streams = StreamEngine::start(StreamConfig::from_env(), &engine)?;
@@ -135,6 +150,8 @@ impl Client {
             link,
             engine,
             segment,
+            disk,
+            disk_readers,
             local_buffer,
             sessions: Sessions::default(),
             streams,
@@ -164,6 +181,13 @@ impl Client {
                 return Err(e);
             }
         }
+        if let Some(disk) = &core.disk {
+            let source: Weak<dyn DemotionSource> = Arc::downgrade(&core) as Weak<ClientCore>;
+            if let Err(e) = disk.start(Arc::clone(&core.master), core.id, source) {
+                core.shutdown();
+                return Err(e);
+            }
+        }
         let hook: Weak<dyn LivenessHook> = Arc::downgrade(&core) as Weak<ClientCore>;
         core.link.start_liveness(core.id, hook);
         tracing::info!(name = %core.hostname, client = %core.id, embedded = core.link.is_embedded(), "client set up");
@@ -181,6 +205,7 @@ impl Client {
             protocol: protocol.into(),
             device_name: device_name.into(),
             master_server_addr: crate::types::EMBEDDED_MASTER.into(),
+            ssd_offload_path: String::new(),
         })
     }
 
@@ -285,6 +310,11 @@ impl ClientCore {
         self.link.standing().check_since(pinned_at)
     }
 
+    /// The SSD tier's counters, if this client owns one.
+    pub(super) fn disk_stats(&self) -> Option<crate::storage::DiskStats> {
+        self.disk.as_ref().map(OwnDiskTier::stats)
+    }
+
     /// Whether the mounted segment is registered with the device runtime (device streams
     /// may then copy straight from it).
     pub(super) fn segment_is_pinned(&self) -> bool {
@@ -296,6 +326,9 @@ impl ClientCore {
             return;
         }
         self.link.stop_liveness();
+        if let Some(disk) = &self.disk {
+            disk.shutdown();
+        }
         self.streams.shutdown();
         if let Some(own) = &self.segment {
             if let Err(e) = self.master.unmount_segment(self.id, own.id()) {
@@ -313,6 +346,27 @@ impl ClientCore {
         }
         self.link.shutdown();
         tracing::info!(name = %self.hostname, "client torn down");
+    }
+}
+
+impl DemotionSource for ClientCore {
+    fn copy_replica(&self, replica: &BufferDescriptor, into: &mut [u8]) -> Result<()> {
+        if replica.transport_endpoint != self.hostname || replica.size != into.len() as u64 {
+            return fail(
+                ErrorCode::InvalidParams,
+                format!(
+                    "replica at {} is not in our segment",
+                    replica.transport_endpoint
+                ),
+            );
+        }
+        // The mount stays current (its range unreused by a remount) while held; the master
+        // keeps the range allocated until the demotion is reported.
+        let _mount = self.hold_mount(replica)?;
+        let from = replica.buffer_address as usize as *const u8;
+        // SAFETY: `hold_mount` checked that the range lies in our current segment mount,
+        // which is mapped for the life of the core; `into` is a distinct buffer of its size.
+        unsafe { crate::transfer::copy::copy_or_fail(into.as_mut_ptr(), from, into.len()) }
     }
 }
 

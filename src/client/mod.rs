@@ -13,6 +13,7 @@
 mod buffer;
 mod core;
 mod counters;
+mod disk_read;
 mod dummy;
 mod metrics;
 mod on_stream;
@@ -27,11 +28,11 @@ mod sessions;
 mod write;
 
 pub use crate::env::parse_size;
-pub use crate::node::{LocalAlloc, SetupConfig};
+pub use crate::node::{ssd_offload_dir, LocalAlloc, SetupConfig};
 pub use crate::types::{EMBEDDED_MASTER, P2P_HANDSHAKE};
 pub use buffer::BufferHandle;
 pub use core::{health, Client};
-pub use metrics::{ClientMetrics, GetBufferStats};
+pub use metrics::{ClientMetrics, GetBufferStats, SsdTierMetrics};
 pub use plan::Buf;
 pub use ranges::RangeRequest;
 pub use write::WriteMode;

@@ -230,8 +230,13 @@ impl ClientCore {
         for round in 0..rounds {
             let mut requests = Vec::new();
             let mut spans = Vec::new();
+            let mut from_disk = Vec::new();
             for (j, job) in jobs.iter().enumerate() {
                 if results[j].is_ok() || job.replicas.len() <= round {
+                    continue;
+                }
+                if job.replicas[round].disk.is_some() {
+                    from_disk.push(j);
                     continue;
                 }
                 let start = requests.len();
@@ -242,8 +247,11 @@ impl ClientCore {
                 ));
                 spans.push((j, start..requests.len()));
             }
-            if spans.is_empty() {
+            if spans.is_empty() && from_disk.is_empty() {
                 break;
+            }
+            for (j, outcome) in self.read_from_disk(jobs, &from_disk, round) {
+                results[j] = outcome;
             }
             // SAFETY: fragments point into caller buffers (or our local buffer) valid and
             // writable for the whole call, and fragments of one call never overlap.

@@ -42,6 +42,8 @@ pub struct mc_setup_config {
     pub device_name: *const c_char,
     /// `"host:port"` of a master; NULL, `""` or `"embedded"` selects the in-process master.
     pub master_server_addr: *const c_char,
+    /// The SSD tier's directory (`docs/ssd-tier.md`); NULL or `""`: no SSD tier.
+    pub ssd_offload_path: *const c_char,
 }
 /// See `struct mc_setup_config`.
 pub type mc_setup_config_t = mc_setup_config;
@@ -71,7 +73,8 @@ pub struct mc_replicate_config {
 pub type mc_replicate_config_t = mc_replicate_config;
 
 /// Fills `config` with Mooncake's defaults: `"localhost"`, `"P2PHANDSHAKE"`, 16 MiB segment,
-/// 16 MiB local buffer, `"tcp"`, `""`, master `"127.0.0.1:50051"`. The strings are static.
+/// 16 MiB local buffer, `"tcp"`, `""`, master `"127.0.0.1:50051"`, no SSD tier. The strings
+/// are static.
 /// NULL is ignored. Thread-safe.
 #[no_mangle]
 pub extern "C" fn mc_setup_config_init(config: *mut mc_setup_config_t) {
@@ -86,6 +89,7 @@ pub extern "C" fn mc_setup_config_init(config: *mut mc_setup_config_t) {
                 protocol: c"tcp".as_ptr(),
                 device_name: c"".as_ptr(),
                 master_server_addr: c"127.0.0.1:50051".as_ptr(),
+                ssd_offload_path: c"".as_ptr(),
             };
         }
         Ok(())
@@ -128,6 +132,7 @@ pub(crate) fn setup_config(config: *const mc_setup_config_t) -> Result<SetupConf
         protocol: text(c.protocol, "protocol", "tcp")?,
         device_name: text(c.device_name, "device_name", "")?,
         master_server_addr: text(c.master_server_addr, "master_server_addr", EMBEDDED_MASTER)?,
+        ssd_offload_path: text(c.ssd_offload_path, "ssd_offload_path", "")?,
     })
 }
 

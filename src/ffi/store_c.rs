@@ -144,6 +144,7 @@ pub extern "C" fn mooncake_store_setup(
             protocol: or(protocol, c"tcp"),
             device_name: or(device_name, c""),
             master_server_addr: or(master_server_addr, c"127.0.0.1:50051"),
+            ssd_offload_path: c"".as_ptr(),
         };
         store::setup(store.cast(), &config)
     })

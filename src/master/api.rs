@@ -13,8 +13,9 @@ use super::journal::JournalFile;
 use crate::error::Result;
 use crate::rpc::interface::rpc_interface;
 use crate::types::{
-    ClientId, P2pOwner, P2pRoute, PingResponse, PinnedObject, QueryResult, ReplicateConfig,
-    Segment, SegmentId, WriteGrant, WriteToken,
+    ClientId, DiskMount, DiskMountAnswer, DiskObject, DiskReport, DiskTask, P2pOwner, P2pRoute,
+    PingResponse, PinnedObject, QueryResult, ReplicateConfig, Segment, SegmentId, WriteGrant,
+    WriteToken,
 };
 
 rpc_interface! {
@@ -116,4 +117,14 @@ rpc_interface! {
     /// Up to `max_bytes` (at most 4 MiB) of journal file `name` from `offset`.
     /// `FILE_NOT_FOUND` once compaction deleted it; `INVALID_PARAMS` for other names.
     fn journal_read(name: String, offset: u64, max_bytes: u64) -> Result<Vec<u8>>;
+    /// SSD tier: mounts `client`'s disk tier and reconciles what it `held`: the master's
+    /// view and, per object, whether the owner keeps it (`false`: delete the record). The master drops the disk
+    /// copies it lists on that directory that are not held. See `docs/ssd-tier.md`.
+    fn mount_disk(client: ClientId, mount: DiskMount, held: Vec<DiskObject>) -> Result<DiskMountAnswer>;
+    /// SSD tier: the work queued for `client`'s tier; a long poll (at most 100 ms when none
+    /// is queued). `CLIENT_NOT_FOUND` when the tier is not mounted (mount it again).
+    fn disk_tasks(client: ClientId) -> Result<Vec<DiskTask>>;
+    /// SSD tier: what `client` did. Per report whether the master accepts it; a refused
+    /// demotion's record must be deleted.
+    fn disk_report(client: ClientId, reports: Vec<DiskReport>) -> Result<Vec<bool>>;
 }

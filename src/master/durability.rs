@@ -55,6 +55,7 @@ impl MasterService {
     pub(super) fn take_object(&self, shard: &mut Shard, key: &str) -> Option<ObjectMeta> {
         let mut meta = shard.remove(key)?;
         self.forget_committed(key, &mut meta);
+        self.drop_disk_copy(key, &mut meta);
         Some(meta)
     }
 
@@ -248,6 +249,8 @@ impl MasterService {
                 hard_pinned: object.hard_pinned,
                 pins: 0,
                 journaled: true,
+                disk: None,
+                demoting: None,
             };
             self.objects.shard(&key).insert(key, meta);
             restored.objects += 1;

@@ -28,6 +28,7 @@ impl MasterService {
         let now = Instant::now();
         self.deferred.release_due(now);
         self.reclaim_abandoned_writes(now);
+        self.expire_demotions(now);
         self.evict_if_needed(now);
     }
 
@@ -67,6 +68,7 @@ impl MasterService {
             }
         }
         self.release_pins(self.pins.take_client(client));
+        self.disks.unmount(client);
         let keys = self.routes.drop_owner(client, Instant::now());
         if keys > 0 {
             tracing::info!(%client, keys, "dropped the expired owner's P2P routes");
@@ -108,13 +110,21 @@ impl MasterService {
         *self.next_reclaim.lock() = next_due.max(deadline(now, timeout.min(RECLAIM_PERIOD)));
     }
 
-    /// Whether eviction may take `meta`: complete, mounted, not hard-pinned, unleased, unpinned.
-    fn is_evictable(meta: &ObjectMeta, now: Instant) -> bool {
+    /// Whether eviction may take `meta`: complete, mounted, not hard-pinned, unleased,
+    /// unpinned, not being demoted to disk.
+    pub(super) fn is_evictable(meta: &ObjectMeta, now: Instant) -> bool {
         meta.write_started().is_none()
             && !meta.hard_pinned
             && !meta.has_lease(now)
             && meta.pins == 0
+            && meta.demoting.is_none()
             && !meta.readable().is_empty()
+    }
+
+    /// Counts `meta` as evicted.
+    pub(super) fn count_evicted(&self, meta: &ObjectMeta) {
+        Counters::add(&self.counters.evicted_objects, 1);
+        Counters::add(&self.counters.evicted_bytes, meta.allocated_bytes());
     }
 
     /// Runs an eviction round if usage is above the high watermark or an allocation failed.
@@ -124,6 +134,8 @@ impl MasterService {
         if total == 0 {
             return;
         }
+        // Demotions in flight free their ranges soon: they count as free already.
+        let used = used.saturating_sub(self.disks.demoting_bytes());
         let used_ratio = used as f64 / total as f64;
         let hwm = self.config.eviction_high_watermark_ratio;
         let ratio = self.config.eviction_ratio;
@@ -151,20 +163,23 @@ impl MasterService {
             }
         }
         let targets = eviction::targets(candidates.len(), used_ratio, hwm, ratio);
-        let (mut objects, mut bytes) = (0, 0);
+        let mut objects = 0;
         for victim in eviction::choose(candidates, targets) {
             let mut shard = self.objects.shard(&victim.key);
             let still = shard
                 .get(&victim.key)
                 .is_some_and(|meta| meta.id == victim.object_id && Self::is_evictable(meta, now));
-            let taken = still.then(|| self.take_object(&mut shard, &victim.key));
-            if let Some(meta) = taken.flatten() {
-                objects += 1;
-                bytes += meta.allocated_bytes();
+            if !still {
+                continue;
+            }
+            objects += 1;
+            // Demoted to the owner's disk tier when it has one with room, else dropped.
+            if !self.start_demotion(&mut shard, &victim.key) {
+                if let Some(meta) = self.take_object(&mut shard, &victim.key) {
+                    self.count_evicted(&meta);
+                }
             }
         }
-        Counters::add(&self.counters.evicted_objects, objects);
-        Counters::add(&self.counters.evicted_bytes, bytes);
         self.eviction_backoff
             .lock()
             .record(now, objects, state, EVICTION_PERIOD);

@@ -13,6 +13,14 @@ pub(crate) struct Counters {
     pub pins_released: AtomicU64,
     pub clients_expired: AtomicU64,
     pub table_scans: AtomicU64,
+    pub demotions_started: AtomicU64,
+    pub demotions_committed: AtomicU64,
+    pub demotions_failed: AtomicU64,
+    pub demotions_refused: AtomicU64,
+    pub demotions_expired: AtomicU64,
+    pub disk_replicas_lost: AtomicU64,
+    pub disk_objects_adopted: AtomicU64,
+    pub disk_objects_refused: AtomicU64,
 }
 
 impl Counters {
@@ -76,6 +84,93 @@ pub struct MasterMetrics {
     pub recovered_objects: u64,
     /// The journal's counters (`None`: no `--journal_dir`).
     pub journal: Option<crate::master::JournalMetrics>,
+    /// The SSD tier's counters.
+    pub disk: DiskTierMetrics,
+}
+
+/// The SSD tier as the master sees it (`docs/ssd-tier.md`). Plain data.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DiskTierMetrics {
+    /// Demotions of evicted objects to an owner's disk tier started so far.
+    pub demotions_started: u64,
+    /// Demotions whose record was committed (the object moved to disk).
+    pub demotions_committed: u64,
+    /// Demotions the owner could not write (disk full, I/O error): the object was evicted.
+    pub demotions_failed: u64,
+    /// Demotion reports refused (the object changed, or the demotion was given up).
+    pub demotions_refused: u64,
+    /// Demotions given up after `DEMOTION_TIMEOUT` without a report.
+    pub demotions_expired: u64,
+    /// Demotions in flight now.
+    pub demotions_in_flight: u64,
+    /// Disk replicas an owner reported unreadable (forgotten).
+    pub disk_replicas_lost: u64,
+    /// Objects adopted from an owner's tier by a master that did not know them.
+    pub disk_objects_adopted: u64,
+    /// Records an owner held that the master did not list (the owner deleted them).
+    pub disk_objects_refused: u64,
+}
+
+impl DiskTierMetrics {
+    /// Prometheus series: (name, type, help, value).
+    fn series(&self) -> Vec<(&'static str, &'static str, &'static str, u64)> {
+        vec![
+            (
+                "demotions_started_total",
+                "counter",
+                "Demotions to disk started",
+                self.demotions_started,
+            ),
+            (
+                "demotions_committed_total",
+                "counter",
+                "Demotions committed to disk",
+                self.demotions_committed,
+            ),
+            (
+                "demotions_failed_total",
+                "counter",
+                "Demotions the owner could not write",
+                self.demotions_failed,
+            ),
+            (
+                "demotions_refused_total",
+                "counter",
+                "Demotion reports refused",
+                self.demotions_refused,
+            ),
+            (
+                "demotions_expired_total",
+                "counter",
+                "Demotions given up unreported",
+                self.demotions_expired,
+            ),
+            (
+                "demotions_in_flight",
+                "gauge",
+                "Demotions in flight",
+                self.demotions_in_flight,
+            ),
+            (
+                "disk_replicas_lost_total",
+                "counter",
+                "Disk replicas reported unreadable",
+                self.disk_replicas_lost,
+            ),
+            (
+                "disk_objects_adopted_total",
+                "counter",
+                "Disk objects adopted at a tier mount",
+                self.disk_objects_adopted,
+            ),
+            (
+                "disk_objects_refused_total",
+                "counter",
+                "Disk records refused at a tier mount",
+                self.disk_objects_refused,
+            ),
+        ]
+    }
 }
 
 /// A per-segment series: name, help text and the value it reads.
@@ -185,6 +280,7 @@ impl MasterMetrics {
         if let Some(journal) = &self.journal {
             scalars.extend(journal.series());
         }
+        scalars.extend(self.disk.series());
         for (name, kind, help, value) in scalars {
             let _ = writeln!(out, "# HELP mooncake_master_{name} {help}");
             let _ = writeln!(out, "# TYPE mooncake_master_{name} {kind}");

@@ -6,6 +6,8 @@
 mod api;
 mod config;
 mod deferred;
+mod disk_tiers;
+mod disks;
 mod durability;
 mod eviction;
 mod journal;
@@ -43,7 +45,7 @@ pub use api::{
 pub use config::MasterConfig;
 pub(crate) use journal::Follower;
 pub use journal::{JournalFile, JournalMetrics, JournalOptions};
-pub use metrics::{MasterMetrics, SegmentMetrics};
+pub use metrics::{DiskTierMetrics, MasterMetrics, SegmentMetrics};
 pub use remote::{
     connect_master, connect_pinger, RemoteMasterApi, RpcMasterClient, MASTER_SCAN_METHODS,
     MASTER_WAIT_METHODS,

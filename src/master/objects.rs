@@ -7,8 +7,8 @@ use super::journal::{ObjectRecord, ReplicaRecord};
 use crate::alloc::Allocation;
 use crate::spin::deadline;
 use crate::types::{
-    ClientId, QueryResult, ReplicaDescriptor, ReplicaStatus, ReplicateConfig, SoftPinAction,
-    WriteToken,
+    BufferDescriptor, ClientId, DiskRecordRef, QueryResult, ReplicaDescriptor, ReplicaStatus,
+    ReplicateConfig, SoftPinAction, WriteToken, LOCAL_DISK_PROTOCOL,
 };
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::hash_map::RandomState;
@@ -36,8 +36,19 @@ impl Replica {
             id: self.id,
             buffer: self.buffer.clone(),
             status,
+            disk: None,
         }
     }
+}
+
+/// Where a committed value's disk copy is: the owner's tier and the generation its record
+/// was written for. Plain value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DiskLocation {
+    /// The client owning the disk tier.
+    pub owner: ClientId,
+    /// The object generation of the record.
+    pub generation: u64,
 }
 
 /// Where an object is in its life.
@@ -72,6 +83,12 @@ pub(crate) struct ObjectMeta {
     /// Whether the journal holds this object as committed (a `Commit` not followed by a
     /// `Remove`): taking it out of the table, or rewriting it, must journal its removal.
     pub journaled: bool,
+    /// The committed value's record in its owner's disk tier (then `replicas` is empty: a
+    /// demotion drops the memory replicas once the record is committed).
+    pub disk: Option<DiskLocation>,
+    /// The demotion task copying the committed value to disk, if one is in flight (the
+    /// object is then not evictable; a new write ends it).
+    pub demoting: Option<u64>,
 }
 
 impl ObjectMeta {
@@ -100,6 +117,8 @@ impl ObjectMeta {
             hard_pinned: config.with_hard_pin,
             pins: 0,
             journaled: false,
+            disk: None,
+            demoting: None,
         };
         meta.apply_soft_pin_action(config, default_soft_pin);
         meta
@@ -130,6 +149,7 @@ impl ObjectMeta {
         self.write = write;
         self.phase = Phase::Writing { started: now };
         self.lease_deadline = None;
+        self.demoting = None;
     }
 
     /// Makes the object readable; the soft pin, if armed, starts now.
@@ -176,14 +196,46 @@ impl ObjectMeta {
         live.collect()
     }
 
+    /// The LOCAL_DISK descriptor of the committed value of `key`, if it is on disk and its
+    /// owner's read service is at `endpoint`.
+    fn disk_descriptor(&self, key: &str, endpoint: Option<String>) -> Option<ReplicaDescriptor> {
+        let location = self.disk.filter(|_| self.phase == Phase::Complete)?;
+        Some(ReplicaDescriptor {
+            id: 0,
+            buffer: BufferDescriptor {
+                size: self.size,
+                buffer_address: 0,
+                protocol: LOCAL_DISK_PROTOCOL.to_string(),
+                transport_endpoint: endpoint?,
+                epoch: 0,
+            },
+            status: ReplicaStatus::Complete,
+            disk: Some(DiskRecordRef {
+                key: key.to_string(),
+                owner: location.owner,
+                generation: location.generation,
+            }),
+        })
+    }
+
     /// Grants or extends the read lease to `max(old, now + ttl)` and records the access.
-    /// Returns the query answer, or `None` if nothing is readable (no lease granted).
-    pub(crate) fn read(&mut self, now: Instant, ttl: Duration) -> Option<QueryResult> {
-        let replicas: Vec<ReplicaDescriptor> = self
+    /// Returns the query answer for `key` (this object's key), or `None` if nothing is
+    /// readable (no lease granted). `disk_endpoint` names the read service of a disk tier's
+    /// owner (`None`: not mounted).
+    pub(crate) fn read(
+        &mut self,
+        key: &str,
+        now: Instant,
+        ttl: Duration,
+        disk_endpoint: impl FnOnce(ClientId) -> Option<String>,
+    ) -> Option<QueryResult> {
+        let mut replicas: Vec<ReplicaDescriptor> = self
             .readable()
             .into_iter()
             .map(|r| r.descriptor(ReplicaStatus::Complete))
             .collect();
+        let on_disk = self.disk.and_then(|d| disk_endpoint(d.owner));
+        replicas.extend(self.disk_descriptor(key, on_disk));
         if replicas.is_empty() {
             return None;
         }

@@ -21,7 +21,8 @@ impl MasterService {
         let Some(meta) = shard.get_mut(key) else {
             return fail(ErrorCode::ObjectNotFound, key);
         };
-        let Some(query) = meta.read(now, self.config.lease_ttl()) else {
+        let endpoint = |owner| self.disks.endpoint(owner);
+        let Some(query) = meta.read(key, now, self.config.lease_ttl(), endpoint) else {
             return fail(ErrorCode::ReplicaIsNotReady, key);
         };
         Counters::add(&self.counters.leases_granted, 1);

@@ -24,10 +24,11 @@ pub type RemoteMasterApi = RemoteMaster<RpcMasterClient>;
 /// scan over millions of keys never holds a shard's other connections (pings among them).
 pub const MASTER_SCAN_METHODS: &[&str] = &["remove_all", "remove_by_regex"];
 
-/// The standbys' methods, served on the wait threads: `journal_files` waits for new journal
-/// records (a long poll) and must not hold a shard; `journal_read` is what a shard's call
-/// waiting for a removal to be safe waits for, so it must not queue behind such a call.
-pub const MASTER_WAIT_METHODS: &[&str] = &["journal_files", "journal_read"];
+/// The long polls and what they wait for, served on the wait threads: `journal_files` (a
+/// standby waiting for new journal records) and `disk_tasks` (a disk tier's owner waiting for
+/// work) must not hold a shard; `journal_read` is what a shard's call waiting for a removal
+/// to be safe waits for, so it must not queue behind such a call.
+pub const MASTER_WAIT_METHODS: &[&str] = &["journal_files", "journal_read", "disk_tasks"];
 
 /// Connects to the master at `addr` ("host:port") with timeouts from the environment and
 /// returns it as a [`MasterApi`]. Errors as [`RpcMasterClient::connect`].

@@ -99,6 +99,7 @@ impl MasterApi for Fixture {
                 epoch: 7,
             },
             status: ReplicaStatus::Processing,
+            disk: None,
         };
         Ok(keys
             .iter()
@@ -202,6 +203,30 @@ impl MasterApi for Fixture {
     fn journal_read(&self, _: String, _: u64, _: u64) -> Result<Vec<u8>> {
         self.record("journal_read");
         Ok(Vec::new())
+    }
+    fn mount_disk(
+        &self,
+        _: ClientId,
+        _: crate::types::DiskMount,
+        held: Vec<crate::types::DiskObject>,
+    ) -> Result<crate::types::DiskMountAnswer> {
+        self.record("mount_disk");
+        Ok(crate::types::DiskMountAnswer {
+            view_version: 1,
+            kept: held.iter().map(|o| !o.key.starts_with("bad")).collect(),
+        })
+    }
+    fn disk_tasks(&self, _: ClientId) -> Result<Vec<crate::types::DiskTask>> {
+        self.record("disk_tasks");
+        Ok(Vec::new())
+    }
+    fn disk_report(
+        &self,
+        _: ClientId,
+        reports: Vec<crate::types::DiskReport>,
+    ) -> Result<Vec<bool>> {
+        self.record("disk_report");
+        Ok(vec![true; reports.len()])
     }
 
     fn p2p_register_owner(&self, _: P2pOwner) -> Result<()> {

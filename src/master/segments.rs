@@ -337,6 +337,11 @@ impl SegmentRegistry {
         Ok(true)
     }
 
+    /// The client owning mounted segment `id`.
+    pub(crate) fn owner_of(&self, id: SegmentId) -> Option<ClientId> {
+        self.inner.read().by_id.get(&id).map(|m| m.owner)
+    }
+
     /// Ids of the segments `client` owns.
     pub(crate) fn segments_of(&self, client: ClientId) -> Vec<SegmentId> {
         let inner = self.inner.read();

@@ -17,6 +17,7 @@
 
 use super::config::MasterConfig;
 use super::deferred::DeferredFrees;
+use super::disk_tiers::DiskTiers;
 use super::durability::{Restored, TokenReserve};
 use super::journal::{Journal, JournalOptions};
 use super::liveness::ClientTable;
@@ -30,8 +31,9 @@ use super::MasterApi;
 use crate::error::{fail, ErrorCode, Result};
 use crate::spin::deadline;
 use crate::types::{
-    ClientId, ClientStatus, DeploymentMode, P2pOwner, P2pRoute, PingResponse, PinnedObject,
-    QueryResult, ReplicateConfig, Segment, SegmentId, WriteGrant, WriteToken, STORE_VERSION,
+    ClientId, ClientStatus, DeploymentMode, DiskMount, DiskObject, DiskReport, DiskTask, P2pOwner,
+    P2pRoute, PingResponse, PinnedObject, QueryResult, ReplicateConfig, Segment, SegmentId,
+    WriteGrant, WriteToken, STORE_VERSION,
 };
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,6 +57,8 @@ pub struct MasterService {
     pub(super) pins: PinTable,
     pub(super) routes: RouteTable,
     pub(super) deferred: DeferredFrees,
+    /// The clients' disk tiers and the work queued for them.
+    pub(super) disks: DiskTiers,
     pub(super) counters: Counters,
     /// Set by a failed allocation; the eviction thread runs a round and clears it.
     pub(super) need_eviction: AtomicBool,
@@ -143,6 +147,7 @@ impl MasterService {
             pins: PinTable::default(),
             routes: RouteTable::default(),
             deferred: DeferredFrees::default(),
+            disks: DiskTiers::default(),
             counters: Counters::default(),
             need_eviction: AtomicBool::new(false),
             next_reclaim: Mutex::new(Instant::now()),
@@ -236,6 +241,17 @@ impl MasterService {
             recovered_segments_waiting: self.segments.recovered_waiting() as u64,
             recovered_objects: self.restored.objects,
             journal: self.journal.as_ref().map(|journal| journal.metrics()),
+            disk: super::metrics::DiskTierMetrics {
+                demotions_started: load(&self.counters.demotions_started),
+                demotions_committed: load(&self.counters.demotions_committed),
+                demotions_failed: load(&self.counters.demotions_failed),
+                demotions_refused: load(&self.counters.demotions_refused),
+                demotions_expired: load(&self.counters.demotions_expired),
+                demotions_in_flight: self.disks.demotions_in_flight() as u64,
+                disk_replicas_lost: load(&self.counters.disk_replicas_lost),
+                disk_objects_adopted: load(&self.counters.disk_objects_adopted),
+                disk_objects_refused: load(&self.counters.disk_objects_refused),
+            },
         }
     }
 
@@ -277,7 +293,12 @@ impl MasterService {
                         writer.is_some_and(|w| meta.writer == w) && meta.write_started().is_some();
                     self.deferred
                         .hold_until(quarantine, now, meta.take_dead_replicas());
-                    (abandoned || meta.replicas.is_empty()).then(|| key.clone())
+                    // An expired owner's disk copies went with its tier.
+                    if meta.disk.is_some_and(|d| writer == Some(d.owner)) {
+                        meta.disk = None;
+                    }
+                    let unreadable = meta.replicas.is_empty() && meta.disk.is_none();
+                    (abandoned || unreadable).then(|| key.clone())
                 })
                 .collect();
             for key in doomed {
@@ -451,6 +472,23 @@ impl MasterApi for MasterService {
         // are released when it stops pinging for client_ttl.
         self.clients.register(client, Instant::now());
         each(keys, |key| self.pin(client, &key))
+    }
+
+    fn mount_disk(
+        &self,
+        client: ClientId,
+        mount: DiskMount,
+        held: Vec<DiskObject>,
+    ) -> Result<crate::types::DiskMountAnswer> {
+        self.mount_disk_tier(client, mount, held)
+    }
+
+    fn disk_tasks(&self, client: ClientId) -> Result<Vec<DiskTask>> {
+        self.disk_tasks_of(client)
+    }
+
+    fn disk_report(&self, client: ClientId, reports: Vec<DiskReport>) -> Result<Vec<bool>> {
+        self.apply_disk_reports(client, reports)
     }
 
     fn recovered_segments(&self, client: ClientId) -> Result<Vec<Segment>> {

@@ -168,6 +168,7 @@ impl MasterService {
                     false => Some(self.place(size, config)?),
                 };
                 self.forget_committed(key, meta);
+                self.drop_disk_copy(key, meta);
                 if let Some(fresh) = fresh {
                     let old: Vec<_> = std::mem::replace(&mut meta.replicas, fresh)
                         .into_iter()

@@ -28,6 +28,9 @@ pub struct SetupConfig {
     pub device_name: String,
     /// `host:port` of the master, or `embedded` / empty for the in-process master.
     pub master_server_addr: String,
+    /// The SSD tier's directory (Mooncake's `ssd_offload_path`); empty: no SSD tier. Needs a
+    /// segment (the tier holds what the master evicts from it). See `docs/ssd-tier.md`.
+    pub ssd_offload_path: String,
 }
 
 impl Default for SetupConfig {
@@ -40,8 +43,31 @@ impl Default for SetupConfig {
             protocol: "tcp".into(),
             device_name: String::new(),
             master_server_addr: "127.0.0.1:50051".into(),
+            ssd_offload_path: String::new(),
         }
     }
+}
+
+/// The SSD tier directory a setup asks for (Mooncake's `enable_ssd_offload` and
+/// `ssd_offload_path`): none unless `enable`; then `path`, or when empty
+/// `MOONCAKE_OFFLOAD_FILE_STORAGE_PATH`. Errors: `INVALID_PARAMS` when enabled with neither.
+pub fn ssd_offload_dir(enable: bool, path: &str) -> Result<String> {
+    if !enable {
+        return Ok(String::new());
+    }
+    let dir = match path.trim() {
+        "" => crate::env::OFFLOAD_FILE_STORAGE_PATH
+            .get()
+            .unwrap_or_default(),
+        given => given.to_string(),
+    };
+    if dir.is_empty() {
+        return fail(
+            ErrorCode::InvalidParams,
+            "enable_ssd_offload needs ssd_offload_path or MOONCAKE_OFFLOAD_FILE_STORAGE_PATH",
+        );
+    }
+    Ok(dir)
 }
 
 /// How the client finds the byte endpoints of other clients.
@@ -87,6 +113,12 @@ impl SetupConfig {
                     "local_buffer_size {} must be 0 or in [1024, 1 TiB]",
                     self.local_buffer_size
                 ),
+            );
+        }
+        if !self.ssd_offload_path.is_empty() && self.global_segment_size == 0 {
+            return fail(
+                ErrorCode::InvalidParams,
+                "ssd_offload_path needs a segment (global_segment_size > 0): the SSD tier holds what is evicted from it",
             );
         }
         let protocol = self.protocol.trim();

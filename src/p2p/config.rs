@@ -128,6 +128,7 @@ impl P2pSetupConfig {
             protocol: self.protocol.clone(),
             device_name: self.rdma_devices.clone(),
             master_server_addr: self.master_server_addr.clone(),
+            ssd_offload_path: String::new(),
         };
         if base.is_embedded() {
             return fail(

@@ -8,8 +8,10 @@
 //! May use: `transfer` (registration), `device` (mappings), `alloc` and the ground floor;
 //! never `client`, `p2p`, `node` or `ffi`.
 
+mod disk;
 mod dram;
 
+pub(crate) use disk::{AlignedBuf, DiskStats, DiskStore, DiskStoreOptions, ReadRecord};
 pub(crate) use dram::DramTier;
 
 use crate::alloc::Allocation;

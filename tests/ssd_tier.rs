@@ -1,0 +1,247 @@
+//! The SSD tier (`docs/ssd-tier.md`) end to end: eviction demotes to the owner's disk, every
+//! object of a working set four times the segment reads back exactly, corrupt or missing
+//! records are errors for their key only and the master forgets them, a second process on
+//! the directory is refused, and a client restarted on the directory serves its records again.
+
+mod common;
+
+use common::{wait_until, Master, PeerClient};
+use mooncake_rs::client::{Client, SetupConfig};
+use mooncake_rs::types::ReplicateConfig;
+use mooncake_rs::ErrorCode;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const KIB: usize = 1 << 10;
+const MIB: u64 = 1 << 20;
+
+/// A fresh directory under the system's temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "mc-ssd-{tag}-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn client(master: &str, segment: u64, ssd: &str) -> mooncake_rs::Result<Client> {
+    Client::setup(SetupConfig {
+        local_hostname: "127.0.0.1".into(),
+        global_segment_size: segment,
+        local_buffer_size: 0,
+        master_server_addr: master.into(),
+        ssd_offload_path: ssd.into(),
+        ..SetupConfig::default()
+    })
+}
+
+fn value(i: usize, len: usize) -> Vec<u8> {
+    let seed = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (0..len)
+        .map(|j| (seed.rotate_left((j % 64) as u32) as u8) ^ (j as u8))
+        .collect()
+}
+
+/// Puts `key`, retrying while the pool is full and demotions free it (bounded).
+fn put(client: &Client, key: &str, bytes: &[u8]) {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client.put_from(key, bytes, &ReplicateConfig::default()) {
+            Ok(()) => return,
+            Err(ErrorCode::NoAvailableHandle) if Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) => panic!("put {key}: {e:?}"),
+        }
+    }
+}
+
+fn on_disk(client: &Client, key: &str) -> bool {
+    match client.batch_get_replica_desc(&[key]).remove(0) {
+        Ok(query) => query.replicas.iter().any(|r| r.disk.is_some()),
+        Err(_) => false,
+    }
+}
+
+/// Every record file of the tier in `dir`.
+fn records(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for fan in std::fs::read_dir(dir.join("objects")).unwrap() {
+        for file in std::fs::read_dir(fan.unwrap().path()).unwrap() {
+            found.push(file.unwrap().path());
+        }
+    }
+    found
+}
+
+/// The record file whose header names `key` (header: magic 8, version 4, key length 4,
+/// generation 8, length 8, CRC 4, then the key).
+fn record_of(dir: &Path, key: &str) -> PathBuf {
+    records(dir)
+        .into_iter()
+        .find(|path| {
+            let head = std::fs::read(path).unwrap_or_default();
+            let named = |len: usize| head.get(36..36 + len) == Some(key.as_bytes());
+            head.get(12..16)
+                .map(|l| u32::from_le_bytes(l.try_into().unwrap()) as usize)
+                .is_some_and(|len| len == key.len() && named(len))
+        })
+        .expect("a record names the key")
+}
+
+#[test]
+fn a_working_set_four_times_the_segment_reads_back_exactly() {
+    let dir = TempDir::new("working-set");
+    let client = client("embedded", 16 * MIB, dir.path()).expect("setup with an SSD tier");
+    let (count, len) = (256, 256 * KIB);
+    for i in 0..count {
+        put(&client, &format!("ws-{i}"), &value(i, len));
+    }
+    let (mut wrong, mut empty, mut disk) = (0, 0, 0);
+    let mut out = vec![0u8; len];
+    for i in 0..count {
+        let key = format!("ws-{i}");
+        disk += on_disk(&client, &key) as usize;
+        out.fill(0);
+        match client.get_into(&key, &mut out) {
+            Ok(n) if n as usize == len && out == value(i, len) => {}
+            Ok(0) => empty += 1,
+            Ok(_) => wrong += 1,
+            Err(e) => panic!("{key}: {e:?} (the tier has room for every object)"),
+        }
+    }
+    assert_eq!((wrong, empty), (0, 0), "exact bytes for every key");
+    assert!(disk >= count / 2, "most of the set is on disk: {disk}");
+    let ssd = client.metrics().ssd.expect("the client has a tier");
+    assert!(
+        ssd.writes >= disk as u64 && ssd.reads >= disk as u64,
+        "{ssd:?}"
+    );
+    assert_eq!(ssd.corrupt, 0);
+    // A removal deletes the disk copy.
+    let key = (0..count)
+        .map(|i| format!("ws-{i}"))
+        .find(|k| on_disk(&client, k))
+        .unwrap();
+    let held = client.metrics().ssd.unwrap().objects;
+    client.remove(&key, true).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || client
+        .metrics()
+        .ssd
+        .unwrap()
+        .objects
+        < held));
+    assert_eq!(
+        client.get_into(&key, &mut out),
+        Err(ErrorCode::ObjectNotFound)
+    );
+}
+
+#[test]
+fn a_corrupt_or_missing_record_is_an_error_for_its_key_and_the_master_forgets_it() {
+    let dir = TempDir::new("corrupt");
+    let client = client("embedded", 8 * MIB, dir.path()).expect("setup");
+    let (count, len) = (96, 256 * KIB);
+    for i in 0..count {
+        put(&client, &format!("c-{i}"), &value(i, len));
+    }
+    let disk_keys: Vec<usize> = (0..count)
+        .filter(|i| on_disk(&client, &format!("c-{i}")))
+        .collect();
+    assert!(disk_keys.len() >= 3, "some objects are on disk");
+    let (flipped, deleted, intact) = (disk_keys[0], disk_keys[1], disk_keys[2]);
+    let path = record_of(&dir.0, &format!("c-{flipped}"));
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[4096 + 1000] ^= 0x40;
+    std::fs::write(&path, bytes).unwrap();
+    std::fs::remove_file(record_of(&dir.0, &format!("c-{deleted}"))).unwrap();
+
+    let mut out = vec![0u8; len];
+    assert_eq!(
+        client.get_into(&format!("c-{flipped}"), &mut out),
+        Err(ErrorCode::ChecksumMismatch)
+    );
+    assert_eq!(
+        client.get_into(&format!("c-{deleted}"), &mut out),
+        Err(ErrorCode::FileNotFound)
+    );
+    assert_eq!(
+        client.get_into(&format!("c-{intact}"), &mut out),
+        Ok(len as u64)
+    );
+    assert_eq!(out, value(intact, len), "other keys are untouched");
+    // The owner reports both lost; the master forgets them (self-heal).
+    for lost in [flipped, deleted] {
+        let key = format!("c-{lost}");
+        assert!(
+            wait_until(Duration::from_secs(5), || client.get_into(&key, &mut out)
+                == Err(ErrorCode::ObjectNotFound)),
+            "{key} is forgotten"
+        );
+    }
+    assert!(client.metrics().ssd.unwrap().corrupt >= 1);
+}
+
+#[test]
+fn a_second_client_on_the_directory_is_refused() {
+    let dir = TempDir::new("lock");
+    let first = client("embedded", 4 * MIB, dir.path()).expect("first");
+    assert_eq!(
+        client("embedded", 4 * MIB, dir.path()).err(),
+        Some(ErrorCode::FileLockFail)
+    );
+    assert!(mooncake_rs::error::last_error_message().contains("in use"));
+    drop(first);
+    let third = client("embedded", 4 * MIB, dir.path());
+    assert!(third.is_ok(), "free again once the first is gone");
+}
+
+#[test]
+fn an_owner_killed_and_restarted_on_its_directory_serves_its_records_again() {
+    let master = Master::start(&[]);
+    let dir = TempDir::new("restart");
+    let owner_args = [
+        "--enable_offload".to_string(),
+        format!("--ssd_offload_path={}", dir.path()),
+    ];
+    let mut owner = PeerClient::start_same_host(&master.addr(), "4 MB", &owner_args);
+    // A writer without a segment: every value lands in the owner's segment.
+    let writer = client(&master.addr(), 0, "").expect("writer");
+    let (count, len) = (64, 256 * KIB);
+    for i in 0..count {
+        put(&writer, &format!("r-{i}"), &value(i, len));
+    }
+    let demoted: Vec<usize> = (0..count)
+        .filter(|i| on_disk(&writer, &format!("r-{i}")))
+        .collect();
+    assert!(demoted.len() >= count / 2, "demoted: {}", demoted.len());
+    // kill -9, then a new process on the same directory (within the master's client TTL).
+    owner.kill();
+    let _restarted = PeerClient::start_same_host(&master.addr(), "4 MB", &owner_args);
+    let mut out = vec![0u8; len];
+    for &i in &demoted {
+        let key = format!("r-{i}");
+        assert!(
+            wait_until(Duration::from_secs(10), || writer
+                .get_into(&key, &mut out)
+                .is_ok()),
+            "{key} is served again"
+        );
+        assert_eq!(out, value(i, len), "{key}");
+    }
+}
