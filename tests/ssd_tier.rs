@@ -245,3 +245,38 @@ fn an_owner_killed_and_restarted_on_its_directory_serves_its_records_again() {
         assert_eq!(out, value(i, len), "{key}");
     }
 }
+
+#[test]
+fn a_master_restarted_on_its_journal_serves_the_disk_objects_again() {
+    let journal = TempDir::new("journal");
+    let mut master = Master::start(&[&format!("--journal_dir={}", journal.path())]);
+    let dir = TempDir::new("journaled-tier");
+    let owner_args = [
+        "--enable_offload".to_string(),
+        format!("--ssd_offload_path={}", dir.path()),
+    ];
+    let _owner = PeerClient::start_same_host(&master.addr(), "4 MB", &owner_args);
+    let writer = client(&master.addr(), 0, "").expect("writer");
+    let (count, len) = (64, 256 * KIB);
+    for i in 0..count {
+        put(&writer, &format!("j-{i}"), &value(i, len));
+    }
+    let demoted: Vec<usize> = (0..count)
+        .filter(|i| on_disk(&writer, &format!("j-{i}")))
+        .collect();
+    assert!(demoted.len() >= count / 2, "demoted: {}", demoted.len());
+    master.kill();
+    let extra: Vec<&str> = master.extra.iter().map(String::as_str).collect();
+    let _restarted = Master::start_on(master.port, &extra);
+    let mut out = vec![0u8; len];
+    for &i in &demoted {
+        let key = format!("j-{i}");
+        assert!(
+            wait_until(Duration::from_secs(15), || writer
+                .get_into(&key, &mut out)
+                .is_ok()),
+            "{key} is served again after the master's restart"
+        );
+        assert_eq!(out, value(i, len), "{key}");
+    }
+}

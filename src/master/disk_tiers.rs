@@ -28,7 +28,7 @@ pub(super) fn record_bytes(size: u64) -> u64 {
 
 /// One mounted tier.
 struct Tier {
-    disk: Uuid,
+    client: ClientId,
     endpoint: String,
     capacity: u64,
     /// Record bytes held or reserved by demotions in flight (the master's estimate; the
@@ -40,6 +40,8 @@ struct Tier {
 /// A demotion in flight.
 pub(super) struct Demotion {
     pub task: u64,
+    /// The tier the record goes to.
+    pub tier: Uuid,
     pub owner: ClientId,
     pub key: String,
     pub generation: u64,
@@ -51,9 +53,20 @@ pub(super) struct Demotion {
 
 #[derive(Default)]
 struct Inner {
-    by_client: HashMap<ClientId, Tier>,
+    /// Mounted tiers by identity (the directory's, stable across owner restarts).
+    tiers: HashMap<Uuid, Tier>,
+    /// Tiers whose owner went away (expired, or not back yet after a master restart): their
+    /// objects wait, unreadable, until the tier is mounted again or the deadline passes.
+    awaited: HashMap<Uuid, Instant>,
     pending: HashMap<u64, Demotion>,
     next_task: u64,
+}
+
+impl Inner {
+    fn tier_of(&self, client: ClientId) -> Option<Uuid> {
+        let mut mounted = self.tiers.iter();
+        mounted.find(|(_, t)| t.client == client).map(|(id, _)| *id)
+    }
 }
 
 /// The registry of disk tiers. Owned by the master service; `Send + Sync`.
@@ -64,22 +77,18 @@ pub(super) struct DiskTiers {
 }
 
 impl DiskTiers {
-    /// Mounts `mount` for `client`, replacing any tier the client had. Returns the client
-    /// that had the same directory mounted before (an owner restarted on it), if another.
-    pub(super) fn mount(&self, client: ClientId, mount: &DiskMount) -> Option<ClientId> {
+    /// Mounts tier `mount.disk` for `client` (replacing what the client or the tier had: an
+    /// owner restarted on its directory takes the tier over).
+    pub(super) fn mount(&self, client: ClientId, mount: &DiskMount) {
         let mut inner = self.inner.lock();
-        let previous = inner
-            .by_client
-            .iter()
-            .find(|(other, tier)| **other != client && tier.disk == mount.disk)
-            .map(|(other, _)| *other);
-        if let Some(other) = previous {
-            inner.by_client.remove(&other);
+        if let Some(old) = inner.tier_of(client) {
+            inner.tiers.remove(&old);
         }
-        inner.by_client.insert(
-            client,
+        inner.awaited.remove(&mount.disk);
+        inner.tiers.insert(
+            mount.disk,
             Tier {
-                disk: mount.disk,
+                client,
                 endpoint: mount.endpoint.clone(),
                 capacity: mount.capacity,
                 used: mount.used,
@@ -87,36 +96,64 @@ impl DiskTiers {
             },
         );
         self.work.notify_all();
-        previous
     }
 
-    /// Forgets `client`'s tier (the client expired); its demotions in flight are given up.
-    /// Returns whether it had one.
-    pub(super) fn unmount(&self, client: ClientId) -> bool {
+    /// `client` went away (expired): its tier, if it had one, waits for a mount until
+    /// `until`; its demotions in flight are given up. Returns the tier.
+    pub(super) fn unmount(&self, client: ClientId, until: Instant) -> Option<Uuid> {
         let mut inner = self.inner.lock();
         inner.pending.retain(|_, d| d.owner != client);
-        let had = inner.by_client.remove(&client).is_some();
+        let tier = inner.tier_of(client)?;
+        inner.tiers.remove(&tier);
+        inner.awaited.insert(tier, until);
         self.work.notify_all();
-        had
+        Some(tier)
     }
 
-    /// Gives back the bytes reserved for a record of a `size`-byte value that the owner
-    /// deletes (a refused demotion).
-    pub(super) fn give_back(&self, owner: ClientId, size: u64) {
-        if let Some(tier) = self.inner.lock().by_client.get_mut(&owner) {
-            tier.used = tier.used.saturating_sub(record_bytes(size));
+    /// Tiers a restarted master found in its journal: they wait for their owners until
+    /// `until` (unless mounted already).
+    pub(super) fn await_tiers(&self, tiers: impl IntoIterator<Item = Uuid>, until: Instant) {
+        let mut inner = self.inner.lock();
+        for tier in tiers {
+            if !inner.tiers.contains_key(&tier) {
+                inner.awaited.insert(tier, until);
+            }
         }
     }
 
-    /// The read service of `client`'s tier.
-    pub(super) fn endpoint(&self, client: ClientId) -> Option<String> {
-        let inner = self.inner.lock();
-        inner.by_client.get(&client).map(|t| t.endpoint.clone())
+    /// The awaited tiers whose deadline passed at `now` (forgotten here; the caller drops
+    /// their objects).
+    pub(super) fn expire_awaited(&self, now: Instant) -> Vec<Uuid> {
+        let mut inner = self.inner.lock();
+        let late: Vec<Uuid> = inner
+            .awaited
+            .iter()
+            .filter(|(_, until)| **until <= now)
+            .map(|(tier, _)| *tier)
+            .collect();
+        for tier in &late {
+            inner.awaited.remove(tier);
+        }
+        late
     }
 
-    /// Queues the demotion of `key` (generation `generation`, `size` bytes) from `replica`
-    /// (whose range `range` stays allocated until the demotion ends) to `owner`'s tier, if it
-    /// has one with room. Returns the task number.
+    /// The tier `client` has mounted.
+    pub(super) fn tier_of(&self, client: ClientId) -> Option<Uuid> {
+        self.inner.lock().tier_of(client)
+    }
+
+    /// The owner of mounted tier `tier` and its read service.
+    pub(super) fn resolve(&self, tier: Uuid) -> Option<(ClientId, String)> {
+        let inner = self.inner.lock();
+        inner
+            .tiers
+            .get(&tier)
+            .map(|t| (t.client, t.endpoint.clone()))
+    }
+
+    /// Queues the demotion of `key` (generation `generation`) from `replica` (whose range
+    /// `range` stays allocated until the demotion ends) to `owner`'s tier, if it has one with
+    /// room. Returns the task number and the tier.
     pub(super) fn start_demotion(
         &self,
         owner: ClientId,
@@ -124,11 +161,12 @@ impl DiskTiers {
         generation: u64,
         replica: &BufferDescriptor,
         range: Arc<Allocation>,
-    ) -> Option<u64> {
+    ) -> Option<(u64, Uuid)> {
         let mut inner = self.inner.lock();
+        let tier_id = inner.tier_of(owner)?;
         inner.next_task += 1;
         let task = inner.next_task;
-        let tier = inner.by_client.get_mut(&owner)?;
+        let tier = inner.tiers.get_mut(&tier_id)?;
         let bytes = record_bytes(replica.size);
         if tier.used.saturating_add(bytes) > tier.capacity {
             return None;
@@ -144,6 +182,7 @@ impl DiskTiers {
             task,
             Demotion {
                 task,
+                tier: tier_id,
                 owner,
                 key: key.to_string(),
                 generation,
@@ -153,20 +192,28 @@ impl DiskTiers {
             },
         );
         self.work.notify_all();
-        Some(task)
+        Some((task, tier_id))
     }
 
-    /// Queues the deletion of `owner`'s record of `key` at `generation` (nothing if the owner
-    /// has no tier any more: it wipes what this master does not list when it mounts again).
-    pub(super) fn queue_delete(&self, owner: ClientId, key: &str, generation: u64, size: u64) {
+    /// Queues the deletion of tier `tier`'s record of `key` at `generation` (nothing if the
+    /// tier is not mounted: its owner drops what the master does not list when it mounts).
+    pub(super) fn queue_delete(&self, tier: Uuid, key: &str, generation: u64, size: u64) {
         let mut inner = self.inner.lock();
-        if let Some(tier) = inner.by_client.get_mut(&owner) {
+        if let Some(tier) = inner.tiers.get_mut(&tier) {
             tier.used = tier.used.saturating_sub(record_bytes(size));
             tier.queue.push_back(DiskTask::Delete {
                 key: key.to_string(),
                 generation,
             });
             self.work.notify_all();
+        }
+    }
+
+    /// Gives back the bytes reserved for a record of a `size`-byte value that the owner
+    /// deletes (a refused demotion).
+    pub(super) fn give_back(&self, tier: Uuid, size: u64) {
+        if let Some(tier) = self.inner.lock().tiers.get_mut(&tier) {
+            tier.used = tier.used.saturating_sub(record_bytes(size));
         }
     }
 
@@ -185,7 +232,7 @@ impl DiskTiers {
         }
         let demotion = inner.pending.remove(&task)?;
         if !written {
-            if let Some(tier) = inner.by_client.get_mut(&owner) {
+            if let Some(tier) = inner.tiers.get_mut(&demotion.tier) {
                 tier.used = tier.used.saturating_sub(record_bytes(demotion.size));
             }
         }
@@ -206,13 +253,14 @@ impl DiskTiers {
             .collect()
     }
 
-    /// The tasks queued for `client`, waiting up to `wait` for one. Errors: `CLIENT_NOT_FOUND`
-    /// when the client has no tier mounted (it mounts again).
+    /// The tasks queued for `client`'s tier, waiting up to `wait` for one. Errors:
+    /// `CLIENT_NOT_FOUND` when the client has no tier mounted (it mounts again).
     pub(super) fn take_tasks(&self, client: ClientId, wait: Duration) -> Result<Vec<DiskTask>> {
         let until = Instant::now() + wait;
         let mut inner = self.inner.lock();
         loop {
-            let Some(tier) = inner.by_client.get_mut(&client) else {
+            let tier = inner.tier_of(client);
+            let Some(tier) = tier.and_then(|t| inner.tiers.get_mut(&t)) else {
                 return fail(
                     ErrorCode::ClientNotFound,
                     format!("{client} has no disk tier mounted"),
@@ -269,18 +317,22 @@ mod tests {
         let owner = Uuid::random();
         let allocator = OffsetAllocator::new(1 << 20);
         let range = Arc::new(allocator.allocate(8192).unwrap());
-        assert_eq!(
-            tiers.start_demotion(owner, "k", 1, &replica(8192), Arc::clone(&range)),
-            None,
+        assert!(
+            tiers
+                .start_demotion(owner, "k", 1, &replica(8192), Arc::clone(&range))
+                .is_none(),
             "no tier mounted"
         );
-        tiers.mount(owner, &mount(record_bytes(8192)));
-        let task = tiers
+        let disk = mount(record_bytes(8192));
+        tiers.mount(owner, &disk);
+        let (task, tier) = tiers
             .start_demotion(owner, "k", 1, &replica(8192), Arc::clone(&range))
             .expect("room for one record");
-        assert_eq!(
-            tiers.start_demotion(owner, "k2", 2, &replica(1), Arc::clone(&range)),
-            None,
+        assert_eq!(tier, disk.disk);
+        assert!(
+            tiers
+                .start_demotion(owner, "k2", 2, &replica(1), Arc::clone(&range))
+                .is_none(),
             "the tier is full"
         );
         assert_eq!(Arc::strong_count(&range), 2, "the demotion holds the range");
@@ -295,8 +347,12 @@ mod tests {
         assert!(tiers
             .start_demotion(owner, "k3", 3, &replica(8192), Arc::clone(&range))
             .is_some());
-        assert!(tiers.unmount(owner));
+        let until = Instant::now() + Duration::from_secs(60);
+        assert_eq!(tiers.unmount(owner, until), Some(disk.disk));
         assert_eq!(tiers.demotions_in_flight(), 0);
+        assert_eq!(tiers.resolve(disk.disk), None, "awaited, not readable");
+        assert!(tiers.expire_awaited(Instant::now()).is_empty());
+        assert_eq!(tiers.expire_awaited(until), vec![disk.disk]);
         assert_eq!(
             tiers.take_tasks(owner, Duration::ZERO),
             Err(ErrorCode::ClientNotFound)
@@ -308,15 +364,16 @@ mod tests {
         let tiers = Arc::new(DiskTiers::default());
         let (old, new) = (Uuid::random(), Uuid::random());
         let disk = mount(1 << 30);
-        assert_eq!(tiers.mount(old, &disk), None);
-        assert_eq!(tiers.mount(new, &disk), Some(old));
-        assert_eq!(tiers.endpoint(old), None);
+        tiers.mount(old, &disk);
+        tiers.mount(new, &disk);
+        assert_eq!(tiers.tier_of(old), None);
+        assert_eq!(tiers.resolve(disk.disk).map(|(c, _)| c), Some(new));
         let waiter = {
             let tiers = Arc::clone(&tiers);
             std::thread::spawn(move || tiers.take_tasks(new, Duration::from_secs(10)))
         };
         std::thread::sleep(Duration::from_millis(20));
-        tiers.queue_delete(new, "k", 5, 10);
+        tiers.queue_delete(disk.disk, "k", 5, 10);
         let tasks = waiter.join().unwrap().unwrap();
         assert_eq!(
             tasks,

@@ -16,7 +16,7 @@ use super::service::MasterService;
 use crate::error::Result;
 use crate::types::{
     ClientId, DeploymentMode, DiskMount, DiskMountAnswer, DiskObject, DiskReport, DiskTask,
-    ReplicateConfig, WriteToken,
+    ReplicateConfig, Uuid, WriteToken,
 };
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -37,12 +37,12 @@ impl MasterService {
         self.clients.register(client, Instant::now());
         let view = self.view_version.load(Ordering::Acquire);
         let adopt = mount.view_version != view && self.journal.is_none();
-        let previous = self.disks.mount(client, &mount);
-        let owners: HashSet<ClientId> = std::iter::once(client).chain(previous).collect();
+        let tier = mount.disk;
+        self.disks.mount(client, &mount);
         let now = Instant::now();
         let kept: Vec<bool> = held
             .iter()
-            .map(|object| self.reconcile_held(client, &owners, object, adopt, now))
+            .map(|object| self.reconcile_held(client, tier, object, adopt, now))
             .collect();
         let listed: HashSet<(&str, u64)> = held
             .iter()
@@ -50,7 +50,7 @@ impl MasterService {
             .filter(|(_, kept)| **kept)
             .map(|(o, _)| (o.key.as_str(), o.generation))
             .collect();
-        self.forget_unlisted(&owners, &listed, now);
+        self.forget_unlisted(tier, |key, generation| listed.contains(&(key, generation)));
         let adopted = if adopt {
             kept.iter().filter(|k| **k).count()
         } else {
@@ -66,12 +66,12 @@ impl MasterService {
         })
     }
 
-    /// Whether the owner keeps `object` of its tier: the master lists it there (now under
-    /// `client`), or adopts it (`adopt`, the key is unknown).
+    /// Whether `client`, mounting `tier`, keeps `object` of it: the master lists it there,
+    /// or adopts it (`adopt`, the key is unknown).
     fn reconcile_held(
         &self,
         client: ClientId,
-        owners: &HashSet<ClientId>,
+        tier: Uuid,
         object: &DiskObject,
         adopt: bool,
         now: Instant,
@@ -80,17 +80,12 @@ impl MasterService {
             return false;
         }
         let mut shard = self.objects.shard(&object.key);
-        match shard.get_mut(&object.key) {
-            Some(meta) => match &mut meta.disk {
-                Some(location)
-                    if location.generation == object.generation
-                        && owners.contains(&location.owner) =>
-                {
-                    location.owner = client;
-                    true
-                }
-                _ => false,
-            },
+        let listed = DiskLocation {
+            tier,
+            generation: object.generation,
+        };
+        match shard.get(&object.key) {
+            Some(meta) => meta.disk == Some(listed) && meta.size == object.size,
             None if adopt => {
                 self.next_write
                     .fetch_max(object.generation.saturating_add(1), Ordering::AcqRel);
@@ -104,10 +99,7 @@ impl MasterService {
                     now,
                 );
                 meta.complete(now);
-                meta.disk = Some(DiskLocation {
-                    owner: client,
-                    generation: object.generation,
-                });
+                meta.disk = Some(listed);
                 shard.insert(object.key.clone(), meta);
                 true
             }
@@ -115,21 +107,16 @@ impl MasterService {
         }
     }
 
-    /// Drops the disk copies the master lists on `owners`' tier that are not in `listed`
-    /// (the owner lacks them); objects left with no replica disappear.
-    fn forget_unlisted(
-        &self,
-        owners: &HashSet<ClientId>,
-        listed: &HashSet<(&str, u64)>,
-        now: Instant,
-    ) {
+    /// Drops the disk copies the master lists on `tier` that `keep` refuses (the owner lacks
+    /// them, or the tier is given up); objects left with no replica disappear.
+    pub(super) fn forget_unlisted(&self, tier: Uuid, keep: impl Fn(&str, u64) -> bool) {
+        let now = Instant::now();
         for mut shard in self.objects.shards() {
             let lost: Vec<String> = shard
                 .iter_mut()
                 .filter_map(|(key, meta)| {
-                    let location = meta.disk?;
-                    let gone = owners.contains(&location.owner)
-                        && !listed.contains(&(key.as_str(), location.generation));
+                    let location = meta.disk.filter(|d| d.tier == tier)?;
+                    let gone = !keep(key, location.generation);
                     gone.then(|| {
                         meta.disk = None;
                         key.clone()
@@ -201,7 +188,7 @@ impl MasterService {
             drop(shard);
             Counters::add(&self.counters.demotions_refused, 1);
             if written {
-                self.disks.give_back(demotion.owner, demotion.size);
+                self.disks.give_back(demotion.tier, demotion.size);
             }
             return false;
         };
@@ -215,15 +202,17 @@ impl MasterService {
             }
             return false;
         }
-        self.forget_committed(key, meta);
-        let until = meta.lease_deadline.unwrap_or(now);
-        let memory = meta.take_allocations();
-        let bytes = memory.iter().map(|a| a.size()).sum();
-        self.deferred.hold_until(until, now, memory);
         meta.disk = Some(DiskLocation {
-            owner: demotion.owner,
+            tier: demotion.tier,
             generation: demotion.generation,
         });
+        let until = meta.lease_deadline.unwrap_or(now);
+        let memory = meta.take_allocations();
+        // Journaled before the memory is let go (the ranges then wait at the free gate until
+        // it is durable): a restarted master finds the value on disk, never over reused ranges.
+        self.journal_commit(key, meta, now);
+        let bytes = memory.iter().map(|a| a.size()).sum();
+        self.deferred.hold_until(until, now, memory);
         Counters::add(&self.counters.demotions_committed, 1);
         Counters::add(&self.counters.evicted_bytes, bytes);
         true
@@ -231,12 +220,14 @@ impl MasterService {
 
     /// The owner lost its record of `key` at `generation`: the master forgets that replica.
     fn forget_lost(&self, owner: ClientId, key: &str, generation: u64, now: Instant) {
+        let Some(tier) = self.disks.tier_of(owner) else {
+            return;
+        };
         let mut shard = self.objects.shard(key);
         let Some(meta) = shard.get_mut(key) else {
             return;
         };
-        let lost = DiskLocation { owner, generation };
-        if meta.disk == Some(lost) {
+        if meta.disk == Some(DiskLocation { tier, generation }) {
             meta.disk = None;
             Counters::add(&self.counters.disk_replicas_lost, 1);
             tracing::warn!(key, %owner, "disk replica lost; the master forgets it");
@@ -263,7 +254,7 @@ impl MasterService {
             .disks
             .start_demotion(owner, key, generation, &buffer, range)
         {
-            Some(task) => {
+            Some((task, _)) => {
                 meta.demoting = Some(task);
                 Counters::add(&self.counters.demotions_started, 1);
                 true
@@ -290,7 +281,7 @@ impl MasterService {
     pub(super) fn drop_disk_copy(&self, key: &str, meta: &mut ObjectMeta) {
         if let Some(location) = meta.disk.take() {
             self.disks
-                .queue_delete(location.owner, key, location.generation, meta.size);
+                .queue_delete(location.tier, key, location.generation, meta.size);
         }
     }
 }

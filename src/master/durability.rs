@@ -15,8 +15,8 @@
 //!   ([`MasterService::reattach`]), which fences every descriptor the previous master handed
 //!   out; a segment not re-attached within `reattach_grace_ms` is given up.
 
-use super::journal::{JournalState, ObjectRecord, Record};
-use super::objects::{ObjectMeta, Phase, Replica, Shard};
+use super::journal::{DiskCopy, JournalState, ObjectRecord, Record};
+use super::objects::{DiskLocation, ObjectMeta, Phase, Replica, Shard};
 use super::service::MasterService;
 use crate::alloc::Allocation;
 use crate::error::Result;
@@ -84,12 +84,21 @@ impl MasterService {
         }
     }
 
-    /// Journals the commit of `key` (complete now).
+    /// Journals the commit of `key` (complete now), in memory or, after a demotion, on disk.
     pub(super) fn journal_commit(&self, key: &str, meta: &mut ObjectMeta, now: Instant) {
         if let Some(journal) = &self.journal {
-            journal.append(&Record::Commit {
-                key: key.to_string(),
-                object: meta.record(now),
+            let key = key.to_string();
+            let object = meta.record(now);
+            journal.append(&match meta.disk {
+                None => Record::Commit { key, object },
+                Some(on_disk) => Record::DiskCommit {
+                    key,
+                    object,
+                    disk: DiskCopy {
+                        tier: on_disk.tier,
+                        generation: on_disk.generation,
+                    },
+                },
             });
             meta.journaled = true;
         }
@@ -227,7 +236,11 @@ impl MasterService {
                     },
                 });
             }
-            if replicas.is_empty() {
+            let on_disk = state.disk.get(&key).map(|copy| DiskLocation {
+                tier: copy.tier,
+                generation: copy.generation,
+            });
+            if replicas.is_empty() && on_disk.is_none() {
                 if let Some(journal) = &self.journal {
                     journal.append(&Record::Remove { key });
                 }
@@ -249,12 +262,15 @@ impl MasterService {
                 hard_pinned: object.hard_pinned,
                 pins: 0,
                 journaled: true,
-                disk: None,
+                disk: on_disk,
                 demoting: None,
             };
             self.objects.shard(&key).insert(key, meta);
             restored.objects += 1;
         }
+        // Disk copies stay unreadable until their tier's owner mounts it again.
+        let tiers: std::collections::HashSet<_> = state.disk.values().map(|c| c.tier).collect();
+        self.disks.await_tiers(tiers, until);
         self.start_tokens(state.token_ceiling);
         restored
     }

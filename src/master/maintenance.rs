@@ -49,6 +49,10 @@ impl MasterService {
         for client in expired {
             self.retire_client(client);
         }
+        for tier in self.disks.expire_awaited(now) {
+            tracing::warn!(%tier, "SSD tier not mounted again in time; its objects are gone");
+            self.forget_unlisted(tier, |_, _| false);
+        }
         if let Some(cutoff) = now.checked_sub(EXPIRED_CLAIM_AGE) {
             let forgotten = self.routes.prune_claims(cutoff);
             if forgotten > 0 {
@@ -68,7 +72,11 @@ impl MasterService {
             }
         }
         self.release_pins(self.pins.take_client(client));
-        self.disks.unmount(client);
+        // Its SSD tier waits for the owner to come back (a restart on the same directory)
+        // as a recovered segment would; its objects stay, unreadable meanwhile.
+        let grace = Duration::from_millis(self.config.reattach_grace_ms);
+        self.disks
+            .unmount(client, crate::spin::deadline(Instant::now(), grace));
         let keys = self.routes.drop_owner(client, Instant::now());
         if keys > 0 {
             tracing::info!(%client, keys, "dropped the expired owner's P2P routes");

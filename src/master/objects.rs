@@ -41,12 +41,12 @@ impl Replica {
     }
 }
 
-/// Where a committed value's disk copy is: the owner's tier and the generation its record
-/// was written for. Plain value.
+/// Where a committed value's disk copy is: the tier (its directory's identity, stable across
+/// owner restarts) and the generation its record was written for. Plain value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DiskLocation {
-    /// The client owning the disk tier.
-    pub owner: ClientId,
+    /// The tier holding the record.
+    pub tier: crate::types::Uuid,
     /// The object generation of the record.
     pub generation: u64,
 }
@@ -197,22 +197,27 @@ impl ObjectMeta {
     }
 
     /// The LOCAL_DISK descriptor of the committed value of `key`, if it is on disk and its
-    /// owner's read service is at `endpoint`.
-    fn disk_descriptor(&self, key: &str, endpoint: Option<String>) -> Option<ReplicaDescriptor> {
+    /// tier is mounted by `owner`, whose read service is at `endpoint`.
+    fn disk_descriptor(
+        &self,
+        key: &str,
+        mounted: Option<(ClientId, String)>,
+    ) -> Option<ReplicaDescriptor> {
         let location = self.disk.filter(|_| self.phase == Phase::Complete)?;
+        let (owner, endpoint) = mounted?;
         Some(ReplicaDescriptor {
             id: 0,
             buffer: BufferDescriptor {
                 size: self.size,
                 buffer_address: 0,
                 protocol: LOCAL_DISK_PROTOCOL.to_string(),
-                transport_endpoint: endpoint?,
+                transport_endpoint: endpoint,
                 epoch: 0,
             },
             status: ReplicaStatus::Complete,
             disk: Some(DiskRecordRef {
                 key: key.to_string(),
-                owner: location.owner,
+                owner,
                 generation: location.generation,
             }),
         })
@@ -220,21 +225,21 @@ impl ObjectMeta {
 
     /// Grants or extends the read lease to `max(old, now + ttl)` and records the access.
     /// Returns the query answer for `key` (this object's key), or `None` if nothing is
-    /// readable (no lease granted). `disk_endpoint` names the read service of a disk tier's
-    /// owner (`None`: not mounted).
+    /// readable (no lease granted). `mounted_tier` names the owner of a disk tier and its
+    /// read service (`None`: not mounted).
     pub(crate) fn read(
         &mut self,
         key: &str,
         now: Instant,
         ttl: Duration,
-        disk_endpoint: impl FnOnce(ClientId) -> Option<String>,
+        mounted_tier: impl FnOnce(crate::types::Uuid) -> Option<(ClientId, String)>,
     ) -> Option<QueryResult> {
         let mut replicas: Vec<ReplicaDescriptor> = self
             .readable()
             .into_iter()
             .map(|r| r.descriptor(ReplicaStatus::Complete))
             .collect();
-        let on_disk = self.disk.and_then(|d| disk_endpoint(d.owner));
+        let on_disk = self.disk.and_then(|d| mounted_tier(d.tier));
         replicas.extend(self.disk_descriptor(key, on_disk));
         if replicas.is_empty() {
             return None;

@@ -21,8 +21,8 @@ impl MasterService {
         let Some(meta) = shard.get_mut(key) else {
             return fail(ErrorCode::ObjectNotFound, key);
         };
-        let endpoint = |owner| self.disks.endpoint(owner);
-        let Some(query) = meta.read(key, now, self.config.lease_ttl(), endpoint) else {
+        let mounted = |tier| self.disks.resolve(tier);
+        let Some(query) = meta.read(key, now, self.config.lease_ttl(), mounted) else {
             return fail(ErrorCode::ReplicaIsNotReady, key);
         };
         Counters::add(&self.counters.leases_granted, 1);

@@ -293,10 +293,6 @@ impl MasterService {
                         writer.is_some_and(|w| meta.writer == w) && meta.write_started().is_some();
                     self.deferred
                         .hold_until(quarantine, now, meta.take_dead_replicas());
-                    // An expired owner's disk copies went with its tier.
-                    if meta.disk.is_some_and(|d| writer == Some(d.owner)) {
-                        meta.disk = None;
-                    }
                     let unreadable = meta.replicas.is_empty() && meta.disk.is_none();
                     (abandoned || unreadable).then(|| key.clone())
                 })

@@ -15,8 +15,8 @@ use bincode::Options;
 const MAX_FRAME: usize = 16 << 20;
 /// Bytes before a frame's payload that `len` does not count.
 const FRAME_HEAD: usize = 8;
-/// First bytes of a snapshot file (format version 1).
-const SNAPSHOT_MAGIC: &[u8; 8] = b"MCJSNAP1";
+/// First bytes of a snapshot file (format version 2: with the SSD tier's disk copies).
+const SNAPSHOT_MAGIC: &[u8; 8] = b"MCJSNAP2";
 
 fn codec() -> impl Options {
     bincode::DefaultOptions::new()
@@ -113,6 +113,9 @@ fn snapshot_crc(fields: &[u8], body: &[u8]) -> u32 {
 /// bad one is corruption, never a torn write.
 pub(crate) fn decode_snapshot(bytes: &[u8]) -> Result<(u64, JournalState)> {
     let bad = |what: &str| fail(ErrorCode::InternalError, format!("snapshot: {what}"));
+    if bytes.starts_with(b"MCJSNAP1") {
+        return bad("format version 1 (before the SSD tier); start from an empty journal_dir");
+    }
     if bytes.len() < 28 || &bytes[..8] != SNAPSHOT_MAGIC {
         return bad("not a snapshot (magic)");
     }

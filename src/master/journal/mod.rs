@@ -31,7 +31,7 @@ mod frame;
 mod record;
 
 pub(crate) use files::{is_journal_file, snapshot_lsn, sync_dir, TornTail};
-pub(crate) use record::{JournalState, ObjectRecord, Record, ReplicaRecord};
+pub(crate) use record::{DiskCopy, JournalState, ObjectRecord, Record, ReplicaRecord};
 
 use crate::alloc::FreeGate;
 use crate::error::{fail, ErrorCode, Result};

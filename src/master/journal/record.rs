@@ -1,7 +1,8 @@
 //! What the master journals, and the state those records fold into.
 //!
 //! The journal keeps what must survive a restart: the mounted segments (with their epochs),
-//! committed objects and where their replicas are, removals, and the write-token ceiling.
+//! committed objects and where their replicas are (memory ranges, or a record in a client's
+//! SSD tier), removals, and the write-token ceiling.
 //! Not journaled: writes in flight (a restart loses them), read leases and pins (the owners'
 //! new epochs fence their holders), clients' liveness (they re-register at their next ping).
 //!
@@ -10,7 +11,7 @@
 //! was written in (a remount with fresh memory ends the replicas of the earlier mount; a
 //! re-attach that kept the memory carries them over).
 
-use crate::types::{ClientId, Segment, SegmentId};
+use crate::types::{ClientId, Segment, SegmentId, Uuid};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -40,6 +41,16 @@ pub(crate) struct ObjectRecord {
     pub replicas: Vec<ReplicaRecord>,
 }
 
+/// Where a committed object's only copy is when it is on disk: a record of a client's SSD
+/// tier (the tier's directory identity, stable across owner restarts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DiskCopy {
+    /// The tier.
+    pub tier: Uuid,
+    /// The object generation the record was written for.
+    pub generation: u64,
+}
+
 /// One journal record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Record {
@@ -59,6 +70,13 @@ pub(crate) enum Record {
     Remove { key: String },
     /// No write token at or above this value was handed out by the journaling master.
     TokenCeiling(u64),
+    /// `key` is readable as `object`, whose only copy is the SSD tier record `disk` (a
+    /// demotion; `object.replicas` is empty). Last, so older records keep their encoding.
+    DiskCommit {
+        key: String,
+        object: ObjectRecord,
+        disk: DiskCopy,
+    },
 }
 
 /// A mounted segment as the journal knows it.
@@ -76,6 +94,8 @@ pub(crate) struct JournalState {
     pub segments: HashMap<SegmentId, SegmentState>,
     pub objects: HashMap<String, ObjectRecord>,
     pub token_ceiling: u64,
+    /// The objects of `objects` whose copy is on disk, and where.
+    pub disk: HashMap<String, DiskCopy>,
 }
 
 impl JournalState {
@@ -107,10 +127,16 @@ impl JournalState {
                 self.segments.remove(&segment);
             }
             Record::Commit { key, object } => {
+                self.disk.remove(&key);
+                self.objects.insert(key, object);
+            }
+            Record::DiskCommit { key, object, disk } => {
+                self.disk.insert(key.clone(), disk);
                 self.objects.insert(key, object);
             }
             Record::Remove { key } => {
                 self.objects.remove(&key);
+                self.disk.remove(&key);
             }
             Record::TokenCeiling(ceiling) => {
                 self.token_ceiling = self.token_ceiling.max(ceiling);
@@ -118,12 +144,14 @@ impl JournalState {
         }
     }
 
-    /// Drops replicas whose mount is gone and objects left without any, and writes every
-    /// surviving replica under its segment's current epoch (so each segment needs only that
-    /// one epoch afterwards). What snapshots store and recovery starts from.
+    /// Drops replicas whose mount is gone and objects left without any (objects on disk
+    /// stay), and writes every surviving replica under its segment's current epoch (so each
+    /// segment needs only that one epoch afterwards). What snapshots store and recovery
+    /// starts from.
     pub(crate) fn settle(&mut self) {
         let segments = &self.segments;
-        self.objects.retain(|_, object| {
+        let disk = &self.disk;
+        self.objects.retain(|key, object| {
             object.replicas.retain_mut(|replica| {
                 let Some(state) = segments.get(&replica.segment) else {
                     return false;
@@ -134,7 +162,7 @@ impl JournalState {
                 replica.epoch = state.segment.epoch;
                 true
             });
-            !object.replicas.is_empty()
+            !object.replicas.is_empty() || disk.contains_key(key)
         });
         for state in self.segments.values_mut() {
             state.epochs = vec![state.segment.epoch];
@@ -230,5 +258,51 @@ pub(super) mod tests {
         state.settle();
         assert!(state.objects.is_empty());
         assert_eq!(state.token_ceiling, 100);
+    }
+
+    #[test]
+    fn a_demoted_object_outlives_its_segment_until_rewritten_or_removed() {
+        let (client, seg, tier) = (Uuid::random(), Uuid::random(), Uuid::random());
+        let mut state = JournalState::default();
+        state.apply(Record::Mount {
+            client,
+            segment: segment(seg, 5),
+            adopted_from: None,
+        });
+        for key in ["a", "b"] {
+            state.apply(Record::Commit {
+                key: key.into(),
+                object: object(1, seg, 5),
+            });
+            let mut on_disk = object(1, seg, 5);
+            on_disk.replicas.clear();
+            state.apply(Record::DiskCommit {
+                key: key.into(),
+                object: on_disk,
+                disk: DiskCopy {
+                    tier,
+                    generation: 9,
+                },
+            });
+        }
+        state.apply(Record::Unmount { segment: seg });
+        state.settle();
+        assert_eq!(state.objects.len(), 2, "disk copies need no segment");
+        assert_eq!(
+            state.disk["a"],
+            DiskCopy {
+                tier,
+                generation: 9
+            }
+        );
+        // A rewrite in memory ends the disk copy; a removal ends both.
+        state.apply(Record::Commit {
+            key: "a".into(),
+            object: object(2, seg, 5),
+        });
+        state.apply(Record::Remove { key: "b".into() });
+        assert!(state.disk.is_empty());
+        state.settle();
+        assert!(state.objects.is_empty(), "the rewrite's segment is gone");
     }
 }
