@@ -182,15 +182,6 @@ pub struct DiskRecordRef {
     pub generation: u64,
 }
 
-/// What the master answers to a disk tier mount.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DiskMountAnswer {
-    /// The master's view; the owner's next mount names it.
-    pub view_version: u64,
-    /// Per object the owner held: whether it keeps it (`false`: delete the record).
-    pub kept: Vec<bool>,
-}
-
 /// One object held in a client's disk tier, as its owner reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiskObject {
@@ -213,10 +204,6 @@ pub struct DiskMount {
     pub capacity: u64,
     /// Record bytes it holds now.
     pub used: u64,
-    /// The master view the owner last mounted this directory under (0: never, or not since
-    /// this process opened it). A master of another view that has no journal adopts what the
-    /// owner reports; the master of the same view knows exactly what the tier holds.
-    pub view_version: u64,
 }
 
 /// Work the master hands to the owner of a disk tier.

@@ -43,7 +43,7 @@ fn client(master: &str, segment: u64, ssd: &str) -> mooncake_rs::Result<Client> 
     Client::setup(SetupConfig {
         local_hostname: "127.0.0.1".into(),
         global_segment_size: segment,
-        local_buffer_size: 0,
+        local_buffer_size: 4 * MIB,
         master_server_addr: master.into(),
         ssd_offload_path: ssd.into(),
         ..SetupConfig::default()
@@ -107,7 +107,9 @@ fn record_of(dir: &Path, key: &str) -> PathBuf {
 #[test]
 fn a_working_set_four_times_the_segment_reads_back_exactly() {
     let dir = TempDir::new("working-set");
-    let client = client("embedded", 16 * MIB, dir.path()).expect("setup with an SSD tier");
+    // Short read leases: a removal's disk copy goes once the lease of the reads ends.
+    let master = Master::start(&["--default_kv_lease_ttl=300"]);
+    let client = client(&master.addr(), 16 * MIB, dir.path()).expect("setup with an SSD tier");
     let (count, len) = (256, 256 * KIB);
     for i in 0..count {
         put(&client, &format!("ws-{i}"), &value(i, len));
@@ -279,4 +281,86 @@ fn a_master_restarted_on_its_journal_serves_the_disk_objects_again() {
         );
         assert_eq!(out, value(i, len), "{key}");
     }
+}
+
+#[test]
+fn every_get_family_reads_disk_objects_and_a_session_keeps_its_record() {
+    let dir = TempDir::new("families");
+    let master = Master::start(&["--default_kv_lease_ttl=300"]);
+    let client = client(&master.addr(), 8 * MIB, dir.path()).expect("setup");
+    let (count, len) = (96, 256 * KIB);
+    for i in 0..count {
+        put(&client, &format!("f-{i}"), &value(i, len));
+    }
+    let disk: Vec<usize> = (0..count)
+        .filter(|i| on_disk(&client, &format!("f-{i}")))
+        .collect();
+    let memory = (0..count)
+        .rev()
+        .find(|i| !on_disk(&client, &format!("f-{i}")))
+        .expect("a key still in memory");
+    assert!(disk.len() >= 4);
+    let key = |i: usize| format!("f-{i}");
+
+    // Batch: a disk and a memory object in one call.
+    let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+    let got = client.batch_get_into(&[key(disk[0]), key(memory)], &mut [&mut a, &mut b]);
+    assert_eq!(got, vec![Ok(len as u64), Ok(len as u64)]);
+    assert_eq!(
+        (a == value(disk[0], len), b == value(memory, len)),
+        (true, true)
+    );
+
+    // Multi-buffer: one object over two buffers.
+    let (mut head, mut tail) = (vec![0u8; 1000], vec![0u8; len - 1000]);
+    let got =
+        client.batch_get_into_multi_buffers(&[key(disk[1])], &mut [vec![&mut head, &mut tail]]);
+    assert_eq!(got, vec![Ok(len as u64)]);
+    assert_eq!([head, tail].concat(), value(disk[1], len));
+
+    // Ranges: bytes [1000, 6000) of a disk object at offset 10 of a buffer.
+    let mut buffer = vec![0u8; 6000];
+    let request = mooncake_rs::client::RangeRequest {
+        keys: &[vec![key(disk[2])]],
+        dst_offsets: &[vec![vec![10]]],
+        src_offsets: &[vec![vec![1000]]],
+        sizes: &[vec![vec![5000]]],
+    };
+    let got = client.get_into_ranges(&mut [&mut buffer], &request);
+    assert_eq!(got[0][0], vec![Ok(5000)]);
+    assert_eq!(&buffer[10..5010], &value(disk[2], len)[1000..6000]);
+
+    // get_buffer: one copy into a client-owned buffer.
+    let handle = client
+        .get_buffer(&key(disk[3]))
+        .expect("get_buffer of a disk object");
+    assert_eq!(handle.as_slice(), &value(disk[3], len)[..]);
+
+    // A get session pins the object: a forced removal meanwhile keeps its record until the
+    // session ends, so the session's reads still return the bytes.
+    let pinned = key(disk[0]);
+    assert_eq!(client.batch_get_session_start(&[&pinned]), vec![Ok(())]);
+    let held = client.metrics().ssd.unwrap().objects;
+    client.remove(&pinned, true).unwrap();
+    std::thread::sleep(Duration::from_millis(50)); // a deletion would be done by now
+    let mut out = vec![0u8; len];
+    let got =
+        client.batch_get_into_multi_buffer_ranges(&[&pinned], &mut [vec![&mut out]], &[vec![0]]);
+    assert_eq!(
+        got,
+        vec![Ok(len as u64)],
+        "the pinned record is still there"
+    );
+    assert_eq!(out, value(disk[0], len));
+    assert_eq!(client.metrics().ssd.unwrap().objects, held);
+    client.batch_get_session_end(&[&pinned]).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || client
+            .metrics()
+            .ssd
+            .unwrap()
+            .objects
+            < held),
+        "the record is deleted once the session (and the reads' lease) ends"
+    );
 }

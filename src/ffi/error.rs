@@ -10,7 +10,7 @@ use std::ffi::{c_char, CString};
 /// Major version of this library (agrees with `mc_version()` and Cargo.toml).
 pub const MC_VERSION_MAJOR: u32 = 0;
 /// Minor version of this library.
-pub const MC_VERSION_MINOR: u32 = 1;
+pub const MC_VERSION_MINOR: u32 = 2;
 /// Patch version of this library.
 pub const MC_VERSION_PATCH: u32 = 0;
 
@@ -91,7 +91,7 @@ static NAMES: Lazy<Vec<(i32, CString)>> = Lazy::new(|| {
         .collect()
 });
 
-/// The library version as a static string, e.g. `"0.1.0"`.
+/// The library version as a static string, e.g. `"0.2.0"`.
 ///
 /// Ownership: the string is static; never free it. Never NULL. Thread-safe.
 #[no_mangle]

@@ -13,9 +13,8 @@ use super::journal::JournalFile;
 use crate::error::Result;
 use crate::rpc::interface::rpc_interface;
 use crate::types::{
-    ClientId, DiskMount, DiskMountAnswer, DiskObject, DiskReport, DiskTask, P2pOwner, P2pRoute,
-    PingResponse, PinnedObject, QueryResult, ReplicateConfig, Segment, SegmentId, WriteGrant,
-    WriteToken,
+    ClientId, DiskMount, DiskObject, DiskReport, DiskTask, P2pOwner, P2pRoute, PingResponse,
+    PinnedObject, QueryResult, ReplicateConfig, Segment, SegmentId, WriteGrant, WriteToken,
 };
 
 rpc_interface! {
@@ -117,10 +116,13 @@ rpc_interface! {
     /// Up to `max_bytes` (at most 4 MiB) of journal file `name` from `offset`.
     /// `FILE_NOT_FOUND` once compaction deleted it; `INVALID_PARAMS` for other names.
     fn journal_read(name: String, offset: u64, max_bytes: u64) -> Result<Vec<u8>>;
-    /// SSD tier: mounts `client`'s disk tier and reconciles what it `held`: the master's
-    /// view and, per object, whether the owner keeps it (`false`: delete the record). The master drops the disk
+    /// SSD tier: mounts `client`'s disk tier and reconciles what it `held`: per object,
+    /// whether the owner keeps it (`false`: delete the record: the master does not list it). The master drops the disk
     /// copies it lists on that directory that are not held. See `docs/ssd-tier.md`.
-    fn mount_disk(client: ClientId, mount: DiskMount, held: Vec<DiskObject>) -> Result<DiskMountAnswer>;
+    fn mount_disk(client: ClientId, mount: DiskMount, held: Vec<DiskObject>) -> Result<Vec<bool>>;
+    /// SSD tier: `client` closes its tier (a clean teardown): its objects wait, unreadable,
+    /// for a restart on the directory (`reattach_grace_ms`), as after an expiry. Idempotent.
+    fn unmount_disk(client: ClientId) -> Result<()>;
     /// SSD tier: the work queued for `client`'s tier; a long poll (at most 100 ms when none
     /// is queued). `CLIENT_NOT_FOUND` when the tier is not mounted (mount it again).
     fn disk_tasks(client: ClientId) -> Result<Vec<DiskTask>>;

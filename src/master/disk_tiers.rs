@@ -18,12 +18,54 @@ use std::time::{Duration, Instant};
 /// A demotion not reported within this long is given up: its memory range is released and a
 /// late report is refused (the owner then deletes the record it wrote).
 pub(super) const DEMOTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most demotions in flight per tier: beyond, an evicted object is dropped (as when the tier
+/// is full), so a slow or stuck owner never holds more memory than this many objects.
+const MAX_DEMOTIONS_IN_FLIGHT: usize = 256;
 /// Bytes a record takes beyond its value: the header block, and padding to 4 KiB.
 const RECORD_BLOCK: u64 = 4096;
 
 /// Record bytes a value of `size` bytes takes on disk (header block + padded payload).
 pub(super) fn record_bytes(size: u64) -> u64 {
     RECORD_BLOCK + size.div_ceil(RECORD_BLOCK).saturating_mul(RECORD_BLOCK)
+}
+
+/// A claim on one disk record: the value's object holds one, and so do its pins and a
+/// removal waiting for a read lease to end. When the last holder lets go, the record's
+/// deletion is queued to its tier (nothing if the tier is not mounted then: its owner drops
+/// what the master does not list when it mounts again).
+pub(crate) struct DiskHold {
+    tiers: Arc<DiskTiers>,
+    tier: Uuid,
+    key: String,
+    generation: u64,
+    size: u64,
+}
+
+impl Drop for DiskHold {
+    fn drop(&mut self) {
+        let (tier, key) = (self.tier, &self.key);
+        self.tiers
+            .queue_delete(tier, key, self.generation, self.size);
+    }
+}
+
+impl DiskTiers {
+    /// A hold on the record of `key` (`size` bytes) at `location` of these tiers.
+    pub(super) fn hold(
+        self: &Arc<Self>,
+        key: &str,
+        size: u64,
+        tier: Uuid,
+        generation: u64,
+    ) -> Arc<DiskHold> {
+        Arc::new(DiskHold {
+            tiers: Arc::clone(self),
+            tier,
+            key: key.to_string(),
+            generation,
+            size,
+        })
+    }
 }
 
 /// One mounted tier.
@@ -98,16 +140,26 @@ impl DiskTiers {
         self.work.notify_all();
     }
 
-    /// `client` went away (expired): its tier, if it had one, waits for a mount until
-    /// `until`; its demotions in flight are given up. Returns the tier.
-    pub(super) fn unmount(&self, client: ClientId, until: Instant) -> Option<Uuid> {
+    /// `client` went away (expired, or closed its tier): its tier, if it had one, waits for
+    /// a mount until `until`. Returns its demotions in flight, given up.
+    pub(super) fn unmount(&self, client: ClientId, until: Instant) -> Vec<Demotion> {
         let mut inner = self.inner.lock();
-        inner.pending.retain(|_, d| d.owner != client);
-        let tier = inner.tier_of(client)?;
-        inner.tiers.remove(&tier);
-        inner.awaited.insert(tier, until);
+        let tasks: Vec<u64> = inner
+            .pending
+            .iter()
+            .filter(|(_, d)| d.owner == client)
+            .map(|(task, _)| *task)
+            .collect();
+        let dropped = tasks
+            .iter()
+            .filter_map(|task| inner.pending.remove(task))
+            .collect();
+        if let Some(tier) = inner.tier_of(client) {
+            inner.tiers.remove(&tier);
+            inner.awaited.insert(tier, until);
+        }
         self.work.notify_all();
-        Some(tier)
+        dropped
     }
 
     /// Tiers a restarted master found in its journal: they wait for their owners until
@@ -137,6 +189,13 @@ impl DiskTiers {
         late
     }
 
+    /// Sets the record bytes tier `tier` holds (after a mount's reconciliation).
+    pub(super) fn set_used(&self, tier: Uuid, used: u64) {
+        if let Some(tier) = self.inner.lock().tiers.get_mut(&tier) {
+            tier.used = used;
+        }
+    }
+
     /// The tier `client` has mounted.
     pub(super) fn tier_of(&self, client: ClientId) -> Option<Uuid> {
         self.inner.lock().tier_of(client)
@@ -164,6 +223,10 @@ impl DiskTiers {
     ) -> Option<(u64, Uuid)> {
         let mut inner = self.inner.lock();
         let tier_id = inner.tier_of(owner)?;
+        let in_flight = inner.pending.values().filter(|d| d.tier == tier_id).count();
+        if in_flight >= MAX_DEMOTIONS_IN_FLIGHT {
+            return None;
+        }
         inner.next_task += 1;
         let task = inner.next_task;
         let tier = inner.tiers.get_mut(&tier_id)?;
@@ -197,7 +260,8 @@ impl DiskTiers {
 
     /// Queues the deletion of tier `tier`'s record of `key` at `generation` (nothing if the
     /// tier is not mounted: its owner drops what the master does not list when it mounts).
-    pub(super) fn queue_delete(&self, tier: Uuid, key: &str, generation: u64, size: u64) {
+    /// Called by the last [`DiskHold`] of the record.
+    fn queue_delete(&self, tier: Uuid, key: &str, generation: u64, size: u64) {
         let mut inner = self.inner.lock();
         if let Some(tier) = inner.tiers.get_mut(&tier) {
             tier.used = tier.used.saturating_sub(record_bytes(size));
@@ -248,9 +312,16 @@ impl DiskTiers {
             .filter(|(_, d)| now.saturating_duration_since(d.started) >= DEMOTION_TIMEOUT)
             .map(|(task, _)| *task)
             .collect();
-        late.iter()
+        let expired: Vec<Demotion> = late
+            .iter()
             .filter_map(|task| inner.pending.remove(task))
-            .collect()
+            .collect();
+        for demotion in &expired {
+            if let Some(tier) = inner.tiers.get_mut(&demotion.tier) {
+                tier.used = tier.used.saturating_sub(record_bytes(demotion.size));
+            }
+        }
+        expired
     }
 
     /// The tasks queued for `client`'s tier, waiting up to `wait` for one. Errors:
@@ -297,7 +368,6 @@ mod tests {
             endpoint: "127.0.0.1:1".into(),
             capacity,
             used: 0,
-            view_version: 0,
         }
     }
 
@@ -348,7 +418,11 @@ mod tests {
             .start_demotion(owner, "k3", 3, &replica(8192), Arc::clone(&range))
             .is_some());
         let until = Instant::now() + Duration::from_secs(60);
-        assert_eq!(tiers.unmount(owner, until), Some(disk.disk));
+        assert_eq!(
+            tiers.unmount(owner, until).len(),
+            1,
+            "k3's demotion is given up"
+        );
         assert_eq!(tiers.demotions_in_flight(), 0);
         assert_eq!(tiers.resolve(disk.disk), None, "awaited, not readable");
         assert!(tiers.expire_awaited(Instant::now()).is_empty());

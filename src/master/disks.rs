@@ -3,23 +3,19 @@
 //! owners report committed records (the memory replica is then released) and lost ones (the
 //! master forgets them), and removals queue the deletion of the disk copy.
 //!
-//! Who knows what a tier holds: the master of the view an owner mounted under knows exactly
-//! (everything it listed there went through it); a master of another view without a journal
-//! knows nothing and adopts what the owner reports; a journaled master does not journal disk
-//! copies (a demotion journals the value's removal), so after its restart the owner drops its
-//! records. Locks: one object shard at a time, then the tier registry (`service.rs` order).
+//! Who knows what a tier holds: the master. Every record went through it (a demotion it
+//! accepted), and with a journal it knows them across its restarts (`Record::DiskCommit`).
+//! At a mount the owner keeps exactly the records the master lists on that tier and deletes
+//! the rest; the master forgets the copies the owner lacks. Locks: one object shard at a
+//! time, then the tier registry (`service.rs` order).
 
-use super::disk_tiers::Demotion;
+use super::disk_tiers::{record_bytes, Demotion};
 use super::metrics::Counters;
-use super::objects::{DiskLocation, ObjectMeta, Shard};
+use super::objects::{DiskCopyRef, DiskLocation, Shard};
 use super::service::MasterService;
 use crate::error::Result;
-use crate::types::{
-    ClientId, DeploymentMode, DiskMount, DiskMountAnswer, DiskObject, DiskReport, DiskTask,
-    ReplicateConfig, Uuid, WriteToken,
-};
+use crate::types::{ClientId, DeploymentMode, DiskMount, DiskObject, DiskReport, DiskTask, Uuid};
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// How long an owner's poll for disk work waits when none is queued.
@@ -32,18 +28,12 @@ impl MasterService {
         client: ClientId,
         mount: DiskMount,
         held: Vec<DiskObject>,
-    ) -> Result<DiskMountAnswer> {
+    ) -> Result<Vec<bool>> {
         self.require_mode(DeploymentMode::Centralized)?;
         self.clients.register(client, Instant::now());
-        let view = self.view_version.load(Ordering::Acquire);
-        let adopt = mount.view_version != view && self.journal.is_none();
         let tier = mount.disk;
         self.disks.mount(client, &mount);
-        let now = Instant::now();
-        let kept: Vec<bool> = held
-            .iter()
-            .map(|object| self.reconcile_held(client, tier, object, adopt, now))
-            .collect();
+        let kept: Vec<bool> = held.iter().map(|object| self.lists(tier, object)).collect();
         let listed: HashSet<(&str, u64)> = held
             .iter()
             .zip(&kept)
@@ -51,60 +41,28 @@ impl MasterService {
             .map(|(o, _)| (o.key.as_str(), o.generation))
             .collect();
         self.forget_unlisted(tier, |key, generation| listed.contains(&(key, generation)));
-        let adopted = if adopt {
-            kept.iter().filter(|k| **k).count()
-        } else {
-            0
-        };
+        // What the tier holds once the owner deleted what it may not keep.
+        let used = held.iter().zip(&kept).filter(|(_, kept)| **kept);
+        self.disks
+            .set_used(tier, used.map(|(o, _)| record_bytes(o.size)).sum());
         let dropped = kept.iter().filter(|k| !**k).count();
-        Counters::add(&self.counters.disk_objects_adopted, adopted as u64);
         Counters::add(&self.counters.disk_objects_refused, dropped as u64);
-        tracing::info!(%client, held = held.len(), adopted, dropped, "disk tier mounted");
-        Ok(DiskMountAnswer {
-            view_version: view,
-            kept,
-        })
+        tracing::info!(%client, held = held.len(), dropped, "disk tier mounted");
+        Ok(kept)
     }
 
-    /// Whether `client`, mounting `tier`, keeps `object` of it: the master lists it there,
-    /// or adopts it (`adopt`, the key is unknown).
-    fn reconcile_held(
-        &self,
-        client: ClientId,
-        tier: Uuid,
-        object: &DiskObject,
-        adopt: bool,
-        now: Instant,
-    ) -> bool {
-        if object.key.is_empty() || object.size == 0 {
-            return false;
-        }
-        let mut shard = self.objects.shard(&object.key);
+    /// Whether the master lists `object` on `tier` (same key, generation and size): only then
+    /// may its owner keep the record. A record the master does not know is never adopted: it
+    /// may hold a value removed or overwritten since, or the bytes of a refused demotion.
+    fn lists(&self, tier: Uuid, object: &DiskObject) -> bool {
         let listed = DiskLocation {
             tier,
             generation: object.generation,
         };
-        match shard.get(&object.key) {
-            Some(meta) => meta.disk == Some(listed) && meta.size == object.size,
-            None if adopt => {
-                self.next_write
-                    .fetch_max(object.generation.saturating_add(1), Ordering::AcqRel);
-                let mut meta = ObjectMeta::new(
-                    WriteToken(object.generation),
-                    object.size,
-                    client,
-                    Vec::new(),
-                    &ReplicateConfig::default(),
-                    Duration::ZERO,
-                    now,
-                );
-                meta.complete(now);
-                meta.disk = Some(listed);
-                shard.insert(object.key.clone(), meta);
-                true
-            }
-            None => false,
-        }
+        let shard = self.objects.shard(&object.key);
+        shard
+            .get(&object.key)
+            .is_some_and(|meta| meta.disk_at() == Some(listed) && meta.size == object.size)
     }
 
     /// Drops the disk copies the master lists on `tier` that `keep` refuses (the owner lacks
@@ -115,7 +73,7 @@ impl MasterService {
             let lost: Vec<String> = shard
                 .iter_mut()
                 .filter_map(|(key, meta)| {
-                    let location = meta.disk.filter(|d| d.tier == tier)?;
+                    let location = meta.disk_at().filter(|d| d.tier == tier)?;
                     let gone = !keep(key, location.generation);
                     gone.then(|| {
                         meta.disk = None;
@@ -202,10 +160,11 @@ impl MasterService {
             }
             return false;
         }
-        meta.disk = Some(DiskLocation {
+        let at = DiskLocation {
             tier: demotion.tier,
             generation: demotion.generation,
-        });
+        };
+        meta.disk = Some(self.disk_copy(key, meta.size, at));
         let until = meta.lease_deadline.unwrap_or(now);
         let memory = meta.take_allocations();
         // Journaled before the memory is let go (the ranges then wait at the free gate until
@@ -227,7 +186,7 @@ impl MasterService {
         let Some(meta) = shard.get_mut(key) else {
             return;
         };
-        if meta.disk == Some(DiskLocation { tier, generation }) {
+        if meta.disk_at() == Some(DiskLocation { tier, generation }) {
             meta.disk = None;
             Counters::add(&self.counters.disk_replicas_lost, 1);
             tracing::warn!(key, %owner, "disk replica lost; the master forgets it");
@@ -259,29 +218,49 @@ impl MasterService {
                 Counters::add(&self.counters.demotions_started, 1);
                 true
             }
-            None => false,
+            None => {
+                if self.disks.tier_of(owner).is_some() {
+                    Counters::add(&self.counters.demotions_skipped, 1);
+                }
+                false
+            }
         }
     }
 
     /// Gives up demotions not reported in time: their objects become evictable again.
     pub(super) fn expire_demotions(&self, now: Instant) {
-        for demotion in self.disks.expire_demotions(now) {
+        let expired = self.disks.expire_demotions(now);
+        Counters::add(&self.counters.demotions_expired, expired.len() as u64);
+        self.give_up_demotions(expired);
+    }
+
+    /// Ends `demotions` without a record: their objects stay in memory, evictable again.
+    fn give_up_demotions(&self, demotions: Vec<Demotion>) {
+        for demotion in demotions {
             let mut shard = self.objects.shard(&demotion.key);
             if let Some(meta) = shard.get_mut(&demotion.key) {
                 if meta.demoting == Some(demotion.task) {
                     meta.demoting = None;
                 }
             }
-            drop(shard);
-            Counters::add(&self.counters.demotions_expired, 1);
         }
     }
 
-    /// Queues the deletion of `meta`'s disk copy (the value is removed or superseded).
-    pub(super) fn drop_disk_copy(&self, key: &str, meta: &mut ObjectMeta) {
-        if let Some(location) = meta.disk.take() {
-            self.disks
-                .queue_delete(location.tier, key, location.generation, meta.size);
+    /// `client`'s SSD tier closes (a teardown, or the client expired): it waits for the owner
+    /// to come back (a restart on the same directory) for `reattach_grace_ms`, as a recovered
+    /// segment would; its objects stay, unreadable meanwhile; its demotions are given up.
+    pub(super) fn close_disk_tier(&self, client: ClientId) {
+        let grace = Duration::from_millis(self.config.reattach_grace_ms);
+        let until = crate::spin::deadline(Instant::now(), grace);
+        let dropped = self.disks.unmount(client, until);
+        self.give_up_demotions(dropped);
+    }
+
+    /// A disk copy of `key` (`size` bytes) at `at`, with its hold on the record.
+    fn disk_copy(&self, key: &str, size: u64, at: DiskLocation) -> DiskCopyRef {
+        DiskCopyRef {
+            at,
+            hold: self.disks.hold(key, size, at.tier, at.generation),
         }
     }
 }

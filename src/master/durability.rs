@@ -16,7 +16,7 @@
 //!   out; a segment not re-attached within `reattach_grace_ms` is given up.
 
 use super::journal::{DiskCopy, JournalState, ObjectRecord, Record};
-use super::objects::{DiskLocation, ObjectMeta, Phase, Replica, Shard};
+use super::objects::{DiskCopyRef, DiskLocation, ObjectMeta, Phase, Replica, Shard};
 use super::service::MasterService;
 use crate::alloc::Allocation;
 use crate::error::Result;
@@ -55,7 +55,6 @@ impl MasterService {
     pub(super) fn take_object(&self, shard: &mut Shard, key: &str) -> Option<ObjectMeta> {
         let mut meta = shard.remove(key)?;
         self.forget_committed(key, &mut meta);
-        self.drop_disk_copy(key, &mut meta);
         Some(meta)
     }
 
@@ -89,7 +88,7 @@ impl MasterService {
         if let Some(journal) = &self.journal {
             let key = key.to_string();
             let object = meta.record(now);
-            journal.append(&match meta.disk {
+            journal.append(&match meta.disk_at() {
                 None => Record::Commit { key, object },
                 Some(on_disk) => Record::DiskCommit {
                     key,
@@ -236,9 +235,14 @@ impl MasterService {
                     },
                 });
             }
-            let on_disk = state.disk.get(&key).map(|copy| DiskLocation {
-                tier: copy.tier,
-                generation: copy.generation,
+            let on_disk = state.disk.get(&key).map(|copy| DiskCopyRef {
+                at: DiskLocation {
+                    tier: copy.tier,
+                    generation: copy.generation,
+                },
+                hold: self
+                    .disks
+                    .hold(&key, object.size, copy.tier, copy.generation),
             });
             if replicas.is_empty() && on_disk.is_none() {
                 if let Some(journal) = &self.journal {

@@ -72,11 +72,7 @@ impl MasterService {
             }
         }
         self.release_pins(self.pins.take_client(client));
-        // Its SSD tier waits for the owner to come back (a restart on the same directory)
-        // as a recovered segment would; its objects stay, unreadable meanwhile.
-        let grace = Duration::from_millis(self.config.reattach_grace_ms);
-        self.disks
-            .unmount(client, crate::spin::deadline(Instant::now(), grace));
+        self.close_disk_tier(client);
         let keys = self.routes.drop_owner(client, Instant::now());
         if keys > 0 {
             tracing::info!(%client, keys, "dropped the expired owner's P2P routes");

@@ -19,7 +19,7 @@ pub(crate) struct Counters {
     pub demotions_refused: AtomicU64,
     pub demotions_expired: AtomicU64,
     pub disk_replicas_lost: AtomicU64,
-    pub disk_objects_adopted: AtomicU64,
+    pub demotions_skipped: AtomicU64,
     pub disk_objects_refused: AtomicU64,
 }
 
@@ -105,8 +105,8 @@ pub struct DiskTierMetrics {
     pub demotions_in_flight: u64,
     /// Disk replicas an owner reported unreadable (forgotten).
     pub disk_replicas_lost: u64,
-    /// Objects adopted from an owner's tier by a master that did not know them.
-    pub disk_objects_adopted: u64,
+    /// Evicted objects dropped because their owner's tier was full or busy.
+    pub demotions_skipped: u64,
     /// Records an owner held that the master did not list (the owner deleted them).
     pub disk_objects_refused: u64,
 }
@@ -158,10 +158,10 @@ impl DiskTierMetrics {
                 self.disk_replicas_lost,
             ),
             (
-                "disk_objects_adopted_total",
+                "demotions_skipped_total",
                 "counter",
-                "Disk objects adopted at a tier mount",
-                self.disk_objects_adopted,
+                "Evictions dropped: the owner's tier was full or busy",
+                self.demotions_skipped,
             ),
             (
                 "disk_objects_refused_total",

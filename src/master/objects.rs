@@ -51,6 +51,16 @@ pub(crate) struct DiskLocation {
     pub generation: u64,
 }
 
+/// A committed value's disk copy: where it is, and this object's hold on the record (the
+/// record is deleted once the object, its pins and any lease-bound removal let go).
+#[derive(Clone)]
+pub(crate) struct DiskCopyRef {
+    /// Where the record is.
+    pub at: DiskLocation,
+    /// The object's claim on it.
+    pub hold: Arc<super::disk_tiers::DiskHold>,
+}
+
 /// Where an object is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -85,7 +95,7 @@ pub(crate) struct ObjectMeta {
     pub journaled: bool,
     /// The committed value's record in its owner's disk tier (then `replicas` is empty: a
     /// demotion drops the memory replicas once the record is committed).
-    pub disk: Option<DiskLocation>,
+    pub disk: Option<DiskCopyRef>,
     /// The demotion task copying the committed value to disk, if one is in flight (the
     /// object is then not evictable; a new write ends it).
     pub demoting: Option<u64>,
@@ -203,7 +213,7 @@ impl ObjectMeta {
         key: &str,
         mounted: Option<(ClientId, String)>,
     ) -> Option<ReplicaDescriptor> {
-        let location = self.disk.filter(|_| self.phase == Phase::Complete)?;
+        let location = self.disk_at().filter(|_| self.phase == Phase::Complete)?;
         let (owner, endpoint) = mounted?;
         Some(ReplicaDescriptor {
             id: 0,
@@ -239,7 +249,7 @@ impl ObjectMeta {
             .into_iter()
             .map(|r| r.descriptor(ReplicaStatus::Complete))
             .collect();
-        let on_disk = self.disk.and_then(|d| mounted_tier(d.tier));
+        let on_disk = self.disk_at().and_then(|d| mounted_tier(d.tier));
         replicas.extend(self.disk_descriptor(key, on_disk));
         if replicas.is_empty() {
             return None;
@@ -252,6 +262,11 @@ impl ObjectMeta {
             replicas,
             lease_ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
         })
+    }
+
+    /// Where the committed value's disk copy is, if it has one.
+    pub(crate) fn disk_at(&self) -> Option<DiskLocation> {
+        self.disk.as_ref().map(|copy| copy.at)
     }
 
     /// Clones of the replicas' allocations (for a pin).

@@ -21,6 +21,8 @@ pub(crate) struct PinRecord {
     pub object_id: u64,
     /// Keeps the bytes allocated (never read: dropping the record releases them).
     pub _allocations: Vec<Arc<Allocation>>,
+    /// Keeps the SSD tier record of a value on disk (deleted only once released).
+    pub _disk: Option<Arc<super::disk_tiers::DiskHold>>,
 }
 
 /// All live pins by id.

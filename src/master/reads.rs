@@ -5,6 +5,7 @@ use super::pins::PinRecord;
 use super::service::{check_key, MasterService};
 use crate::error::{fail, ErrorCode, Result};
 use crate::types::{ClientId, PinnedObject, QueryResult};
+use std::sync::Arc;
 use std::time::Instant;
 
 impl MasterService {
@@ -53,6 +54,7 @@ impl MasterService {
                 key: key.to_string(),
                 object_id: meta.id,
                 _allocations: meta.share_allocations(),
+                _disk: meta.disk.as_ref().map(|copy| Arc::clone(&copy.hold)),
             });
             PinnedObject {
                 pin_id,

@@ -209,12 +209,13 @@ impl MasterApi for Fixture {
         _: ClientId,
         _: crate::types::DiskMount,
         held: Vec<crate::types::DiskObject>,
-    ) -> Result<crate::types::DiskMountAnswer> {
+    ) -> Result<Vec<bool>> {
         self.record("mount_disk");
-        Ok(crate::types::DiskMountAnswer {
-            view_version: 1,
-            kept: held.iter().map(|o| !o.key.starts_with("bad")).collect(),
-        })
+        Ok(held.iter().map(|o| !o.key.starts_with("bad")).collect())
+    }
+    fn unmount_disk(&self, _: ClientId) -> Result<()> {
+        self.record("unmount_disk");
+        Ok(())
     }
     fn disk_tasks(&self, _: ClientId) -> Result<Vec<crate::types::DiskTask>> {
         self.record("disk_tasks");

@@ -58,7 +58,7 @@ pub struct MasterService {
     pub(super) routes: RouteTable,
     pub(super) deferred: DeferredFrees,
     /// The clients' disk tiers and the work queued for them.
-    pub(super) disks: DiskTiers,
+    pub(super) disks: Arc<DiskTiers>,
     pub(super) counters: Counters,
     /// Set by a failed allocation; the eviction thread runs a round and clears it.
     pub(super) need_eviction: AtomicBool,
@@ -147,7 +147,7 @@ impl MasterService {
             pins: PinTable::default(),
             routes: RouteTable::default(),
             deferred: DeferredFrees::default(),
-            disks: DiskTiers::default(),
+            disks: Arc::new(DiskTiers::default()),
             counters: Counters::default(),
             need_eviction: AtomicBool::new(false),
             next_reclaim: Mutex::new(Instant::now()),
@@ -249,7 +249,7 @@ impl MasterService {
                 demotions_expired: load(&self.counters.demotions_expired),
                 demotions_in_flight: self.disks.demotions_in_flight() as u64,
                 disk_replicas_lost: load(&self.counters.disk_replicas_lost),
-                disk_objects_adopted: load(&self.counters.disk_objects_adopted),
+                demotions_skipped: load(&self.counters.demotions_skipped),
                 disk_objects_refused: load(&self.counters.disk_objects_refused),
             },
         }
@@ -277,6 +277,9 @@ impl MasterService {
             Phase::Complete => meta.lease_deadline.unwrap_or(now),
         };
         self.deferred.hold_until(due, now, meta.take_allocations());
+        if let Some(copy) = meta.disk.take() {
+            self.deferred.hold_disk_until(due, now, copy.hold);
+        }
     }
 
     /// Erases replicas whose mount is gone (objects left without replicas disappear) and, if
@@ -475,8 +478,13 @@ impl MasterApi for MasterService {
         client: ClientId,
         mount: DiskMount,
         held: Vec<DiskObject>,
-    ) -> Result<crate::types::DiskMountAnswer> {
+    ) -> Result<Vec<bool>> {
         self.mount_disk_tier(client, mount, held)
+    }
+
+    fn unmount_disk(&self, client: ClientId) -> Result<()> {
+        self.close_disk_tier(client);
+        Ok(())
     }
 
     fn disk_tasks(&self, client: ClientId) -> Result<Vec<DiskTask>> {

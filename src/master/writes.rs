@@ -168,7 +168,11 @@ impl MasterService {
                     false => Some(self.place(size, config)?),
                 };
                 self.forget_committed(key, meta);
-                self.drop_disk_copy(key, meta);
+                // A disk copy goes once the current read lease ends (readers may be on it).
+                if let Some(copy) = meta.disk.take() {
+                    let until = meta.lease_deadline.unwrap_or(now);
+                    self.deferred.hold_disk_until(until, now, copy.hold);
+                }
                 if let Some(fresh) = fresh {
                     let old: Vec<_> = std::mem::replace(&mut meta.replicas, fresh)
                         .into_iter()

@@ -25,6 +25,7 @@ use crate::types::{
     BufferDescriptor, ClientId, DiskMount, DiskObject, DiskRecordRef, DiskReport, DiskTask, Uuid,
 };
 use parking_lot::Mutex;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -64,14 +65,15 @@ pub(crate) const MAX_READ_CHUNK: u64 = 32 << 20;
 const READ_THREADS: usize = 4;
 /// Demotions a worker round runs at once (the disk's queue depth for demotions).
 const DEMOTION_PARALLELISM: usize = 4;
+thread_local! {
+    /// Set on the tier worker's thread and its demotion threads.
+    static IN_WORKER: Cell<bool> = const { Cell::new(false) };
+}
+
 /// Pause after a failed master call before the worker tries again.
 const RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// File in the tier's directory naming it across restarts (see [`DiskMount::disk`]).
 const TIER_ID_FILE: &str = "TIER_ID";
-/// File in the tier's directory holding the master view it was last mounted under, so an
-/// owner restarted on it tells the master that listed its records from a master that never
-/// knew them (see [`DiskMount::view_version`]).
-const MASTER_VIEW_FILE: &str = "MASTER_VIEW";
 
 /// Where a demotion copies from: this client's own segment. Implemented by the client core.
 pub(crate) trait DemotionSource: Send + Sync {
@@ -104,17 +106,21 @@ impl DiskTierSettings {
 struct TierCore {
     store: DiskStore,
     disk: Uuid,
-    dir: std::path::PathBuf,
     capacity: u64,
     /// Lost records not yet reported to the master.
     lost: Mutex<Vec<DiskReport>>,
 }
 
 impl TierCore {
-    /// The verified record of `key` at `generation`; a lost record is queued for the master.
+    /// The verified record of `key` at `generation`; a record found corrupt or missing (the
+    /// master named it, so it should be here) is queued as lost for the master, which
+    /// forgets that exact generation only.
     fn read(&self, key: &str, generation: u64) -> Result<crate::storage::ReadRecord> {
         let read = self.store.read(key, generation);
-        if let Err(ErrorCode::ChecksumMismatch | ErrorCode::FileNotFound) = read {
+        if let Err(
+            ErrorCode::ChecksumMismatch | ErrorCode::FileNotFound | ErrorCode::ObjectNotFound,
+        ) = read
+        {
             self.lost.lock().push(DiskReport::Lost {
                 key: key.to_string(),
                 generation,
@@ -169,6 +175,8 @@ pub(crate) struct OwnDiskTier {
     endpoint: String,
     stop: Arc<AtomicBool>,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// The master and client id the worker mounted the tier for (unmounted at shutdown).
+    mounted: Mutex<Option<(Arc<dyn MasterApi>, ClientId)>>,
 }
 
 impl OwnDiskTier {
@@ -184,7 +192,6 @@ impl OwnDiskTier {
         let core = Arc::new(TierCore {
             store,
             disk,
-            dir: settings.dir.clone().into(),
             capacity: settings.capacity,
             lost: Mutex::new(Vec::new()),
         });
@@ -202,6 +209,7 @@ impl OwnDiskTier {
             endpoint,
             stop: Arc::new(AtomicBool::new(false)),
             worker: Mutex::new(None),
+            mounted: Mutex::new(None),
         })
     }
 
@@ -212,6 +220,7 @@ impl OwnDiskTier {
         client: ClientId,
         source: Weak<dyn DemotionSource>,
     ) -> Result<()> {
+        let master_for_unmount = Arc::clone(&master);
         let worker = Worker {
             core: Arc::clone(&self.core),
             master,
@@ -219,7 +228,6 @@ impl OwnDiskTier {
             endpoint: self.endpoint.clone(),
             source,
             stop: Arc::clone(&self.stop),
-            view: last_view(&self.core.dir),
         };
         let handle = std::thread::Builder::new()
             .name("mc-disk-tier".into())
@@ -231,14 +239,26 @@ impl OwnDiskTier {
                 )
             })?;
         *self.worker.lock() = Some(handle);
+        *self.mounted.lock() = Some((master_for_unmount, client));
         Ok(())
     }
 
-    /// Stops the worker and the read service. Idempotent.
+    /// Stops the worker and the read service, and unmounts the tier at the master (its
+    /// objects wait there, unreadable, for a restart on the directory). Idempotent. Called
+    /// from the worker itself (the client's last reference dropped by a demotion), it does
+    /// not wait for the worker, which stops after its round.
     pub(crate) fn shutdown(&self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(handle) = self.worker.lock().take() {
+        if self.stop.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let handle = self.worker.lock().take();
+        if let Some(handle) = handle.filter(|_| !IN_WORKER.with(Cell::get)) {
             let _ = handle.join();
+        }
+        if let Some((master, client)) = self.mounted.lock().take() {
+            if let Err(e) = master.unmount_disk(client) {
+                tracing::warn!(error = %e, "could not unmount the SSD tier at the master");
+            }
         }
         self.server.shutdown();
     }
@@ -290,18 +310,6 @@ fn write_durably(path: &Path, text: &str) -> Result<()> {
     })
 }
 
-/// The master view the tier in `dir` was last mounted under (0: none recorded).
-fn last_view(dir: &Path) -> u64 {
-    let text = std::fs::read_to_string(dir.join(MASTER_VIEW_FILE)).unwrap_or_default();
-    text.trim().parse().unwrap_or(0)
-}
-
-/// Records `view` as the one the tier in `dir` is mounted under (durably, before anything the
-/// mount allowed is acted on). Errors: `FILE_WRITE_FAIL`.
-fn record_view(dir: &Path, view: u64) -> Result<()> {
-    write_durably(&dir.join(MASTER_VIEW_FILE), &format!("{view}\n"))
-}
-
 /// The worker thread's state.
 struct Worker {
     core: Arc<TierCore>,
@@ -310,12 +318,11 @@ struct Worker {
     endpoint: String,
     source: Weak<dyn DemotionSource>,
     stop: Arc<AtomicBool>,
-    /// The master view the tier was last mounted under (0: not yet).
-    view: u64,
 }
 
 impl Worker {
-    fn run(mut self) {
+    fn run(self) {
+        IN_WORKER.with(|flag| flag.set(true));
         let mut mounted = false;
         while !self.stop.load(Ordering::Acquire) && self.source.strong_count() > 0 {
             if !mounted {
@@ -337,7 +344,7 @@ impl Worker {
     }
 
     /// Mounts the tier: reports what it holds and deletes what the master refuses.
-    fn mount(&mut self) -> Result<()> {
+    fn mount(&self) -> Result<()> {
         let held: Vec<DiskObject> = self
             .core
             .store
@@ -358,14 +365,9 @@ impl Worker {
                 limit => limit,
             },
             used: stats.used_bytes,
-            view_version: self.view,
         };
-        let answer = self.master.mount_disk(self.client, mount, held.clone())?;
-        if answer.view_version != self.view {
-            record_view(&self.core.dir, answer.view_version)?;
-            self.view = answer.view_version;
-        }
-        let refused = held.iter().zip(&answer.kept).filter(|(_, kept)| !**kept);
+        let kept = self.master.mount_disk(self.client, mount, held.clone())?;
+        let refused = held.iter().zip(&kept).filter(|(_, kept)| !**kept);
         let mut dropped = 0;
         for (object, _) in refused {
             if self
@@ -413,7 +415,10 @@ impl Worker {
                 let runs: Vec<_> = batch
                     .iter()
                     .map(|(_, key, generation, replica)| {
-                        scope.spawn(move || self.demote(key, *generation, replica).is_ok())
+                        scope.spawn(move || {
+                            IN_WORKER.with(|flag| flag.set(true));
+                            self.demote(key, *generation, replica).is_ok()
+                        })
                     })
                     .collect();
                 runs.into_iter()
@@ -428,10 +433,13 @@ impl Worker {
                     written: *written,
                 })
                 .collect();
-            let accepted = self.master.disk_report(self.client, reports);
+            // Without an answer the record stays: the next mount's reconciliation keeps it
+            // if the master accepted it, and drops it otherwise.
+            let Ok(accepted) = self.master.disk_report(self.client, reports) else {
+                continue;
+            };
             for (i, (_, key, generation, _)) in batch.iter().enumerate() {
-                let kept = accepted.as_ref().is_ok_and(|a| a.get(i) == Some(&true));
-                if written[i] && !kept {
+                if written[i] && accepted.get(i) != Some(&true) {
                     let _ = self.core.store.remove(key, *generation);
                 }
             }
