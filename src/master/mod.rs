@@ -47,7 +47,7 @@ pub(crate) use journal::Follower;
 pub use journal::{JournalFile, JournalMetrics, JournalOptions};
 pub use metrics::{DiskTierMetrics, MasterMetrics, SegmentMetrics};
 pub use remote::{
-    connect_master, connect_pinger, RemoteMasterApi, RpcMasterClient, MASTER_SCAN_METHODS,
-    MASTER_WAIT_METHODS,
+    connect_master, connect_pinger, RemoteMasterApi, RpcMasterClient, MASTER_POLL_METHODS,
+    MASTER_SCAN_METHODS, MASTER_WAIT_METHODS,
 };
 pub use service::MasterService;

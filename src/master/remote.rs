@@ -24,11 +24,14 @@ pub type RemoteMasterApi = RemoteMaster<RpcMasterClient>;
 /// scan over millions of keys never holds a shard's other connections (pings among them).
 pub const MASTER_SCAN_METHODS: &[&str] = &["remove_all", "remove_by_regex"];
 
-/// The long polls and what they wait for, served on the wait threads: `journal_files` (a
-/// standby waiting for new journal records) and `disk_tasks` (a disk tier's owner waiting for
-/// work) must not hold a shard; `journal_read` is what a shard's call waiting for a removal
-/// to be safe waits for, so it must not queue behind such a call.
-pub const MASTER_WAIT_METHODS: &[&str] = &["journal_files", "journal_read", "disk_tasks"];
+/// The standbys' methods, served on the wait threads: `journal_files` waits for new journal
+/// records (a long poll) and must not hold a shard; `journal_read` is what a shard's call
+/// waiting for a removal to be safe waits for, so it must not queue behind such a call.
+pub const MASTER_WAIT_METHODS: &[&str] = &["journal_files", "journal_read"];
+
+/// The SSD tier owners' long poll for work (`disk_tasks`, one per owner, up to 100 ms each):
+/// served on the poll threads, never taking a wait thread from a standby.
+pub const MASTER_POLL_METHODS: &[&str] = &["disk_tasks"];
 
 /// Connects to the master at `addr` ("host:port") with timeouts from the environment and
 /// returns it as a [`MasterApi`]. Errors as [`RpcMasterClient::connect`].
@@ -92,13 +95,15 @@ impl RpcClient<MasterInterface> {
 }
 
 /// The master's server options: `threads` shards (at least 1), default limits,
-/// [`MASTER_SCAN_METHODS`] on the scan threads, [`MASTER_WAIT_METHODS`] on the wait threads.
+/// [`MASTER_SCAN_METHODS`] on the scan threads, [`MASTER_WAIT_METHODS`] on the wait threads,
+/// [`MASTER_POLL_METHODS`] on the poll threads.
 pub fn server_options(threads: usize) -> ServerOptions {
     ServerOptions {
         threads,
         limits: ServerLimits::default(),
         scan_methods: MASTER_SCAN_METHODS,
         wait_methods: MASTER_WAIT_METHODS,
+        poll_methods: MASTER_POLL_METHODS,
     }
 }
 

@@ -178,6 +178,7 @@ mod tests {
             limits: Default::default(),
             scan_methods: &[],
             wait_methods: &["service_ready"],
+            poll_methods: &[],
         };
         let served: Arc<dyn TestApi> = api.clone();
         let server = RpcServer::serve_with::<TestInterface>(
@@ -202,5 +203,78 @@ mod tests {
         assert_eq!(waiter.service_ready().unwrap(), "test-1");
         assert_eq!(blocked.join().unwrap(), Ok(Vec::new()));
         assert_eq!(*api.ready_calls.lock(), 2);
+    }
+
+    /// `unpin` stands for a long poll (it waits 3 s); the rest answer at once.
+    struct LongPolls;
+
+    impl TestApi for LongPolls {
+        fn service_ready(&self) -> Result<String> {
+            Ok("test-1".into())
+        }
+        fn batch_put_start(
+            &self,
+            _: Uuid,
+            _: Vec<String>,
+            _: Vec<u64>,
+            _: ReplicateConfig,
+        ) -> Result<Vec<Result<u64>>> {
+            Ok(Vec::new())
+        }
+        fn batch_remove(&self, _: Vec<String>, _: bool) -> Result<Vec<Result<()>>> {
+            Ok(Vec::new())
+        }
+        fn unpin(&self, _: Uuid, _: Vec<u64>) -> Result<()> {
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            Ok(())
+        }
+        fn remove_all(&self, _: bool) -> Result<u64> {
+            Ok(0)
+        }
+        fn remove_by_regex(&self, _: String, _: bool) -> Result<u64> {
+            Ok(0)
+        }
+    }
+
+    /// Long polls held open by more clients than there are wait threads never delay a wait
+    /// method: they have their own lane.
+    #[test]
+    fn long_polls_never_take_the_wait_threads() {
+        let options = crate::rpc::server::ServerOptions {
+            threads: 1,
+            limits: Default::default(),
+            scan_methods: &[],
+            wait_methods: &["service_ready"],
+            poll_methods: &["unpin"],
+        };
+        let server = RpcServer::serve_with::<TestInterface>(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            Arc::new(LongPolls),
+            options,
+        )
+        .unwrap();
+        let addr = server.local_addr().to_string();
+        let polls: Vec<_> = (0..2 * crate::rpc::server::WAIT_THREADS)
+            .map(|_| {
+                let addr = addr.clone();
+                std::thread::spawn(move || {
+                    let remote =
+                        RemoteTest(RpcClient::<TestInterface>::new(&addr, Timeouts::default()));
+                    remote.unpin(Uuid::random(), Vec::new())
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let waiter = RemoteTest(RpcClient::<TestInterface>::new(&addr, Timeouts::default()));
+        let asked = std::time::Instant::now();
+        assert_eq!(waiter.service_ready().unwrap(), "test-1");
+        assert!(
+            asked.elapsed() < std::time::Duration::from_millis(1500),
+            "the wait call queued behind the polls: {:?}",
+            asked.elapsed()
+        );
+        for poll in polls {
+            assert_eq!(poll.join().unwrap(), Ok(()));
+        }
     }
 }
