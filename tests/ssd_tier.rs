@@ -336,6 +336,28 @@ fn every_get_family_reads_disk_objects_and_a_session_keeps_its_record() {
         .expect("get_buffer of a disk object");
     assert_eq!(handle.as_slice(), &value(disk[3], len)[..]);
 
+    // On a (host) stream: staged like remote data, read from disk by the stream's fetch.
+    let stream = mooncake_rs::stream::HostStream::new().unwrap();
+    let mut on_stream = vec![0u8; len];
+    let bufs = vec![vec![mooncake_rs::client::Buf::new(
+        on_stream.as_mut_ptr() as usize,
+        len as u64,
+    )]];
+    // SAFETY: the buffer outlives the ticket's wait below and nothing else touches it.
+    let ticket = unsafe {
+        client.batch_get_into_on_stream_raw(
+            &[key(disk[1]).as_str()],
+            bufs,
+            false,
+            mooncake_rs::stream::StreamRef::Host(&stream),
+        )
+    }
+    .expect("on-stream get issued");
+    assert_eq!(ticket.wait(Some(Duration::from_secs(20))), 0);
+    assert!(stream.synchronize(Some(Duration::from_secs(20))));
+    assert_eq!(ticket.results(), vec![Ok(len as u64)]);
+    assert_eq!(on_stream, value(disk[1], len));
+
     // A get session pins the object: a forced removal meanwhile keeps its record until the
     // session ends, so the session's reads still return the bytes.
     let pinned = key(disk[0]);
