@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 /// A demotion not reported within this long is given up: its memory range is released and a
 /// late report is refused (the owner then deletes the record it wrote).
 pub(super) const DEMOTION_TIMEOUT: Duration = Duration::from_secs(30);
-/// Most demotions in flight per tier: beyond, an evicted object is dropped (as when the tier
-/// is full), so a slow or stuck owner never holds more memory than this many objects.
+/// Most demotions in flight per tier: beyond, eviction leaves the owner's objects in memory
+/// until some end (they free memory soon), so a slow owner is paced, never flooded.
 const MAX_DEMOTIONS_IN_FLIGHT: usize = 256;
 /// Bytes a record takes beyond its value: the header block, and padding to 4 KiB.
 const RECORD_BLOCK: u64 = 4096;
@@ -77,6 +77,19 @@ struct Tier {
     /// owner's own check is authoritative).
     used: u64,
     queue: VecDeque<DiskTask>,
+}
+
+/// What [`DiskTiers::start_demotion`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Demote {
+    /// Queued as this task.
+    Started(u64),
+    /// The owner has no tier mounted: evict as without one.
+    NoTier,
+    /// The tier has no room: evict (the object is dropped).
+    Full,
+    /// The tier has [`MAX_DEMOTIONS_IN_FLIGHT`] demotions in flight: leave the object.
+    Busy,
 }
 
 /// A demotion in flight.
@@ -212,7 +225,7 @@ impl DiskTiers {
 
     /// Queues the demotion of `key` (generation `generation`) from `replica` (whose range
     /// `range` stays allocated until the demotion ends) to `owner`'s tier, if it has one with
-    /// room. Returns the task number and the tier.
+    /// room and fewer than [`MAX_DEMOTIONS_IN_FLIGHT`] demotions in flight.
     pub(super) fn start_demotion(
         &self,
         owner: ClientId,
@@ -220,19 +233,23 @@ impl DiskTiers {
         generation: u64,
         replica: &BufferDescriptor,
         range: Arc<Allocation>,
-    ) -> Option<(u64, Uuid)> {
+    ) -> Demote {
         let mut inner = self.inner.lock();
-        let tier_id = inner.tier_of(owner)?;
+        let Some(tier_id) = inner.tier_of(owner) else {
+            return Demote::NoTier;
+        };
         let in_flight = inner.pending.values().filter(|d| d.tier == tier_id).count();
         if in_flight >= MAX_DEMOTIONS_IN_FLIGHT {
-            return None;
+            return Demote::Busy;
         }
         inner.next_task += 1;
         let task = inner.next_task;
-        let tier = inner.tiers.get_mut(&tier_id)?;
+        let Some(tier) = inner.tiers.get_mut(&tier_id) else {
+            return Demote::NoTier;
+        };
         let bytes = record_bytes(replica.size);
         if tier.used.saturating_add(bytes) > tier.capacity {
-            return None;
+            return Demote::Full;
         }
         tier.used += bytes;
         tier.queue.push_back(DiskTask::Demote {
@@ -255,7 +272,7 @@ impl DiskTiers {
             },
         );
         self.work.notify_all();
-        Some((task, tier_id))
+        Demote::Started(task)
     }
 
     /// Queues the deletion of tier `tier`'s record of `key` at `generation` (nothing if the
@@ -387,23 +404,20 @@ mod tests {
         let owner = Uuid::random();
         let allocator = OffsetAllocator::new(1 << 20);
         let range = Arc::new(allocator.allocate(8192).unwrap());
-        assert!(
-            tiers
-                .start_demotion(owner, "k", 1, &replica(8192), Arc::clone(&range))
-                .is_none(),
-            "no tier mounted"
+        assert_eq!(
+            tiers.start_demotion(owner, "k", 1, &replica(8192), Arc::clone(&range)),
+            Demote::NoTier
         );
         let disk = mount(record_bytes(8192));
         tiers.mount(owner, &disk);
-        let (task, tier) = tiers
-            .start_demotion(owner, "k", 1, &replica(8192), Arc::clone(&range))
-            .expect("room for one record");
-        assert_eq!(tier, disk.disk);
-        assert!(
-            tiers
-                .start_demotion(owner, "k2", 2, &replica(1), Arc::clone(&range))
-                .is_none(),
-            "the tier is full"
+        let Demote::Started(task) =
+            tiers.start_demotion(owner, "k", 1, &replica(8192), Arc::clone(&range))
+        else {
+            panic!("room for one record");
+        };
+        assert_eq!(
+            tiers.start_demotion(owner, "k2", 2, &replica(1), Arc::clone(&range)),
+            Demote::Full
         );
         assert_eq!(Arc::strong_count(&range), 2, "the demotion holds the range");
         let tasks = tiers.take_tasks(owner, Duration::ZERO).unwrap();
@@ -414,9 +428,10 @@ mod tests {
         assert_eq!(Arc::strong_count(&range), 1, "released with the demotion");
         assert!(tiers.finish_demotion(owner, task, true).is_none(), "once");
         // The unwritten record gave its bytes back.
-        assert!(tiers
-            .start_demotion(owner, "k3", 3, &replica(8192), Arc::clone(&range))
-            .is_some());
+        assert!(matches!(
+            tiers.start_demotion(owner, "k3", 3, &replica(8192), Arc::clone(&range)),
+            Demote::Started(_)
+        ));
         let until = Instant::now() + Duration::from_secs(60);
         assert_eq!(
             tiers.unmount(owner, until).len(),

@@ -9,7 +9,7 @@
 //! the rest; the master forgets the copies the owner lacks. Locks: one object shard at a
 //! time, then the tier registry (`service.rs` order).
 
-use super::disk_tiers::{record_bytes, Demotion};
+use super::disk_tiers::{record_bytes, Demote, Demotion};
 use super::metrics::Counters;
 use super::objects::{DiskCopyRef, DiskLocation, Shard};
 use super::service::MasterService;
@@ -195,36 +195,32 @@ impl MasterService {
     }
 
     /// Starts demoting the evictable object `key` to the disk tier of the owner of its first
-    /// readable replica, if it has one with room. Returns whether a demotion started.
-    pub(super) fn start_demotion(&self, shard: &mut Shard, key: &str) -> bool {
+    /// readable replica, if it has one with room; says what happened.
+    pub(super) fn start_demotion(&self, shard: &mut Shard, key: &str) -> Demote {
         let Some(meta) = shard.get_mut(key) else {
-            return false;
+            return Demote::NoTier;
         };
         let Some(replica) = meta.readable().first().copied() else {
-            return false;
+            return Demote::NoTier;
         };
         let Some(owner) = self.segments.owner_of(replica.segment) else {
-            return false;
+            return Demote::NoTier;
         };
         let range = std::sync::Arc::clone(&replica.allocation);
         let buffer = replica.buffer.clone();
         let generation = meta.write.0;
-        match self
+        let outcome = self
             .disks
-            .start_demotion(owner, key, generation, &buffer, range)
-        {
-            Some((task, _)) => {
+            .start_demotion(owner, key, generation, &buffer, range);
+        match outcome {
+            Demote::Started(task) => {
                 meta.demoting = Some(task);
                 Counters::add(&self.counters.demotions_started, 1);
-                true
             }
-            None => {
-                if self.disks.tier_of(owner).is_some() {
-                    Counters::add(&self.counters.demotions_skipped, 1);
-                }
-                false
-            }
+            Demote::Full => Counters::add(&self.counters.demotions_skipped, 1),
+            Demote::NoTier | Demote::Busy => {}
         }
+        outcome
     }
 
     /// Gives up demotions not reported in time: their objects become evictable again.

@@ -7,6 +7,7 @@
 //! table's object count, used bytes and pin count stay the same; a failed allocation scans at
 //! once. Scans are counted in `MasterMetrics::table_scans`.
 
+use super::disk_tiers::Demote;
 use super::eviction::{self, Candidate};
 use super::metrics::Counters;
 use super::objects::ObjectMeta;
@@ -176,11 +177,16 @@ impl MasterService {
             if !still {
                 continue;
             }
-            objects += 1;
-            // Demoted to the owner's disk tier when it has one with room, else dropped.
-            if !self.start_demotion(&mut shard, &victim.key) {
-                if let Some(meta) = self.take_object(&mut shard, &victim.key) {
-                    self.count_evicted(&meta);
+            // Demoted to the owner's disk tier when it has one with room, else dropped; left
+            // in memory while the tier has its fill of demotions in flight.
+            match self.start_demotion(&mut shard, &victim.key) {
+                Demote::Started(_) => objects += 1,
+                Demote::Busy => {}
+                Demote::NoTier | Demote::Full => {
+                    if let Some(meta) = self.take_object(&mut shard, &victim.key) {
+                        self.count_evicted(&meta);
+                        objects += 1;
+                    }
                 }
             }
         }

@@ -105,7 +105,7 @@ pub struct DiskTierMetrics {
     pub demotions_in_flight: u64,
     /// Disk replicas an owner reported unreadable (forgotten).
     pub disk_replicas_lost: u64,
-    /// Evicted objects dropped because their owner's tier was full or busy.
+    /// Evicted objects dropped because their owner's tier was full.
     pub demotions_skipped: u64,
     /// Records an owner held that the master did not list (the owner deleted them).
     pub disk_objects_refused: u64,
@@ -160,7 +160,7 @@ impl DiskTierMetrics {
             (
                 "demotions_skipped_total",
                 "counter",
-                "Evictions dropped: the owner's tier was full or busy",
+                "Evictions dropped: the owner's tier was full",
                 self.demotions_skipped,
             ),
             (

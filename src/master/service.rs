@@ -80,7 +80,7 @@ pub struct MasterService {
     pub(super) restored: Restored,
     /// When this master started (the P2P route grace counts from it).
     pub(super) started_at: Instant,
-    workers: Workers,
+    pub(super) workers: Workers,
 }
 
 /// Checks a key argument: an empty key is `INVALID_PARAMS`.

@@ -65,6 +65,12 @@ impl Workers {
         }
     }
 
+    /// Runs every thread's next round now instead of at the end of its period (a thread in a
+    /// round runs its next one after its period, as usual).
+    pub(crate) fn nudge(&self) {
+        self.signal.wake.notify_all();
+    }
+
     /// Signals every thread and joins them (except the calling thread, if it is one of them).
     pub(crate) fn stop(&self) {
         *self.signal.stopped.lock() = true;

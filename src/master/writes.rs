@@ -38,8 +38,10 @@ impl MasterService {
     fn place(&self, size: u64, config: &ReplicateConfig) -> Result<Vec<Replica>> {
         let placed = self.segments.place(size, config);
         if placed.is_empty() {
-            if !self.segments.is_empty() {
-                self.need_eviction.store(true, Ordering::Relaxed);
+            if !self.segments.is_empty() && !self.need_eviction.swap(true, Ordering::Relaxed) {
+                // The eviction round starts now, not at the end of its period: a full pool
+                // with an SSD tier is a stream of demotions, paced by this.
+                self.workers.nudge();
             }
             return fail(
                 ErrorCode::NoAvailableHandle,

@@ -64,7 +64,7 @@ pub(crate) const MAX_READ_CHUNK: u64 = 32 << 20;
 /// Threads of the disk read service.
 const READ_THREADS: usize = 4;
 /// Demotions a worker round runs at once (the disk's queue depth for demotions).
-const DEMOTION_PARALLELISM: usize = 4;
+const DEMOTION_PARALLELISM: usize = 16;
 thread_local! {
     /// Set on the tier worker's thread and its demotion threads.
     static IN_WORKER: Cell<bool> = const { Cell::new(false) };

@@ -32,10 +32,10 @@ fn segment(name: &str, epoch: u64) -> Segment {
 }
 
 /// A directory under the temp dir, deleted on drop.
-struct Scratch(PathBuf);
+pub(crate) struct Scratch(pub(crate) PathBuf);
 
 impl Scratch {
-    fn new(name: &str) -> Scratch {
+    pub(crate) fn new(name: &str) -> Scratch {
         let unique = format!(
             "mc-bench-{name}-{}-{:x}",
             std::process::id(),

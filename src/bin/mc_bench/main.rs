@@ -3,7 +3,7 @@
 //! compared with each other: call cost vs bytes, session vs pinning calls, pipeline vs ideal).
 //!
 //! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load | --tcp | --same-host | --rdma
-//! | --journal | --failover]
+//! | --journal | --failover | --ssd]
 //! [--only NAME | --profile NAME]`, or `mc_bench --standalone [--json] [--quick]` (a dummy's
 //! get through its real client against memcpy, `standalone.rs`) (`--tcp`: only the memcpy
 //! limit and the TCP scenarios between two processes; `--same-host`: only the same-host
@@ -12,7 +12,9 @@
 //! only those whose name contains NAME; `--profile NAME`: the same without their limits, for a
 //! profiler; `--journal`: the master journal's cost (ops/s with and without it, interleaved)
 //! and a restart of 1 M objects (100 k with `--quick`), `journal.rs`; `--failover`: an HA
-//! group on a real etcd, clients' wait when the leader is SIGKILLed, `failover.rs`; `--load`: only the
+//! group on a real etcd, clients' wait when the leader is SIGKILLed, `failover.rs`; `--ssd`: the
+//! SSD tier's disk gets and demotions against `fio` on the same directory and its DRAM-hit
+//! cost, `ssd.rs`; `--load`: only the
 //! master load test, `load.rs`, about 30 s; `--device`: only the memcpy
 //! limit, the embedded host scenarios and the device scenarios, which need a GPU and are
 //! skipped cleanly without one; `--stream`: only the memcpy limit and the on-stream
@@ -35,6 +37,7 @@ mod redis;
 mod report;
 mod same_host;
 mod scenarios;
+mod ssd;
 mod standalone;
 mod stream;
 mod stream_put;
@@ -80,6 +83,15 @@ fn main() {
         let mut report = Report::new(json, interleave::Selection::default());
         let quick = args.iter().any(|a| a == "--quick");
         if let Err(message) = journal::run(&mut report, quick) {
+            eprintln!("mc_bench: {message}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--ssd") {
+        let mut report = Report::new(json, interleave::Selection::default());
+        let quick = args.iter().any(|a| a == "--quick");
+        if let Err(message) = ssd::run(&mut report, quick) {
             eprintln!("mc_bench: {message}");
             std::process::exit(1);
         }
