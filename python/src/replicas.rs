@@ -1,6 +1,7 @@
 //! Replica descriptors (spec §4.9): `get_replica_desc`, `batch_get_replica_desc` and the
-//! view classes `ReplicaDescriptor`, `MemoryDescriptor`, `Descriptor`. mooncake-rs keeps
-//! memory replicas only, so every descriptor is a memory replica (no disk descriptors).
+//! view classes `ReplicaDescriptor`, `MemoryDescriptor`, `Descriptor`. A replica is in memory
+//! or, with an SSD tier, a LOCAL_DISK record (`is_local_disk_replica`; its `Descriptor` names
+//! the owner's disk read service); there is no shared-filesystem disk tier.
 //! Copy/move tasks and `batch_replica_clear` are not built.
 
 use crate::enums::ReplicaStatus;
@@ -50,6 +51,8 @@ pub struct PyMemoryDescriptor {
 pub struct PyReplicaDescriptor {
     status: ReplicaStatus,
     buffer: PyDescriptor,
+    /// A LOCAL_DISK replica (in a client's SSD tier, `docs/ssd-tier.md`).
+    local_disk: bool,
 }
 
 #[pymethods]
@@ -59,26 +62,29 @@ impl PyReplicaDescriptor {
         self.status
     }
 
-    /// Always `True`: mooncake-rs keeps replicas in memory.
+    /// Whether the replica is in a segment's memory.
     fn is_memory_replica(&self) -> bool {
-        true
+        !self.local_disk
     }
 
-    /// Always `False` (no disk tier).
+    /// Always `False` (no shared-filesystem disk tier; see `is_local_disk_replica`).
     fn is_disk_replica(&self) -> bool {
         false
     }
 
-    /// Always `False` (no local-disk tier).
+    /// Whether the replica is a record in its owner's SSD tier (upstream's LOCAL_DISK).
     fn is_local_disk_replica(&self) -> bool {
-        false
+        self.local_disk
     }
 
-    /// The replica's memory location.
-    fn get_memory_descriptor(&self) -> PyMemoryDescriptor {
-        PyMemoryDescriptor {
-            buffer_descriptor: self.buffer.clone(),
+    /// The replica's memory location; `RuntimeError` for a LOCAL_DISK replica.
+    fn get_memory_descriptor(&self) -> PyResult<PyMemoryDescriptor> {
+        if self.local_disk {
+            return Err(PyRuntimeError::new_err("Expected MemoryDescriptor"));
         }
+        Ok(PyMemoryDescriptor {
+            buffer_descriptor: self.buffer.clone(),
+        })
     }
 
     /// Raises `RuntimeError`: there are no disk replicas.
@@ -102,6 +108,7 @@ fn view(replica: &types::ReplicaDescriptor) -> PyReplicaDescriptor {
             buffer_address: replica.buffer.buffer_address,
             transport_endpoint: replica.buffer.transport_endpoint.clone(),
         },
+        local_disk: replica.disk.is_some(),
     }
 }
 

@@ -1,5 +1,6 @@
 """setup in both forms (spec §4.1), close, health_check, get_hostname, re-setup."""
 
+import time
 import urllib.request
 
 import pytest
@@ -69,11 +70,27 @@ def test_sglang_form_engine_none_and_every_kwarg(fresh, master):
 
 def test_ssd_offload_kwargs_turn_the_tier_on(fresh, master, tmp_path):
     rc = fresh.setup(
-        *positional(master).values(), None,
+        *positional(master, global_segment_size=4 * 1024 * 1024).values(), None,
         enable_ssd_offload=True, ssd_offload_path=str(tmp_path / "ssd"),
     )
     assert rc == 0
     assert_usable(fresh)
+    # Four times the segment: the evicted values go to the tier and read back exactly.
+    values = {f"{unique_key()}-{i}": bytes([i]) * (512 * 1024) for i in range(32)}
+    for key, value in values.items():
+        for _ in range(2000):  # bounded: a full pool waits for demotions
+            rc = fresh.put(key, value)
+            if rc != -200:
+                break
+            time.sleep(0.005)
+        assert rc == 0, rc
+    for key, value in values.items():
+        assert fresh.get(key) == value
+    on_disk = [
+        key for key, replicas in fresh.batch_get_replica_desc(list(values)).items()
+        if replicas and replicas[0].is_local_disk_replica()
+    ]
+    assert on_disk, "some values were demoted to the SSD tier"
     # The directory is the tier's: locked, with its identity file.
     assert (tmp_path / "ssd" / "LOCK").exists() and (tmp_path / "ssd" / "TIER_ID").exists()
     second = type(fresh)()
