@@ -104,6 +104,38 @@ fn record_of(dir: &Path, key: &str) -> PathBuf {
         .expect("a record names the key")
 }
 
+/// Puts `count` values of `len` bytes as `prefix-i` and returns the indexes now on disk.
+fn fill(client: &Client, prefix: &str, count: usize, len: usize) -> Vec<usize> {
+    for i in 0..count {
+        put(client, &format!("{prefix}-{i}"), &value(i, len));
+    }
+    (0..count)
+        .filter(|i| on_disk(client, &format!("{prefix}-{i}")))
+        .collect()
+}
+
+/// Waits (up to `limit`) until each of `indexes` reads back exactly as `prefix-i`.
+fn served_again(client: &Client, prefix: &str, indexes: &[usize], len: usize, limit: Duration) {
+    let mut out = vec![0u8; len];
+    for &i in indexes {
+        let key = format!("{prefix}-{i}");
+        assert!(
+            wait_until(limit, || client.get_into(&key, &mut out).is_ok()),
+            "{key} is served again"
+        );
+        assert_eq!(out, value(i, len), "{key}");
+    }
+}
+
+/// A `mooncake_client` owning a 4 MB segment with an SSD tier in `dir`.
+fn owner(master: &Master, dir: &TempDir) -> PeerClient {
+    let args = [
+        "--enable_offload".to_string(),
+        format!("--ssd_offload_path={}", dir.path()),
+    ];
+    PeerClient::start_same_host(&master.addr(), "4 MB", &args)
+}
+
 #[test]
 fn a_working_set_four_times_the_segment_reads_back_exactly() {
     let dir = TempDir::new("working-set");
@@ -111,14 +143,11 @@ fn a_working_set_four_times_the_segment_reads_back_exactly() {
     let master = Master::start(&["--default_kv_lease_ttl=300"]);
     let client = client(&master.addr(), 16 * MIB, dir.path()).expect("setup with an SSD tier");
     let (count, len) = (256, 256 * KIB);
-    for i in 0..count {
-        put(&client, &format!("ws-{i}"), &value(i, len));
-    }
-    let (mut wrong, mut empty, mut disk) = (0, 0, 0);
+    let disk = fill(&client, "ws", count, len).len();
+    let (mut wrong, mut empty) = (0, 0);
     let mut out = vec![0u8; len];
     for i in 0..count {
         let key = format!("ws-{i}");
-        disk += on_disk(&client, &key) as usize;
         out.fill(0);
         match client.get_into(&key, &mut out) {
             Ok(n) if n as usize == len && out == value(i, len) => {}
@@ -158,13 +187,8 @@ fn a_working_set_four_times_the_segment_reads_back_exactly() {
 fn a_corrupt_or_missing_record_is_an_error_for_its_key_and_the_master_forgets_it() {
     let dir = TempDir::new("corrupt");
     let client = client("embedded", 8 * MIB, dir.path()).expect("setup");
-    let (count, len) = (96, 256 * KIB);
-    for i in 0..count {
-        put(&client, &format!("c-{i}"), &value(i, len));
-    }
-    let disk_keys: Vec<usize> = (0..count)
-        .filter(|i| on_disk(&client, &format!("c-{i}")))
-        .collect();
+    let len = 256 * KIB;
+    let disk_keys = fill(&client, "c", 96, len);
     assert!(disk_keys.len() >= 3, "some objects are on disk");
     let (flipped, deleted, intact) = (disk_keys[0], disk_keys[1], disk_keys[2]);
     let path = record_of(&dir.0, &format!("c-{flipped}"));
@@ -217,35 +241,16 @@ fn a_second_client_on_the_directory_is_refused() {
 fn an_owner_killed_and_restarted_on_its_directory_serves_its_records_again() {
     let master = Master::start(&[]);
     let dir = TempDir::new("restart");
-    let owner_args = [
-        "--enable_offload".to_string(),
-        format!("--ssd_offload_path={}", dir.path()),
-    ];
-    let mut owner = PeerClient::start_same_host(&master.addr(), "4 MB", &owner_args);
+    let mut first = owner(&master, &dir);
     // A writer without a segment: every value lands in the owner's segment.
     let writer = client(&master.addr(), 0, "").expect("writer");
-    let (count, len) = (64, 256 * KIB);
-    for i in 0..count {
-        put(&writer, &format!("r-{i}"), &value(i, len));
-    }
-    let demoted: Vec<usize> = (0..count)
-        .filter(|i| on_disk(&writer, &format!("r-{i}")))
-        .collect();
-    assert!(demoted.len() >= count / 2, "demoted: {}", demoted.len());
-    // kill -9, then a new process on the same directory (within the master's client TTL).
-    owner.kill();
-    let _restarted = PeerClient::start_same_host(&master.addr(), "4 MB", &owner_args);
-    let mut out = vec![0u8; len];
-    for &i in &demoted {
-        let key = format!("r-{i}");
-        assert!(
-            wait_until(Duration::from_secs(10), || writer
-                .get_into(&key, &mut out)
-                .is_ok()),
-            "{key} is served again"
-        );
-        assert_eq!(out, value(i, len), "{key}");
-    }
+    let len = 256 * KIB;
+    let demoted = fill(&writer, "r", 64, len);
+    assert!(demoted.len() >= 32, "demoted: {}", demoted.len());
+    // kill -9, then a new process on the same directory.
+    first.kill();
+    let _restarted = owner(&master, &dir);
+    served_again(&writer, "r", &demoted, len, Duration::from_secs(10));
 }
 
 #[test]
@@ -253,34 +258,15 @@ fn a_master_restarted_on_its_journal_serves_the_disk_objects_again() {
     let journal = TempDir::new("journal");
     let mut master = Master::start(&[&format!("--journal_dir={}", journal.path())]);
     let dir = TempDir::new("journaled-tier");
-    let owner_args = [
-        "--enable_offload".to_string(),
-        format!("--ssd_offload_path={}", dir.path()),
-    ];
-    let _owner = PeerClient::start_same_host(&master.addr(), "4 MB", &owner_args);
+    let _owner = owner(&master, &dir);
     let writer = client(&master.addr(), 0, "").expect("writer");
-    let (count, len) = (64, 256 * KIB);
-    for i in 0..count {
-        put(&writer, &format!("j-{i}"), &value(i, len));
-    }
-    let demoted: Vec<usize> = (0..count)
-        .filter(|i| on_disk(&writer, &format!("j-{i}")))
-        .collect();
-    assert!(demoted.len() >= count / 2, "demoted: {}", demoted.len());
+    let len = 256 * KIB;
+    let demoted = fill(&writer, "j", 64, len);
+    assert!(demoted.len() >= 32, "demoted: {}", demoted.len());
     master.kill();
     let extra: Vec<&str> = master.extra.iter().map(String::as_str).collect();
     let _restarted = Master::start_on(master.port, &extra);
-    let mut out = vec![0u8; len];
-    for &i in &demoted {
-        let key = format!("j-{i}");
-        assert!(
-            wait_until(Duration::from_secs(15), || writer
-                .get_into(&key, &mut out)
-                .is_ok()),
-            "{key} is served again after the master's restart"
-        );
-        assert_eq!(out, value(i, len), "{key}");
-    }
+    served_again(&writer, "j", &demoted, len, Duration::from_secs(15));
 }
 
 #[test]
@@ -289,12 +275,7 @@ fn every_get_family_reads_disk_objects_and_a_session_keeps_its_record() {
     let master = Master::start(&["--default_kv_lease_ttl=300"]);
     let client = client(&master.addr(), 8 * MIB, dir.path()).expect("setup");
     let (count, len) = (96, 256 * KIB);
-    for i in 0..count {
-        put(&client, &format!("f-{i}"), &value(i, len));
-    }
-    let disk: Vec<usize> = (0..count)
-        .filter(|i| on_disk(&client, &format!("f-{i}")))
-        .collect();
+    let disk = fill(&client, "f", count, len);
     let memory = (0..count)
         .rev()
         .find(|i| !on_disk(&client, &format!("f-{i}")))

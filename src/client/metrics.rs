@@ -39,27 +39,11 @@ pub struct ClientMetrics {
     pub ssd: Option<SsdTierMetrics>,
 }
 
-/// A client's SSD tier (`docs/ssd-tier.md`): what it holds and what happened since it was
-/// opened. Plain data.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct SsdTierMetrics {
-    /// Records held.
-    pub objects: u64,
-    /// Bytes of record files (and of writes in flight).
-    pub used_bytes: u64,
-    /// Record bytes allowed (0: the filesystem's free space).
-    pub capacity: u64,
-    /// Records written (demotions).
-    pub writes: u64,
-    /// Records read and verified.
-    pub reads: u64,
-    /// Records found corrupt or missing (dropped, reported lost to the master).
-    pub corrupt: u64,
-    /// Writes refused for lack of space (the object was evicted instead).
-    pub full: u64,
-    /// Other I/O errors.
-    pub io_errors: u64,
-}
+/// A client's SSD tier (`docs/ssd-tier.md`): what it holds (record files, and the bytes of
+/// writes in flight, against its capacity; 0: the filesystem's free space) and what happened
+/// since it was opened (records written by demotions, read and verified, found corrupt or
+/// missing, writes refused for lack of space, other I/O errors). Plain data.
+pub type SsdTierMetrics = crate::storage::DiskStats;
 
 /// `get_buffer` totals: objects, bytes, and bytes copied into the returned buffers (one
 /// copy per object: a local memcpy or the socket receive, never a second copy).
@@ -95,16 +79,7 @@ impl Client {
             paths: self.core.engine.copy_paths(),
             device_info: crate::device::runtime().info(),
             device: DeviceStats::snapshot(),
-            ssd: self.core.disk_stats().map(|s| SsdTierMetrics {
-                objects: s.objects,
-                used_bytes: s.used_bytes,
-                capacity: s.capacity,
-                writes: s.writes,
-                reads: s.reads,
-                corrupt: s.corrupt,
-                full: s.full,
-                io_errors: s.io_errors,
-            }),
+            ssd: self.core.disk_stats(),
         }
     }
 }

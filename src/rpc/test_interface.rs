@@ -124,12 +124,14 @@ mod tests {
         assert!(remote.service_ready().is_err());
     }
 
-    /// Counts `service_ready` calls (a wait method in the test below); `batch_remove`, an
-    /// inline call, waits up to 3 s for the second one.
+    /// Counts `service_ready` calls (a wait method in the tests below); `batch_remove`, an
+    /// inline call, waits up to 3 s for the second one; `unpin` stands for a long poll (it
+    /// waits `poll`).
     #[derive(Default)]
     struct Rendezvous {
         ready_calls: parking_lot::Mutex<u32>,
         called: parking_lot::Condvar,
+        poll: std::time::Duration,
     }
 
     impl TestApi for Rendezvous {
@@ -158,6 +160,7 @@ mod tests {
             Ok(Vec::new())
         }
         fn unpin(&self, _: Uuid, _: Vec<u64>) -> Result<()> {
+            std::thread::sleep(self.poll);
             Ok(())
         }
         fn remove_all(&self, _: bool) -> Result<u64> {
@@ -205,37 +208,6 @@ mod tests {
         assert_eq!(*api.ready_calls.lock(), 2);
     }
 
-    /// `unpin` stands for a long poll (it waits 3 s); the rest answer at once.
-    struct LongPolls;
-
-    impl TestApi for LongPolls {
-        fn service_ready(&self) -> Result<String> {
-            Ok("test-1".into())
-        }
-        fn batch_put_start(
-            &self,
-            _: Uuid,
-            _: Vec<String>,
-            _: Vec<u64>,
-            _: ReplicateConfig,
-        ) -> Result<Vec<Result<u64>>> {
-            Ok(Vec::new())
-        }
-        fn batch_remove(&self, _: Vec<String>, _: bool) -> Result<Vec<Result<()>>> {
-            Ok(Vec::new())
-        }
-        fn unpin(&self, _: Uuid, _: Vec<u64>) -> Result<()> {
-            std::thread::sleep(std::time::Duration::from_secs(3));
-            Ok(())
-        }
-        fn remove_all(&self, _: bool) -> Result<u64> {
-            Ok(0)
-        }
-        fn remove_by_regex(&self, _: String, _: bool) -> Result<u64> {
-            Ok(0)
-        }
-    }
-
     /// Long polls held open by more clients than there are wait threads never delay a wait
     /// method: they have their own lane.
     #[test]
@@ -249,7 +221,10 @@ mod tests {
         };
         let server = RpcServer::serve_with::<TestInterface>(
             SocketAddr::from(([127, 0, 0, 1], 0)),
-            Arc::new(LongPolls),
+            Arc::new(Rendezvous {
+                poll: std::time::Duration::from_secs(3),
+                ..Rendezvous::default()
+            }),
             options,
         )
         .unwrap();

@@ -104,9 +104,10 @@ pub(crate) struct DiskStoreOptions {
     pub capacity: u64,
 }
 
-/// Occupancy and counters of a store since it was opened (a snapshot; plain value).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct DiskStats {
+/// Occupancy and counters of a store since it was opened (a snapshot; plain value). A
+/// client's SSD tier reports these (`crate::client::SsdTierMetrics`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DiskStats {
     /// Indexed records.
     pub objects: u64,
     /// Bytes of record files, including space reserved by writes in flight.
