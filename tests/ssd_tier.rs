@@ -129,11 +129,20 @@ fn served_again(client: &Client, prefix: &str, indexes: &[usize], len: usize, li
 
 /// A `mooncake_client` owning a 4 MB segment with an SSD tier in `dir`.
 fn owner(master: &Master, dir: &TempDir) -> PeerClient {
+    owner_with(master, dir, &[])
+}
+
+/// [`owner`] with extra environment variables.
+fn owner_with(master: &Master, dir: &TempDir, env: &[(&str, &str)]) -> PeerClient {
     let args = [
         "--enable_offload".to_string(),
         format!("--ssd_offload_path={}", dir.path()),
     ];
-    PeerClient::start_same_host(&master.addr(), "4 MB", &args)
+    let env: Vec<(&str, &str)> = [("MC_SAME_HOST", "1")]
+        .into_iter()
+        .chain(env.iter().copied())
+        .collect();
+    PeerClient::spawn(&master.addr(), "4 MB", "P2PHANDSHAKE", &args, &env)
 }
 
 #[test]
@@ -366,4 +375,38 @@ fn every_get_family_reads_disk_objects_and_a_session_keeps_its_record() {
             < held),
         "the record is deleted once the session (and the reads' lease) ends"
     );
+}
+
+#[test]
+fn a_full_tier_drops_what_it_cannot_hold_and_the_pool_keeps_serving() {
+    let master = Master::start(&[]);
+    let dir = TempDir::new("full");
+    // Room for about seven 256 KiB records.
+    let _owner = owner_with(
+        &master,
+        &dir,
+        &[("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES", "2MB")],
+    );
+    let writer = client(&master.addr(), 0, "").expect("writer");
+    let (count, len) = (64, 256 * KIB);
+    let demoted = fill(&writer, "full", count, len);
+    assert!(
+        !demoted.is_empty() && demoted.len() < 9,
+        "demoted: {demoted:?}"
+    );
+    // Every key is its exact bytes, or gone (dropped by eviction): never wrong, never empty.
+    let (mut exact, mut gone) = (0, 0);
+    let mut out = vec![0u8; len];
+    for i in 0..count {
+        match writer.get_into(&format!("full-{i}"), &mut out) {
+            Ok(n) if n as usize == len && out == value(i, len) => exact += 1,
+            Err(ErrorCode::ObjectNotFound) => gone += 1,
+            other => panic!("full-{i}: {other:?}"),
+        }
+    }
+    assert!(
+        exact >= demoted.len() && gone > 0,
+        "exact {exact}, gone {gone}"
+    );
+    assert!(master.gauge("demotions_skipped_total") > 0);
 }

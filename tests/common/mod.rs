@@ -392,7 +392,8 @@ impl PeerClient {
         )
     }
 
-    fn spawn(
+    /// Starts a peer with the extra flags `args` and environment `env`.
+    pub fn spawn(
         master: &str,
         segment: &str,
         metadata_server: &str,
