@@ -206,6 +206,18 @@ pub struct DiskMount {
     pub used: u64,
 }
 
+/// One page of the report of a disk tier mount (`MasterApi::mount_disk`): the owner sends what
+/// it holds in pages, the first starting the mount and the last ending it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskMountPage {
+    /// This page starts a mount (a new one replaces any mount in progress).
+    pub first: bool,
+    /// This page ends it: the master then forgets the copies on the tier no page confirmed.
+    pub last: bool,
+    /// Records the owner holds.
+    pub held: Vec<DiskObject>,
+}
+
 /// Work the master hands to the owner of a disk tier.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DiskTask {

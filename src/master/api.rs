@@ -13,7 +13,7 @@ use super::journal::JournalFile;
 use crate::error::Result;
 use crate::rpc::interface::rpc_interface;
 use crate::types::{
-    ClientId, DiskMount, DiskObject, DiskReport, DiskTask, P2pOwner, P2pRoute, PingResponse,
+    ClientId, DiskMount, DiskMountPage, DiskReport, DiskTask, P2pOwner, P2pRoute, PingResponse,
     PinnedObject, QueryResult, ReplicateConfig, Segment, SegmentId, WriteGrant, WriteToken,
 };
 
@@ -116,10 +116,12 @@ rpc_interface! {
     /// Up to `max_bytes` (at most 4 MiB) of journal file `name` from `offset`.
     /// `FILE_NOT_FOUND` once compaction deleted it; `INVALID_PARAMS` for other names.
     fn journal_read(name: String, offset: u64, max_bytes: u64) -> Result<Vec<u8>>;
-    /// SSD tier: mounts `client`'s disk tier and reconciles what it `held`: per object,
-    /// whether the owner keeps it (`false`: delete the record: the master does not list it). The master drops the disk
-    /// copies it lists on that directory that are not held. See `docs/ssd-tier.md`.
-    fn mount_disk(client: ClientId, mount: DiskMount, held: Vec<DiskObject>) -> Result<Vec<bool>>;
+    /// SSD tier: mounts `client`'s disk tier, reporting what it holds in pages (the first
+    /// page starts the mount, the last ends it: the master then forgets the copies on the tier
+    /// no page confirmed). Per object of the page, whether the owner keeps it (`false`:
+    /// delete the record: the master does not list it). `CLIENT_NOT_FOUND` for a page that is
+    /// not first when this client is not mounting that tier (start again). `docs/ssd-tier.md`.
+    fn mount_disk(client: ClientId, mount: DiskMount, page: DiskMountPage) -> Result<Vec<bool>>;
     /// SSD tier: `client` closes its tier (a clean teardown): its objects wait, unreadable,
     /// for a restart on the directory (`reattach_grace_ms`), as after an expiry. Idempotent.
     fn unmount_disk(client: ClientId) -> Result<()>;

@@ -72,6 +72,10 @@ impl DiskTiers {
 struct Tier {
     client: ClientId,
     endpoint: String,
+    /// The current mount (its pages mark the copies they confirm with it).
+    mount: u64,
+    /// Record bytes the pages of the current mount confirmed so far.
+    confirmed: u64,
     capacity: u64,
     /// Record bytes held or reserved by demotions in flight (the master's estimate; the
     /// owner's own check is authoritative).
@@ -115,6 +119,7 @@ struct Inner {
     awaited: HashMap<Uuid, Instant>,
     pending: HashMap<u64, Demotion>,
     next_task: u64,
+    next_mount: u64,
 }
 
 impl Inner {
@@ -132,25 +137,65 @@ pub(super) struct DiskTiers {
 }
 
 impl DiskTiers {
-    /// Mounts tier `mount.disk` for `client` (replacing what the client or the tier had: an
-    /// owner restarted on its directory takes the tier over).
-    pub(super) fn mount(&self, client: ClientId, mount: &DiskMount) {
+    /// Starts a mount of tier `mount.disk` by `client` (replacing what the client or the tier
+    /// had: an owner restarted on its directory takes the tier over; work queued for the same
+    /// client and tier stays queued). Returns the mount's number.
+    pub(super) fn mount(&self, client: ClientId, mount: &DiskMount) -> u64 {
         let mut inner = self.inner.lock();
-        if let Some(old) = inner.tier_of(client) {
-            inner.tiers.remove(&old);
-        }
+        let queue = match inner.tier_of(client) {
+            Some(old) if old == mount.disk => inner.tiers.remove(&old).map(|t| t.queue),
+            Some(old) => inner.tiers.remove(&old).and(None),
+            None => None,
+        };
         inner.awaited.remove(&mount.disk);
+        inner.next_mount += 1;
+        let number = inner.next_mount;
         inner.tiers.insert(
             mount.disk,
             Tier {
                 client,
                 endpoint: mount.endpoint.clone(),
+                mount: number,
+                confirmed: 0,
                 capacity: mount.capacity,
                 used: mount.used,
-                queue: VecDeque::new(),
+                queue: queue.unwrap_or_default(),
             },
         );
         self.work.notify_all();
+        number
+    }
+
+    /// The number of the mount of tier `tier` by `client` (in progress or done). Errors:
+    /// `CLIENT_NOT_FOUND` when the client has not mounted that tier.
+    pub(super) fn mount_of(&self, client: ClientId, tier: Uuid) -> Result<u64> {
+        let inner = self.inner.lock();
+        match inner.tiers.get(&tier) {
+            Some(t) if t.client == client => Ok(t.mount),
+            _ => fail(
+                ErrorCode::ClientNotFound,
+                format!("{client} is not mounting tier {tier}"),
+            ),
+        }
+    }
+
+    /// The current mount number of `tier` (0: not mounted).
+    pub(super) fn mount_number(&self, tier: Uuid) -> u64 {
+        self.inner.lock().tiers.get(&tier).map_or(0, |t| t.mount)
+    }
+
+    /// Adds `bytes` of records a page of the current mount of `tier` confirmed.
+    pub(super) fn confirm(&self, tier: Uuid, bytes: u64) {
+        if let Some(tier) = self.inner.lock().tiers.get_mut(&tier) {
+            tier.confirmed = tier.confirmed.saturating_add(bytes);
+        }
+    }
+
+    /// Ends the current mount of `tier`: it holds what its pages confirmed.
+    pub(super) fn finish_mount(&self, tier: Uuid) {
+        if let Some(tier) = self.inner.lock().tiers.get_mut(&tier) {
+            tier.used = tier.confirmed;
+        }
     }
 
     /// `client` went away (expired, or closed its tier): its tier, if it had one, waits for
@@ -200,13 +245,6 @@ impl DiskTiers {
             inner.awaited.remove(tier);
         }
         late
-    }
-
-    /// Sets the record bytes tier `tier` holds (after a mount's reconciliation).
-    pub(super) fn set_used(&self, tier: Uuid, used: u64) {
-        if let Some(tier) = self.inner.lock().tiers.get_mut(&tier) {
-            tier.used = used;
-        }
     }
 
     /// The tier `client` has mounted.

@@ -14,8 +14,9 @@ use super::metrics::Counters;
 use super::objects::{DiskCopyRef, DiskLocation, Shard};
 use super::service::MasterService;
 use crate::error::Result;
-use crate::types::{ClientId, DeploymentMode, DiskMount, DiskObject, DiskReport, DiskTask, Uuid};
-use std::collections::HashSet;
+use crate::types::{
+    ClientId, DeploymentMode, DiskMount, DiskMountPage, DiskObject, DiskReport, DiskTask, Uuid,
+};
 use std::time::{Duration, Instant};
 
 /// How long an owner's poll for disk work waits when none is queued.
@@ -27,54 +28,67 @@ impl MasterService {
         &self,
         client: ClientId,
         mount: DiskMount,
-        held: Vec<DiskObject>,
+        page: DiskMountPage,
     ) -> Result<Vec<bool>> {
         self.require_mode(DeploymentMode::Centralized)?;
         self.clients.register(client, Instant::now());
         let tier = mount.disk;
-        self.disks.mount(client, &mount);
-        let kept: Vec<bool> = held.iter().map(|object| self.lists(tier, object)).collect();
-        let listed: HashSet<(&str, u64)> = held
+        let number = match page.first {
+            true => self.disks.mount(client, &mount),
+            false => self.disks.mount_of(client, tier)?,
+        };
+        let kept: Vec<bool> = page
+            .held
             .iter()
-            .zip(&kept)
-            .filter(|(_, kept)| **kept)
-            .map(|(o, _)| (o.key.as_str(), o.generation))
+            .map(|object| self.confirm_held(tier, number, object))
             .collect();
-        self.forget_unlisted(tier, |key, generation| listed.contains(&(key, generation)));
-        // What the tier holds once the owner deleted what it may not keep.
-        let used = held.iter().zip(&kept).filter(|(_, kept)| **kept);
+        let confirmed = page.held.iter().zip(&kept).filter(|(_, kept)| **kept);
         self.disks
-            .set_used(tier, used.map(|(o, _)| record_bytes(o.size)).sum());
+            .confirm(tier, confirmed.map(|(o, _)| record_bytes(o.size)).sum());
         let dropped = kept.iter().filter(|k| !**k).count();
         Counters::add(&self.counters.disk_objects_refused, dropped as u64);
-        tracing::info!(%client, held = held.len(), dropped, "disk tier mounted");
+        if page.last {
+            self.forget_unlisted(tier, |copy| copy.mount == number);
+            self.disks.finish_mount(tier);
+            tracing::info!(%client, %tier, "disk tier mounted");
+        }
         Ok(kept)
     }
 
     /// Whether the master lists `object` on `tier` (same key, generation and size): only then
-    /// may its owner keep the record. A record the master does not know is never adopted: it
-    /// may hold a value removed or overwritten since, or the bytes of a refused demotion.
-    fn lists(&self, tier: Uuid, object: &DiskObject) -> bool {
+    /// may its owner keep the record, and the copy is marked confirmed by mount `number`. A
+    /// record the master does not know is never adopted: it may hold a value removed or
+    /// overwritten since, or the bytes of a refused demotion.
+    fn confirm_held(&self, tier: Uuid, number: u64, object: &DiskObject) -> bool {
         let listed = DiskLocation {
             tier,
             generation: object.generation,
         };
-        let shard = self.objects.shard(&object.key);
-        shard
-            .get(&object.key)
-            .is_some_and(|meta| meta.disk_at() == Some(listed) && meta.size == object.size)
+        let mut shard = self.objects.shard(&object.key);
+        let meta = shard.get_mut(&object.key);
+        let copy = meta
+            .filter(|meta| meta.size == object.size)
+            .and_then(|meta| meta.disk.as_mut())
+            .filter(|copy| copy.at == listed);
+        match copy {
+            Some(copy) => {
+                copy.mount = number;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Drops the disk copies the master lists on `tier` that `keep` refuses (the owner lacks
     /// them, or the tier is given up); objects left with no replica disappear.
-    pub(super) fn forget_unlisted(&self, tier: Uuid, keep: impl Fn(&str, u64) -> bool) {
+    pub(super) fn forget_unlisted(&self, tier: Uuid, keep: impl Fn(&DiskCopyRef) -> bool) {
         let now = Instant::now();
         for mut shard in self.objects.shards() {
             let lost: Vec<String> = shard
                 .iter_mut()
                 .filter_map(|(key, meta)| {
-                    let location = meta.disk_at().filter(|d| d.tier == tier)?;
-                    let gone = !keep(key, location.generation);
+                    let copy = meta.disk.as_ref().filter(|d| d.at.tier == tier)?;
+                    let gone = !keep(copy);
                     gone.then(|| {
                         meta.disk = None;
                         key.clone()
@@ -257,6 +271,127 @@ impl MasterService {
         DiskCopyRef {
             at,
             hold: self.disks.hold(key, size, at.tier, at.generation),
+            mount: self.disks.mount_number(at.tier),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{fast_config, grant, one, setup};
+    use super::super::MasterApi;
+    use crate::error::ErrorCode;
+    use crate::types::{DiskMount, DiskMountPage, DiskObject, DiskReport, DiskTask, Uuid};
+    use std::time::{Duration, Instant};
+
+    const SIZE: u64 = 256 << 10;
+
+    fn page(first: bool, last: bool, held: Vec<DiskObject>) -> DiskMountPage {
+        DiskMountPage { first, last, held }
+    }
+
+    /// Demotes every task the owner gets until `keys` objects are on disk; returns them.
+    fn demote_all(
+        master: &super::MasterService,
+        owner: crate::types::ClientId,
+        keys: usize,
+    ) -> Vec<DiskObject> {
+        let mut on_disk = Vec::new();
+        let until = Instant::now() + Duration::from_secs(10);
+        while on_disk.len() < keys && Instant::now() < until {
+            for task in master.disk_tasks(owner).unwrap() {
+                if let DiskTask::Demote {
+                    task,
+                    key,
+                    generation,
+                    ..
+                } = task
+                {
+                    let report = vec![DiskReport::Demoted {
+                        task,
+                        written: true,
+                    }];
+                    if master.disk_report(owner, report).unwrap() == vec![true] {
+                        on_disk.push(DiskObject {
+                            key,
+                            generation,
+                            size: SIZE,
+                        });
+                    }
+                }
+            }
+        }
+        on_disk
+    }
+
+    /// A mount in pages keeps what its pages confirm and forgets the copies none confirmed;
+    /// a page that is not first needs a mount in progress.
+    #[test]
+    fn a_paged_mount_keeps_what_its_pages_confirm() {
+        let (master, owner, _) = setup(fast_config(), 1 << 20);
+        let mount = DiskMount {
+            disk: Uuid::random(),
+            endpoint: "127.0.0.1:1".into(),
+            capacity: u64::MAX,
+            used: 0,
+        };
+        let first = master.mount_disk(owner, mount.clone(), page(true, true, Vec::new()));
+        assert_eq!(first, Ok(Vec::new()));
+        // Fill the 1 MiB segment past full: eviction demotes to the tier.
+        for i in 0..8 {
+            let key = format!("k{i}");
+            let until = Instant::now() + Duration::from_secs(10);
+            let written = loop {
+                match grant(&master, owner, &key, SIZE) {
+                    Err(ErrorCode::NoAvailableHandle) if Instant::now() < until => {
+                        demote_all(&master, owner, 1);
+                    }
+                    other => break other,
+                }
+            };
+            let token = written.expect("granted").token;
+            one(master.batch_put_end(owner, vec![key], vec![token])).unwrap();
+        }
+        let disk = demote_all(&master, owner, 0);
+        let on_disk: Vec<String> = (0..8)
+            .map(|i| format!("k{i}"))
+            .filter(|k| {
+                let answer = one(master.batch_get_replica_list(vec![k.clone()]));
+                answer.is_ok_and(|q| q.replicas.iter().any(|r| r.disk.is_some()))
+            })
+            .collect();
+        assert!(
+            on_disk.len() >= 3,
+            "on disk: {on_disk:?} ({} reported)",
+            disk.len()
+        );
+        let listed = |key: &str, generation| DiskObject {
+            key: key.into(),
+            generation,
+            size: SIZE,
+        };
+        let generation = |key: &str| super::super::tests::current_token(&master, key).0;
+        let (a, b, c) = (&on_disk[0], &on_disk[1], &on_disk[2]);
+        // A page that is not first from another client: no mount in progress.
+        let stranger = master.mount_disk(Uuid::random(), mount.clone(), page(false, true, vec![]));
+        assert_eq!(stranger, Err(ErrorCode::ClientNotFound));
+        // Two pages: a and b confirmed, a bogus record refused; c was not reported.
+        let page_one = vec![listed(a, generation(a))];
+        let page_two = vec![listed(b, generation(b)), listed("nobody", 1)];
+        assert_eq!(
+            master.mount_disk(owner, mount.clone(), page(true, false, page_one)),
+            Ok(vec![true])
+        );
+        assert_eq!(
+            master.mount_disk(owner, mount, page(false, true, page_two)),
+            Ok(vec![true, false])
+        );
+        for (key, kept) in [(a, true), (b, true), (c, false)] {
+            let answer = one(master.batch_get_replica_list(vec![key.clone()]));
+            match kept {
+                true => assert!(answer.is_ok_and(|q| q.replicas[0].disk.is_some()), "{key}"),
+                false => assert_eq!(answer.map(|_| ()), Err(ErrorCode::ObjectNotFound), "{key}"),
+            }
         }
     }
 }

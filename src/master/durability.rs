@@ -243,6 +243,7 @@ impl MasterService {
                 hold: self
                     .disks
                     .hold(&key, object.size, copy.tier, copy.generation),
+                mount: 0,
             });
             if replicas.is_empty() && on_disk.is_none() {
                 if let Some(journal) = &self.journal {

@@ -52,7 +52,7 @@ impl MasterService {
         }
         for tier in self.disks.expire_awaited(now) {
             tracing::warn!(%tier, "SSD tier not mounted again in time; its objects are gone");
-            self.forget_unlisted(tier, |_, _| false);
+            self.forget_unlisted(tier, |_| false);
         }
         if let Some(cutoff) = now.checked_sub(EXPIRED_CLAIM_AGE) {
             let forgotten = self.routes.prune_claims(cutoff);

@@ -59,6 +59,9 @@ pub(crate) struct DiskCopyRef {
     pub at: DiskLocation,
     /// The object's claim on it.
     pub hold: Arc<super::disk_tiers::DiskHold>,
+    /// The tier mount that made or last confirmed it (`DiskTiers::mount_number`; 0: none
+    /// since this master started): a mount forgets the copies its pages did not confirm.
+    pub mount: u64,
 }
 
 /// Where an object is in its life.

@@ -208,10 +208,14 @@ impl MasterApi for Fixture {
         &self,
         _: ClientId,
         _: crate::types::DiskMount,
-        held: Vec<crate::types::DiskObject>,
+        page: crate::types::DiskMountPage,
     ) -> Result<Vec<bool>> {
         self.record("mount_disk");
-        Ok(held.iter().map(|o| !o.key.starts_with("bad")).collect())
+        Ok(page
+            .held
+            .iter()
+            .map(|o| !o.key.starts_with("bad"))
+            .collect())
     }
     fn unmount_disk(&self, _: ClientId) -> Result<()> {
         self.record("unmount_disk");

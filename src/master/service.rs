@@ -31,9 +31,9 @@ use super::MasterApi;
 use crate::error::{fail, ErrorCode, Result};
 use crate::spin::deadline;
 use crate::types::{
-    ClientId, ClientStatus, DeploymentMode, DiskMount, DiskObject, DiskReport, DiskTask, P2pOwner,
-    P2pRoute, PingResponse, PinnedObject, QueryResult, ReplicateConfig, Segment, SegmentId,
-    WriteGrant, WriteToken, STORE_VERSION,
+    ClientId, ClientStatus, DeploymentMode, DiskMount, DiskMountPage, DiskReport, DiskTask,
+    P2pOwner, P2pRoute, PingResponse, PinnedObject, QueryResult, ReplicateConfig, Segment,
+    SegmentId, WriteGrant, WriteToken, STORE_VERSION,
 };
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -477,9 +477,9 @@ impl MasterApi for MasterService {
         &self,
         client: ClientId,
         mount: DiskMount,
-        held: Vec<DiskObject>,
+        page: DiskMountPage,
     ) -> Result<Vec<bool>> {
-        self.mount_disk_tier(client, mount, held)
+        self.mount_disk_tier(client, mount, page)
     }
 
     fn unmount_disk(&self, client: ClientId) -> Result<()> {

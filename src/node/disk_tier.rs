@@ -22,7 +22,8 @@ use crate::master::MasterApi;
 use crate::rpc::{RpcClient, RpcServer, Timeouts};
 use crate::storage::{AlignedBuf, DiskStore, DiskStoreOptions};
 use crate::types::{
-    BufferDescriptor, ClientId, DiskMount, DiskObject, DiskRecordRef, DiskReport, DiskTask, Uuid,
+    BufferDescriptor, ClientId, DiskMount, DiskMountPage, DiskObject, DiskRecordRef, DiskReport,
+    DiskTask, Uuid,
 };
 use parking_lot::Mutex;
 use std::cell::Cell;
@@ -61,6 +62,8 @@ use wire::{DiskReadApi, DiskReadInterface, RemoteDiskRead};
 
 /// Largest range one `read_disk_record` call returns (well below the RPC frame limit).
 pub(crate) const MAX_READ_CHUNK: u64 = 32 << 20;
+/// Records reported per call when a tier mounts.
+const MOUNT_PAGE: usize = 8192;
 /// Threads of the disk read service.
 const READ_THREADS: usize = 4;
 /// Demotions a worker round runs at once (the disk's queue depth for demotions).
@@ -343,7 +346,8 @@ impl Worker {
         }
     }
 
-    /// Mounts the tier: reports what it holds and deletes what the master refuses.
+    /// Mounts the tier: reports what it holds, [`MOUNT_PAGE`] records per call, and deletes
+    /// what the master refuses.
     fn mount(&self) -> Result<()> {
         let held: Vec<DiskObject> = self
             .core
@@ -366,17 +370,24 @@ impl Worker {
             },
             used: stats.used_bytes,
         };
-        let kept = self.master.mount_disk(self.client, mount, held.clone())?;
-        let refused = held.iter().zip(&kept).filter(|(_, kept)| !**kept);
+        let pages: Vec<&[DiskObject]> = match held.is_empty() {
+            true => vec![&[]],
+            false => held.chunks(MOUNT_PAGE).collect(),
+        };
         let mut dropped = 0;
-        for (object, _) in refused {
-            if self
-                .core
-                .store
-                .remove(&object.key, object.generation)
-                .unwrap_or(false)
-            {
-                dropped += 1;
+        for (i, page) in pages.iter().enumerate() {
+            let request = DiskMountPage {
+                first: i == 0,
+                last: i + 1 == pages.len(),
+                held: page.to_vec(),
+            };
+            let kept = self
+                .master
+                .mount_disk(self.client, mount.clone(), request)?;
+            let refused = page.iter().zip(&kept).filter(|(_, kept)| !**kept);
+            for (object, _) in refused {
+                let removed = self.core.store.remove(&object.key, object.generation);
+                dropped += removed.unwrap_or(false) as usize;
             }
         }
         tracing::info!(held = held.len(), dropped, "SSD tier mounted at the master");
