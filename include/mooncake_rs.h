@@ -81,7 +81,7 @@
 /**
  * Minor version of this library.
  */
-#define MC_VERSION_MINOR 1
+#define MC_VERSION_MINOR 2
 
 /**
  * Patch version of this library.
@@ -581,7 +581,7 @@ void mc_setup_config_init(mc_setup_config_t *config);
 void mc_replicate_config_init(mc_replicate_config_t *config);
 
 /**
- * The library version as a static string, e.g. `"0.1.0"`.
+ * The library version as a static string, e.g. `"0.2.0"`.
  *
  * Ownership: the string is static; never free it. Never NULL. Thread-safe.
  */

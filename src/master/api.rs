@@ -119,8 +119,9 @@ rpc_interface! {
     /// SSD tier: mounts `client`'s disk tier, reporting what it holds in pages (the first
     /// page starts the mount, the last ends it: the master then forgets the copies on the tier
     /// no page confirmed). Per object of the page, whether the owner keeps it (`false`:
-    /// delete the record: the master does not list it). `CLIENT_NOT_FOUND` for a page that is
-    /// not first when this client is not mounting that tier (start again). `docs/ssd-tier.md`.
+    /// delete the record: the master does not list it). `CLIENT_NOT_FOUND` for a client the
+    /// master does not know (it remounts its segment first), and for a page that is not first
+    /// when this client is not mounting that tier (start again). `docs/ssd-tier.md`.
     fn mount_disk(client: ClientId, mount: DiskMount, page: DiskMountPage) -> Result<Vec<bool>>;
     /// SSD tier: `client` closes its tier (a clean teardown): its objects wait, unreadable,
     /// for a restart on the directory (`reattach_grace_ms`), as after an expiry. Idempotent.

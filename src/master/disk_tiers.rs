@@ -21,6 +21,8 @@ pub(super) const DEMOTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most demotions in flight per tier: beyond, eviction leaves the owner's objects in memory
 /// until some end (they free memory soon), so a slow owner is paced, never flooded.
 const MAX_DEMOTIONS_IN_FLIGHT: usize = 256;
+/// Most tasks one poll hands out (a burst of removals never makes an answer too large).
+const TASKS_PER_POLL: usize = 1024;
 /// Bytes a record takes beyond its value: the header block, and padding to 4 KiB.
 const RECORD_BLOCK: u64 = 4096;
 
@@ -379,7 +381,8 @@ impl DiskTiers {
         expired
     }
 
-    /// The tasks queued for `client`'s tier, waiting up to `wait` for one. Errors:
+    /// The tasks queued for `client`'s tier (at most [`TASKS_PER_POLL`]), waiting up to
+    /// `wait` for one. Errors:
     /// `CLIENT_NOT_FOUND` when the client has no tier mounted (it mounts again).
     pub(super) fn take_tasks(&self, client: ClientId, wait: Duration) -> Result<Vec<DiskTask>> {
         let until = Instant::now() + wait;
@@ -393,7 +396,8 @@ impl DiskTiers {
                 );
             };
             if !tier.queue.is_empty() {
-                return Ok(tier.queue.drain(..).collect());
+                let batch = tier.queue.len().min(TASKS_PER_POLL);
+                return Ok(tier.queue.drain(..batch).collect());
             }
             if self.work.wait_until(&mut inner, until).timed_out() {
                 return Ok(Vec::new());

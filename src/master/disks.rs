@@ -13,7 +13,7 @@ use super::disk_tiers::{record_bytes, Demote, Demotion};
 use super::metrics::Counters;
 use super::objects::{DiskCopyRef, DiskLocation, Shard};
 use super::service::MasterService;
-use crate::error::Result;
+use crate::error::{fail, ErrorCode, Result};
 use crate::types::{
     ClientId, DeploymentMode, DiskMount, DiskMountPage, DiskObject, DiskReport, DiskTask, Uuid,
 };
@@ -31,7 +31,15 @@ impl MasterService {
         page: DiskMountPage,
     ) -> Result<Vec<bool>> {
         self.require_mode(DeploymentMode::Centralized)?;
-        self.clients.register(client, Instant::now());
+        // Only a client the master knows: one it expired (or a restarted master) must first
+        // learn so at its next ping and remount its segment; registering it here would answer
+        // that ping Ok and leave the segment unmounted.
+        if self.clients.ping(client, Instant::now()).is_none() {
+            return fail(
+                ErrorCode::ClientNotFound,
+                format!("{client} is not registered; it mounts its segment first"),
+            );
+        }
         let tier = mount.disk;
         let number = match page.first {
             true => self.disks.mount(client, &mount),
@@ -393,5 +401,23 @@ mod tests {
                 false => assert_eq!(answer.map(|_| ()), Err(ErrorCode::ObjectNotFound), "{key}"),
             }
         }
+    }
+
+    /// A client the master expired (or never knew) cannot mount a tier: registering it there
+    /// would answer its next ping `Ok`, and it would never remount its segment.
+    #[test]
+    fn an_unknown_client_mounts_no_tier_and_still_hears_it_must_remount() {
+        let (master, _, _) = setup(fast_config(), 1 << 20);
+        let stranger = Uuid::random();
+        let mount = DiskMount {
+            disk: Uuid::random(),
+            endpoint: "127.0.0.1:1".into(),
+            capacity: u64::MAX,
+            used: 0,
+        };
+        let answer = master.mount_disk(stranger, mount, page(true, true, Vec::new()));
+        assert_eq!(answer, Err(ErrorCode::ClientNotFound));
+        let ping = master.ping(stranger).unwrap();
+        assert_eq!(ping.status, crate::types::ClientStatus::NeedRemount);
     }
 }

@@ -52,7 +52,9 @@ impl MasterService {
         }
         for tier in self.disks.expire_awaited(now) {
             tracing::warn!(%tier, "SSD tier not mounted again in time; its objects are gone");
-            self.forget_unlisted(tier, |_| false);
+            // Copies a mount that started meanwhile confirmed stay.
+            let current = self.disks.mount_number(tier);
+            self.forget_unlisted(tier, |copy| current != 0 && copy.mount == current);
         }
         if let Some(cutoff) = now.checked_sub(EXPIRED_CLAIM_AGE) {
             let forgotten = self.routes.prune_claims(cutoff);
