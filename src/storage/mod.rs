@@ -1,9 +1,11 @@
 //! Storage tiers: where a stored value's bytes live, below the caller's process handle.
 //!
-//! [`Tier`] is the seam: a tier hands out space for values ([`TierAlloc`], freed when its last
-//! holder lets go) and says where that space is ([`Location`]). DRAM is the only tier today
-//! ([`DramTier`]: an engine-registered, remotely accessible mapping with an offset allocator);
-//! the local SSD tier implements the same trait next, with a location on disk.
+//! [`Tier`] is the seam for addressable memory: a tier hands out space for values
+//! ([`TierAlloc`], freed when its last holder lets go) and says where that space is
+//! ([`Location`]); [`DramTier`] is an engine-registered, remotely accessible mapping with an
+//! offset allocator (the P2P owner's tiers). The SSD tier is not a [`Tier`]: its values are
+//! whole records, written and read by key and generation ([`DiskStore`], `disk/`; the
+//! centralized client's owner side is `node/disk_tier.rs`, `docs/ssd-tier.md`).
 //!
 //! May use: `transfer` (registration), `device` (mappings), `alloc` and the ground floor;
 //! never `client`, `p2p`, `node` or `ffi`.
