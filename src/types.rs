@@ -212,10 +212,26 @@ pub struct DiskMount {
 pub struct DiskMountPage {
     /// This page starts a mount (a new one replaces any mount in progress).
     pub first: bool,
+    /// The mount a page that is not first continues: the number the first page's answer
+    /// gave (a page of a mount since replaced is refused, so it never applies to another).
+    pub mount: u64,
+    /// The owner's mount attempt, counting up from 1 in each client: a first page of an
+    /// attempt not above the last one the master saw from this client on this tier is
+    /// refused (a page answered after its owner gave up on it never replaces a later mount).
+    pub attempt: u64,
     /// This page ends it: the master then forgets the copies on the tier no page confirmed.
     pub last: bool,
     /// Records the owner holds.
     pub held: Vec<DiskObject>,
+}
+
+/// The master's answer to one page of a disk tier mount.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskMountAnswer {
+    /// The mount's number (the next pages carry it).
+    pub mount: u64,
+    /// Per object of the page, whether the owner keeps it (`false`: delete the record).
+    pub kept: Vec<bool>,
 }
 
 /// Work the master hands to the owner of a disk tier.

@@ -13,8 +13,9 @@ use super::journal::JournalFile;
 use crate::error::Result;
 use crate::rpc::interface::rpc_interface;
 use crate::types::{
-    ClientId, DiskMount, DiskMountPage, DiskReport, DiskTask, P2pOwner, P2pRoute, PingResponse,
-    PinnedObject, QueryResult, ReplicateConfig, Segment, SegmentId, WriteGrant, WriteToken,
+    ClientId, DiskMount, DiskMountAnswer, DiskMountPage, DiskReport, DiskTask, P2pOwner, P2pRoute,
+    PingResponse, PinnedObject, QueryResult, ReplicateConfig, Segment, SegmentId, WriteGrant,
+    WriteToken,
 };
 
 rpc_interface! {
@@ -118,11 +119,17 @@ rpc_interface! {
     fn journal_read(name: String, offset: u64, max_bytes: u64) -> Result<Vec<u8>>;
     /// SSD tier: mounts `client`'s disk tier, reporting what it holds in pages (the first
     /// page starts the mount, the last ends it: the master then forgets the copies on the tier
-    /// no page confirmed). Per object of the page, whether the owner keeps it (`false`:
-    /// delete the record: the master does not list it). `CLIENT_NOT_FOUND` for a client the
-    /// master does not know (it remounts its segment first), and for a page that is not first
-    /// when this client is not mounting that tier (start again). `docs/ssd-tier.md`.
-    fn mount_disk(client: ClientId, mount: DiskMount, page: DiskMountPage) -> Result<Vec<bool>>;
+    /// no page confirmed). Answers the mount's number and, per object of the page, whether
+    /// the owner keeps it (`false`: delete the record: the master neither lists it nor has a
+    /// reader holding it). `CLIENT_NOT_FOUND` for a client the master does not know (it
+    /// remounts its segment first), and for a page that is not first when this client is not
+    /// mounting that tier; `TRY_AGAIN` for a page of a mount since replaced (start again).
+    /// `docs/ssd-tier.md`.
+    fn mount_disk(
+        client: ClientId,
+        mount: DiskMount,
+        page: DiskMountPage,
+    ) -> Result<DiskMountAnswer>;
     /// SSD tier: `client` closes its tier (a clean teardown): its objects wait, unreadable,
     /// for a restart on the directory (`reattach_grace_ms`), as after an expiry. Idempotent.
     fn unmount_disk(client: ClientId) -> Result<()>;

@@ -32,9 +32,10 @@ pub(super) fn record_bytes(size: u64) -> u64 {
 }
 
 /// A claim on one disk record: the value's object holds one, and so do its pins and a
-/// removal waiting for a read lease to end. When the last holder lets go, the record's
-/// deletion is queued to its tier (nothing if the tier is not mounted then: its owner drops
-/// what the master does not list when it mounts again).
+/// removal waiting for a read lease to end. While it lives the record is kept (a mount keeps
+/// it even when the object is gone); when the last holder lets go, the record's deletion is
+/// queued to its tier (nothing if the tier is not mounted then: its owner drops what the
+/// master neither lists nor holds when it mounts again).
 pub(crate) struct DiskHold {
     tiers: Arc<DiskTiers>,
     tier: Uuid,
@@ -46,8 +47,7 @@ pub(crate) struct DiskHold {
 impl Drop for DiskHold {
     fn drop(&mut self) {
         let (tier, key) = (self.tier, &self.key);
-        self.tiers
-            .queue_delete(tier, key, self.generation, self.size);
+        self.tiers.release(tier, key, self.generation, self.size);
     }
 }
 
@@ -60,6 +60,9 @@ impl DiskTiers {
         tier: Uuid,
         generation: u64,
     ) -> Arc<DiskHold> {
+        let mut inner = self.inner.lock();
+        *inner.holds.entry((tier, generation)).or_default() += 1;
+        drop(inner);
         Arc::new(DiskHold {
             tiers: Arc::clone(self),
             tier,
@@ -76,6 +79,8 @@ struct Tier {
     endpoint: String,
     /// The current mount (its pages mark the copies they confirm with it).
     mount: u64,
+    /// The owner's attempt that started it.
+    attempt: u64,
     /// Record bytes the pages of the current mount confirmed so far.
     confirmed: u64,
     capacity: u64,
@@ -120,6 +125,9 @@ struct Inner {
     /// objects wait, unreadable, until the tier is mounted again or the deadline passes.
     awaited: HashMap<Uuid, Instant>,
     pending: HashMap<u64, Demotion>,
+    /// Live [`DiskHold`]s per record, by (tier, generation): write tokens are unique across
+    /// keys, so the pair names one record.
+    holds: HashMap<(Uuid, u64), u32>,
     next_task: u64,
     next_mount: u64,
 }
@@ -139,11 +147,18 @@ pub(super) struct DiskTiers {
 }
 
 impl DiskTiers {
-    /// Starts a mount of tier `mount.disk` by `client` (replacing what the client or the tier
-    /// had: an owner restarted on its directory takes the tier over; work queued for the same
-    /// client and tier stays queued). Returns the mount's number.
-    pub(super) fn mount(&self, client: ClientId, mount: &DiskMount) -> u64 {
+    /// Starts a mount of tier `mount.disk` by `client`, its attempt `attempt` (replacing what
+    /// the client or the tier had: an owner restarted on its directory takes the tier over;
+    /// work queued for the same client and tier stays queued). Returns the mount's number.
+    /// Errors: `TRY_AGAIN` when `client` already mounted the tier with this or a later attempt.
+    pub(super) fn mount(&self, client: ClientId, mount: &DiskMount, attempt: u64) -> Result<u64> {
         let mut inner = self.inner.lock();
+        if let Some(t) = inner.tiers.get(&mount.disk) {
+            if t.client == client && t.attempt >= attempt {
+                let msg = format!("mount attempt {attempt} is older than {}", t.attempt);
+                return fail(ErrorCode::TryAgain, msg);
+            }
+        }
         let queue = match inner.tier_of(client) {
             Some(old) if old == mount.disk => inner.tiers.remove(&old).map(|t| t.queue),
             Some(old) => inner.tiers.remove(&old).and(None),
@@ -158,6 +173,7 @@ impl DiskTiers {
                 client,
                 endpoint: mount.endpoint.clone(),
                 mount: number,
+                attempt,
                 confirmed: 0,
                 capacity: mount.capacity,
                 used: mount.used,
@@ -165,15 +181,23 @@ impl DiskTiers {
             },
         );
         self.work.notify_all();
-        number
+        Ok(number)
     }
 
-    /// The number of the mount of tier `tier` by `client` (in progress or done). Errors:
-    /// `CLIENT_NOT_FOUND` when the client has not mounted that tier.
-    pub(super) fn mount_of(&self, client: ClientId, tier: Uuid) -> Result<u64> {
+    /// Checks that mount `number` of tier `tier` by `client` is the current one. Errors:
+    /// `CLIENT_NOT_FOUND` when the client has not mounted that tier; `TRY_AGAIN` when a later
+    /// mount replaced that one (a page answered after its owner gave up on it).
+    pub(super) fn continue_mount(&self, client: ClientId, tier: Uuid, number: u64) -> Result<()> {
         let inner = self.inner.lock();
         match inner.tiers.get(&tier) {
-            Some(t) if t.client == client => Ok(t.mount),
+            Some(t) if t.client == client && t.mount == number => Ok(()),
+            Some(t) if t.client == client => fail(
+                ErrorCode::TryAgain,
+                format!(
+                    "mount {number} of tier {tier} was replaced by mount {}",
+                    t.mount
+                ),
+            ),
             _ => fail(
                 ErrorCode::ClientNotFound,
                 format!("{client} is not mounting tier {tier}"),
@@ -315,11 +339,24 @@ impl DiskTiers {
         Demote::Started(task)
     }
 
-    /// Queues the deletion of tier `tier`'s record of `key` at `generation` (nothing if the
-    /// tier is not mounted: its owner drops what the master does not list when it mounts).
-    /// Called by the last [`DiskHold`] of the record.
-    fn queue_delete(&self, tier: Uuid, key: &str, generation: u64, size: u64) {
+    /// Whether a [`DiskHold`] on tier `tier`'s record at `generation` lives (a reader may
+    /// still read it: the owner keeps it).
+    pub(super) fn is_held(&self, tier: Uuid, generation: u64) -> bool {
+        self.inner.lock().holds.contains_key(&(tier, generation))
+    }
+
+    /// Called by a [`DiskHold`] of tier `tier`'s record of `key` at `generation` when it
+    /// drops; the last one queues the record's deletion (nothing if the tier is not mounted:
+    /// its owner drops what the master neither lists nor holds when it mounts).
+    fn release(&self, tier: Uuid, key: &str, generation: u64, size: u64) {
         let mut inner = self.inner.lock();
+        if let Some(count) = inner.holds.get_mut(&(tier, generation)) {
+            *count -= 1;
+            if *count > 0 {
+                return;
+            }
+            inner.holds.remove(&(tier, generation));
+        }
         if let Some(tier) = inner.tiers.get_mut(&tier) {
             tier.used = tier.used.saturating_sub(record_bytes(size));
             tier.queue.push_back(DiskTask::Delete {
@@ -451,7 +488,7 @@ mod tests {
             Demote::NoTier
         );
         let disk = mount(record_bytes(8192));
-        tiers.mount(owner, &disk);
+        tiers.mount(owner, &disk, 1).unwrap();
         let Demote::Started(task) =
             tiers.start_demotion(owner, "k", 1, &replica(8192), Arc::clone(&range))
         else {
@@ -495,8 +532,8 @@ mod tests {
         let tiers = Arc::new(DiskTiers::default());
         let (old, new) = (Uuid::random(), Uuid::random());
         let disk = mount(1 << 30);
-        tiers.mount(old, &disk);
-        tiers.mount(new, &disk);
+        tiers.mount(old, &disk, 1).unwrap();
+        tiers.mount(new, &disk, 1).unwrap();
         assert_eq!(tiers.tier_of(old), None);
         assert_eq!(tiers.resolve(disk.disk).map(|(c, _)| c), Some(new));
         let waiter = {
@@ -504,7 +541,7 @@ mod tests {
             std::thread::spawn(move || tiers.take_tasks(new, Duration::from_secs(10)))
         };
         std::thread::sleep(Duration::from_millis(20));
-        tiers.queue_delete(disk.disk, "k", 5, 10);
+        drop(tiers.hold("k", 10, disk.disk, 5));
         let tasks = waiter.join().unwrap().unwrap();
         assert_eq!(
             tasks,

@@ -15,7 +15,8 @@ use super::objects::{DiskCopyRef, DiskLocation, Shard};
 use super::service::MasterService;
 use crate::error::{fail, ErrorCode, Result};
 use crate::types::{
-    ClientId, DeploymentMode, DiskMount, DiskMountPage, DiskObject, DiskReport, DiskTask, Uuid,
+    ClientId, DeploymentMode, DiskMount, DiskMountAnswer, DiskMountPage, DiskObject, DiskReport,
+    DiskTask, Uuid,
 };
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,7 @@ impl MasterService {
         client: ClientId,
         mount: DiskMount,
         page: DiskMountPage,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<DiskMountAnswer> {
         self.require_mode(DeploymentMode::Centralized)?;
         // Only a client the master knows: one it expired (or a restarted master) must first
         // learn so at its next ping and remount its segment; registering it here would answer
@@ -42,8 +43,11 @@ impl MasterService {
         }
         let tier = mount.disk;
         let number = match page.first {
-            true => self.disks.mount(client, &mount),
-            false => self.disks.mount_of(client, tier)?,
+            true => self.disks.mount(client, &mount, page.attempt)?,
+            false => {
+                self.disks.continue_mount(client, tier, page.mount)?;
+                page.mount
+            }
         };
         let kept: Vec<bool> = page
             .held
@@ -60,13 +64,18 @@ impl MasterService {
             self.disks.finish_mount(tier);
             tracing::info!(%client, %tier, "disk tier mounted");
         }
-        Ok(kept)
+        Ok(DiskMountAnswer {
+            mount: number,
+            kept,
+        })
     }
 
-    /// Whether the master lists `object` on `tier` (same key, generation and size): only then
-    /// may its owner keep the record, and the copy is marked confirmed by mount `number`. A
-    /// record the master does not know is never adopted: it may hold a value removed or
-    /// overwritten since, or the bytes of a refused demotion.
+    /// Whether the owner keeps `object` on `tier`: the master lists it there (same key,
+    /// generation and size; the copy is then marked confirmed by mount `number`), or a
+    /// [`super::disk_tiers::DiskHold`] still holds it (a pin or a lease-bound removal of a
+    /// value removed or overwritten since: its reader still reads it). Any other record is
+    /// never adopted: it may hold a value removed or overwritten since, or the bytes of a
+    /// refused demotion.
     fn confirm_held(&self, tier: Uuid, number: u64, object: &DiskObject) -> bool {
         let listed = DiskLocation {
             tier,
@@ -83,7 +92,10 @@ impl MasterService {
                 copy.mount = number;
                 true
             }
-            None => false,
+            None => {
+                drop(shard);
+                self.disks.is_held(tier, object.generation)
+            }
         }
     }
 
@@ -294,8 +306,83 @@ mod tests {
 
     const SIZE: u64 = 256 << 10;
 
-    fn page(first: bool, last: bool, held: Vec<DiskObject>) -> DiskMountPage {
-        DiskMountPage { first, last, held }
+    /// The first page of the owner's mount attempt `attempt`.
+    fn first_page(attempt: u64, last: bool, held: Vec<DiskObject>) -> DiskMountPage {
+        DiskMountPage {
+            first: true,
+            mount: 0,
+            attempt,
+            last,
+            held,
+        }
+    }
+
+    /// A later page of mount `mount`.
+    fn next_page(mount: u64, last: bool, held: Vec<DiskObject>) -> DiskMountPage {
+        DiskMountPage {
+            first: false,
+            mount,
+            attempt: 0,
+            last,
+            held,
+        }
+    }
+
+    fn tier() -> DiskMount {
+        DiskMount {
+            disk: Uuid::random(),
+            endpoint: "127.0.0.1:1".into(),
+            capacity: u64::MAX,
+            used: 0,
+        }
+    }
+
+    /// Mounts `mount` for `owner` empty, then puts 8 values of [`SIZE`] into its 1 MiB
+    /// segment, demoting what eviction hands over; returns the keys on disk (at least 3).
+    fn fill_tier(
+        master: &super::MasterService,
+        owner: crate::types::ClientId,
+        mount: &DiskMount,
+    ) -> Vec<String> {
+        let mount = mount.clone();
+        let first = master.mount_disk(owner, mount, first_page(1, true, Vec::new()));
+        assert_eq!(first.map(|a| a.kept), Ok(Vec::new()));
+        for i in 0..8 {
+            let key = format!("k{i}");
+            let until = Instant::now() + Duration::from_secs(10);
+            let written = loop {
+                match grant(master, owner, &key, SIZE) {
+                    Err(ErrorCode::NoAvailableHandle) if Instant::now() < until => {
+                        demote_all(master, owner, 1);
+                    }
+                    other => break other,
+                }
+            };
+            let token = written.expect("granted").token;
+            one(master.batch_put_end(owner, vec![key], vec![token])).unwrap();
+        }
+        let disk = demote_all(master, owner, 0);
+        let on_disk: Vec<String> = (0..8)
+            .map(|i| format!("k{i}"))
+            .filter(|k| {
+                let answer = one(master.batch_get_replica_list(vec![k.clone()]));
+                answer.is_ok_and(|q| q.replicas.iter().any(|r| r.disk.is_some()))
+            })
+            .collect();
+        assert!(
+            on_disk.len() >= 3,
+            "on disk: {on_disk:?} ({} reported)",
+            disk.len()
+        );
+        on_disk
+    }
+
+    fn listed(key: &str, generation: u64) -> DiskObject {
+        DiskObject {
+            key: key.into(),
+            generation,
+            size: SIZE,
+        }
     }
 
     /// Demotes every task the owner gets until `keys` objects are on disk; returns them.
@@ -337,63 +424,21 @@ mod tests {
     #[test]
     fn a_paged_mount_keeps_what_its_pages_confirm() {
         let (master, owner, _) = setup(fast_config(), 1 << 20);
-        let mount = DiskMount {
-            disk: Uuid::random(),
-            endpoint: "127.0.0.1:1".into(),
-            capacity: u64::MAX,
-            used: 0,
-        };
-        let first = master.mount_disk(owner, mount.clone(), page(true, true, Vec::new()));
-        assert_eq!(first, Ok(Vec::new()));
-        // Fill the 1 MiB segment past full: eviction demotes to the tier.
-        for i in 0..8 {
-            let key = format!("k{i}");
-            let until = Instant::now() + Duration::from_secs(10);
-            let written = loop {
-                match grant(&master, owner, &key, SIZE) {
-                    Err(ErrorCode::NoAvailableHandle) if Instant::now() < until => {
-                        demote_all(&master, owner, 1);
-                    }
-                    other => break other,
-                }
-            };
-            let token = written.expect("granted").token;
-            one(master.batch_put_end(owner, vec![key], vec![token])).unwrap();
-        }
-        let disk = demote_all(&master, owner, 0);
-        let on_disk: Vec<String> = (0..8)
-            .map(|i| format!("k{i}"))
-            .filter(|k| {
-                let answer = one(master.batch_get_replica_list(vec![k.clone()]));
-                answer.is_ok_and(|q| q.replicas.iter().any(|r| r.disk.is_some()))
-            })
-            .collect();
-        assert!(
-            on_disk.len() >= 3,
-            "on disk: {on_disk:?} ({} reported)",
-            disk.len()
-        );
-        let listed = |key: &str, generation| DiskObject {
-            key: key.into(),
-            generation,
-            size: SIZE,
-        };
+        let mount = tier();
+        let on_disk = fill_tier(&master, owner, &mount);
         let generation = |key: &str| super::super::tests::current_token(&master, key).0;
         let (a, b, c) = (&on_disk[0], &on_disk[1], &on_disk[2]);
         // A page that is not first from another client: no mount in progress.
-        let stranger = master.mount_disk(Uuid::random(), mount.clone(), page(false, true, vec![]));
+        let stranger = master.mount_disk(Uuid::random(), mount.clone(), next_page(1, true, vec![]));
         assert_eq!(stranger, Err(ErrorCode::ClientNotFound));
         // Two pages: a and b confirmed, a bogus record refused; c was not reported.
         let page_one = vec![listed(a, generation(a))];
         let page_two = vec![listed(b, generation(b)), listed("nobody", 1)];
-        assert_eq!(
-            master.mount_disk(owner, mount.clone(), page(true, false, page_one)),
-            Ok(vec![true])
-        );
-        assert_eq!(
-            master.mount_disk(owner, mount, page(false, true, page_two)),
-            Ok(vec![true, false])
-        );
+        let started = master.mount_disk(owner, mount.clone(), first_page(2, false, page_one));
+        let started = started.unwrap();
+        assert_eq!(started.kept, vec![true]);
+        let ended = master.mount_disk(owner, mount, next_page(started.mount, true, page_two));
+        assert_eq!(ended.map(|a| a.kept), Ok(vec![true, false]));
         for (key, kept) in [(a, true), (b, true), (c, false)] {
             let answer = one(master.batch_get_replica_list(vec![key.clone()]));
             match kept {
@@ -403,19 +448,62 @@ mod tests {
         }
     }
 
+    /// A mount keeps a record whose object is gone while a pin still holds it (the pinned
+    /// reader reads it later), and deletes it once the pin goes; pages of an older mount or
+    /// attempt never apply to a later one.
+    #[test]
+    fn a_mount_keeps_what_a_reader_holds_and_refuses_stale_pages() {
+        let (master, owner, _) = setup(fast_config(), 1 << 20);
+        let mount = tier();
+        let on_disk = fill_tier(&master, owner, &mount);
+        let generation = |key: &str| super::super::tests::current_token(&master, key).0;
+        let (a, b) = (on_disk[0].clone(), on_disk[1].clone());
+        let (gen_a, gen_b) = (generation(&a), generation(&b));
+        let pinned = one(master.batch_pin(owner, vec![a.clone()])).unwrap();
+        assert!(pinned.query.replicas[0].disk.is_some(), "pinned on disk");
+        one(master.batch_remove(vec![a.clone()], true)).unwrap();
+        // The owner goes away and comes back (a restart on its directory, or an expiry).
+        master.unmount_disk(owner).unwrap();
+        let held = vec![listed(&a, gen_a), listed(&b, gen_b)];
+        let remount = master.mount_disk(owner, mount.clone(), first_page(2, true, held));
+        let remount = remount.unwrap();
+        assert_eq!(remount.kept, vec![true, true], "the pinned record is kept");
+        // A page answered late: an older attempt, or a page of an older mount.
+        let late_first = master.mount_disk(owner, mount.clone(), first_page(1, true, vec![]));
+        assert_eq!(late_first.map(|a| a.mount), Err(ErrorCode::TryAgain));
+        let late_page = next_page(remount.mount - 1, true, vec![]);
+        let late_page = master.mount_disk(owner, mount.clone(), late_page);
+        assert_eq!(late_page.map(|a| a.mount), Err(ErrorCode::TryAgain));
+        let b_answer = one(master.batch_get_replica_list(vec![b.clone()]));
+        assert!(
+            b_answer.is_ok_and(|q| q.replicas[0].disk.is_some()),
+            "b kept"
+        );
+        // The pin goes: the record's deletion is queued to the owner.
+        master.unpin(owner, vec![pinned.pin_id]).unwrap();
+        let deletion = DiskTask::Delete {
+            key: a.clone(),
+            generation: gen_a,
+        };
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut tasks = Vec::new();
+        while !tasks.contains(&deletion) && Instant::now() < until {
+            tasks.extend(master.disk_tasks(owner).unwrap());
+        }
+        assert!(tasks.contains(&deletion), "{tasks:?}");
+        // And a later mount no longer keeps it.
+        let held = vec![listed(&a, gen_a)];
+        let last = master.mount_disk(owner, mount, first_page(3, true, held));
+        assert_eq!(last.map(|a| a.kept), Ok(vec![false]));
+    }
+
     /// A client the master expired (or never knew) cannot mount a tier: registering it there
     /// would answer its next ping `Ok`, and it would never remount its segment.
     #[test]
     fn an_unknown_client_mounts_no_tier_and_still_hears_it_must_remount() {
         let (master, _, _) = setup(fast_config(), 1 << 20);
         let stranger = Uuid::random();
-        let mount = DiskMount {
-            disk: Uuid::random(),
-            endpoint: "127.0.0.1:1".into(),
-            capacity: u64::MAX,
-            used: 0,
-        };
-        let answer = master.mount_disk(stranger, mount, page(true, true, Vec::new()));
+        let answer = master.mount_disk(stranger, tier(), first_page(1, true, Vec::new()));
         assert_eq!(answer, Err(ErrorCode::ClientNotFound));
         let ping = master.ping(stranger).unwrap();
         assert_eq!(ping.status, crate::types::ClientStatus::NeedRemount);

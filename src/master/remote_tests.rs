@@ -209,13 +209,13 @@ impl MasterApi for Fixture {
         _: ClientId,
         _: crate::types::DiskMount,
         page: crate::types::DiskMountPage,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<crate::types::DiskMountAnswer> {
         self.record("mount_disk");
-        Ok(page
-            .held
-            .iter()
-            .map(|o| !o.key.starts_with("bad"))
-            .collect())
+        let kept = page.held.iter().map(|o| !o.key.starts_with("bad"));
+        Ok(crate::types::DiskMountAnswer {
+            mount: 1,
+            kept: kept.collect(),
+        })
     }
     fn unmount_disk(&self, _: ClientId) -> Result<()> {
         self.record("unmount_disk");

@@ -31,9 +31,9 @@ use super::MasterApi;
 use crate::error::{fail, ErrorCode, Result};
 use crate::spin::deadline;
 use crate::types::{
-    ClientId, ClientStatus, DeploymentMode, DiskMount, DiskMountPage, DiskReport, DiskTask,
-    P2pOwner, P2pRoute, PingResponse, PinnedObject, QueryResult, ReplicateConfig, Segment,
-    SegmentId, WriteGrant, WriteToken, STORE_VERSION,
+    ClientId, ClientStatus, DeploymentMode, DiskMount, DiskMountAnswer, DiskMountPage, DiskReport,
+    DiskTask, P2pOwner, P2pRoute, PingResponse, PinnedObject, QueryResult, ReplicateConfig,
+    Segment, SegmentId, WriteGrant, WriteToken, STORE_VERSION,
 };
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -478,7 +478,7 @@ impl MasterApi for MasterService {
         client: ClientId,
         mount: DiskMount,
         page: DiskMountPage,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<DiskMountAnswer> {
         self.mount_disk_tier(client, mount, page)
     }
 

@@ -326,10 +326,11 @@ struct Worker {
 impl Worker {
     fn run(self) {
         IN_WORKER.with(|flag| flag.set(true));
-        let mut mounted = false;
+        let (mut mounted, mut attempt) = (false, 0);
         while !self.stop.load(Ordering::Acquire) && self.source.strong_count() > 0 {
             if !mounted {
-                match self.mount() {
+                attempt += 1;
+                match self.mount(attempt) {
                     Ok(()) => mounted = true,
                     Err(_) => {
                         std::thread::sleep(RETRY_PAUSE);
@@ -348,7 +349,7 @@ impl Worker {
 
     /// Mounts the tier: reports what it holds, [`MOUNT_PAGE`] records per call, and deletes
     /// what the master refuses.
-    fn mount(&self) -> Result<()> {
+    fn mount(&self, attempt: u64) -> Result<()> {
         let held: Vec<DiskObject> = self
             .core
             .store
@@ -374,17 +375,20 @@ impl Worker {
             true => vec![&[]],
             false => held.chunks(MOUNT_PAGE).collect(),
         };
-        let mut dropped = 0;
+        let (mut dropped, mut number) = (0, 0);
         for (i, page) in pages.iter().enumerate() {
             let request = DiskMountPage {
                 first: i == 0,
+                mount: number,
+                attempt,
                 last: i + 1 == pages.len(),
                 held: page.to_vec(),
             };
-            let kept = self
+            let answer = self
                 .master
                 .mount_disk(self.client, mount.clone(), request)?;
-            let refused = page.iter().zip(&kept).filter(|(_, kept)| !**kept);
+            number = answer.mount;
+            let refused = page.iter().zip(&answer.kept).filter(|(_, kept)| !**kept);
             for (object, _) in refused {
                 let removed = self.core.store.remove(&object.key, object.generation);
                 dropped += removed.unwrap_or(false) as usize;
