@@ -11,8 +11,8 @@ use crate::alloc::Allocation;
 use crate::error::{fail, ErrorCode, Result};
 use crate::types::{BufferDescriptor, ClientId, DiskMount, DiskTask, Uuid};
 use parking_lot::{Condvar, Mutex};
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// A demotion not reported within this long is given up: its memory range is released and a
@@ -25,6 +25,15 @@ const MAX_DEMOTIONS_IN_FLIGHT: usize = 256;
 const TASKS_PER_POLL: usize = 1024;
 /// Bytes a record takes beyond its value: the header block, and padding to 4 KiB.
 const RECORD_BLOCK: u64 = 4096;
+/// A tier fuller than this share of its capacity is trimmed (its oldest objects evicted)...
+const TRIM_HIGH_WATERMARK: f64 = 0.95;
+/// ...down to this share.
+const TRIM_LOW_WATERMARK: f64 = 0.90;
+/// Most held records one trim of one tier looks at (a tier of pinned records costs a bounded
+/// scan per eviction round).
+pub(super) const TRIM_SCAN: usize = 4096;
+/// How often a stuck tier (its last trim freed nothing) is trimmed again.
+const TRIM_RETRY: Duration = Duration::from_secs(1);
 
 /// Record bytes a value of `size` bytes takes on disk (header block + padded payload).
 pub(super) fn record_bytes(size: u64) -> u64 {
@@ -60,17 +69,38 @@ impl DiskTiers {
         tier: Uuid,
         generation: u64,
     ) -> Arc<DiskHold> {
-        let mut inner = self.inner.lock();
-        *inner.holds.entry((tier, generation)).or_default() += 1;
-        drop(inner);
-        Arc::new(DiskHold {
+        let hold = Arc::new(DiskHold {
             tiers: Arc::clone(self),
             tier,
             key: key.to_string(),
             generation,
             size,
-        })
+        });
+        let mut inner = self.inner.lock();
+        let records = inner.held.entry(tier).or_default();
+        let record = records.entry(generation).or_insert_with(|| HeldRecord {
+            holds: 0,
+            hold: Weak::new(),
+        });
+        record.holds += 1;
+        record.hold = Arc::downgrade(&hold);
+        hold
     }
+}
+
+/// A record some [`DiskHold`]s keep.
+struct HeldRecord {
+    /// Live holds (one per record, but counted: a second never frees the first's record).
+    holds: u32,
+    /// The latest hold (its key and size, for trimming).
+    hold: Weak<DiskHold>,
+}
+
+/// An object a trim may evict from a tier: the record of `key` at `generation`.
+pub(super) struct TrimCandidate {
+    pub key: String,
+    pub generation: u64,
+    pub size: u64,
 }
 
 /// One mounted tier.
@@ -87,6 +117,13 @@ struct Tier {
     /// Record bytes held or reserved by demotions in flight (the master's estimate; the
     /// owner's own check is authoritative).
     used: u64,
+    /// The largest record a demotion found no room for since the last trim.
+    wanted: u64,
+    /// The last trim that had to free bytes freed none (everything is leased or pinned):
+    /// victims that do not fit are dropped instead of waiting for room.
+    stuck: bool,
+    /// When the last trim ran (a stuck tier is trimmed again only [`TRIM_RETRY`] later).
+    trimmed_at: Option<Instant>,
     queue: VecDeque<DiskTask>,
 }
 
@@ -97,8 +134,11 @@ pub(super) enum Demote {
     Started(u64),
     /// The owner has no tier mounted: evict as without one.
     NoTier,
-    /// The tier has no room: evict (the object is dropped).
+    /// The tier has no room and cannot make any (all it holds is leased or pinned): evict
+    /// (the object is dropped).
     Full,
+    /// The tier has no room yet; its next trim makes some: leave the object in memory.
+    Trimming,
     /// The tier has [`MAX_DEMOTIONS_IN_FLIGHT`] demotions in flight: leave the object.
     Busy,
 }
@@ -125,9 +165,9 @@ struct Inner {
     /// objects wait, unreadable, until the tier is mounted again or the deadline passes.
     awaited: HashMap<Uuid, Instant>,
     pending: HashMap<u64, Demotion>,
-    /// Live [`DiskHold`]s per record, by (tier, generation): write tokens are unique across
-    /// keys, so the pair names one record.
-    holds: HashMap<(Uuid, u64), u32>,
+    /// Held records per tier (mounted or not), by generation: write tokens are unique
+    /// across keys and increase with time, so the first entries are the oldest values.
+    held: HashMap<Uuid, BTreeMap<u64, HeldRecord>>,
     next_task: u64,
     next_mount: u64,
 }
@@ -177,6 +217,9 @@ impl DiskTiers {
                 confirmed: 0,
                 capacity: mount.capacity,
                 used: mount.used,
+                wanted: 0,
+                stuck: false,
+                trimmed_at: None,
                 queue: queue.unwrap_or_default(),
             },
         );
@@ -313,7 +356,11 @@ impl DiskTiers {
         };
         let bytes = record_bytes(replica.size);
         if tier.used.saturating_add(bytes) > tier.capacity {
-            return Demote::Full;
+            tier.wanted = tier.wanted.max(bytes);
+            return match tier.stuck {
+                true => Demote::Full,
+                false => Demote::Trimming,
+            };
         }
         tier.used += bytes;
         tier.queue.push_back(DiskTask::Demote {
@@ -342,7 +389,60 @@ impl DiskTiers {
     /// Whether a [`DiskHold`] on tier `tier`'s record at `generation` lives (a reader may
     /// still read it: the owner keeps it).
     pub(super) fn is_held(&self, tier: Uuid, generation: u64) -> bool {
-        self.inner.lock().holds.contains_key(&(tier, generation))
+        let inner = self.inner.lock();
+        let records = inner.held.get(&tier);
+        records.is_some_and(|records| records.contains_key(&generation))
+    }
+
+    /// The mounted tiers to trim, with the record bytes each should free: those above
+    /// [`TRIM_HIGH_WATERMARK`] of their capacity, or short of room for a demotion, down to
+    /// [`TRIM_LOW_WATERMARK`] (and room for that demotion).
+    /// A tier below both ends its stuck state; a stuck one is due again [`TRIM_RETRY`] after
+    /// its last trim (`now`).
+    pub(super) fn over_watermark(&self, now: Instant) -> Vec<(Uuid, u64)> {
+        let mut inner = self.inner.lock();
+        let excess = |t: &mut Tier| {
+            let mark = |share: f64| (t.capacity as f64 * share) as u64;
+            let need = t.used.saturating_add(t.wanted);
+            let over = t.used > mark(TRIM_HIGH_WATERMARK) || need > t.capacity;
+            t.stuck &= over;
+            let since = |at: Instant| now.saturating_duration_since(at);
+            let resting = t.stuck && t.trimmed_at.is_some_and(|at| since(at) < TRIM_RETRY);
+            (over && !resting).then(|| {
+                t.trimmed_at = Some(now);
+                need.saturating_sub(mark(TRIM_LOW_WATERMARK)).max(t.wanted)
+            })
+        };
+        let tiers = inner.tiers.iter_mut();
+        tiers
+            .filter_map(|(id, t)| Some((*id, excess(t)?)))
+            .collect()
+    }
+
+    /// Ends a trim of `tier`; one that made no `progress` (freed nothing, and nothing it saw
+    /// waits only for a read lease to end) leaves the tier stuck: victims that do not fit are
+    /// dropped until a trim progresses.
+    pub(super) fn trimmed(&self, tier: Uuid, progress: bool) {
+        if let Some(tier) = self.inner.lock().tiers.get_mut(&tier) {
+            tier.stuck = !progress;
+            tier.wanted = 0;
+        }
+    }
+
+    /// The oldest records of `tier` a hold still keeps, at most `max`.
+    pub(super) fn oldest(&self, tier: Uuid, max: usize) -> Vec<TrimCandidate> {
+        let holds: Vec<Arc<DiskHold>> = {
+            let inner = self.inner.lock();
+            let records = inner.held.get(&tier).into_iter().flat_map(|r| r.values());
+            records.take(max).filter_map(|r| r.hold.upgrade()).collect()
+        };
+        // Read (and let go of) the holds outside the lock: the last one's drop takes it.
+        let candidate = |hold: &Arc<DiskHold>| TrimCandidate {
+            key: hold.key.clone(),
+            generation: hold.generation,
+            size: hold.size,
+        };
+        holds.iter().map(candidate).collect()
     }
 
     /// Called by a [`DiskHold`] of tier `tier`'s record of `key` at `generation` when it
@@ -350,12 +450,17 @@ impl DiskTiers {
     /// its owner drops what the master neither lists nor holds when it mounts).
     fn release(&self, tier: Uuid, key: &str, generation: u64, size: u64) {
         let mut inner = self.inner.lock();
-        if let Some(count) = inner.holds.get_mut(&(tier, generation)) {
-            *count -= 1;
-            if *count > 0 {
-                return;
+        if let Some(records) = inner.held.get_mut(&tier) {
+            if let Some(record) = records.get_mut(&generation) {
+                record.holds -= 1;
+                if record.holds > 0 {
+                    return;
+                }
+                records.remove(&generation);
             }
-            inner.holds.remove(&(tier, generation));
+            if records.is_empty() {
+                inner.held.remove(&tier);
+            }
         }
         if let Some(tier) = inner.tiers.get_mut(&tier) {
             tier.used = tier.used.saturating_sub(record_bytes(size));
@@ -494,10 +599,14 @@ mod tests {
         else {
             panic!("room for one record");
         };
-        assert_eq!(
-            tiers.start_demotion(owner, "k2", 2, &replica(1), Arc::clone(&range)),
-            Demote::Full
-        );
+        let second = || tiers.start_demotion(owner, "k2", 2, &replica(1), Arc::clone(&range));
+        assert_eq!(second(), Demote::Trimming, "waits for a trim");
+        let excess = tiers.over_watermark(Instant::now());
+        let low = (record_bytes(8192) as f64 * TRIM_LOW_WATERMARK) as u64;
+        let need = record_bytes(8192) + record_bytes(1) - low;
+        assert_eq!(excess, vec![(disk.disk, need)]);
+        tiers.trimmed(disk.disk, false);
+        assert_eq!(second(), Demote::Full, "a trim that freed nothing: dropped");
         assert_eq!(Arc::strong_count(&range), 2, "the demotion holds the range");
         let tasks = tiers.take_tasks(owner, Duration::ZERO).unwrap();
         assert!(matches!(&tasks[..], [DiskTask::Demote { task: t, .. }] if *t == task));

@@ -9,7 +9,7 @@
 //! the rest; the master forgets the copies the owner lacks. Locks: one object shard at a
 //! time, then the tier registry (`service.rs` order).
 
-use super::disk_tiers::{record_bytes, Demote, Demotion};
+use super::disk_tiers::{record_bytes, Demote, Demotion, TRIM_SCAN};
 use super::metrics::Counters;
 use super::objects::{DiskCopyRef, DiskLocation, Shard};
 use super::service::MasterService;
@@ -19,6 +19,15 @@ use crate::types::{
     DiskTask, Uuid,
 };
 use std::time::{Duration, Instant};
+
+/// What [`MasterService::evict_from_disk`] did with one disk object.
+enum DiskEviction {
+    Evicted,
+    /// Evictable once its read lease ends.
+    Leased,
+    /// Pinned, hard-pinned, being written or demoted, back in memory, or gone.
+    Kept,
+}
 
 /// How long an owner's poll for disk work waits when none is queued.
 pub(super) const DISK_POLL: Duration = Duration::from_millis(100);
@@ -252,9 +261,66 @@ impl MasterService {
                 Counters::add(&self.counters.demotions_started, 1);
             }
             Demote::Full => Counters::add(&self.counters.demotions_skipped, 1),
-            Demote::NoTier | Demote::Busy => {}
+            Demote::NoTier | Demote::Busy | Demote::Trimming => {}
         }
         outcome
+    }
+
+    /// Evicts the oldest objects of the tiers above their high watermark or short of room
+    /// for a demotion (see [`super::disk_tiers::DiskTiers::over_watermark`]), skipping those
+    /// leased, pinned, hard-pinned, being written or demoted, or still in memory.
+    pub(super) fn trim_disk_tiers(&self, now: Instant) {
+        for (tier, excess) in self.disks.over_watermark(now) {
+            let (mut freed, mut leased) = (0, false);
+            for candidate in self.disks.oldest(tier, TRIM_SCAN) {
+                if freed >= excess {
+                    break;
+                }
+                match self.evict_from_disk(tier, &candidate.key, candidate.generation, now) {
+                    DiskEviction::Evicted => {
+                        freed += record_bytes(candidate.size);
+                        Counters::add(&self.counters.disk_evicted_objects, 1);
+                        Counters::add(&self.counters.disk_evicted_bytes, candidate.size);
+                    }
+                    DiskEviction::Leased => leased = true,
+                    DiskEviction::Kept => {}
+                }
+            }
+            // Leases end by themselves: a tier short only of them is not stuck.
+            self.disks.trimmed(tier, freed > 0 || leased);
+        }
+    }
+
+    /// Drops `key` if its only replica is its record on `tier` at `generation` and nothing
+    /// reads or writes it (its record is deleted once the removal's deferral ends, like any
+    /// removed value's); says what it did.
+    fn evict_from_disk(
+        &self,
+        tier: Uuid,
+        key: &str,
+        generation: u64,
+        now: Instant,
+    ) -> DiskEviction {
+        let mut shard = self.objects.shard(key);
+        let Some(meta) = shard.get(key) else {
+            return DiskEviction::Kept;
+        };
+        let evictable = meta.disk_at() == Some(DiskLocation { tier, generation })
+            && meta.replicas.is_empty()
+            && meta.write_started().is_none()
+            && !meta.hard_pinned
+            && meta.pins == 0
+            && meta.demoting.is_none();
+        if !evictable {
+            return DiskEviction::Kept;
+        }
+        if meta.has_lease(now) {
+            return DiskEviction::Leased;
+        }
+        if let Some(mut meta) = self.take_object(&mut shard, key) {
+            self.retire(&mut meta, now);
+        }
+        DiskEviction::Evicted
     }
 
     /// Gives up demotions not reported in time: their objects become evictable again.
@@ -495,6 +561,54 @@ mod tests {
         let held = vec![listed(&a, gen_a)];
         let last = master.mount_disk(owner, mount, first_page(3, true, held));
         assert_eq!(last.map(|a| a.kept), Ok(vec![false]));
+    }
+
+    /// A full tier makes room by evicting its oldest unpinned objects, so eviction keeps
+    /// demoting instead of dropping; a pinned record stays.
+    #[test]
+    fn a_full_tier_evicts_its_oldest_unpinned_objects() {
+        let (master, owner, _) = setup(fast_config(), 1 << 20);
+        let mount = DiskMount {
+            capacity: 3 * super::record_bytes(SIZE),
+            ..tier()
+        };
+        let on_disk = fill_tier(&master, owner, &mount);
+        let generation = |key: &str| super::super::tests::current_token(&master, key).0;
+        let on_disk_now = |key: &str| {
+            let answer = one(master.batch_get_replica_list(vec![key.to_string()]));
+            answer.is_ok_and(|q| q.replicas.iter().any(|r| r.disk.is_some()))
+        };
+        let evicted = master.metrics().disk.disk_evicted_objects;
+        assert!(
+            evicted >= 1,
+            "evicted from disk: {evicted}, on disk: {on_disk:?}"
+        );
+        assert_eq!(master.metrics().disk.demotions_skipped, 0);
+        // Ages are write order: the first value demoted went first.
+        assert!(!on_disk.contains(&"k0".to_string()), "{on_disk:?}");
+        // Pin the oldest on disk, then push more through: it stays, the others go.
+        let oldest = on_disk[0].clone();
+        let pinned = one(master.batch_pin(owner, vec![oldest.clone()])).unwrap();
+        let gen_oldest = generation(&oldest);
+        for i in 8..16 {
+            let key = format!("k{i}");
+            let until = Instant::now() + Duration::from_secs(10);
+            let written = loop {
+                match grant(&master, owner, &key, SIZE) {
+                    Err(ErrorCode::NoAvailableHandle) if Instant::now() < until => {
+                        demote_all(&master, owner, 1);
+                    }
+                    other => break other,
+                }
+            };
+            let token = written.expect("granted").token;
+            one(master.batch_put_end(owner, vec![key], vec![token])).unwrap();
+        }
+        demote_all(&master, owner, 0);
+        assert!(on_disk_now(&oldest), "the pinned object stays on disk");
+        assert_eq!(generation(&oldest), gen_oldest);
+        assert!(!on_disk_now(&on_disk[1]), "an unpinned older one went");
+        master.unpin(owner, vec![pinned.pin_id]).unwrap();
     }
 
     /// A client the master expired (or never knew) cannot mount a tier: registering it there

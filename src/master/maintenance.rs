@@ -30,6 +30,7 @@ impl MasterService {
         self.deferred.release_due(now);
         self.reclaim_abandoned_writes(now);
         self.expire_demotions(now);
+        self.trim_disk_tiers(now);
         self.evict_if_needed(now);
     }
 
@@ -180,10 +181,10 @@ impl MasterService {
                 continue;
             }
             // Demoted to the owner's disk tier when it has one with room, else dropped; left
-            // in memory while the tier has its fill of demotions in flight.
+            // in memory while the tier has its fill of demotions in flight, or makes room.
             match self.start_demotion(&mut shard, &victim.key) {
                 Demote::Started(_) => objects += 1,
-                Demote::Busy => {}
+                Demote::Busy | Demote::Trimming => {}
                 Demote::NoTier | Demote::Full => {
                     if let Some(meta) = self.take_object(&mut shard, &victim.key) {
                         self.count_evicted(&meta);

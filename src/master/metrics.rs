@@ -21,6 +21,8 @@ pub(crate) struct Counters {
     pub disk_replicas_lost: AtomicU64,
     pub demotions_skipped: AtomicU64,
     pub disk_objects_refused: AtomicU64,
+    pub disk_evicted_objects: AtomicU64,
+    pub disk_evicted_bytes: AtomicU64,
 }
 
 impl Counters {
@@ -105,8 +107,13 @@ pub struct DiskTierMetrics {
     pub demotions_in_flight: u64,
     /// Disk replicas an owner reported unreadable (forgotten).
     pub disk_replicas_lost: u64,
-    /// Evicted objects dropped because their owner's tier was full.
+    /// Evicted objects dropped because their owner's tier was full of leased or pinned
+    /// records.
     pub demotions_skipped: u64,
+    /// Objects evicted from a disk tier to make room (oldest first).
+    pub disk_evicted_objects: u64,
+    /// Their value bytes.
+    pub disk_evicted_bytes: u64,
     /// Records an owner held that the master did not list (the owner deleted them).
     pub disk_objects_refused: u64,
 }
@@ -162,6 +169,18 @@ impl DiskTierMetrics {
                 "counter",
                 "Evictions dropped: the owner's tier was full",
                 self.demotions_skipped,
+            ),
+            (
+                "disk_evicted_objects_total",
+                "counter",
+                "Objects evicted from a disk tier to make room",
+                self.disk_evicted_objects,
+            ),
+            (
+                "disk_evicted_bytes_total",
+                "counter",
+                "Value bytes evicted from a disk tier",
+                self.disk_evicted_bytes,
             ),
             (
                 "disk_objects_refused_total",

@@ -250,6 +250,8 @@ impl MasterService {
                 demotions_in_flight: self.disks.demotions_in_flight() as u64,
                 disk_replicas_lost: load(&self.counters.disk_replicas_lost),
                 demotions_skipped: load(&self.counters.demotions_skipped),
+                disk_evicted_objects: load(&self.counters.disk_evicted_objects),
+                disk_evicted_bytes: load(&self.counters.disk_evicted_bytes),
                 disk_objects_refused: load(&self.counters.disk_objects_refused),
             },
         }

@@ -109,7 +109,6 @@ impl DiskTierSettings {
 struct TierCore {
     store: DiskStore,
     disk: Uuid,
-    capacity: u64,
     /// Lost records not yet reported to the master.
     lost: Mutex<Vec<DiskReport>>,
 }
@@ -195,7 +194,6 @@ impl OwnDiskTier {
         let core = Arc::new(TierCore {
             store,
             disk,
-            capacity: settings.capacity,
             lost: Mutex::new(Vec::new()),
         });
         let bind: SocketAddr = match format!("{host}:0").parse() {
@@ -365,10 +363,7 @@ impl Worker {
         let mount = DiskMount {
             disk: self.core.disk,
             endpoint: self.endpoint.clone(),
-            capacity: match self.core.capacity {
-                0 => u64::MAX,
-                limit => limit,
-            },
+            capacity: self.core.store.room()?,
             used: stats.used_bytes,
         };
         let pages: Vec<&[DiskObject]> = match held.is_empty() {

@@ -399,8 +399,11 @@ impl DiskStore {
         Ok(())
     }
 
-    /// Refuses a write that would leave less than [`FREE_RESERVE`] free on the filesystem.
-    fn check_free(&self, need: u64) -> Result<()> {
+    /// Bytes free on the store's filesystem (for unprivileged users).
+    ///
+    /// Errors: `INVALID_PARAMS` for a directory name holding a NUL; `FILE_WRITE_FAIL` when
+    /// `statvfs` fails (counted in `io_errors`).
+    fn filesystem_free(&self) -> Result<u64> {
         let Ok(path) = std::ffi::CString::new(self.dir.as_os_str().as_bytes()) else {
             return fail(ErrorCode::InvalidParams, "directory name holds a NUL");
         };
@@ -410,7 +413,23 @@ impl DiskStore {
         if unsafe { libc::statvfs(path.as_ptr(), &mut vfs) } != 0 {
             return self.write_error(&self.dir, io::Error::last_os_error());
         }
-        let free = (vfs.f_bavail as u64).saturating_mul(vfs.f_frsize as u64);
+        Ok((vfs.f_bavail as u64).saturating_mul(vfs.f_frsize as u64))
+    }
+
+    /// The record bytes the store may hold: its capacity, or without one, what it holds
+    /// plus what the filesystem has free beyond [`FREE_RESERVE`]. Errors: see
+    /// `filesystem_free`.
+    pub(crate) fn room(&self) -> Result<u64> {
+        if self.capacity > 0 {
+            return Ok(self.capacity);
+        }
+        let free = self.filesystem_free()?.saturating_sub(FREE_RESERVE);
+        Ok(self.state.lock().stats.used_bytes.saturating_add(free))
+    }
+
+    /// Refuses a write that would leave less than [`FREE_RESERVE`] free on the filesystem.
+    fn check_free(&self, need: u64) -> Result<()> {
+        let free = self.filesystem_free()?;
         if free < need.saturating_add(FREE_RESERVE) {
             self.state.lock().stats.full += 1;
             return fail(
