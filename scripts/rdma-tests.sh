@@ -6,6 +6,7 @@
 # the tests' (124: the VM timed out, 125: the VM did not start).
 #
 #   scripts/rdma-tests.sh            # lib verbs tests, tests/rdma.rs, device memory over RDMA,
+#                                    # the SSD tier's disk faults (dm error target, a full disk),
 #                                    # and the SIGBUS-guard tests (they need a kernel of their own)
 #   RDMA_VM_TOOL=/path/run-in-rdma-vm.sh RDMA_VM_LIMIT_S=480 scripts/rdma-tests.sh
 set -euo pipefail
@@ -32,7 +33,9 @@ echo "== building the RDMA test binaries"
 lib="$(executable --lib)"
 itest="$(executable --test rdma)"
 devtest="$(executable --test device_standin)"
-[ -x "$lib" ] && [ -x "$itest" ] && [ -x "$devtest" ] || { echo "test binaries not found" >&2; exit 1; }
+ssdtest="$(executable --test ssd_tier)"
+[ -x "$lib" ] && [ -x "$itest" ] && [ -x "$devtest" ] && [ -x "$ssdtest" ] ||
+  { echo "test binaries not found" >&2; exit 1; }
 
 echo "== running them in the RDMA VM (limit ${limit}s)"
 # MC_SAME_HOST=0: the "two nodes" are processes of one host, which would otherwise exchange
@@ -69,6 +72,11 @@ echo "== running them in the RDMA VM (limit ${limit}s)"
     ! grep 'skipped:' \$log || { echo 'the device-memory RDMA test skipped inside the VM' >&2; exit 1; }
     grep -q '1 passed' \$log || { echo 'no device-memory RDMA test ran' >&2; exit 1; }
   done
+  # The SSD tier over a real full disk and a real EIO (device-mapper's error target).
+  echo '-- tests/ssd_tier.rs: a full disk and EIO under the tier'
+  '$ssdtest' in_the_vm --test-threads=1 2>&1 | tee \$log
+  ! grep 'skipped:' \$log || { echo 'the disk fault test skipped inside the VM' >&2; exit 1; }
+  grep -q 'test result: ok. 1 passed' \$log || { echo 'the disk fault test did not run and pass' >&2; exit 1; }
   # Last, one at a time: the SIGBUS tests switch this kernel to strict overcommit for a moment
   # (a test that dies there leaves it strict, and nothing after it could start).
   echo '-- lib: holes punched in shared files under strict overcommit (SIGBUS guard)'

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the project on a fresh machine: installs the Debian packages the C/C++
-# tests, the etcd tests (etcd-server) and the etcd client's build (protobuf-compiler) need
-# (when missing), then cargo fmt/clippy checks, cargo tests (with a bounded chaos
+# tests, the etcd tests (etcd-server), the etcd client's build (protobuf-compiler) and the
+# SSD tier's disk-fault test in the VM (e2fsprogs, dmsetup) need (when missing), then cargo fmt/clippy checks, cargo tests (with a bounded chaos
 # soak and the network fuzzer; the library's and the single-process suites once more with
 # debug assertions and overflow checks), the RDMA leg in the soft-RoCE VM (scripts/rdma-tests.sh, which
 # installs its own packages), a bounded run of every cargo-fuzz target
@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in cmake g++ libgtest-dev etcd-server protobuf-compiler; do
+for pkg in cmake g++ libgtest-dev etcd-server protobuf-compiler e2fsprogs dmsetup; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -414,3 +414,157 @@ fn a_full_tier_evicts_its_oldest_objects_and_the_pool_keeps_serving() {
     );
     assert_eq!(master.gauge("demotions_skipped_total"), 0, "none dropped");
 }
+
+/// A small ext4 filesystem on a device-mapper device over a loop file, whose table the test
+/// switches to `error` (every I/O fails with EIO). Needs root and the kernel's dm and loop
+/// drivers: the soft-RoCE VM (`scripts/rdma-tests.sh`) has them. Torn down on drop.
+struct FaultyDisk {
+    name: String,
+    image: PathBuf,
+    loop_dev: String,
+    mount: PathBuf,
+    sectors: u64,
+}
+
+/// Runs `program args`, returning its stdout; panics with its stderr on failure.
+fn run(program: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{program} {args:?}: {err}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl FaultyDisk {
+    /// A `mib` MiB filesystem mounted on a fresh directory.
+    fn new(mib: u64) -> FaultyDisk {
+        let tag = format!("mc-ssd-{}", std::process::id());
+        let image = std::env::temp_dir().join(format!("{tag}.img"));
+        let file = std::fs::File::create(&image).unwrap();
+        file.set_len(mib * MIB).unwrap();
+        for module in ["loop", "dm-mod"] {
+            run("modprobe", &[module]);
+        }
+        let loop_dev = run("losetup", &["-f", "--show", image.to_str().unwrap()]);
+        let sectors: u64 = run("blockdev", &["--getsz", &loop_dev]).parse().unwrap();
+        let disk = FaultyDisk {
+            name: tag.clone(),
+            image,
+            loop_dev,
+            mount: std::env::temp_dir().join(&tag),
+            sectors,
+        };
+        // No udev in the VM: the node is made by hand.
+        run("dmsetup", &["create", &tag, "--table", &disk.table("linear")]);
+        run("dmsetup", &["mknodes", &tag]);
+        run("mkfs.ext4", &["-q", &disk.device()]);
+        std::fs::create_dir_all(&disk.mount).unwrap();
+        run("mount", &[&disk.device(), disk.mount.to_str().unwrap()]);
+        disk
+    }
+
+    fn device(&self) -> String {
+        format!("/dev/mapper/{}", self.name)
+    }
+
+    /// The table for `target` over the whole device.
+    fn table(&self, target: &str) -> String {
+        match target {
+            "linear" => format!("0 {} linear {} 0", self.sectors, self.loop_dev),
+            _ => format!("0 {} {target}", self.sectors),
+        }
+    }
+
+    /// From now on every I/O to the filesystem fails with EIO.
+    fn fail_all_io(&self) {
+        run("dmsetup", &["suspend", "--noflush", &self.name]);
+        run("dmsetup", &["load", &self.name, "--table", &self.table("error")]);
+        run("dmsetup", &["resume", &self.name]);
+    }
+
+    /// Bytes free on the filesystem.
+    fn free(&self) -> u64 {
+        let out = run("df", &["-B1", "--output=avail", self.mount.to_str().unwrap()]);
+        out.lines().last().unwrap().trim().parse().unwrap()
+    }
+}
+
+impl Drop for FaultyDisk {
+    fn drop(&mut self) {
+        let quiet = |program: &str, args: &[&str]| {
+            let _ = std::process::Command::new(program).args(args).output();
+        };
+        quiet("umount", &["-l", self.mount.to_str().unwrap()]);
+        quiet("dmsetup", &["remove", "--force", &self.name]);
+        quiet("losetup", &["-d", &self.loop_dev]);
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+/// Counts `prefix-i` gets for `0..count`: (exact, gone, failed); panics on other bytes or
+/// an empty success.
+fn read_all(client: &Client, prefix: &str, count: usize, len: usize) -> (usize, usize, usize) {
+    let (mut exact, mut gone, mut failed) = (0, 0, 0);
+    let mut out = vec![0u8; len];
+    for i in 0..count {
+        out.fill(0);
+        match client.get_into(&format!("{prefix}-{i}"), &mut out) {
+            Ok(n) if n as usize == len && out == value(i, len) => exact += 1,
+            Ok(n) => panic!("{prefix}-{i}: {n} bytes, not its value"),
+            Err(ErrorCode::ObjectNotFound) => gone += 1,
+            Err(_) => failed += 1,
+        }
+    }
+    (exact, gone, failed)
+}
+
+/// A real full disk and a real EIO (device-mapper's `error` target) under the tier: the pool
+/// keeps serving, every get is its exact bytes or an error, never other or empty bytes, and the
+/// master forgets the replicas the disk lost. Runs in the soft-RoCE VM (root, dm, loop).
+#[test]
+fn in_the_vm_a_full_disk_and_eio_keep_the_pool_serving() {
+    if std::env::var_os("RDMA_VM").is_none() {
+        println!("skipped: needs the VM's device-mapper (scripts/rdma-tests.sh runs it)");
+        return;
+    }
+    let disk = FaultyDisk::new(160);
+    let dir = disk.mount.join("tier");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir(dir);
+    let master = Master::start(&["--default_kv_lease_ttl=200"]);
+    let _owner = owner(&master, &dir);
+    let writer = client(&master.addr(), 0, "").expect("writer");
+    let len = 256 * KIB;
+
+    // 1. The disk fills up (another file takes the room): demotions are refused, victims are
+    //    evicted as without a tier, puts go on.
+    let demoted = fill(&writer, "before", 48, len);
+    assert!(!demoted.is_empty(), "some objects reached the disk");
+    let keep = 40 * MIB; // below the tier's 64 MiB reserve
+    let filler = disk.mount.join("filler");
+    let room = disk.free().saturating_sub(keep).to_string();
+    run("fallocate", &["-l", &room, filler.to_str().unwrap()]);
+    let failed_before = master.gauge("demotions_failed_total");
+    fill(&writer, "full", 48, len);
+    assert!(master.gauge("demotions_failed_total") > failed_before, "the full disk refused");
+    let (exact, _, failed) = read_all(&writer, "before", 48, len);
+    assert!(exact >= demoted.len() && failed == 0, "exact {exact}, failed {failed}");
+    std::fs::remove_file(&filler).unwrap();
+
+    // 2. Every I/O fails: disk reads are errors (then the master forgets those replicas),
+    //    memory objects are served, puts go on.
+    disk.fail_all_io();
+    let (_, _, failed) = read_all(&writer, "before", 48, len);
+    assert!(failed > 0, "the disk objects fail to read");
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            read_all(&writer, "before", 48, len).2 == 0
+        }),
+        "the master forgot the replicas the disk lost"
+    );
+    fill(&writer, "after", 48, len);
+    let (exact, _, failed) = read_all(&writer, "after", 48, len);
+    assert!(exact > 0 && failed == 0, "after the fault: exact {exact}, failed {failed}");
+}

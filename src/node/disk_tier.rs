@@ -114,13 +114,16 @@ struct TierCore {
 }
 
 impl TierCore {
-    /// The verified record of `key` at `generation`; a record found corrupt or missing (the
-    /// master named it, so it should be here) is queued as lost for the master, which
-    /// forgets that exact generation only.
+    /// The verified record of `key` at `generation`; a record found corrupt, missing (the
+    /// master named it, so it should be here) or unreadable (an I/O error) is queued as lost
+    /// for the master, which forgets that exact generation only.
     fn read(&self, key: &str, generation: u64) -> Result<crate::storage::ReadRecord> {
         let read = self.store.read(key, generation);
         if let Err(
-            ErrorCode::ChecksumMismatch | ErrorCode::FileNotFound | ErrorCode::ObjectNotFound,
+            ErrorCode::ChecksumMismatch
+            | ErrorCode::FileNotFound
+            | ErrorCode::ObjectNotFound
+            | ErrorCode::FileReadFail,
         ) = read
         {
             self.lost.lock().push(DiskReport::Lost {

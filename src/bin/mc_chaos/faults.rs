@@ -38,6 +38,9 @@ pub const KINDS: &[&str] = &[
     "stop_leader",
     "kill_etcd",
     "partition_leader",
+    "corrupt_record",
+    "truncate_record",
+    "delete_record",
 ];
 
 /// The kinds that act on the HA cell (not drawn in a run without it).
@@ -251,7 +254,7 @@ impl Cluster {
         let mut directory = Directory::new(metadata_port, names, peer_proxy.port);
         let mut owners = Vec::new();
         for (index, port) in owner_ports.iter().enumerate() {
-            let args = vec![
+            let mut args = vec![
                 format!("--master_server_address=127.0.0.1:{master_port}"),
                 "--host=127.0.0.1".into(),
                 format!("--port={port}"),
@@ -265,6 +268,13 @@ impl Cluster {
             let mut owner_env = env();
             if index == PROXIED_OWNER {
                 owner_env.push(("MC_SAME_HOST".into(), "0".into()));
+            }
+            if settings.ssd_limit > 0 {
+                let dir = crate::disk_faults::tier_dir(&settings.dir, index);
+                args.push("--enable_offload".into());
+                args.push(format!("--ssd_offload_path={}", dir.display()));
+                let limit = settings.ssd_limit.to_string();
+                owner_env.push(("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES".into(), limit));
             }
             let mut owner = Proc::new(
                 &format!("owner-{index}"),
@@ -409,6 +419,9 @@ pub fn run(settings: &Settings) -> i32 {
     }
     if cluster.ha.is_none() {
         kinds.retain(|k| !HA_KINDS.contains(k));
+    }
+    if settings.ssd_limit == 0 {
+        kinds.retain(|k| !crate::disk_faults::DISK_KINDS.contains(k));
     }
     match &cluster.netns {
         Ok(ns) => println!(
@@ -662,6 +675,12 @@ fn inject(
             cluster.master.cont();
             "master".into()
         }
+        "corrupt_record" | "truncate_record" | "delete_record" => {
+            let dirs: Vec<std::path::PathBuf> = (0..cluster.owners.len())
+                .map(|index| crate::disk_faults::tier_dir(&settings.dir, index))
+                .collect();
+            crate::disk_faults::inject(&dirs, kind, rng).unwrap_or_else(|| "no record".into())
+        }
         "kill_p2p_owner" | "stop_p2p_owner" => {
             let index = rng.usize(0..cluster.p2p_owners.len());
             let owner = &mut cluster.p2p_owners[index];
@@ -730,6 +749,9 @@ fn inject(
 pub struct Accounting {
     pub live_objects: u64,
     pub live_bytes: u64,
+    /// Live objects whose replica is a disk record, and the record files the tiers hold.
+    pub disk_objects: u64,
+    pub disk_records: u64,
     pub master_objects: Option<u64>,
     pub master_bytes_used: Option<u64>,
     pub active_pins: Option<u64>,
@@ -779,13 +801,29 @@ fn end_checks(
             return accounting;
         }
     };
-    for index in 0..settings.keys {
-        let key = format!("k/{index}");
-        if let Ok(size) = checker.get_size(&key) {
-            accounting.live_objects += 1;
+    let keys: Vec<String> = (0..settings.keys).map(|i| format!("k/{i}")).collect();
+    for query in checker.batch_get_replica_desc(&keys).into_iter().flatten() {
+        accounting.live_objects += 1;
+        match query.replicas.iter().any(|r| r.disk.is_none()) {
             // The master allocates in 64-byte units (src/alloc.rs, ALIGNMENT).
-            accounting.live_bytes += size.div_ceil(64) * 64;
+            true => accounting.live_bytes += query.size.div_ceil(64) * 64,
+            false => accounting.disk_objects += 1,
         }
+    }
+    // Records the master let go are deleted by their owners soon after.
+    let dirs = (0..cluster.owners.len()).map(|i| crate::disk_faults::tier_dir(&settings.dir, i));
+    let dirs: Vec<std::path::PathBuf> = dirs.collect();
+    let records = || {
+        let files = dirs.iter().map(|dir| crate::disk_faults::record_files(dir).len());
+        files.sum::<usize>() as u64
+    };
+    wait_until(Duration::from_secs(20), || records() == accounting.disk_objects);
+    accounting.disk_records = records();
+    if accounting.disk_records != accounting.disk_objects {
+        problems.push(format!(
+            "the tiers hold {} records, the master lists {} disk objects",
+            accounting.disk_records, accounting.disk_objects
+        ));
     }
     let text = scrape(cluster.metrics_port);
     accounting.master_objects = metric(&text, "mooncake_master_objects");

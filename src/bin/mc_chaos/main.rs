@@ -8,19 +8,21 @@
 //! workers run it as dummies of the last owner (standalone mode). Half the workers reach the
 //! master through a fault-injecting proxy ([`proxy`]). A fault driver ([`faults`]) SIGKILLs
 //! (and restarts) and SIGSTOPs/SIGCONTs workers, dummies, owners (the dummies' real client
-//! among them) and the master, and makes the proxy delay, trickle and reset. The run fails
+//! among them) and the master, and makes the proxy delay, trickle and reset. The owners keep
+//! evicted objects in small SSD tiers whose records the driver damages ([`disk_faults`]). The run fails
 //! when no byte moved through a mapped same-host segment or for a dummy. At the end the checker ([`checker`]) reads every
 //! journal; the master's accounting must equal the live objects once the TTLs have passed,
 //! and descriptor counts and RSS must be bounded.
 //!
 //! Usage: `mc_chaos [--seed N] [--duration SECS] [--workers N] [--dummies N] [--owners N]
-//! [--keys N] [--max-value BYTES] [--segment SIZE] [--call-limit-ms MS] [--dir PATH] [--markdown]
-//! [--p2p-outage-max-ms MS]`.
+//! [--keys N] [--max-value BYTES] [--segment SIZE] [--ssd-limit SIZE] [--call-limit-ms MS]
+//! [--dir PATH] [--markdown] [--p2p-outage-max-ms MS]`.
 //! Exit code 0: no violation; 1: violations (printed with the seed, the key's history and
 //! the faults around it); 2: bad arguments or the cluster could not start.
 
 mod checker;
 mod cluster;
+mod disk_faults;
 mod faults;
 mod ha_cell;
 mod journal;
@@ -50,6 +52,9 @@ pub struct Settings {
     pub keys: usize,
     pub max_value: usize,
     pub segment: String,
+    /// Bytes of each owner's SSD tier (`--ssd-limit`, default 3× the segment; 0: no tier
+    /// and no disk faults, see `disk_faults`).
+    pub ssd_limit: u64,
     /// How long past its deadline a worker may still be in a call before it counts as hung
     /// (each call's own limit is [`checker::call_limit_ns`]).
     pub call_limit: Duration,
@@ -71,6 +76,7 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
         keys: 48,
         max_value: 1 << 20,
         segment: "6 MB".into(),
+        ssd_limit: 18 << 20,
         call_limit: Duration::from_secs(50),
         dir: std::path::PathBuf::new(),
         markdown: false,
@@ -98,6 +104,10 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
             "--keys" => settings.keys = number()?.clamp(1, 1 << 20) as usize,
             "--max-value" => settings.max_value = (number()? as usize).max(value::HEADER_LEN + 1),
             "--segment" => settings.segment = value.clone(),
+            "--ssd-limit" => {
+                let bytes = mooncake_rs::client::parse_size(value);
+                settings.ssd_limit = bytes.map_err(|_| format!("--ssd-limit {value}: not a size"))?
+            }
             "--call-limit-ms" => settings.call_limit = Duration::from_millis(number()?),
             "--p2p-outage-max-ms" => {
                 settings.p2p_outage_max = Duration::from_millis(number()?.max(201))

@@ -89,9 +89,11 @@ pub fn print(
     println!("{row}");
     println!();
     println!(
-        "end of run: {} live objects ({} bytes); master objects {:?}, bytes_used {:?}, active pins {:?}, deferred frees {:?}; longest call {} ms",
+        "end of run: {} live objects ({} bytes in memory, {} on disk in {} records); master objects {:?}, bytes_used {:?}, active pins {:?}, deferred frees {:?}; longest call {} ms",
         accounting.live_objects,
         accounting.live_bytes,
+        accounting.disk_objects,
+        accounting.disk_records,
         accounting.master_objects,
         accounting.master_bytes_used,
         accounting.active_pins,
