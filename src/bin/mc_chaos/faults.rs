@@ -752,6 +752,9 @@ pub struct Accounting {
     /// Live objects whose replica is a disk record, and the record files the tiers hold.
     pub disk_objects: u64,
     pub disk_records: u64,
+    /// The last master incarnation's demotions committed, disk replicas it forgot as lost,
+    /// and objects it evicted from the tiers.
+    pub disk_counters: [Option<u64>; 3],
     pub master_objects: Option<u64>,
     pub master_bytes_used: Option<u64>,
     pub active_pins: Option<u64>,
@@ -830,6 +833,12 @@ fn end_checks(
     accounting.master_bytes_used = metric(&text, "mooncake_master_bytes_used");
     accounting.active_pins = metric(&text, "mooncake_master_active_pins");
     accounting.deferred_frees = metric(&text, "mooncake_master_deferred_frees_pending");
+    accounting.disk_counters = [
+        "demotions_committed_total",
+        "disk_replicas_lost_total",
+        "disk_evicted_objects_total",
+    ]
+    .map(|name| metric(&text, &format!("mooncake_master_{name}")));
     if accounting.master_objects != Some(accounting.live_objects) {
         problems.push(format!(
             "master counts {:?} objects, {} are live",

@@ -100,6 +100,10 @@ pub fn print(
         accounting.deferred_frees,
         verdict.longest_call_ns / 1_000_000
     );
+    let [demoted, lost, trimmed] = accounting.disk_counters;
+    println!(
+        "SSD tiers (the last master's counters): demotions committed {demoted:?}, replicas lost {lost:?}, evicted from disk {trimmed:?}"
+    );
     let p2p = &accounting.p2p;
     println!(
         "P2P: {} routed keys, {} held by owners; P2P master p2p_keys {:?}, claimed keys {:?}",
