@@ -817,10 +817,14 @@ fn end_checks(
     let dirs = (0..cluster.owners.len()).map(|i| crate::disk_faults::tier_dir(&settings.dir, i));
     let dirs: Vec<std::path::PathBuf> = dirs.collect();
     let records = || {
-        let files = dirs.iter().map(|dir| crate::disk_faults::record_files(dir).len());
+        let files = dirs
+            .iter()
+            .map(|dir| crate::disk_faults::record_files(dir).len());
         files.sum::<usize>() as u64
     };
-    wait_until(Duration::from_secs(20), || records() == accounting.disk_objects);
+    wait_until(Duration::from_secs(20), || {
+        records() == accounting.disk_objects
+    });
     accounting.disk_records = records();
     if accounting.disk_records != accounting.disk_objects {
         problems.push(format!(

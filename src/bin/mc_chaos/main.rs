@@ -106,7 +106,8 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
             "--segment" => settings.segment = value.clone(),
             "--ssd-limit" => {
                 let bytes = mooncake_rs::client::parse_size(value);
-                settings.ssd_limit = bytes.map_err(|_| format!("--ssd-limit {value}: not a size"))?
+                settings.ssd_limit =
+                    bytes.map_err(|_| format!("--ssd-limit {value}: not a size"))?
             }
             "--call-limit-ms" => settings.call_limit = Duration::from_millis(number()?),
             "--p2p-outage-max-ms" => {

@@ -1,11 +1,12 @@
 //! The local SSD tier's record store: one crash-safe file per object in a directory that one
 //! process owns (an exclusive `flock` on `dir/LOCK`, held for the store's life).
 //!
-//! Layout: `dir/objects/{h:02x}/{hash:016x}-{generation}.rec` (format in [`record`]) and
-//! `dir/tmp` for writes in flight. A record is written to `tmp`, made durable (`fdatasync`),
-//! renamed into place and its directory synced before it enters the index, so every record
-//! file present after a crash is complete; `open` empties `tmp` and rebuilds the index from the
-//! headers, deleting malformed files. Payload CRCs are checked on every read.
+//! Layout: `dir/objects/{h:02x}/{hash:016x}-{generation}.rec` (format in [`record`]; `dir/tmp`
+//! holds the O_DIRECT probe). A record is written in place; [`DiskStore::sync`] makes every
+//! record written so far durable at once (one `syncfs`), and its owner reports a record to
+//! the master only after that. A crash may leave a record torn: `open` deletes one whose
+//! length or header is wrong, a read rejects one whose bytes are (payload CRC, checked on every
+//! read), and the master never lists one it did not accept, so the next mount deletes it.
 //!
 //! Thread-safety: [`DiskStore`] is `Send + Sync`. One mutex guards the index, the byte
 //! accounting and the counters; it is a leaf and never held across disk I/O. A (key,
@@ -263,8 +264,9 @@ impl DiskStore {
     }
 
     /// Stores the first `len` bytes of `payload` (its capacity covers `round_up(len)`; the
-    /// padding is written as it is, see [`AlignedBuf::zero_tail`]) durably as (`key`,
-    /// `generation`). Other generations of `key` stay (the master deletes each it lets go).
+    /// padding is written as it is, see [`AlignedBuf::zero_tail`]) as (`key`, `generation`),
+    /// durable after the next [`sync`](Self::sync). Other generations of `key` stay (the
+    /// master deletes each it lets go).
     ///
     /// Errors: `OBJECT_ALREADY_EXISTS` when (`key`, `generation`) is indexed or being
     /// written or deleted; `NO_AVAILABLE_HANDLE` when the capacity or the filesystem (64 MiB kept
@@ -440,8 +442,8 @@ impl DiskStore {
         Ok(())
     }
 
-    /// Checks the free space, writes the record into `tmp`, syncs it, renames it into place and syncs the
-    /// directory; returns its path. Leaves no file behind on failure.
+    /// Checks the free space and writes the record in place (not yet durable: see
+    /// [`sync`](Self::sync)); returns its path. Leaves no file behind on failure.
     fn write_file(
         &self,
         key: &str,
@@ -450,25 +452,37 @@ impl DiskStore {
         body: &[u8],
     ) -> Result<PathBuf> {
         self.check_free(file_len(body.len() as u64))?;
-        let name = format!("{generation}-{:016x}.tmp", fastrand::u64(..));
-        let tmp = self.dir.join("tmp").join(name);
-        let durable = self.open_file(&tmp, OpenOptions::new().write(true).create_new(true));
-        let durable = durable.and_then(|file| {
-            file.write_all_at(header.as_slice(), 0)?;
-            file.write_all_at(body, BLOCK as u64)?;
-            file.sync_data()
-        });
         let (fan, name) = record_name(key, generation);
         let path = self.dir.join("objects").join(fan).join(name);
-        if let Err(e) = durable.and_then(|()| fs::rename(&tmp, &path)) {
-            let _ = fs::remove_file(&tmp);
-            return self.write_error(&tmp, e);
-        }
-        if let Err(e) = sync_parent(&path) {
+        // The pair is reserved and not indexed: a file of that name is a crash's leftover.
+        let mut options = OpenOptions::new();
+        let written = self.open_file(&path, options.write(true).create(true).truncate(true));
+        let written = written.and_then(|file| {
+            file.write_all_at(header.as_slice(), 0)?;
+            file.write_all_at(body, BLOCK as u64)
+        });
+        if let Err(e) = written {
             let _ = fs::remove_file(&path);
             return self.write_error(&path, e);
         }
         Ok(path)
+    }
+
+    /// Makes every record written so far durable: one `syncfs` of the store's filesystem
+    /// (one journal commit and device flush for any number of records, where a sync per
+    /// record costs two). A record counts (the owner reports it) only after this returns.
+    ///
+    /// Errors: `FILE_WRITE_FAIL` (counted in `io_errors`).
+    pub(crate) fn sync(&self) -> Result<()> {
+        // SAFETY: syncfs on a descriptor we own (the lock file's, in the store's directory).
+        if unsafe { libc::syncfs(self._lock.as_raw_fd()) } != 0 {
+            return self.io_error(
+                ErrorCode::FileWriteFail,
+                &self.dir,
+                io::Error::last_os_error(),
+            );
+        }
+        Ok(())
     }
 
     /// Indexes a written record and ends its busy mark (the pair was reserved, so it is
@@ -683,17 +697,13 @@ fn inspect(path: &Path) -> Result<Header> {
     Ok(header)
 }
 
-/// Unlinks `path` (already gone is fine) and syncs its directory.
+/// Unlinks `path` (already gone is fine). Not synced: a deleted record that a crash brings
+/// back is one the master no longer lists, so the next mount deletes it again.
 fn unlink(path: &Path) -> io::Result<()> {
     match fs::remove_file(path) {
         Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
-        _ => sync_parent(path),
+        _ => Ok(()),
     }
-}
-
-/// Syncs the directory holding `path` (makes a rename or unlink in it durable).
-fn sync_parent(path: &Path) -> io::Result<()> {
-    File::open(path.parent().unwrap_or(Path::new("."))).and_then(|dir| dir.sync_all())
 }
 
 #[cfg(test)]
