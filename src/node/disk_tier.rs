@@ -407,8 +407,7 @@ impl Worker {
         }
     }
 
-    /// Runs `tasks`: deletions first, then demotions, [`DEMOTION_PARALLELISM`] at a time,
-    /// each batch made durable by one sync before it is reported.
+    /// Runs `tasks`: deletions first, then demotions, [`DEMOTION_PARALLELISM`] at a time.
     fn serve(&self, tasks: Vec<DiskTask>) {
         let mut demotions = Vec::new();
         for task in tasks {
@@ -425,7 +424,7 @@ impl Worker {
             }
         }
         for batch in demotions.chunks(DEMOTION_PARALLELISM) {
-            let mut written: Vec<bool> = std::thread::scope(|scope| {
+            let written: Vec<bool> = std::thread::scope(|scope| {
                 let runs: Vec<_> = batch
                     .iter()
                     .map(|(_, key, generation, replica)| {
@@ -439,14 +438,6 @@ impl Worker {
                     .map(|r| r.join().unwrap_or(false))
                     .collect()
             });
-            // One sync makes the batch durable; a record counts only after it.
-            if written.contains(&true) && self.core.store.sync().is_err() {
-                for (i, (_, key, generation, _)) in batch.iter().enumerate() {
-                    if std::mem::take(&mut written[i]) {
-                        let _ = self.core.store.remove(key, *generation);
-                    }
-                }
-            }
             let reports = batch
                 .iter()
                 .zip(&written)
@@ -468,8 +459,7 @@ impl Worker {
         }
     }
 
-    /// Copies `replica` of `key` out of our segment and writes its record (durable at the
-    /// batch's sync).
+    /// Copies `replica` of `key` out of our segment and writes its record durably.
     fn demote(&self, key: &str, generation: u64, replica: &BufferDescriptor) -> Result<()> {
         let Some(source) = self.source.upgrade() else {
             return fail(ErrorCode::InvalidParams, "the client is gone");

@@ -752,9 +752,10 @@ pub struct Accounting {
     /// Live objects whose replica is a disk record, and the record files the tiers hold.
     pub disk_objects: u64,
     pub disk_records: u64,
-    /// The last master incarnation's demotions committed, disk replicas it forgot as lost,
-    /// and objects it evicted from the tiers.
-    pub disk_counters: [Option<u64>; 3],
+    /// The last master incarnation's demotions committed, failed (the owner could not write:
+    /// the victim was dropped), skipped (a stuck tier: dropped), disk replicas it forgot as
+    /// lost, and objects it evicted from the tiers.
+    pub disk_counters: [Option<u64>; 5],
     pub master_objects: Option<u64>,
     pub master_bytes_used: Option<u64>,
     pub active_pins: Option<u64>,
@@ -839,6 +840,8 @@ fn end_checks(
     accounting.deferred_frees = metric(&text, "mooncake_master_deferred_frees_pending");
     accounting.disk_counters = [
         "demotions_committed_total",
+        "demotions_failed_total",
+        "demotions_skipped_total",
         "disk_replicas_lost_total",
         "disk_evicted_objects_total",
     ]

@@ -52,8 +52,8 @@ pub struct Settings {
     pub keys: usize,
     pub max_value: usize,
     pub segment: String,
-    /// Bytes of each owner's SSD tier (`--ssd-limit`, default 3× the segment; 0: no tier
-    /// and no disk faults, see `disk_faults`).
+    /// Bytes of each owner's SSD tier (`--ssd-limit`, default 1 MiB, so it is always full
+    /// and trimming; 0: no tier and no disk faults, see `disk_faults`).
     pub ssd_limit: u64,
     /// How long past its deadline a worker may still be in a call before it counts as hung
     /// (each call's own limit is [`checker::call_limit_ns`]).
@@ -76,7 +76,7 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
         keys: 48,
         max_value: 1 << 20,
         segment: "6 MB".into(),
-        ssd_limit: 18 << 20,
+        ssd_limit: 1 << 20,
         call_limit: Duration::from_secs(50),
         dir: std::path::PathBuf::new(),
         markdown: false,
@@ -119,6 +119,15 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
     }
     if settings.dir.as_os_str().is_empty() {
         settings.dir = std::env::temp_dir().join(format!("mc_chaos-{}", settings.seed));
+    }
+    // The checker reads every journal in the directory: an earlier run's (the same seed, so
+    // the same default directory) would mix its calls into this one's and fail it.
+    let used = std::fs::read_dir(&settings.dir).is_ok_and(|mut entries| entries.next().is_some());
+    if used {
+        let dir = settings.dir.display();
+        return Err(format!(
+            "{dir} holds an earlier run: remove it or pass another --dir"
+        ));
     }
     Ok(settings)
 }

@@ -100,9 +100,9 @@ pub fn print(
         accounting.deferred_frees,
         verdict.longest_call_ns / 1_000_000
     );
-    let [demoted, lost, trimmed] = accounting.disk_counters;
+    let [demoted, failed, skipped, lost, trimmed] = accounting.disk_counters;
     println!(
-        "SSD tiers (the last master's counters): demotions committed {demoted:?}, replicas lost {lost:?}, evicted from disk {trimmed:?}"
+        "SSD tiers (the last master's counters): demotions committed {demoted:?}, failed {failed:?}, skipped {skipped:?}, replicas lost {lost:?}, evicted from disk {trimmed:?}"
     );
     let p2p = &accounting.p2p;
     println!(

@@ -2,11 +2,11 @@
 //! process owns (an exclusive `flock` on `dir/LOCK`, held for the store's life).
 //!
 //! Layout: `dir/objects/{h:02x}/{hash:016x}-{generation}.rec` (format in [`record`]; `dir/tmp`
-//! holds the O_DIRECT probe). A record is written in place; [`DiskStore::sync`] makes every
-//! record written so far durable at once (one `syncfs`), and its owner reports a record to
-//! the master only after that. A crash may leave a record torn: `open` deletes one whose
-//! length or header is wrong, a read rejects one whose bytes are (payload CRC, checked on every
-//! read), and the master never lists one it did not accept, so the next mount deletes it.
+//! holds the O_DIRECT probe). A record is written in place, `fdatasync`ed and its directory
+//! synced before [`DiskStore::write`] returns, and its owner reports it to the master only
+//! after that. A crash may leave a record torn: `open` deletes one whose length or header is
+//! wrong, a read rejects one whose bytes are (payload CRC, checked on every read), and the
+//! master never lists one it did not accept, so the next mount deletes it.
 //!
 //! Thread-safety: [`DiskStore`] is `Send + Sync`. One mutex guards the index, the byte
 //! accounting and the counters; it is a leaf and never held across disk I/O. A (key,
@@ -264,9 +264,8 @@ impl DiskStore {
     }
 
     /// Stores the first `len` bytes of `payload` (its capacity covers `round_up(len)`; the
-    /// padding is written as it is, see [`AlignedBuf::zero_tail`]) as (`key`, `generation`),
-    /// durable after the next [`sync`](Self::sync). Other generations of `key` stay (the
-    /// master deletes each it lets go).
+    /// padding is written as it is, see [`AlignedBuf::zero_tail`]) durably as (`key`,
+    /// `generation`). Other generations of `key` stay (the master deletes each it lets go).
     ///
     /// Errors: `OBJECT_ALREADY_EXISTS` when (`key`, `generation`) is indexed or being
     /// written or deleted; `NO_AVAILABLE_HANDLE` when the capacity or the filesystem (64 MiB kept
@@ -442,8 +441,8 @@ impl DiskStore {
         Ok(())
     }
 
-    /// Checks the free space and writes the record in place (not yet durable: see
-    /// [`sync`](Self::sync)); returns its path. Leaves no file behind on failure.
+    /// Checks the free space, writes the record in place, syncs it (`fdatasync`) and its
+    /// directory; returns its path. Leaves no file behind on failure.
     fn write_file(
         &self,
         key: &str,
@@ -459,30 +458,14 @@ impl DiskStore {
         let written = self.open_file(&path, options.write(true).create(true).truncate(true));
         let written = written.and_then(|file| {
             file.write_all_at(header.as_slice(), 0)?;
-            file.write_all_at(body, BLOCK as u64)
+            file.write_all_at(body, BLOCK as u64)?;
+            file.sync_data()
         });
-        if let Err(e) = written {
+        if let Err(e) = written.and_then(|()| sync_parent(&path)) {
             let _ = fs::remove_file(&path);
             return self.write_error(&path, e);
         }
         Ok(path)
-    }
-
-    /// Makes every record written so far durable: one `syncfs` of the store's filesystem
-    /// (one journal commit and device flush for any number of records, where a sync per
-    /// record costs two). A record counts (the owner reports it) only after this returns.
-    ///
-    /// Errors: `FILE_WRITE_FAIL` (counted in `io_errors`).
-    pub(crate) fn sync(&self) -> Result<()> {
-        // SAFETY: syncfs on a descriptor we own (the lock file's, in the store's directory).
-        if unsafe { libc::syncfs(self._lock.as_raw_fd()) } != 0 {
-            return self.io_error(
-                ErrorCode::FileWriteFail,
-                &self.dir,
-                io::Error::last_os_error(),
-            );
-        }
-        Ok(())
     }
 
     /// Indexes a written record and ends its busy mark (the pair was reserved, so it is
@@ -704,6 +687,11 @@ fn unlink(path: &Path) -> io::Result<()> {
         Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     }
+}
+
+/// Syncs the directory holding `path` (makes the creation of a record in it durable).
+fn sync_parent(path: &Path) -> io::Result<()> {
+    File::open(path.parent().unwrap_or(Path::new("."))).and_then(|dir| dir.sync_all())
 }
 
 #[cfg(test)]
