@@ -415,17 +415,7 @@ mod tests {
         assert_eq!(first.map(|a| a.kept), Ok(Vec::new()));
         for i in 0..8 {
             let key = format!("k{i}");
-            let until = Instant::now() + Duration::from_secs(10);
-            let written = loop {
-                match grant(master, owner, &key, SIZE) {
-                    Err(ErrorCode::NoAvailableHandle) if Instant::now() < until => {
-                        demote_all(master, owner, 1);
-                    }
-                    other => break other,
-                }
-            };
-            let token = written.expect("granted").token;
-            one(master.batch_put_end(owner, vec![key], vec![token])).unwrap();
+            put_demoting(master, owner, key);
         }
         let disk = demote_all(master, owner, 0);
         let on_disk: Vec<String> = (0..8)
@@ -441,6 +431,22 @@ mod tests {
             disk.len()
         );
         on_disk
+    }
+
+    /// Puts `key` ([`SIZE`] bytes), demoting what eviction hands over while the segment is
+    /// full (bounded).
+    fn put_demoting(master: &super::MasterService, owner: crate::types::ClientId, key: String) {
+        let until = Instant::now() + Duration::from_secs(10);
+        let written = loop {
+            match grant(master, owner, &key, SIZE) {
+                Err(ErrorCode::NoAvailableHandle) if Instant::now() < until => {
+                    demote_all(master, owner, 1);
+                }
+                other => break other,
+            }
+        };
+        let token = written.expect("granted").token;
+        one(master.batch_put_end(owner, vec![key], vec![token])).unwrap();
     }
 
     fn listed(key: &str, generation: u64) -> DiskObject {
@@ -592,17 +598,7 @@ mod tests {
         let gen_oldest = generation(&oldest);
         for i in 8..16 {
             let key = format!("k{i}");
-            let until = Instant::now() + Duration::from_secs(10);
-            let written = loop {
-                match grant(&master, owner, &key, SIZE) {
-                    Err(ErrorCode::NoAvailableHandle) if Instant::now() < until => {
-                        demote_all(&master, owner, 1);
-                    }
-                    other => break other,
-                }
-            };
-            let token = written.expect("granted").token;
-            one(master.batch_put_end(owner, vec![key], vec![token])).unwrap();
+            put_demoting(&master, owner, key);
         }
         demote_all(&master, owner, 0);
         assert!(on_disk_now(&oldest), "the pinned object stays on disk");
