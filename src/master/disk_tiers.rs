@@ -32,6 +32,9 @@ const TRIM_LOW_WATERMARK: f64 = 0.90;
 /// Most held records one trim of one tier looks at (a tier of pinned records costs a bounded
 /// scan per eviction round).
 pub(super) const TRIM_SCAN: usize = 4096;
+/// How long trims that free nothing wait for read leases to end before the tier counts as
+/// stuck.
+const TRIM_LEASE_WAIT: Duration = Duration::from_secs(1);
 /// How often a stuck tier (its last trim freed nothing) is trimmed again.
 const TRIM_RETRY: Duration = Duration::from_secs(1);
 
@@ -124,6 +127,9 @@ struct Tier {
     stuck: bool,
     /// When the last trim ran (a stuck tier is trimmed again only [`TRIM_RETRY`] later).
     trimmed_at: Option<Instant>,
+    /// Since when trims have freed nothing while waiting for read leases to end (`None`
+    /// while they free bytes).
+    waiting_since: Option<Instant>,
     queue: VecDeque<DiskTask>,
 }
 
@@ -220,6 +226,7 @@ impl DiskTiers {
                 wanted: 0,
                 stuck: false,
                 trimmed_at: None,
+                waiting_since: None,
                 queue: queue.unwrap_or_default(),
             },
         );
@@ -419,12 +426,20 @@ impl DiskTiers {
             .collect()
     }
 
-    /// Ends a trim of `tier`; one that made no `progress` (freed nothing, and nothing it saw
-    /// waits only for a read lease to end) leaves the tier stuck: victims that do not fit are
-    /// dropped until a trim progresses.
-    pub(super) fn trimmed(&self, tier: Uuid, progress: bool) {
+    /// Ends a trim of `tier` at `now` that `freed` record bytes, having seen `leased` records
+    /// it could evict once their read lease ends. One that freed nothing leaves the tier stuck
+    /// (victims that do not fit are dropped until a trim frees some), unless it saw leased
+    /// records and trims have waited for them less than [`TRIM_LEASE_WAIT`]: hot records read
+    /// again and again never stall eviction for longer.
+    pub(super) fn trimmed(&self, tier: Uuid, freed: bool, leased: bool, now: Instant) {
         if let Some(tier) = self.inner.lock().tiers.get_mut(&tier) {
-            tier.stuck = !progress;
+            let since = match freed {
+                true => None,
+                false => Some(tier.waiting_since.unwrap_or(now)),
+            };
+            tier.waiting_since = since;
+            let waited = since.map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
+            tier.stuck = !freed && (!leased || waited >= TRIM_LEASE_WAIT);
             tier.wanted = 0;
         }
     }
@@ -605,8 +620,23 @@ mod tests {
         let low = (record_bytes(8192) as f64 * TRIM_LOW_WATERMARK) as u64;
         let need = record_bytes(8192) + record_bytes(1) - low;
         assert_eq!(excess, vec![(disk.disk, need)]);
-        tiers.trimmed(disk.disk, false);
-        assert_eq!(second(), Demote::Full, "a trim that freed nothing: dropped");
+        let now = Instant::now();
+        tiers.trimmed(disk.disk, false, true, now);
+        assert_eq!(second(), Demote::Trimming, "waits for the leases to end");
+        tiers.trimmed(disk.disk, false, true, now + TRIM_LEASE_WAIT);
+        assert_eq!(second(), Demote::Full, "not for longer: dropped");
+        tiers.trimmed(disk.disk, true, false, now + TRIM_LEASE_WAIT);
+        assert_eq!(
+            second(),
+            Demote::Trimming,
+            "a trim that freed some: waits again"
+        );
+        tiers.trimmed(disk.disk, false, false, now + TRIM_LEASE_WAIT);
+        assert_eq!(
+            second(),
+            Demote::Full,
+            "a trim that freed nothing, no lease: dropped"
+        );
         assert_eq!(Arc::strong_count(&range), 2, "the demotion holds the range");
         let tasks = tiers.take_tasks(owner, Duration::ZERO).unwrap();
         assert!(matches!(&tasks[..], [DiskTask::Demote { task: t, .. }] if *t == task));

@@ -286,8 +286,8 @@ impl MasterService {
                     DiskEviction::Kept => {}
                 }
             }
-            // Leases end by themselves: a tier short only of them is not stuck.
-            self.disks.trimmed(tier, freed > 0 || leased);
+            // Leases end by themselves: a tier short only of them waits a little.
+            self.disks.trimmed(tier, freed > 0, leased, now);
         }
     }
 
