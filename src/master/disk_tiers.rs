@@ -267,9 +267,11 @@ impl DiskTiers {
         }
     }
 
-    /// Ends the current mount of `tier`: it holds what its pages confirmed.
-    pub(super) fn finish_mount(&self, tier: Uuid) {
-        if let Some(tier) = self.inner.lock().tiers.get_mut(&tier) {
+    /// Ends mount `number` of `tier` (nothing if a later mount replaced it): the tier holds
+    /// what its pages confirmed.
+    pub(super) fn finish_mount(&self, tier: Uuid, number: u64) {
+        let mut inner = self.inner.lock();
+        if let Some(tier) = inner.tiers.get_mut(&tier).filter(|t| t.mount == number) {
             tier.used = tier.confirmed;
         }
     }
@@ -362,6 +364,10 @@ impl DiskTiers {
             return Demote::NoTier;
         };
         let bytes = record_bytes(replica.size);
+        if bytes > tier.capacity {
+            // No trim can make room for it: trimming would only empty the tier.
+            return Demote::Full;
+        }
         if tier.used.saturating_add(bytes) > tier.capacity {
             tier.wanted = tier.wanted.max(bytes);
             return match tier.stuck {
@@ -614,6 +620,13 @@ mod tests {
         else {
             panic!("room for one record");
         };
+        let huge = replica(2 * record_bytes(8192));
+        let oversized = tiers.start_demotion(owner, "big", 9, &huge, Arc::clone(&range));
+        assert_eq!(
+            oversized,
+            Demote::Full,
+            "larger than the tier: no trim can help"
+        );
         let second = || tiers.start_demotion(owner, "k2", 2, &replica(1), Arc::clone(&range));
         assert_eq!(second(), Demote::Trimming, "waits for a trim");
         let excess = tiers.over_watermark(Instant::now());

@@ -68,9 +68,7 @@ impl MasterService {
             .confirm(tier, confirmed.map(|(o, _)| record_bytes(o.size)).sum());
         let dropped = kept.iter().filter(|k| !**k).count();
         Counters::add(&self.counters.disk_objects_refused, dropped as u64);
-        if page.last {
-            self.forget_unlisted(tier, |copy| copy.mount == number);
-            self.disks.finish_mount(tier);
+        if page.last && self.end_mount(tier, number) {
             tracing::info!(%client, %tier, "disk tier mounted");
         }
         Ok(DiskMountAnswer {
@@ -98,7 +96,8 @@ impl MasterService {
             .filter(|copy| copy.at == listed);
         match copy {
             Some(copy) => {
-                copy.mount = number;
+                // A late page of an older mount never unmarks what a newer one confirmed.
+                copy.mount = copy.mount.max(number);
                 true
             }
             None => {
@@ -106,6 +105,19 @@ impl MasterService {
                 self.disks.is_held(tier, object.generation)
             }
         }
+    }
+
+    /// Ends mount `number` of `tier` after its last page: the copies no page of it (or of a
+    /// later mount, or a demotion since it began) confirmed are forgotten. Nothing happens
+    /// when a later mount replaced it meanwhile (a page processed after its owner gave up).
+    /// Returns whether it ended the mount.
+    fn end_mount(&self, tier: Uuid, number: u64) -> bool {
+        if self.disks.mount_number(tier) != number {
+            return false;
+        }
+        self.forget_unlisted(tier, |copy| copy.mount >= number);
+        self.disks.finish_mount(tier, number);
+        true
     }
 
     /// Drops the disk copies the master lists on `tier` that `keep` refuses (the owner lacks
@@ -605,6 +617,33 @@ mod tests {
         assert_eq!(generation(&oldest), gen_oldest);
         assert!(!on_disk_now(&on_disk[1]), "an unpinned older one went");
         master.unpin(owner, vec![pinned.pin_id]).unwrap();
+    }
+
+    /// The last page of a mount that a later mount replaced after the page passed its check
+    /// (the page's processing raced the owner's retry) forgets nothing: neither what the
+    /// later mount confirmed nor what it has yet to confirm.
+    #[test]
+    fn a_replaced_mount_ends_without_forgetting() {
+        let (master, owner, _) = setup(fast_config(), 1 << 20);
+        let mount = tier();
+        let on_disk = fill_tier(&master, owner, &mount);
+        let generation = |key: &str| super::super::tests::current_token(&master, key).0;
+        let (a, b) = (on_disk[0].clone(), on_disk[1].clone());
+        let older = master.mount_disk(owner, mount.clone(), first_page(2, false, vec![]));
+        let older = older.unwrap().mount;
+        // The retry: its first page confirms a; b is on a page still to come.
+        let held = vec![listed(&a, generation(&a))];
+        let newer = master.mount_disk(owner, mount.clone(), first_page(3, false, held));
+        assert_eq!(newer.map(|a| a.kept), Ok(vec![true]));
+        // The older mount's last page, processed now.
+        assert!(!master.end_mount(mount.disk, older), "replaced: not ended");
+        for key in [&a, &b] {
+            let answer = one(master.batch_get_replica_list(vec![key.clone()]));
+            assert!(
+                answer.is_ok_and(|q| q.replicas[0].disk.is_some()),
+                "{key} kept"
+            );
+        }
     }
 
     /// A client the master expired (or never knew) cannot mount a tier: registering it there
