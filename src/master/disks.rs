@@ -445,6 +445,20 @@ mod tests {
         on_disk
     }
 
+    /// A master whose one client has a 1 MiB segment and a mounted tier of unlimited size,
+    /// filled by [`fill_tier`]: (master, owner, the tier, the keys on disk).
+    fn filled_tier() -> (
+        std::sync::Arc<super::MasterService>,
+        crate::types::ClientId,
+        DiskMount,
+        Vec<String>,
+    ) {
+        let (master, owner, _) = setup(fast_config(), 1 << 20);
+        let mount = tier();
+        let on_disk = fill_tier(&master, owner, &mount);
+        (master, owner, mount, on_disk)
+    }
+
     /// Puts `key` ([`SIZE`] bytes), demoting what eviction hands over while the segment is
     /// full (bounded).
     fn put_demoting(master: &super::MasterService, owner: crate::types::ClientId, key: String) {
@@ -507,9 +521,7 @@ mod tests {
     /// a page that is not first needs a mount in progress.
     #[test]
     fn a_paged_mount_keeps_what_its_pages_confirm() {
-        let (master, owner, _) = setup(fast_config(), 1 << 20);
-        let mount = tier();
-        let on_disk = fill_tier(&master, owner, &mount);
+        let (master, owner, mount, on_disk) = filled_tier();
         let generation = |key: &str| super::super::tests::current_token(&master, key).0;
         let (a, b, c) = (&on_disk[0], &on_disk[1], &on_disk[2]);
         // A page that is not first from another client: no mount in progress.
@@ -537,9 +549,7 @@ mod tests {
     /// attempt never apply to a later one.
     #[test]
     fn a_mount_keeps_what_a_reader_holds_and_refuses_stale_pages() {
-        let (master, owner, _) = setup(fast_config(), 1 << 20);
-        let mount = tier();
-        let on_disk = fill_tier(&master, owner, &mount);
+        let (master, owner, mount, on_disk) = filled_tier();
         let generation = |key: &str| super::super::tests::current_token(&master, key).0;
         let (a, b) = (on_disk[0].clone(), on_disk[1].clone());
         let (gen_a, gen_b) = (generation(&a), generation(&b));
@@ -624,9 +634,7 @@ mod tests {
     /// later mount confirmed nor what it has yet to confirm.
     #[test]
     fn a_replaced_mount_ends_without_forgetting() {
-        let (master, owner, _) = setup(fast_config(), 1 << 20);
-        let mount = tier();
-        let on_disk = fill_tier(&master, owner, &mount);
+        let (master, owner, mount, on_disk) = filled_tier();
         let generation = |key: &str| super::super::tests::current_token(&master, key).0;
         let (a, b) = (on_disk[0].clone(), on_disk[1].clone());
         let older = master.mount_disk(owner, mount.clone(), first_page(2, false, vec![]));
