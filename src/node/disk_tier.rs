@@ -29,8 +29,9 @@ use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -407,14 +408,13 @@ impl Worker {
         }
     }
 
-    /// Runs `tasks`: deletions first, then demotions, [`DEMOTION_PARALLELISM`] at a time.
+    /// Runs `tasks`: deletions first, then demotions, each [`DEMOTION_PARALLELISM`] at a
+    /// time.
     fn serve(&self, tasks: Vec<DiskTask>) {
-        let mut demotions = Vec::new();
+        let (mut deletions, mut demotions) = (Vec::new(), Vec::new());
         for task in tasks {
             match task {
-                DiskTask::Delete { key, generation } => {
-                    let _ = self.core.store.remove(&key, generation);
-                }
+                DiskTask::Delete { key, generation } => deletions.push((key, generation)),
                 DiskTask::Demote {
                     task,
                     key,
@@ -423,56 +423,101 @@ impl Worker {
                 } => demotions.push((task, key, generation, replica)),
             }
         }
-        for batch in demotions.chunks(DEMOTION_PARALLELISM) {
-            let written: Vec<bool> = std::thread::scope(|scope| {
-                let runs: Vec<_> = batch
-                    .iter()
-                    .map(|(_, key, generation, replica)| {
-                        scope.spawn(move || {
-                            IN_WORKER.with(|flag| flag.set(true));
-                            self.demote(key, *generation, replica).is_ok()
-                        })
-                    })
-                    .collect();
-                runs.into_iter()
-                    .map(|r| r.join().unwrap_or(false))
-                    .collect()
-            });
-            let reports = batch
+        let remove = |_: &mut (), (key, generation): &(String, u64)| {
+            let _ = self.core.store.remove(key, *generation);
+        };
+        run_pooled(&deletions, remove, |_| {});
+        type Demotion = (u64, String, u64, BufferDescriptor);
+        let demote = |staging: &mut Option<AlignedBuf>, demotion: &Demotion| {
+            let (_, key, generation, replica) = demotion;
+            self.demote(staging, key, *generation, replica).is_ok()
+        };
+        run_pooled(&demotions, demote, |done| {
+            let reports = done
                 .iter()
-                .zip(&written)
-                .map(|((task, ..), written)| DiskReport::Demoted {
-                    task: *task,
-                    written: *written,
+                .map(|&(i, written)| DiskReport::Demoted {
+                    task: demotions[i].0,
+                    written,
                 })
                 .collect();
             // Without an answer the record stays: the next mount's reconciliation keeps it
             // if the master accepted it, and drops it otherwise.
             let Ok(accepted) = self.master.disk_report(self.client, reports) else {
-                continue;
+                return;
             };
-            for (i, (_, key, generation, _)) in batch.iter().enumerate() {
-                if written[i] && accepted.get(i) != Some(&true) {
+            for (&(i, written), accepted) in done.iter().zip(accepted) {
+                let (_, key, generation, _) = &demotions[i];
+                if written && !accepted {
                     let _ = self.core.store.remove(key, *generation);
                 }
             }
-        }
+        });
     }
 
-    /// Copies `replica` of `key` out of our segment and writes its record durably.
-    fn demote(&self, key: &str, generation: u64, replica: &BufferDescriptor) -> Result<()> {
+    /// Copies `replica` of `key` out of our segment into `staging` (replaced by a larger
+    /// buffer when it is too small) and writes its record durably.
+    fn demote(
+        &self,
+        staging: &mut Option<AlignedBuf>,
+        key: &str,
+        generation: u64,
+        replica: &BufferDescriptor,
+    ) -> Result<()> {
         let Some(source) = self.source.upgrade() else {
             return fail(ErrorCode::InvalidParams, "the client is gone");
         };
         let len = usize::try_from(replica.size)
             .or_else(|_| fail(ErrorCode::InvalidParams, "replica too large"))?;
-        let mut staging = AlignedBuf::new(len.div_ceil(4096).max(1) * 4096)?;
+        if staging.as_ref().is_none_or(|buf| buf.capacity() < len) {
+            *staging = Some(AlignedBuf::new(len)?);
+        }
+        let staging = staging.as_mut().expect("set above");
         source.copy_replica(replica, &mut staging.as_mut_slice()[..len])?;
         staging.zero_tail(len);
         self.core
             .store
-            .write(key, generation, &staging, replica.size)
+            .write(key, generation, staging, replica.size)
     }
+}
+
+/// Runs `run` on every item of `items` on up to [`DEMOTION_PARALLELISM`] scoped threads, each
+/// marked as the worker's ([`IN_WORKER`]) and taking the next item as soon as it is done with
+/// one, with a state of its own (`S::default()`, e.g. a staging buffer it reuses). `finished`
+/// gets, on the calling thread, the (index, result) pairs in groups as they complete (all
+/// that completed since its last call), so their reports need not wait for the slowest item.
+/// A run that panicked gives `R::default()`.
+fn run_pooled<T: Sync, S: Default, R: Send + Default>(
+    items: &[T],
+    run: impl Fn(&mut S, &T) -> R + Sync,
+    mut finished: impl FnMut(Vec<(usize, R)>),
+) {
+    let next = AtomicUsize::new(0);
+    let (done, completions) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        for _ in 0..DEMOTION_PARALLELISM.min(items.len()) {
+            let (done, next, run) = (done.clone(), &next, &run);
+            scope.spawn(move || {
+                IN_WORKER.with(|flag| flag.set(true));
+                let mut state = S::default();
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(index) else {
+                        break;
+                    };
+                    let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run(&mut state, item)));
+                    if done.send((index, ran.unwrap_or_default())).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(done);
+        while let Ok(first) = completions.recv() {
+            let mut group = vec![first];
+            group.extend(completions.try_iter());
+            finished(group);
+        }
+    });
 }
 
 /// Reads LOCAL_DISK replicas for this client: from its own tier, or its owner's service.

@@ -6,9 +6,11 @@
 //!   random keys into their own buffer, against `fio --rw=randread --direct=1` with the same
 //!   block size and `--numjobs` (psync: one I/O in flight per job, as one get per thread).
 //! - **Demotion**: record bytes written per second while [`THREADS`] writers keep putting fresh
-//!   keys into a full pool (the owner writes up to 16 records at a time, each `fdatasync`ed
-//!   and renamed into place), against `fio --rw=write --direct=1 --fdatasync=1` with the
-//!   object size as block size and 16 jobs.
+//!   keys into a full pool (the owner writes up to 16 records at a time, each `fdatasync`ed),
+//!   against `fio --rw=write --direct=1 --fdatasync=1` with the object size as block size and
+//!   16 jobs. Twice: into a **full tier** ([`FULL_TIER_SEGMENTS`] segments, trimmed by age, so
+//!   records overwrite the spare files of trimmed ones: the steady state of a cache), and into
+//!   a **growing tier** (no size limit: every record is a new file).
 //! - **DRAM hit** with the tier on: 4 KiB get latency (one thread, p50) of an object in
 //!   memory, from a client with an SSD tier against one without.
 //!
@@ -32,6 +34,9 @@ const THREADS: usize = 4;
 /// Parallel demotions of one tier (the owner's `DEMOTION_PARALLELISM`), fio's jobs for writes.
 const DEMOTION_JOBS: usize = 16;
 const MIB: u64 = 1 << 20;
+/// The full tier's size limit, in segments.
+const FULL_TIER_SEGMENTS: u64 = 16;
+const TIER_LIMIT_VAR: &str = "MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES";
 
 /// One embedded client with a `segment`-byte segment and, with `ssd`, an SSD tier there.
 fn client(segment: u64, ssd: Option<&Path>) -> Result<Client, String> {
@@ -44,6 +49,27 @@ fn client(segment: u64, ssd: Option<&Path>) -> Result<Client, String> {
         ..SetupConfig::default()
     })
     .map_err(|e| format!("setup: {e}: {}", mooncake_rs::error::last_error_message()))
+}
+
+/// A client whose tier in `dir` holds at most `limit` bytes, filled with `size`-byte objects
+/// until it trims and reuses files (bounded: 120 s).
+fn full_tier_client(segment: u64, dir: &Path, limit: u64, size: usize) -> Result<Client, String> {
+    std::env::set_var(TIER_LIMIT_VAR, limit.to_string());
+    let client = client(segment, Some(dir));
+    std::env::remove_var(TIER_LIMIT_VAR);
+    let client = client?;
+    let value = vec![0xa5u8; size];
+    let until = Instant::now() + Duration::from_secs(120);
+    for i in 0.. {
+        if client.metrics().ssd.is_some_and(|s| s.reused > 0) {
+            return Ok(client);
+        }
+        if Instant::now() > until {
+            return Err(format!("a {limit}-byte tier never reused a file"));
+        }
+        put(&client, &format!("fill-{i}"), &value)?;
+    }
+    unreachable!("the loop returns")
 }
 
 /// Puts `key`, waiting (bounded) while a full pool waits for demotions.
@@ -189,7 +215,10 @@ fn run_size(
 ) -> Result<(), String> {
     let scratch = Scratch::new("ssd");
     let (tier_dir, fio_dir) = (scratch.0.join("tier"), scratch.0.join("fio"));
-    std::fs::create_dir_all(&fio_dir).map_err(|e| e.to_string())?;
+    let fio_read_dir = scratch.0.join("fio-read");
+    for dir in [&fio_dir, &fio_read_dir] {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    }
     let segment = 64 * MIB;
     let client = client(segment, Some(&tier_dir))?;
     let count = (8 * segment as usize / size).max(64);
@@ -199,6 +228,18 @@ fn run_size(
     }
     let per_job = format!("--size={}", count * size / THREADS);
     let bs = format!("--bs={size}");
+    // fio's read files are written now, with the records they are compared with: both are
+    // equally old when read (a virtual disk's host cache favours what was written last).
+    let read_jobs = format!("--numjobs={THREADS}");
+    let layout = [
+        "--rw=write",
+        "--direct=1",
+        "--ioengine=psync",
+        &bs,
+        &per_job,
+        &read_jobs,
+    ];
+    fio(&fio_read_dir, &layout.map(String::from))?;
     let secs = format!("--runtime={}ms", duration.as_millis());
     let fio_args = |mode: &[&str]| -> Vec<String> {
         let common = ["--direct=1", "--ioengine=psync", "--time_based"];
@@ -211,25 +252,32 @@ fn run_size(
     // what they look at).
     let jobs = format!("--numjobs={DEMOTION_JOBS}");
     let write_args = fio_args(&["--rw=write", "--fdatasync=1", &jobs]);
+    let full_dir = scratch.0.join("full-tier");
+    let full = full_tier_client(segment, &full_dir, FULL_TIER_SEGMENTS * segment, size)?;
     let round = AtomicU64::new(0);
-    judge(
-        report,
-        &Judged {
-            name: &format!("ssd tier: demotion of {label} objects, MB/s ({THREADS} put thr)"),
-            unit: "MB/s",
-            limit_name: &format!("fio write direct fdatasync bs={label}, {DEMOTION_JOBS} jobs"),
-            rounds,
-        },
-        || fio(&fio_dir, &write_args),
-        || {
-            demotion_rate(
-                &client,
-                size,
-                duration,
-                round.fetch_add(1, Ordering::Relaxed),
-            )
-        },
-    )?;
+    for (tier, client) in [("full", &full), ("growing", &client)] {
+        judge(
+            report,
+            &Judged {
+                name: &format!(
+                    "ssd tier: demotion of {label} objects, {tier} tier, MB/s ({THREADS} put thr)"
+                ),
+                unit: "MB/s",
+                limit_name: &format!("fio write direct fdatasync bs={label}, {DEMOTION_JOBS} jobs"),
+                rounds,
+            },
+            || fio(&fio_dir, &write_args),
+            || {
+                demotion_rate(
+                    client,
+                    size,
+                    duration,
+                    round.fetch_add(1, Ordering::Relaxed),
+                )
+            },
+        )?;
+    }
+    drop(full);
     let keys: Vec<String> = (0..count)
         .map(|i| format!("r-{i}"))
         .filter(|k| on_disk(&client, k))
@@ -241,8 +289,7 @@ fn run_size(
         ));
     }
     let keys = Arc::new(keys);
-    let jobs = format!("--numjobs={THREADS}");
-    let read_args = fio_args(&["--rw=randread", &jobs]);
+    let read_args = fio_args(&["--rw=randread", &read_jobs]);
     judge(
         report,
         &Judged {
@@ -251,7 +298,7 @@ fn run_size(
             limit_name: &format!("fio randread direct bs={label}, {THREADS} jobs"),
             rounds,
         },
-        || fio(&fio_dir, &read_args),
+        || fio(&fio_read_dir, &read_args),
         || get_rate(&client, &keys, size, duration),
     )?;
     Ok(())

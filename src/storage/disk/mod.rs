@@ -1,12 +1,18 @@
 //! The local SSD tier's record store: one crash-safe file per object in a directory that one
 //! process owns (an exclusive `flock` on `dir/LOCK`, held for the store's life).
 //!
-//! Layout: `dir/objects/{h:02x}/{hash:016x}-{generation}.rec` (format in [`record`]; `dir/tmp`
-//! holds the O_DIRECT probe). A record is written in place, `fdatasync`ed and its directory
-//! synced before [`DiskStore::write`] returns, and its owner reports it to the master only
-//! after that. A crash may leave a record torn: `open` deletes one whose length or header is
-//! wrong, a read rejects one whose bytes are (payload CRC, checked on every read), and the
-//! master never lists one it did not accept, so the next mount deletes it.
+//! Layout: `dir/objects/{n % 256:02x}/{n:016x}.rec`, `n` a file number (format in [`record`];
+//! `dir/tmp` holds the O_DIRECT probe). A file's name means nothing: its header says which
+//! (key, generation) it holds, and a file whose header block is zero is *spare*. A removed
+//! record's file is kept as a spare (its header zeroed) and the next record of the same length
+//! overwrites it: an overwrite of allocated blocks plus `fdatasync`, which costs no file
+//! creation, block allocation or directory sync (the spare pool is bounded, see
+//! [`spare_limit`](DiskStore::spare_limit), and dropped first when a write needs room). A new
+//! file is created, written, `fdatasync`ed and its directory synced. Either way the write
+//! returns only once the record is durable, and its owner reports it to the master only after
+//! that. A crash may leave a record torn: `open` deletes one whose length or header is wrong, a
+//! read rejects one whose bytes are (payload CRC, checked on every read), and the master never
+//! lists one it did not accept, so the next mount deletes it.
 //!
 //! Thread-safety: [`DiskStore`] is `Send + Sync`. One mutex guards the index, the byte
 //! accounting and the counters; it is a leaf and never held across disk I/O. A (key,
@@ -18,7 +24,7 @@ mod record;
 
 use crate::error::{fail, ErrorCode, Result};
 use parking_lot::Mutex;
-use record::{decode_header, encode_header, file_len, record_name, round_up, Header, BLOCK};
+use record::{decode_header, encode_header, file_len, round_up, Header, BLOCK};
 use std::alloc::Layout;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
@@ -31,6 +37,8 @@ use std::ptr::NonNull;
 
 /// Free space a write leaves on the filesystem at least.
 const FREE_RESERVE: u64 = 64 << 20;
+/// Spare-file bytes a store may always keep (see [`DiskStore::spare_limit`]).
+const SPARE_MIN: u64 = 64 << 20;
 
 /// A zeroed, [`BLOCK`]-aligned heap buffer (what O_DIRECT needs). Owns its memory, freed on
 /// drop; `Send + Sync` like a `Box<[u8]>`.
@@ -84,10 +92,15 @@ impl AlignedBuf {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.capacity()) }
     }
 
-    /// Zeroes the bytes from `from` to the end (the padding after a `from`-byte value).
+    /// Zeroes the padding after a `from`-byte value: the bytes from `from` to the next
+    /// whole block (or the buffer's end).
     pub(crate) fn zero_tail(&mut self, from: usize) {
         let from = from.min(self.capacity());
-        self.as_mut_slice()[from..].fill(0);
+        let to = from
+            .div_ceil(BLOCK)
+            .saturating_mul(BLOCK)
+            .min(self.capacity());
+        self.as_mut_slice()[from..to].fill(0);
     }
 }
 
@@ -115,10 +128,16 @@ pub struct DiskStats {
     pub objects: u64,
     /// Bytes of record files, including space reserved by writes in flight.
     pub used_bytes: u64,
+    /// Spare files kept for reuse (their bytes are not in `used_bytes`).
+    pub spare_files: u64,
+    /// Bytes of the spare files.
+    pub spare_bytes: u64,
     /// The configured capacity (0 = unlimited).
     pub capacity: u64,
     /// Records written.
     pub writes: u64,
+    /// Records written by overwriting a spare file (counted in `writes` too).
+    pub reused: u64,
     /// Records read and verified.
     pub reads: u64,
     /// Records found malformed (at open or on read) and deleted.
@@ -168,8 +187,12 @@ struct State {
     index: HashMap<String, BTreeMap<u64, Entry>>,
     /// (key, generation) of files being written or unlinked.
     busy: HashSet<(String, u64)>,
-    /// Counters; `used_bytes` is the accounting itself, `objects` counts the index,
-    /// `capacity` is unused.
+    /// Spare files by length (see the module documentation).
+    spare: BTreeMap<u64, Vec<PathBuf>>,
+    /// The number of the next new file.
+    next_file: u64,
+    /// Counters; `used_bytes`, `spare_files` and `spare_bytes` are the accounting itself,
+    /// `objects` counts the index, `capacity` is unused.
     stats: DiskStats,
 }
 
@@ -193,6 +216,47 @@ impl State {
         true
     }
 
+    /// Adds a spare file of `len` bytes.
+    fn add_spare(&mut self, len: u64, path: PathBuf) {
+        self.spare.entry(len).or_default().push(path);
+        self.stats.spare_files += 1;
+        self.stats.spare_bytes += len;
+    }
+
+    /// Takes a spare file of exactly `len` bytes, if one exists.
+    fn take_spare(&mut self, len: u64) -> Option<PathBuf> {
+        let files = self.spare.get_mut(&len)?;
+        let path = files.pop()?;
+        if files.is_empty() {
+            self.spare.remove(&len);
+        }
+        self.stats.spare_files -= 1;
+        self.stats.spare_bytes -= len;
+        Some(path)
+    }
+
+    /// Takes spare files (the largest first) until `bytes` are taken or none is left; the
+    /// caller unlinks them.
+    fn drain_spare(&mut self, bytes: u64) -> Vec<PathBuf> {
+        let mut taken = (Vec::new(), 0u64);
+        while taken.1 < bytes {
+            let Some((&len, _)) = self.spare.last_key_value() else {
+                break;
+            };
+            let path = self.take_spare(len).expect("listed length");
+            taken.0.push(path);
+            taken.1 += len;
+        }
+        taken.0
+    }
+
+    /// A path for a new file (the next file number).
+    fn new_path(&mut self, dir: &Path) -> PathBuf {
+        let number = self.next_file;
+        self.next_file += 1;
+        dir.join(format!("objects/{:02x}/{number:016x}.rec", number & 0xff))
+    }
+
     /// Takes (`key`, `generation`) out of the index.
     fn take(&mut self, key: &str, generation: u64) -> Option<Entry> {
         let generations = self.index.get_mut(key)?;
@@ -203,6 +267,16 @@ impl State {
         self.stats.objects -= 1;
         Some(entry)
     }
+}
+
+/// Where a reserved write goes: a spare file it overwrites, or a new file at `path`, created
+/// after unlinking the spare files `dropped` (taken out of the pool to make room).
+enum Target {
+    Spare(PathBuf),
+    New {
+        path: PathBuf,
+        dropped: Vec<PathBuf>,
+    },
 }
 
 /// The record store; see the module documentation. Dropping it closes the lock file, which
@@ -291,11 +365,12 @@ impl DiskStore {
         let block = encode_header(key, generation, len, crc)?;
         header.as_mut_slice().copy_from_slice(&block);
         let need = file_len(len);
-        self.reserve(key, generation, need)?;
+        let target = self.reserve(key, generation, need)?;
+        let reused = matches!(target, Target::Spare(_));
         let body = &payload.as_slice()[..padded as usize];
-        let written = self.write_file(key, generation, &header, body);
+        let written = self.write_file(target, &header, body);
         let path = written.inspect_err(|_| self.finish(key, generation, need))?;
-        self.publish(key, generation, len, path);
+        self.publish(key, generation, Entry { len, path }, reused);
         Ok(())
     }
 
@@ -312,6 +387,8 @@ impl DiskStore {
             .entry(key, generation)
             .map(|e| (e.len, e.path.clone()));
         drop(state);
+        // A removal may recycle the file while it is read: the header check below then fails
+        // and `corrupted` finds the record no longer indexed there (`OBJECT_NOT_FOUND`).
         let Some((len, path)) = found else {
             return fail(
                 ErrorCode::ObjectNotFound,
@@ -344,14 +421,19 @@ impl DiskStore {
         Ok(record)
     }
 
-    /// Removes the record (`key`, `generation`); returns whether it was indexed.
+    /// Removes the record (`key`, `generation`); returns whether it was indexed. Its file
+    /// becomes a spare (header zeroed, not synced) while the spare pool has room, else it is
+    /// unlinked.
     ///
-    /// Errors: `FILE_WRITE_FAIL` when the file cannot be unlinked (counted in `io_errors`;
-    /// the record is no longer indexed either way).
+    /// Errors: `FILE_WRITE_FAIL` when the file can neither be recycled nor unlinked (counted
+    /// in `io_errors`; the record is no longer indexed either way).
     pub(crate) fn remove(&self, key: &str, generation: u64) -> Result<bool> {
-        let Some(entry) = self.detach(key, generation) else {
+        let Some(entry) = self.detach(key, generation, None) else {
             return Ok(false);
         };
+        if self.recycle(key, generation, &entry) {
+            return Ok(true);
+        }
         let unlinked = self.discard(key, generation, &entry).map(|()| true);
         unlinked.or_else(|e| self.io_error(ErrorCode::FileWriteFail, &entry.path, e))
     }
@@ -377,8 +459,10 @@ impl DiskStore {
     }
 
     /// Checks that (`key`, `generation`) is neither indexed nor busy and that `need` bytes
-    /// fit, then reserves them and marks the pair busy.
-    fn reserve(&self, key: &str, generation: u64, need: u64) -> Result<()> {
+    /// fit, then reserves them, marks the pair busy and picks the file: a spare of exactly
+    /// `need` bytes, else a new one (taking spares out of the pool while they and the
+    /// records would exceed the capacity).
+    fn reserve(&self, key: &str, generation: u64, need: u64) -> Result<Target> {
         let mut state = self.state.lock();
         let pair = (key.to_owned(), generation);
         if state.entry(key, generation).is_some() || state.busy.contains(&pair) {
@@ -397,7 +481,28 @@ impl DiskStore {
         }
         state.stats.used_bytes = used;
         state.busy.insert(pair);
-        Ok(())
+        if let Some(path) = state.take_spare(need) {
+            return Ok(Target::Spare(path));
+        }
+        let over = used.saturating_add(state.stats.spare_bytes);
+        let dropped = match self.capacity {
+            0 => Vec::new(),
+            capacity => state.drain_spare(over.saturating_sub(capacity)),
+        };
+        let path = state.new_path(&self.dir);
+        Ok(Target::New { path, dropped })
+    }
+
+    /// The most bytes of spare files kept: an eighth of the capacity (or, without one, of
+    /// the bytes held), at least [`SPARE_MIN`].
+    fn spare_limit(&self, stats: &DiskStats) -> u64 {
+        let held = stats.used_bytes.saturating_add(stats.spare_bytes);
+        let base = if self.capacity > 0 {
+            self.capacity
+        } else {
+            held
+        };
+        (base / 8).max(SPARE_MIN)
     }
 
     /// Bytes free on the store's filesystem (for unprivileged users).
@@ -425,13 +530,23 @@ impl DiskStore {
             return Ok(self.capacity);
         }
         let free = self.filesystem_free()?.saturating_sub(FREE_RESERVE);
-        Ok(self.state.lock().stats.used_bytes.saturating_add(free))
+        let stats = self.state.lock().stats;
+        Ok(stats.used_bytes + stats.spare_bytes.saturating_add(free))
     }
 
-    /// Refuses a write that would leave less than [`FREE_RESERVE`] free on the filesystem.
+    /// Refuses a write that would leave less than [`FREE_RESERVE`] free on the filesystem
+    /// (after unlinking spare files to make up the difference).
     fn check_free(&self, need: u64) -> Result<()> {
-        let free = self.filesystem_free()?;
-        if free < need.saturating_add(FREE_RESERVE) {
+        let want = need.saturating_add(FREE_RESERVE);
+        let mut free = self.filesystem_free()?;
+        if free < want {
+            let dropped = self.state.lock().drain_spare(want - free);
+            if !dropped.is_empty() {
+                self.unlink_spare(&dropped);
+                free = self.filesystem_free()?;
+            }
+        }
+        if free < want {
             self.state.lock().stats.full += 1;
             return fail(
                 ErrorCode::NoAvailableHandle,
@@ -441,40 +556,61 @@ impl DiskStore {
         Ok(())
     }
 
-    /// Checks the free space, writes the record in place, syncs it (`fdatasync`) and its
-    /// directory; returns its path. Leaves no file behind on failure.
-    fn write_file(
-        &self,
-        key: &str,
-        generation: u64,
-        header: &AlignedBuf,
-        body: &[u8],
-    ) -> Result<PathBuf> {
-        self.check_free(file_len(body.len() as u64))?;
-        let (fan, name) = record_name(key, generation);
-        let path = self.dir.join("objects").join(fan).join(name);
-        // The pair is reserved and not indexed: a file of that name is a crash's leftover.
+    /// Writes the record into `target` and syncs it (`fdatasync`; a new file's directory
+    /// too, after checking the filesystem's free space); returns its path. On failure the
+    /// file is unlinked (a spare's content is then unknown; a new file was never indexed).
+    fn write_file(&self, target: Target, header: &AlignedBuf, body: &[u8]) -> Result<PathBuf> {
         let mut options = OpenOptions::new();
-        let written = self.open_file(&path, options.write(true).create(true).truncate(true));
-        let written = written.and_then(|file| {
-            file.write_all_at(header.as_slice(), 0)?;
-            file.write_all_at(body, BLOCK as u64)?;
-            file.sync_data()
+        options.write(true);
+        let (path, created) = match target {
+            Target::Spare(path) => (path, false),
+            Target::New { path, dropped } => {
+                self.unlink_spare(&dropped);
+                self.check_free(file_len(body.len() as u64))?;
+                options.create_new(true);
+                (path, true)
+            }
+        };
+        let file = match self.open_file(&path, &mut options) {
+            Ok(file) => file,
+            Err(e) => {
+                if !created {
+                    let _ = fs::remove_file(&path);
+                }
+                return self.write_error(&path, e);
+            }
+        };
+        let written = write_record_at(&file, header.as_slice(), body);
+        let synced = written.and_then(|()| file.sync_data());
+        let synced = synced.and_then(|()| match created {
+            true => sync_parent(&path),
+            false => Ok(()),
         });
-        if let Err(e) = written.and_then(|()| sync_parent(&path)) {
+        if let Err(e) = synced {
             let _ = fs::remove_file(&path);
             return self.write_error(&path, e);
         }
         Ok(path)
     }
 
+    /// Unlinks spare files taken out of the pool (failures are logged and counted).
+    fn unlink_spare(&self, paths: &[PathBuf]) {
+        for path in paths {
+            if let Err(e) = unlink(path) {
+                self.state.lock().stats.io_errors += 1;
+                tracing::warn!("ssd tier: {}: {e}", path.display());
+            }
+        }
+    }
+
     /// Indexes a written record and ends its busy mark (the pair was reserved, so it is
     /// not indexed yet).
-    fn publish(&self, key: &str, generation: u64, len: u64, path: PathBuf) {
+    fn publish(&self, key: &str, generation: u64, entry: Entry, reused: bool) {
         let mut state = self.state.lock();
         state.busy.remove(&(key.to_owned(), generation));
-        let indexed = state.adopt(key, generation, Entry { len, path });
+        let indexed = state.adopt(key, generation, entry);
         state.stats.writes += u64::from(indexed);
+        state.stats.reused += u64::from(indexed && reused);
     }
 
     /// Releases `bytes` and ends the busy mark of (`key`, `generation`).
@@ -484,10 +620,14 @@ impl DiskStore {
         state.busy.remove(&(key.to_owned(), generation));
     }
 
-    /// Takes (`key`, `generation`) out of the index, marking it busy until
-    /// [`discard`](Self::discard).
-    fn detach(&self, key: &str, generation: u64) -> Option<Entry> {
+    /// Takes (`key`, `generation`) out of the index (only if its file is `at`, when given),
+    /// marking it busy until [`discard`](Self::discard) or [`recycle`](Self::recycle).
+    fn detach(&self, key: &str, generation: u64, at: Option<&Path>) -> Option<Entry> {
         let mut state = self.state.lock();
+        let elsewhere = |e: &Entry| at.is_some_and(|at| e.path != at);
+        if state.entry(key, generation).is_some_and(elsewhere) {
+            return None;
+        }
         let entry = state.take(key, generation)?;
         state.busy.insert((key.to_owned(), generation));
         Some(entry)
@@ -500,17 +640,50 @@ impl DiskStore {
         result
     }
 
-    /// Drops (`key`, `generation`) if indexed and deletes its file; returns whether it was.
-    fn forget(&self, key: &str, generation: u64) -> bool {
-        let entry = self.detach(key, generation);
+    /// Keeps a detached entry's file as a spare (header zeroed) while the pool has room,
+    /// releasing its bytes and busy mark; returns false (nothing released) when the file is
+    /// to be unlinked instead (no room, or the header could not be cleared).
+    fn recycle(&self, key: &str, generation: u64, entry: &Entry) -> bool {
+        let len = file_len(entry.len);
+        let room = {
+            let state = self.state.lock();
+            state.stats.spare_bytes + len <= self.spare_limit(&state.stats)
+        };
+        if !room || self.clear_header(&entry.path).is_err() {
+            return false;
+        }
+        let mut state = self.state.lock();
+        state.stats.used_bytes -= len;
+        state.busy.remove(&(key.to_owned(), generation));
+        state.add_spare(len, entry.path.clone());
+        true
+    }
+
+    /// Zeroes the header block of the file at `path` (not synced: a record a crash brings
+    /// back is one the master no longer lists, so the next mount removes it again).
+    fn clear_header(&self, path: &Path) -> io::Result<()> {
+        let zero = AlignedBuf::new(BLOCK).map_err(|_| io::Error::from(ErrorKind::OutOfMemory))?;
+        let file = self.open_file(path, OpenOptions::new().write(true))?;
+        file.write_all_at(zero.as_slice(), 0)
+    }
+
+    /// Drops (`key`, `generation`) if indexed in the file at `path` and deletes that file;
+    /// returns whether it was.
+    fn forget(&self, key: &str, generation: u64, path: &Path) -> bool {
+        let entry = self.detach(key, generation, Some(path));
         let discarded = entry.map(|entry| self.discard(key, generation, &entry));
         discarded.is_some()
     }
 
-    /// A read found the record at `path` malformed: counts it and forgets it.
+    /// A read found the record at `path` malformed: counts it and forgets it
+    /// (`CHECKSUM_MISMATCH`), or `OBJECT_NOT_FOUND` when a concurrent removal took it (the
+    /// file may hold another record by now).
     fn corrupted<T>(&self, path: &Path, key: &str, generation: u64) -> Result<T> {
+        if !self.forget(key, generation, path) {
+            let msg = format_args!("{key}@{generation} removed");
+            return fail(ErrorCode::ObjectNotFound, msg);
+        }
         self.state.lock().stats.corrupt += 1;
-        self.forget(key, generation);
         let msg = format_args!("{}: malformed record of {key}@{generation}", path.display());
         fail(ErrorCode::ChecksumMismatch, msg)
     }
@@ -518,7 +691,7 @@ impl DiskStore {
     /// A read found no file: `FILE_NOT_FOUND` (and the entry dropped) while it is still
     /// indexed, `OBJECT_NOT_FOUND` when a concurrent removal or supersede took it.
     fn vanished<T>(&self, path: &Path, key: &str, generation: u64, err: io::Error) -> Result<T> {
-        match self.forget(key, generation) {
+        match self.forget(key, generation, path) {
             true => io_fail(ErrorCode::FileNotFound, path, err),
             false => fail(
                 ErrorCode::ObjectNotFound,
@@ -622,8 +795,9 @@ fn probe_direct(tmp: &Path) -> bool {
     !refused
 }
 
-/// Builds the index from `dir/objects`, deleting malformed records (counted in `corrupt`);
-/// unreadable files are skipped (counted in `io_errors`).
+/// Builds the index from `dir/objects`: records are indexed (a second file of one (key,
+/// generation) is deleted), files with a zero header block become spares, malformed files
+/// are deleted (counted in `corrupt`); unreadable files are skipped (counted in `io_errors`).
 fn scan(dir: &Path) -> Result<State> {
     let mut state = State::default();
     for fan in 0..256 {
@@ -632,15 +806,21 @@ fn scan(dir: &Path) -> Result<State> {
             fs::read_dir(&fan_dir).or_else(|e| io_fail(ErrorCode::FileReadFail, &fan_dir, e))?;
         let paths = entries.flatten().map(|entry| entry.path());
         for path in paths.filter(|path| path.extension() == Some("rec".as_ref())) {
+            if let Some(number) = file_number(&path) {
+                state.next_file = state.next_file.max(number.saturating_add(1));
+            }
             let dropped = match inspect(&path) {
-                Ok(header) => {
+                Ok(Found::Record(header)) => {
                     state.stats.used_bytes += file_len(header.len);
                     let entry = Entry {
                         len: header.len,
-                        path,
+                        path: path.clone(),
                     };
-                    // A file's name is its (key, generation): each pair is seen once.
-                    state.adopt(&header.key, header.generation, entry);
+                    let indexed = state.adopt(&header.key, header.generation, entry);
+                    (!indexed).then_some(path)
+                }
+                Ok(Found::Spare(len)) => {
+                    state.add_spare(len, path);
                     None
                 }
                 Err(ErrorCode::ChecksumMismatch) => {
@@ -660,10 +840,24 @@ fn scan(dir: &Path) -> Result<State> {
     Ok(state)
 }
 
-/// Decodes a record file's header and checks the file's length and name against it.
+/// The number in a file name `{n:016x}.rec` (older stores named files otherwise: `None`).
+fn file_number(path: &Path) -> Option<u64> {
+    let stem = path.file_stem()?.to_str()?;
+    (stem.len() == 16).then(|| u64::from_str_radix(stem, 16).ok())?
+}
+
+/// What a file in `objects/` holds.
+enum Found {
+    /// A record with this header.
+    Record(Header),
+    /// Nothing (a zero header block): a spare file of this many bytes.
+    Spare(u64),
+}
+
+/// Reads a file's header block and checks the file's length against it.
 ///
 /// Errors: `CHECKSUM_MISMATCH` for a malformed record; `FILE_READ_FAIL` for I/O errors.
-fn inspect(path: &Path) -> Result<Header> {
+fn inspect(path: &Path) -> Result<Found> {
     let mut block = [0u8; BLOCK];
     let file = File::open(path);
     let read = file.and_then(|file| file.read_exact_at(&mut block, 0).and(file.metadata()));
@@ -671,13 +865,41 @@ fn inspect(path: &Path) -> Result<Header> {
         ErrorKind::UnexpectedEof => io_fail(ErrorCode::ChecksumMismatch, path, e),
         _ => io_fail(ErrorCode::FileReadFail, path, e),
     })?;
+    if block.iter().all(|&b| b == 0) && meta.len() % BLOCK as u64 == 0 {
+        return Ok(Found::Spare(meta.len()));
+    }
     let header = decode_header(&block)?;
-    let (fan, name) = record_name(&header.key, header.generation);
-    if meta.len() != file_len(header.len) || !path.ends_with(Path::new(&fan).join(name)) {
-        let msg = format_args!("{}: length or name does not match", path.display());
+    if meta.len() != file_len(header.len) {
+        let msg = format_args!("{}: length does not match", path.display());
         return fail(ErrorCode::ChecksumMismatch, msg);
     }
-    Ok(header)
+    Ok(Found::Record(header))
+}
+
+/// Writes a record (`header` block at 0, `body` after it) with one `pwritev`, finishing a
+/// short write with positional writes.
+fn write_record_at(file: &File, header: &[u8], body: &[u8]) -> io::Result<()> {
+    let iov = [header, body].map(|part| libc::iovec {
+        iov_base: part.as_ptr() as *mut libc::c_void,
+        iov_len: part.len(),
+    });
+    let written = loop {
+        // SAFETY: both iovecs point at live slices of the given lengths; the fd is open.
+        let n = unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), 2, 0) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != ErrorKind::Interrupted {
+            return Err(err);
+        }
+    };
+    if written < header.len() {
+        file.write_all_at(&header[written..], written as u64)?;
+        return file.write_all_at(body, header.len() as u64);
+    }
+    let done = written - header.len();
+    file.write_all_at(&body[done.min(body.len())..], written as u64)
 }
 
 /// Unlinks `path` (already gone is fine). Not synced: a deleted record that a crash brings
@@ -722,9 +944,16 @@ mod tests {
         Ok(record.bytes().to_vec())
     }
 
-    fn path_of(dir: &TempDir, key: &str, generation: u64) -> PathBuf {
-        let (fan, name) = record_name(key, generation);
-        dir.path().join("objects").join(fan).join(name)
+    fn path_of(store: &DiskStore, key: &str, generation: u64) -> PathBuf {
+        let state = store.state.lock();
+        state.entry(key, generation).expect("indexed").path.clone()
+    }
+
+    /// Every file in the store's `objects/` tree.
+    fn files(dir: &TempDir) -> Vec<PathBuf> {
+        let fans = fs::read_dir(dir.path().join("objects")).unwrap().flatten();
+        let files = fans.flat_map(|fan| fs::read_dir(fan.path()).unwrap().flatten());
+        files.map(|entry| entry.path()).collect()
     }
 
     fn truncate(path: PathBuf, len: u64) {
@@ -755,7 +984,7 @@ mod tests {
             let key = format!("k{i}");
             put(&store, &key, 1, value).unwrap();
             assert_eq!(get(&store, &key, 1).unwrap(), *value);
-            let on_disk = fs::metadata(path_of(&dir, &key, 1)).unwrap().len();
+            let on_disk = fs::metadata(path_of(&store, &key, 1)).unwrap().len();
             assert_eq!(on_disk, file_len(value.len() as u64));
         }
         let s = store.stats();
@@ -797,20 +1026,22 @@ mod tests {
     fn damaged_records_are_refused_once_then_gone() {
         let dir = TempDir::new("disk-damage");
         let store = open(&dir, 0).unwrap();
-        for key in ["flipped", "truncated", "deleted"] {
+        let keys = ["flipped", "truncated", "deleted"];
+        for key in keys {
             put(&store, key, 1, &random(10_000)).unwrap();
         }
-        let mut bytes = fs::read(path_of(&dir, "flipped", 1)).unwrap();
+        let paths = keys.map(|key| path_of(&store, key, 1));
+        let mut bytes = fs::read(&paths[0]).unwrap();
         bytes[BLOCK + 5000] ^= 0x40;
-        fs::write(path_of(&dir, "flipped", 1), &bytes).unwrap();
-        truncate(path_of(&dir, "truncated", 1), 8192);
-        fs::remove_file(path_of(&dir, "deleted", 1)).unwrap();
+        fs::write(&paths[0], &bytes).unwrap();
+        truncate(paths[1].clone(), 8192);
+        fs::remove_file(&paths[2]).unwrap();
         assert_eq!(get(&store, "flipped", 1).err(), Some(ChecksumMismatch));
         assert_eq!(get(&store, "truncated", 1).err(), Some(ChecksumMismatch));
         assert_eq!(get(&store, "deleted", 1).err(), Some(FileNotFound));
-        for key in ["flipped", "truncated", "deleted"] {
+        for (key, path) in keys.iter().zip(&paths) {
             assert_eq!(get(&store, key, 1).err(), Some(ObjectNotFound));
-            assert!(!path_of(&dir, key, 1).exists());
+            assert!(!path.exists(), "a damaged file is deleted, never reused");
         }
         let stats = store.stats();
         assert_eq!((stats.corrupt, stats.objects, stats.used_bytes), (2, 0, 0));
@@ -821,24 +1052,34 @@ mod tests {
         let dir = TempDir::new("disk-scan");
         let store = open(&dir, 0).unwrap();
         put(&store, "a", 1, b"one").unwrap();
-        let old = fs::read(path_of(&dir, "a", 1)).unwrap();
+        let old = fs::read(path_of(&store, "a", 1)).unwrap();
         put(&store, "a", 2, b"two").unwrap();
         put(&store, "b", 1, &random(9000)).unwrap();
+        let truncated = path_of(&store, "b", 1);
         drop(store);
-        fs::write(path_of(&dir, "z", 5), &old).unwrap(); // its header says ("a", 1)
-        truncate(path_of(&dir, "b", 1), 8192);
+        let fan = dir.path().join("objects/00");
+        let (copy, junk, spare) = (
+            fan.join("copy.rec"),
+            fan.join("junk.rec"),
+            fan.join("x.rec"),
+        );
+        fs::write(&copy, &old).unwrap(); // a second file of ("a", 1)
+        fs::write(&junk, random(8192)).unwrap();
+        fs::write(&spare, [0u8; 3 * BLOCK]).unwrap();
+        truncate(truncated.clone(), 8192);
         let store = open(&dir, 0).unwrap();
         let mut objects = store.objects();
         objects.sort_by_key(|o| o.generation);
         assert_eq!(objects, vec![stored("a", 1, 3), stored("a", 2, 3)]);
-        for (key, generation) in [("z", 5), ("b", 1)] {
-            assert!(!path_of(&dir, key, generation).exists(), "{key}");
-        }
+        assert!(![&copy, &junk, &truncated].iter().any(|path| path.exists()));
         let s = store.stats();
         assert_eq!(
             (s.corrupt, s.objects, s.used_bytes),
             (2, 2, 2 * file_len(3))
         );
+        assert_eq!((s.spare_files, s.spare_bytes), (1, 3 * BLOCK as u64));
+        put(&store, "c", 1, &[9u8; 2 * BLOCK]).unwrap();
+        assert_eq!((store.stats().reused, path_of(&store, "c", 1)), (1, spare));
         assert_eq!(get(&store, "a", 1).unwrap(), b"one");
         assert_eq!(get(&store, "a", 2).unwrap(), b"two");
     }
@@ -860,7 +1101,62 @@ mod tests {
         assert_eq!(get(&store, "b", 1).unwrap(), b);
         assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
         assert_eq!(store.remove("a", 1), Ok(true));
-        put(&store, "c", 1, b"x").unwrap();
+        put(&store, "c", 1, b"x").unwrap(); // into a's file
+        assert_eq!(store.stats().reused, 1);
+    }
+
+    /// A removed record's file is kept as a spare and overwritten by the next record of its
+    /// length; spares give way when a record of another length needs their room.
+    #[test]
+    fn removed_files_are_reused_and_give_way_to_new_ones() {
+        let dir = TempDir::new("disk-spare");
+        let store = open(&dir, 3 * file_len(4096)).unwrap();
+        put(&store, "a", 1, &random(4096)).unwrap();
+        put(&store, "b", 1, &random(4096)).unwrap();
+        let a_file = path_of(&store, "a", 1);
+        assert_eq!(store.remove("a", 1), Ok(true));
+        let s = store.stats();
+        assert_eq!((s.objects, s.spare_files), (1, 1));
+        assert_eq!(
+            (s.used_bytes, s.spare_bytes),
+            (file_len(4096), file_len(4096))
+        );
+        assert_eq!(fs::read(&a_file).unwrap()[..BLOCK], [0u8; BLOCK]);
+        // Reopened, the zeroed file is a spare again; the next 4 KiB record overwrites it.
+        drop(store);
+        let store = open(&dir, 3 * file_len(4096)).unwrap();
+        assert_eq!(store.stats().spare_files, 1);
+        let c = random(4000);
+        put(&store, "c", 1, &c).unwrap();
+        assert_eq!((path_of(&store, "c", 1), store.stats().reused), (a_file, 1));
+        assert_eq!(get(&store, "c", 1).unwrap(), c);
+        // An 8 KiB record fits only once the spare left by "c" is unlinked.
+        assert_eq!(store.remove("c", 1), Ok(true));
+        let d = random(8192);
+        put(&store, "d", 1, &d).unwrap();
+        let s = store.stats();
+        assert_eq!((s.objects, s.spare_files, s.reused), (2, 0, 1));
+        assert_eq!(s.used_bytes, file_len(4096) + file_len(8192));
+        assert_eq!(files(&dir).len(), 2);
+        assert_eq!(get(&store, "d", 1).unwrap(), d);
+    }
+
+    /// A read that raced a removal whose file was reused by another record is a miss, not a
+    /// corruption: the other record stays.
+    #[test]
+    fn a_read_of_a_reused_file_is_a_miss_for_the_removed_record() {
+        let dir = TempDir::new("disk-reuse-race");
+        let store = open(&dir, 0).unwrap();
+        put(&store, "a", 1, &random(5000)).unwrap();
+        let stale = path_of(&store, "a", 1);
+        assert_eq!(store.remove("a", 1), Ok(true));
+        let b = random(5000);
+        put(&store, "b", 1, &b).unwrap();
+        assert_eq!(path_of(&store, "b", 1), stale);
+        // What `read` does when the header it finds names another record.
+        let missed = store.corrupted::<()>(&stale, "a", 1).err();
+        assert_eq!((missed, store.stats().corrupt), (Some(ObjectNotFound), 0));
+        assert_eq!(get(&store, "b", 1).unwrap(), b);
     }
 
     /// A newer generation never deletes an older one: a reader pinned to the older record
@@ -884,7 +1180,7 @@ mod tests {
             (2, file_len(5000) + file_len(100))
         );
         assert_eq!(store.remove("a", 1), Ok(true));
-        assert!(!path_of(&dir, "a", 1).exists());
+        assert_eq!(store.stats().spare_files, 1);
         assert_eq!(get(&store, "a", 1).err(), Some(ObjectNotFound));
         assert_eq!(get(&store, "a", 2).unwrap(), newer);
         assert_eq!(store.stats().objects, 1);
@@ -902,12 +1198,12 @@ mod tests {
             assert!(store.contains("a", 3));
         }
         assert_eq!(store.remove("a", 3), Ok(true));
-        assert!(!store.contains("a", 3) && !path_of(&dir, "a", 3).exists());
+        assert!(!store.contains("a", 3));
         assert_eq!(store.remove("a", 3), Ok(false));
         assert_eq!(get(&store, "a", 3).err(), Some(ObjectNotFound));
         assert_eq!(store.remove_all(), 2);
-        assert_eq!((store.stats().objects, store.stats().used_bytes), (0, 0));
-        assert!(!path_of(&dir, "b", 1).exists() && !path_of(&dir, "c", 1).exists());
+        let s = store.stats();
+        assert_eq!((s.objects, s.used_bytes, s.spare_files), (0, 0, 3));
         put(&store, "a", 3, b"again").unwrap();
         assert_eq!(get(&store, "a", 3).unwrap(), b"again");
     }
@@ -931,7 +1227,6 @@ mod tests {
             assert_eq!(value, vec![generation as u8; 5000]);
         }
         assert_eq!(store.stats().used_bytes, 8 * file_len(5000));
-        let fan_dir = path_of(&dir, "k", 8).parent().unwrap().to_path_buf();
-        assert_eq!(fs::read_dir(fan_dir).unwrap().count(), 8);
+        assert_eq!(files(&dir).len(), 8);
     }
 }

@@ -42,23 +42,6 @@ pub(crate) fn file_len(len: u64) -> u64 {
     round_up(len).saturating_add(BLOCK as u64)
 }
 
-/// Stable 64-bit hash of a key (FNV-1a), the same in every process and build.
-pub(crate) fn key_hash(key: &str) -> u64 {
-    key.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
-/// Fan-out directory name and file name of the record of (`key`, `generation`):
-/// (`{h:02x}`, `{hash:016x}-{generation}.rec`) with `h` the hash's low byte.
-pub(crate) fn record_name(key: &str, generation: u64) -> (String, String) {
-    let hash = key_hash(key);
-    (
-        format!("{:02x}", hash & 0xff),
-        format!("{hash:016x}-{generation}.rec"),
-    )
-}
-
 /// The header block of a record.
 ///
 /// Errors: `INVALID_KEY` when `key` is longer than [`MAX_KEY_LEN`] bytes.
@@ -186,11 +169,8 @@ mod tests {
     }
 
     #[test]
-    fn lengths_and_names() {
+    fn file_lengths() {
         let lens = [0, 1, 4096, 4097, u64::MAX].map(file_len);
         assert_eq!(lens, [4096, 8192, 8192, 12288, u64::MAX]);
-        assert_eq!(key_hash("a"), 0xaf63_dc4c_8601_ec8c); // FNV-1a 64 reference value
-        let (fan, name) = record_name("a", 9);
-        assert_eq!((fan, name), ("8c".into(), "af63dc4c8601ec8c-9.rec".into()));
     }
 }
