@@ -3,6 +3,7 @@
 
 use crate::checker::{self, FaultWindow, Tagged, Timeouts};
 use crate::cluster::{free_port, http_get, metric, sibling, wait_until, Proc};
+use crate::disk_devices::LoopTiers;
 use crate::ha_cell::HaCell;
 use crate::journal::{self, now_ns};
 use crate::netns::Namespace;
@@ -41,6 +42,8 @@ pub const KINDS: &[&str] = &[
     "corrupt_record",
     "truncate_record",
     "delete_record",
+    "disk_full",
+    "disk_slow",
 ];
 
 /// The kinds that act on the HA cell (not drawn in a run without it).
@@ -117,6 +120,9 @@ struct Cluster {
     p2p_host: String,
     /// The HA cell (`--ha-workers` > 0).
     ha: Option<HaCell>,
+    /// The owners' tiers on loop devices (`disk_full`, `disk_slow`); `Err` says why not
+    /// (then, or without tiers, the tiers are plain directories).
+    disks: Result<LoopTiers, String>,
     /// Dropped last: the processes inside are gone by then.
     netns: Result<Namespace, String>,
 }
@@ -252,6 +258,14 @@ impl Cluster {
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
         let mut directory = Directory::new(metadata_port, names, peer_proxy.port);
+        let disks = match settings.ssd_limit {
+            0 => Err("no SSD tiers".to_string()),
+            _ => LoopTiers::create(
+                &(0..owner_ports.len())
+                    .map(|index| crate::disk_faults::tier_dir(&settings.dir, index))
+                    .collect::<Vec<_>>(),
+            ),
+        };
         let mut owners = Vec::new();
         for (index, port) in owner_ports.iter().enumerate() {
             let mut args = vec![
@@ -353,6 +367,7 @@ impl Cluster {
             p2p_metrics_port,
             p2p_host,
             ha: None,
+            disks,
             netns,
         };
         if settings.ha_workers > 0 {
@@ -422,6 +437,12 @@ pub fn run(settings: &Settings) -> i32 {
     }
     if settings.ssd_limit == 0 {
         kinds.retain(|k| !crate::disk_faults::DISK_KINDS.contains(k));
+    }
+    if let Err(reason) = &cluster.disks {
+        if settings.ssd_limit > 0 {
+            println!("mc_chaos: disk_full and disk_slow faults SKIPPED: {reason}");
+        }
+        kinds.retain(|k| !crate::disk_devices::DEVICE_KINDS.contains(k));
     }
     match &cluster.netns {
         Ok(ns) => println!(
@@ -680,6 +701,14 @@ fn inject(
                 .map(|index| crate::disk_faults::tier_dir(&settings.dir, index))
                 .collect();
             crate::disk_faults::inject(&dirs, kind, rng).unwrap_or_else(|| "no record".into())
+        }
+        "disk_full" | "disk_slow" => {
+            let disks = cluster.disks.as_ref().map_err(|e| e.clone())?;
+            let index = rng.usize(0..cluster.owners.len());
+            match kind {
+                "disk_full" => disks.fill(index, pause)?,
+                _ => disks.slow(index, pause)?,
+            }
         }
         "kill_p2p_owner" | "stop_p2p_owner" => {
             let index = rng.usize(0..cluster.p2p_owners.len());

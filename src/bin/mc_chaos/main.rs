@@ -22,6 +22,7 @@
 
 mod checker;
 mod cluster;
+mod disk_devices;
 mod disk_faults;
 mod faults;
 mod ha_cell;
