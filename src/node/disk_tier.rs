@@ -4,9 +4,10 @@
 //! object, `flock`ed against a second process), serves reads of its records to other clients
 //! ([`DiskReadInterface`], an RPC service on an OS-chosen port of the data host), and runs
 //! one worker thread that mounts the tier at the master (reporting what it holds; the master
-//! says what to keep), then long-polls the master for work: a demotion copies a complete
-//! memory replica out of this client's own segment into a record and reports it (the master
-//! then releases the memory), a deletion drops a removed or superseded record. A record found
+//! says what to keep), then long-polls the master for work and runs it on a pool of
+//! [`DEMOTION_PARALLELISM`] threads: a demotion copies a complete memory replica out of this
+//! client's own segment into a record and reports it (the master then releases the memory),
+//! a deletion drops a removed or superseded record. A record found
 //! corrupt or missing is reported lost, so the master forgets that replica.
 //!
 //! Reader: [`DiskReaders`] reads the record a LOCAL_DISK descriptor names, straight from the
@@ -67,7 +68,7 @@ pub(crate) const MAX_READ_CHUNK: u64 = 32 << 20;
 const MOUNT_PAGE: usize = 8192;
 /// Threads of the disk read service.
 const READ_THREADS: usize = 4;
-/// Demotions a worker round runs at once (the disk's queue depth for demotions).
+/// Demotions (or deletions) a worker round runs at once: the disk's queue depth for them.
 const DEMOTION_PARALLELISM: usize = 16;
 thread_local! {
     /// Set on the tier worker's thread and its demotion threads.
@@ -445,9 +446,9 @@ impl Worker {
             let Ok(accepted) = self.master.disk_report(self.client, reports) else {
                 return;
             };
-            for (&(i, written), accepted) in done.iter().zip(accepted) {
+            for (k, &(i, written)) in done.iter().enumerate() {
                 let (_, key, generation, _) = &demotions[i];
-                if written && !accepted {
+                if written && accepted.get(k) != Some(&true) {
                     let _ = self.core.store.remove(key, *generation);
                 }
             }

@@ -16,9 +16,12 @@
 //!
 //! Thread-safety: [`DiskStore`] is `Send + Sync`. One mutex guards the index, the byte
 //! accounting and the counters; it is a leaf and never held across disk I/O. A (key,
-//! generation) with file I/O in flight is marked busy, so concurrent callers never create or
-//! unlink the same path. Generations of one key coexist: only [`DiskStore::remove`] (the
-//! master's deletion task) or a failed check deletes a record.
+//! generation) with file I/O in flight is marked busy, so concurrent callers never write or
+//! remove the same record twice; new files get unique numbers and a spare belongs to the one
+//! write that took it. A file with reads in flight is never made a spare: a removal unlinks
+//! it instead (the readers keep the inode), so a read never sees another record's bytes.
+//! Generations of one key coexist: only [`DiskStore::remove`] (the master's deletion task) or
+//! a failed check deletes a record.
 
 mod record;
 
@@ -187,6 +190,8 @@ struct State {
     index: HashMap<String, BTreeMap<u64, Entry>>,
     /// (key, generation) of files being written or unlinked.
     busy: HashSet<(String, u64)>,
+    /// Files with reads in flight, and how many.
+    reading: HashMap<PathBuf, u32>,
     /// Spare files by length (see the module documentation).
     spare: BTreeMap<u64, Vec<PathBuf>>,
     /// The number of the next new file.
@@ -253,7 +258,7 @@ impl State {
     /// A path for a new file (the next file number).
     fn new_path(&mut self, dir: &Path) -> PathBuf {
         let number = self.next_file;
-        self.next_file += 1;
+        self.next_file = number.wrapping_add(1);
         dir.join(format!("objects/{:02x}/{number:016x}.rec", number & 0xff))
     }
 
@@ -293,7 +298,8 @@ pub(crate) struct DiskStore {
 impl DiskStore {
     /// Opens (creating if needed) the store in `options.dir`, locks it, deletes torn writes
     /// in `tmp` and rebuilds the index from the record headers (malformed records are
-    /// deleted and counted in `corrupt`; of two records of one key the newer is kept).
+    /// deleted and counted in `corrupt`; of two files of one (key, generation) the one whose
+    /// payload checks is kept; zero headers are spares).
     ///
     /// Errors: `FILE_LOCK_FAIL` when another open store (any process, this one included)
     /// holds the directory; `FILE_OPEN_FAIL` when directories cannot be created;
@@ -345,7 +351,8 @@ impl DiskStore {
     /// written or deleted; `NO_AVAILABLE_HANDLE` when the capacity or the filesystem (64 MiB kept
     /// free, ENOSPC, EDQUOT) has no room (counted in `full`); `INVALID_KEY` for an oversized
     /// key; `INVALID_PARAMS` when `payload` is too short; `FILE_WRITE_FAIL` for other I/O
-    /// errors (counted in `io_errors`). No file is left behind on failure.
+    /// errors (counted in `io_errors`). The file is unlinked on failure (if that fails too,
+    /// counted in `io_errors` and found again by the next open).
     pub(crate) fn write(
         &self,
         key: &str,
@@ -382,24 +389,28 @@ impl DiskStore {
     /// file, a wrong header or payload CRC (counted in `corrupt`); `FILE_READ_FAIL` for other
     /// I/O errors (counted in `io_errors`).
     pub(crate) fn read(&self, key: &str, generation: u64) -> Result<ReadRecord> {
-        let state = self.state.lock();
+        let mut state = self.state.lock();
         let found = state
             .entry(key, generation)
             .map(|e| (e.len, e.path.clone()));
-        drop(state);
-        // A removal may recycle the file while it is read: the header check below then fails
-        // and `corrupted` finds the record no longer indexed there (`OBJECT_NOT_FOUND`).
         let Some((len, path)) = found else {
             return fail(
                 ErrorCode::ObjectNotFound,
                 format_args!("{key}@{generation}"),
             );
         };
+        // While counted here the file is not reused (a removal unlinks it instead).
+        *state.reading.entry(path.clone()).or_default() += 1;
+        drop(state);
         let total = file_len(len) as usize;
-        let mut buf = AlignedBuf::new(total)?;
-        let file = self.open_file(&path, OpenOptions::new().read(true));
-        match file.and_then(|file| file.read_exact_at(&mut buf.as_mut_slice()[..total], 0)) {
-            Ok(()) => {}
+        let read = AlignedBuf::new(total).map(|mut buf| {
+            let file = self.open_file(&path, OpenOptions::new().read(true));
+            let read = file.and_then(|f| f.read_exact_at(&mut buf.as_mut_slice()[..total], 0));
+            read.map(|()| buf)
+        });
+        self.end_read(&path);
+        let buf = match read? {
+            Ok(buf) => buf,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 return self.vanished(&path, key, generation, e)
             }
@@ -407,7 +418,7 @@ impl DiskStore {
                 return self.corrupted(&path, key, generation)
             }
             Err(e) => return self.io_error(ErrorCode::FileReadFail, &path, e),
-        }
+        };
         let record = ReadRecord {
             buf,
             len: len as usize,
@@ -575,7 +586,7 @@ impl DiskStore {
             Ok(file) => file,
             Err(e) => {
                 if !created {
-                    let _ = fs::remove_file(&path);
+                    self.unlink_spare(std::slice::from_ref(&path));
                 }
                 return self.write_error(&path, e);
             }
@@ -587,13 +598,15 @@ impl DiskStore {
             false => Ok(()),
         });
         if let Err(e) = synced {
-            let _ = fs::remove_file(&path);
+            self.unlink_spare(std::slice::from_ref(&path));
             return self.write_error(&path, e);
         }
         Ok(path)
     }
 
-    /// Unlinks spare files taken out of the pool (failures are logged and counted).
+    /// Unlinks files that are neither indexed nor spare: spares taken out of the pool, or the
+    /// file of a failed write (failures are logged and counted in `io_errors`; such a file
+    /// is found again by the next open).
     fn unlink_spare(&self, paths: &[PathBuf]) {
         for path in paths {
             if let Err(e) = unlink(path) {
@@ -640,16 +653,29 @@ impl DiskStore {
         result
     }
 
-    /// Keeps a detached entry's file as a spare (header zeroed) while the pool has room,
-    /// releasing its bytes and busy mark; returns false (nothing released) when the file is
-    /// to be unlinked instead (no room, or the header could not be cleared).
+    /// Ends one read of the file at `path` (see `State::reading`).
+    fn end_read(&self, path: &Path) {
+        let mut state = self.state.lock();
+        if let Some(count) = state.reading.get_mut(path) {
+            *count -= 1;
+            if *count == 0 {
+                state.reading.remove(path);
+            }
+        }
+    }
+
+    /// Keeps a detached entry's file as a spare (header zeroed) while the pool has room and
+    /// no read of it is in flight (a detached entry gets no new readers), releasing its bytes
+    /// and busy mark; returns false (nothing released) when the file is to be unlinked
+    /// instead (no room, being read, or the header could not be cleared).
     fn recycle(&self, key: &str, generation: u64, entry: &Entry) -> bool {
         let len = file_len(entry.len);
-        let room = {
+        let reusable = {
             let state = self.state.lock();
-            state.stats.spare_bytes + len <= self.spare_limit(&state.stats)
+            let room = state.stats.spare_bytes + len <= self.spare_limit(&state.stats);
+            room && !state.reading.contains_key(&entry.path)
         };
-        if !room || self.clear_header(&entry.path).is_err() {
+        if !reusable || self.clear_header(&entry.path).is_err() {
             return false;
         }
         let mut state = self.state.lock();
@@ -811,13 +837,29 @@ fn scan(dir: &Path) -> Result<State> {
             }
             let dropped = match inspect(&path) {
                 Ok(Found::Record(header)) => {
-                    state.stats.used_bytes += file_len(header.len);
-                    let entry = Entry {
-                        len: header.len,
-                        path: path.clone(),
-                    };
-                    let indexed = state.adopt(&header.key, header.generation, entry);
-                    (!indexed).then_some(path)
+                    let (key, generation) = (header.key.as_str(), header.generation);
+                    match state
+                        .index
+                        .get_mut(key)
+                        .and_then(|g| g.get_mut(&generation))
+                    {
+                        // Two files of one record: a crash brought back a removed copy (its
+                        // file maybe half reused since). Keep one whose payload checks.
+                        Some(kept) if !payload_ok(&kept.path, &header) => {
+                            let stale = std::mem::replace(&mut kept.path, path);
+                            Some(stale)
+                        }
+                        Some(_) => Some(path),
+                        None => {
+                            state.stats.used_bytes += file_len(header.len);
+                            let entry = Entry {
+                                len: header.len,
+                                path,
+                            };
+                            state.adopt(key, generation, entry);
+                            None
+                        }
+                    }
                 }
                 Ok(Found::Spare(len)) => {
                     state.add_spare(len, path);
@@ -844,6 +886,14 @@ fn scan(dir: &Path) -> Result<State> {
 fn file_number(path: &Path) -> Option<u64> {
     let stem = path.file_stem()?.to_str()?;
     (stem.len() == 16).then(|| u64::from_str_radix(stem, 16).ok())?
+}
+
+/// Whether the file at `path` holds the payload `header` describes (its CRC32C matches).
+fn payload_ok(path: &Path, header: &Header) -> bool {
+    let mut bytes = vec![0u8; file_len(header.len) as usize];
+    let read = File::open(path).and_then(|file| file.read_exact_at(&mut bytes, 0));
+    let payload = bytes.get(BLOCK..BLOCK + header.len as usize);
+    read.is_ok() && payload.is_some_and(|p| crc32c::crc32c(p) == header.payload_crc)
 }
 
 /// What a file in `objects/` holds.
@@ -1052,7 +1102,8 @@ mod tests {
         let dir = TempDir::new("disk-scan");
         let store = open(&dir, 0).unwrap();
         put(&store, "a", 1, b"one").unwrap();
-        let old = fs::read(path_of(&store, "a", 1)).unwrap();
+        let a1 = path_of(&store, "a", 1);
+        let old = fs::read(&a1).unwrap();
         put(&store, "a", 2, b"two").unwrap();
         put(&store, "b", 1, &random(9000)).unwrap();
         let truncated = path_of(&store, "b", 1);
@@ -1063,7 +1114,13 @@ mod tests {
             fan.join("junk.rec"),
             fan.join("x.rec"),
         );
-        fs::write(&copy, &old).unwrap(); // a second file of ("a", 1)
+        // A second file of ("a", 1) whose payload was half overwritten (a removed copy a
+        // crash brought back after its file was reused); scanned before the good one.
+        let mut torn = old.clone();
+        torn[BLOCK] ^= 0xff;
+        fs::write(&copy, &torn).unwrap();
+        let a1_moved = dir.path().join("objects/ff/good.rec");
+        fs::rename(&a1, &a1_moved).unwrap();
         fs::write(&junk, random(8192)).unwrap();
         fs::write(&spare, [0u8; 3 * BLOCK]).unwrap();
         truncate(truncated.clone(), 8192);
@@ -1072,6 +1129,7 @@ mod tests {
         objects.sort_by_key(|o| o.generation);
         assert_eq!(objects, vec![stored("a", 1, 3), stored("a", 2, 3)]);
         assert!(![&copy, &junk, &truncated].iter().any(|path| path.exists()));
+        assert!(a1_moved.exists(), "the copy whose payload checks is kept");
         let s = store.stats();
         assert_eq!(
             (s.corrupt, s.objects, s.used_bytes),
@@ -1139,6 +1197,25 @@ mod tests {
         assert_eq!(s.used_bytes, file_len(4096) + file_len(8192));
         assert_eq!(files(&dir).len(), 2);
         assert_eq!(get(&store, "d", 1).unwrap(), d);
+    }
+
+    /// A file with a read in flight is not made a spare: its removal unlinks it (the reader
+    /// keeps the inode), so no record can be written into it under the reader.
+    #[test]
+    fn a_file_being_read_is_unlinked_not_reused() {
+        let dir = TempDir::new("disk-reading");
+        let store = open(&dir, 0).unwrap();
+        put(&store, "a", 1, &random(5000)).unwrap();
+        let file = path_of(&store, "a", 1);
+        // What `read` registers between its lookup and its read.
+        *store.state.lock().reading.entry(file.clone()).or_default() += 1;
+        assert_eq!(store.remove("a", 1), Ok(true));
+        store.end_read(&file);
+        let s = store.stats();
+        assert_eq!((s.spare_files, s.used_bytes, s.objects), (0, 0, 0));
+        assert!(!file.exists() && store.state.lock().reading.is_empty());
+        put(&store, "b", 1, &random(5000)).unwrap();
+        assert_ne!(path_of(&store, "b", 1), file);
     }
 
     /// A read that raced a removal whose file was reused by another record is a miss, not a
