@@ -6,7 +6,13 @@
 //!   `statvfs` sees it full and refuses demotions) for the fault's window, then deletes it;
 //! - **`disk_slow`** throttles every read and write of that loop device (the kernel's blkio
 //!   throttling, cgroup v1 root group: only the tier's I/O goes through the device) to
-//!   [`SLOW_BPS`] and [`SLOW_IOPS`] for the window, then lifts it.
+//!   [`SLOW_BPS`] and [`SLOW_IOPS`] for the window, then lifts it;
+//! - **`disk_eio`** shuts that filesystem down as a dying disk does (`EXT4_IOC_SHUTDOWN`
+//!   without a journal flush: from then on every read, write, open and fsync on it fails with
+//!   `EIO`, and what was not yet committed is lost) for the window; a shut-down filesystem
+//!   stays dead while any file of it is open, so the window ends as an operator's repair:
+//!   the owner is killed, the device unmounted and mounted again (journal replay), and the
+//!   owner restarted on it ([`LoopTiers::shut_down`], [`LoopTiers::remount`]).
 //!
 //! Needs root, `losetup`, `mkfs.ext4`, `mount` and the blkio controller at
 //! [`BLKIO`]; [`LoopTiers::create`] says why when they cannot be had, and the soak then skips
@@ -18,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The disk fault kinds that need [`LoopTiers`].
-pub const DEVICE_KINDS: &[&str] = &["disk_full", "disk_slow"];
+pub const DEVICE_KINDS: &[&str] = &["disk_full", "disk_slow", "disk_eio"];
 
 /// Size of each tier's filesystem image: above the tier's 64 MiB free-space reserve
 /// (`src/storage/disk`) plus room for records, so only the ballast makes it full.
@@ -27,6 +33,12 @@ const IMAGE_BYTES: u64 = 160 << 20;
 const SLOW_BPS: u64 = 2 << 20;
 /// I/O operations per second each way while `disk_slow` lasts.
 const SLOW_IOPS: u64 = 40;
+/// `EXT4_IOC_SHUTDOWN` (`_IOR('X', 125, __u32)`, linux/fs/ext4/ext4.h; the same number as
+/// XFS's `XFS_IOC_GOINGDOWN`).
+const EXT4_IOC_SHUTDOWN: libc::c_ulong = 0x8004_587D;
+/// `EXT4_GOING_FLAGS_NOLOGFLUSH`: stop at once, without committing the journal (a sudden
+/// disk death: only what was synced survives).
+const EXT4_GOING_FLAGS_NOLOGFLUSH: u32 = 2;
 /// The cgroup v1 blkio root (its throttle files take `MAJ:MIN VALUE` lines).
 const BLKIO: &str = "/sys/fs/cgroup/blkio";
 const THROTTLES: [&str; 4] = [
@@ -90,6 +102,32 @@ impl LoopTier {
         tier.numbers = run("lsblk", &["-dno", "MAJ:MIN", &tier.device])?;
         run("mount", &[&tier.device, &mount.display().to_string()])?;
         Ok(tier)
+    }
+
+    /// Shuts this tier's filesystem down: every later operation on it fails with `EIO`.
+    fn shut_down(&self) -> Result<(), String> {
+        use std::os::fd::AsRawFd;
+        let dir = std::fs::File::open(&self.mount).map_err(|e| format!("{:?}: {e}", self.mount))?;
+        let mut flags = EXT4_GOING_FLAGS_NOLOGFLUSH;
+        // SAFETY: the ioctl reads one u32 through the pointer, which outlives the call; `dir`
+        // is an open descriptor of the mount point.
+        let rc = unsafe { libc::ioctl(dir.as_raw_fd(), EXT4_IOC_SHUTDOWN as _, &mut flags) };
+        match rc {
+            0 => Ok(()),
+            _ => Err(format!(
+                "EXT4_IOC_SHUTDOWN {}: {}",
+                self.device,
+                std::io::Error::last_os_error()
+            )),
+        }
+    }
+
+    /// Unmounts this tier's filesystem and mounts it again (the journal replays). Errors: the
+    /// unmount failed (a process still holds a file of it) or the mount did.
+    fn remount(&self) -> Result<(), String> {
+        let mount = self.mount.display().to_string();
+        run("umount", &[&mount])?;
+        run("mount", &[&self.device, &mount]).map(|_| ())
     }
 
     /// Writes `value` for this device into every blkio throttle file (0 lifts the limit).
@@ -163,6 +201,20 @@ impl LoopTiers {
         std::thread::sleep(window);
         let _ = std::fs::remove_file(&ballast);
         filled.map(|_| tier.device.clone())
+    }
+
+    /// Shuts tier `index`'s filesystem down (every operation on it fails with `EIO` from now
+    /// on); returns the fault's target. The owner of the tier must be stopped before
+    /// [`LoopTiers::remount`] can bring it back.
+    pub fn shut_down(&self, index: usize) -> Result<String, String> {
+        let tier = &self.tiers[index];
+        tier.shut_down().map(|()| tier.device.clone())
+    }
+
+    /// Brings tier `index` back after [`LoopTiers::shut_down`]: unmounts and mounts it again.
+    /// Errors: a process still holds one of its files, or the mount failed.
+    pub fn remount(&self, index: usize) -> Result<(), String> {
+        self.tiers[index].remount()
     }
 
     /// Throttles tier `index`'s device for `window`, then lifts it; returns the fault's target.

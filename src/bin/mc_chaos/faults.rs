@@ -44,6 +44,7 @@ pub const KINDS: &[&str] = &[
     "delete_record",
     "disk_full",
     "disk_slow",
+    "disk_eio",
 ];
 
 /// The kinds that act on the HA cell (not drawn in a run without it).
@@ -120,7 +121,7 @@ struct Cluster {
     p2p_host: String,
     /// The HA cell (`--ha-workers` > 0).
     ha: Option<HaCell>,
-    /// The owners' tiers on loop devices (`disk_full`, `disk_slow`); `Err` says why not
+    /// The owners' tiers on loop devices (`disk_full`, `disk_slow`, `disk_eio`); `Err` says why not
     /// (then, or without tiers, the tiers are plain directories).
     disks: Result<LoopTiers, String>,
     /// Dropped last: the processes inside are gone by then.
@@ -438,9 +439,12 @@ pub fn run(settings: &Settings) -> i32 {
     if settings.ssd_limit == 0 {
         kinds.retain(|k| !crate::disk_faults::DISK_KINDS.contains(k));
     }
+    if !settings.faults.is_empty() {
+        kinds.retain(|k| settings.faults.iter().any(|chosen| chosen == k));
+    }
     if let Err(reason) = &cluster.disks {
         if settings.ssd_limit > 0 {
-            println!("mc_chaos: disk_full and disk_slow faults SKIPPED: {reason}");
+            println!("mc_chaos: disk_full, disk_slow and disk_eio faults SKIPPED: {reason}");
         }
         kinds.retain(|k| !crate::disk_devices::DEVICE_KINDS.contains(k));
     }
@@ -702,12 +706,26 @@ fn inject(
                 .collect();
             crate::disk_faults::inject(&dirs, kind, rng).unwrap_or_else(|| "no record".into())
         }
-        "disk_full" | "disk_slow" => {
+        "disk_full" | "disk_slow" | "disk_eio" => {
             let disks = cluster.disks.as_ref().map_err(|e| e.clone())?;
             let index = rng.usize(0..cluster.owners.len());
             match kind {
                 "disk_full" => disks.fill(index, pause)?,
-                _ => disks.slow(index, pause)?,
+                "disk_slow" => disks.slow(index, pause)?,
+                _ => {
+                    // The owner keeps serving from DRAM on a dead disk for the window; then
+                    // the repair: it has to let go of the filesystem before it can come back.
+                    let target = disks.shut_down(index);
+                    std::thread::sleep(pause);
+                    let owner = &mut cluster.owners[index];
+                    owner.kill();
+                    let remounted = disks.remount(index);
+                    let started = owner.start();
+                    remounted?;
+                    started?;
+                    cluster.directory.refresh(index)?;
+                    target?
+                }
             }
         }
         "kill_p2p_owner" | "stop_p2p_owner" => {

@@ -16,7 +16,8 @@
 //!
 //! Usage: `mc_chaos [--seed N] [--duration SECS] [--workers N] [--dummies N] [--owners N]
 //! [--keys N] [--max-value BYTES] [--segment SIZE] [--ssd-limit SIZE] [--call-limit-ms MS]
-//! [--dir PATH] [--markdown] [--p2p-outage-max-ms MS]`.
+//! [--dir PATH] [--markdown] [--p2p-outage-max-ms MS] [--faults KIND,KIND,...]`
+//! (`--faults`: draw only these fault kinds, to chase one).
 //! Exit code 0: no violation; 1: violations (printed with the seed, the key's history and
 //! the faults around it); 2: bad arguments or the cluster could not start.
 
@@ -64,6 +65,8 @@ pub struct Settings {
     /// Longest partition or SIGSTOP of a P2P owner (`--p2p-outage-max-ms`, default 4000 ms,
     /// twice the P2P master's client TTL, so that some outages expire the owner).
     pub p2p_outage_max: Duration,
+    /// The only fault kinds to draw (`--faults a,b`; empty: every kind the run supports).
+    pub faults: Vec<String>,
 }
 
 fn parse_settings(args: &[String]) -> Result<Settings, String> {
@@ -82,6 +85,7 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
         dir: std::path::PathBuf::new(),
         markdown: false,
         p2p_outage_max: Duration::from_millis(4000),
+        faults: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -115,6 +119,16 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
                 settings.p2p_outage_max = Duration::from_millis(number()?.max(201))
             }
             "--dir" => settings.dir = value.into(),
+            "--faults" => {
+                settings.faults = value.split(',').map(str::to_string).collect();
+                if let Some(unknown) = settings
+                    .faults
+                    .iter()
+                    .find(|k| !faults::KINDS.contains(&k.as_str()))
+                {
+                    return Err(format!("--faults: no fault kind {unknown:?}"));
+                }
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }

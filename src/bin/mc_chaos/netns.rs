@@ -1,12 +1,14 @@
 //! A network namespace with a veth pair to the host, for partitioning one process: the
 //! host end gets `10.77.N.1/24`, the namespace end `10.77.N.2/24` (the first `N` in 1..=250
 //! whose subnet no host interface uses). A process started through [`Namespace::wrap`]
-//! (`ip netns exec`, which execs the program: its pid is the process's own, so signals reach
-//! it) sees only the namespace; [`Namespace::partition`] sets the namespace end down (new
+//! (`nsenter --net`, which execs the program: its pid is the process's own, so signals reach
+//! it) sees only the namespace's network; it shares the host's mounts (`ip netns exec` would
+//! give it a copy of them, which would keep a loop-mounted SSD tier of `disk_devices` alive
+//! after the host unmounts it); [`Namespace::partition`] sets the namespace end down (new
 //! connections either way fail with `ENETUNREACH`, packets of open ones are dropped) and up
 //! again.
 //!
-//! Needs root and the `ip` tool; [`Namespace::create`] says why when it cannot be had, and
+//! Needs root, the `ip` tool and `nsenter`; [`Namespace::create`] says why when it cannot be had, and
 //! the soak then skips the partition fault (printing that reason). Owned by the fault driver
 //! (single thread); dropping it deletes the namespace, which removes both veth ends.
 
@@ -102,13 +104,12 @@ impl Namespace {
     /// `program args` run inside the namespace: the program and arguments to spawn.
     pub fn wrap(&self, program: PathBuf, args: Vec<String>) -> (PathBuf, Vec<String>) {
         let mut all = vec![
-            "netns".to_string(),
-            "exec".into(),
-            self.name.clone(),
+            format!("--net=/run/netns/{}", self.name),
+            "--".into(),
             program.display().to_string(),
         ];
         all.extend(args);
-        (PathBuf::from("ip"), all)
+        (PathBuf::from("nsenter"), all)
     }
 
     /// Cuts (`true`) or restores (`false`) the namespace's link to the host.
