@@ -472,6 +472,15 @@ pub(crate) const OFFLOAD_FILE_STORAGE_PATH: Var = Var {
 pub(crate) const OFFLOAD_TOTAL_SIZE_LIMIT_BYTES: Knob =
     Knob::new("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES", 0, 0, u64::MAX).sizes();
 
+/// `MC_OFFLOAD_AT_PUT`: a switch for the in-process master (`master_server_addr`
+/// `embedded`): off (the default), objects go to the SSD tier when evicted; on, every write
+/// is also copied to its owner's tier as soon as it ends (write-through, the
+/// `mooncake_master` flags `--enable_offload` without `--offload_on_evict`).
+pub(crate) const OFFLOAD_AT_PUT: Var = Var {
+    name: "MC_OFFLOAD_AT_PUT",
+    default: "0",
+};
+
 /// Every numeric variable defined here (`docs/configuration.md` has a row for each).
 #[cfg_attr(not(test), allow(dead_code))] // read by the tests
 pub(crate) const KNOBS: &[&Knob] = &[
@@ -530,6 +539,7 @@ pub(crate) const VARS: &[&Var] = &[
     &RDMA_COMPLETION,
     &DEVICE_RUNTIME,
     &OFFLOAD_FILE_STORAGE_PATH,
+    &OFFLOAD_AT_PUT,
 ];
 
 /// Parses Mooncake's human-readable sizes: a plain byte count or a number with a

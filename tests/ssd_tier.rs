@@ -262,6 +262,78 @@ fn an_owner_killed_and_restarted_on_its_directory_serves_its_records_again() {
     served_again(&writer, "r", &demoted, len, Duration::from_secs(10));
 }
 
+/// The value of the series `mooncake_master_NAME` in the master's Prometheus text (0 when
+/// absent).
+fn counter(master: &Master, name: &str) -> u64 {
+    let text = master.http_get("/metrics");
+    let series = format!("mooncake_master_{name}{{");
+    let line = text.lines().find(|l| l.starts_with(&series));
+    line.and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Write-through (`--enable_offload` without `--offload_on_evict`, upstream's eager SSD
+/// persistence): every write is copied to its owner's tier as soon as it ends and read from
+/// memory while there; evicting it then only frees its memory (no second write) and it
+/// reads from disk; and values never evicted survive their owner's kill -9 on its disk.
+#[test]
+fn write_through_copies_every_write_and_an_owner_crash_keeps_them() {
+    let master = Master::start(&["--enable_offload"]);
+    let dir = TempDir::new("write-through");
+    let mut first = owner(&master, &dir);
+    let writer = client(&master.addr(), 0, "").expect("writer");
+    let len = 256 * KIB;
+    // 8 × 256 KiB fit in the 4 MB segment: nothing is evicted.
+    for i in 0..8 {
+        put(&writer, &format!("w-{i}"), &value(i, len));
+    }
+    let both = |key: &str| match writer.batch_get_replica_desc(&[key]).remove(0) {
+        Ok(query) => {
+            query.replicas.len() == 2
+                && query.replicas[0].disk.is_none()
+                && query.replicas[1].disk.is_some()
+        }
+        Err(_) => false,
+    };
+    for i in 0..8 {
+        let key = format!("w-{i}");
+        assert!(
+            wait_until(Duration::from_secs(10), || both(&key)),
+            "{key}: a memory replica, then its disk copy"
+        );
+    }
+    assert_eq!(counter(&master, "offloads_committed_total"), 8);
+    assert_eq!(counter(&master, "demotions_started_total"), 0);
+    served_again(
+        &writer,
+        "w",
+        &(0..8).collect::<Vec<_>>(),
+        len,
+        Duration::from_secs(5),
+    );
+    // 24 more: the first ones are evicted, which frees only their memory.
+    for i in 8..32 {
+        put(&writer, &format!("w-{i}"), &value(i, len));
+    }
+    let released = counter(&master, "memory_released_total");
+    assert!(released > 0, "evictions freed memory of objects on disk");
+    served_again(
+        &writer,
+        "w",
+        &(0..32).collect::<Vec<_>>(),
+        len,
+        Duration::from_secs(5),
+    );
+    // kill -9: every value written was copied, so all come back from the disk.
+    let copied: Vec<usize> = (0..32)
+        .filter(|i| on_disk(&writer, &format!("w-{i}")))
+        .collect();
+    assert!(copied.len() >= 24, "copied: {copied:?}");
+    first.kill();
+    let _restarted = owner(&master, &dir);
+    served_again(&writer, "w", &copied, len, Duration::from_secs(15));
+}
+
 #[test]
 fn a_master_restarted_on_its_journal_serves_the_disk_objects_again() {
     let journal = TempDir::new("journal");

@@ -111,12 +111,15 @@ pub(super) struct Flags {
     /// (mooncake-rs flag).
     #[arg(long = "reattach_grace_ms", default_value_t = 30_000)]
     reattach_grace_ms: u64,
-    /// Upstream's switch for its SSD offload. Here the SSD tier is on for every client that
-    /// mounts one (`docs/ssd-tier.md`); accepted so existing launch lines work.
+    /// Upstream's switch for its SSD offload: on (without `--offload_on_evict`), every write
+    /// is copied to its owner's SSD tier as soon as it ends (write-through), and evicting an
+    /// object with such a copy only frees its memory. Evicted objects are demoted to their
+    /// owner's tier either way, so off or with `--offload_on_evict` the tier works as
+    /// upstream's `--offload_on_evict` (`docs/ssd-tier.md`).
     #[arg(long = "enable_offload", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
     enable_offload: bool,
-    /// Upstream's switch for demoting evicted objects to SSD. Here eviction always demotes
-    /// to the owner's SSD tier while it has room; accepted so existing launch lines work.
+    /// Upstream's switch for deferring SSD writes to eviction: with `--enable_offload`, no
+    /// write-through copies (objects go to disk only when evicted, as without the flags).
     #[arg(long = "offload_on_evict", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
     offload_on_evict: bool,
     /// Run as one master of an HA group elected on etcd (`--etcd_endpoints`): a standby
@@ -224,6 +227,7 @@ fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
         write_quarantine_ms: flags.write_quarantine_ms,
         p2p_route_grace_ms: flags.p2p_route_grace_ms,
         reattach_grace_ms: flags.reattach_grace_ms,
+        offload_at_put: flags.enable_offload && !flags.offload_on_evict,
         cluster_id: flags.cluster_id.clone(),
         deployment_mode: match flags.deployment_mode.as_str() {
             "P2P" => DeploymentMode::P2p,
@@ -306,8 +310,6 @@ fn parse_etcd_endpoints(text: &str) -> Result<EtcdEndpoints, String> {
 }
 
 fn run(flags: Flags) -> Result<(), String> {
-    // Upstream's SSD switches: the tier follows the clients here (see their docs).
-    let _ = (flags.enable_offload, flags.offload_on_evict);
     let config = config_from(&flags)?;
     let journal = (!flags.journal_dir.is_empty()).then(|| JournalOptions::new(&flags.journal_dir));
     let served = match (flags.enable_ha, &journal) {
@@ -477,5 +479,27 @@ impl Program for Flags {
 
     fn run(self) -> Result<(), String> {
         run(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(args: &[&str]) -> MasterConfig {
+        let argv = std::iter::once("mooncake_master").chain(args.iter().copied());
+        config_from(&Flags::try_parse_from(argv).expect("flags parse")).expect("config")
+    }
+
+    /// Upstream's SSD switches: `--enable_offload` alone copies every write to disk at its
+    /// end (write-through); with `--offload_on_evict`, or without either, objects go to
+    /// disk only when evicted.
+    #[test]
+    fn enable_offload_without_offload_on_evict_is_write_through() {
+        assert!(config(&["--enable_offload"]).offload_at_put);
+        assert!(config(&["--enable_offload=true"]).offload_at_put);
+        assert!(!config(&[]).offload_at_put);
+        assert!(!config(&["--enable_offload", "--offload_on_evict"]).offload_at_put);
+        assert!(!config(&["--offload_on_evict=true"]).offload_at_put);
     }
 }

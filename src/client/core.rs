@@ -75,7 +75,11 @@ impl Client {
     /// `INTERNAL_ERROR` when no port could be bound; RPC errors / `INVALID_VERSION` from the
     /// master connection.
     pub fn setup(config: SetupConfig) -> Result<Client> {
-        Client::setup_with(config, MasterConfig::default())
+        let embedded = MasterConfig {
+            offload_at_put: crate::env::OFFLOAD_AT_PUT.flag(),
+            ..MasterConfig::default()
+        };
+        Client::setup_with(config, embedded)
     }
 
     /// [`Client::setup`], with `embedded_config` configuring the in-process master when

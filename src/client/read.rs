@@ -139,12 +139,13 @@ impl ClientCore {
             .collect()
     }
 
-    /// Replicas in the order to try them: ours first, then the master's order.
+    /// Replicas in the order to try them: memory replicas before disk ones, ours first
+    /// within each, else the master's order.
     pub(super) fn ordered<'a>(&self, query: &'a QueryResult) -> Vec<&'a ReplicaDescriptor> {
         let local = |r: &&ReplicaDescriptor| self.engine.is_local(&r.buffer.transport_endpoint);
-        let mut ordered = Vec::with_capacity(query.replicas.len());
-        ordered.extend(query.replicas.iter().filter(local));
-        ordered.extend(query.replicas.iter().filter(|r| !local(r)));
+        let mut ordered: Vec<&ReplicaDescriptor> = query.replicas.iter().collect();
+        // Stable: memory before disk, and within each, local before remote.
+        ordered.sort_by_key(|r| (r.disk.is_some(), !local(r)));
         ordered
     }
 

@@ -57,6 +57,12 @@ pub struct MasterConfig {
     /// recovered to re-attach them (`--reattach_grace_ms`); a segment not re-attached by then
     /// is given up with its replicas.
     pub reattach_grace_ms: u64,
+    /// Copy every object to its owner's SSD tier as soon as its write ends (upstream's
+    /// `--enable_offload` without `--offload_on_evict`: write-through), besides demoting
+    /// evicted objects; evicting an object with such a copy then only frees its memory.
+    /// Off: objects go to disk only when evicted.
+    #[serde(default)]
+    pub offload_at_put: bool,
 }
 
 impl Default for MasterConfig {
@@ -79,6 +85,7 @@ impl Default for MasterConfig {
             write_quarantine_ms: 120_000,
             p2p_route_grace_ms: 0,
             reattach_grace_ms: 30_000,
+            offload_at_put: false,
         }
     }
 }

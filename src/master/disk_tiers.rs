@@ -159,6 +159,8 @@ pub(super) struct Demotion {
     pub generation: u64,
     pub size: u64,
     pub started: Instant,
+    /// A write-through copy: the object keeps its memory replicas when the record commits.
+    pub keep_memory: bool,
     /// Keeps the memory range allocated (unreused) until the demotion ends.
     _range: Arc<Allocation>,
 }
@@ -341,14 +343,15 @@ impl DiskTiers {
 
     /// Queues the demotion of `key` (generation `generation`) from `replica` (whose range
     /// `range` stays allocated until the demotion ends) to `owner`'s tier, if it has one with
-    /// room and fewer than [`MAX_DEMOTIONS_IN_FLIGHT`] demotions in flight.
+    /// room and fewer than [`MAX_DEMOTIONS_IN_FLIGHT`] demotions in flight; `keep_memory`
+    /// marks a write-through copy.
     pub(super) fn start_demotion(
         &self,
         owner: ClientId,
-        key: &str,
-        generation: u64,
+        (key, generation): (&str, u64),
         replica: &BufferDescriptor,
         range: Arc<Allocation>,
+        keep_memory: bool,
     ) -> Demote {
         let mut inner = self.inner.lock();
         let Some(tier_id) = inner.tier_of(owner) else {
@@ -392,6 +395,7 @@ impl DiskTiers {
                 generation,
                 size: replica.size,
                 started: Instant::now(),
+                keep_memory,
                 _range: range,
             },
         );
@@ -610,24 +614,25 @@ mod tests {
         let allocator = OffsetAllocator::new(1 << 20);
         let range = Arc::new(allocator.allocate(8192).unwrap());
         assert_eq!(
-            tiers.start_demotion(owner, "k", 1, &replica(8192), Arc::clone(&range)),
+            tiers.start_demotion(owner, ("k", 1), &replica(8192), Arc::clone(&range), false),
             Demote::NoTier
         );
         let disk = mount(record_bytes(8192));
         tiers.mount(owner, &disk, 1).unwrap();
         let Demote::Started(task) =
-            tiers.start_demotion(owner, "k", 1, &replica(8192), Arc::clone(&range))
+            tiers.start_demotion(owner, ("k", 1), &replica(8192), Arc::clone(&range), false)
         else {
             panic!("room for one record");
         };
         let huge = replica(2 * record_bytes(8192));
-        let oversized = tiers.start_demotion(owner, "big", 9, &huge, Arc::clone(&range));
+        let oversized = tiers.start_demotion(owner, ("big", 9), &huge, Arc::clone(&range), false);
         assert_eq!(
             oversized,
             Demote::Full,
             "larger than the tier: no trim can help"
         );
-        let second = || tiers.start_demotion(owner, "k2", 2, &replica(1), Arc::clone(&range));
+        let second =
+            || tiers.start_demotion(owner, ("k2", 2), &replica(1), Arc::clone(&range), false);
         assert_eq!(second(), Demote::Trimming, "waits for a trim");
         let excess = tiers.over_watermark(Instant::now());
         let low = (record_bytes(8192) as f64 * TRIM_LOW_WATERMARK) as u64;
@@ -660,7 +665,7 @@ mod tests {
         assert!(tiers.finish_demotion(owner, task, true).is_none(), "once");
         // The unwritten record gave its bytes back.
         assert!(matches!(
-            tiers.start_demotion(owner, "k3", 3, &replica(8192), Arc::clone(&range)),
+            tiers.start_demotion(owner, ("k3", 3), &replica(8192), Arc::clone(&range), false),
             Demote::Started(_)
         ));
         let until = Instant::now() + Duration::from_secs(60);

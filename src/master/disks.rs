@@ -11,7 +11,7 @@
 
 use super::disk_tiers::{record_bytes, Demote, Demotion, TRIM_SCAN};
 use super::metrics::Counters;
-use super::objects::{DiskCopyRef, DiskLocation, Shard};
+use super::objects::{DiskCopyRef, DiskLocation, ObjectMeta, Shard};
 use super::service::MasterService;
 use crate::error::{fail, ErrorCode, Result};
 use crate::types::{
@@ -142,15 +142,18 @@ impl MasterService {
         }
     }
 
-    /// Takes `key` out of the table if it has no replica left.
+    /// `key` lost its disk copy: takes it out of the table if it has no replica left, else
+    /// journals it as in memory only.
     fn drop_if_unreadable(&self, shard: &mut Shard, key: &str, now: Instant) {
-        let empty = shard
-            .get(key)
-            .is_some_and(|meta| meta.replicas.is_empty() && meta.disk.is_none());
-        if empty {
-            if let Some(mut meta) = self.take_object(shard, key) {
-                self.retire(&mut meta, now);
-            }
+        let Some(meta) = shard.get_mut(key) else {
+            return;
+        };
+        if !meta.replicas.is_empty() || meta.disk.is_some() {
+            self.journal_commit(key, meta, now);
+            return;
+        }
+        if let Some(mut meta) = self.take_object(shard, key) {
+            self.retire(&mut meta, now);
         }
     }
 
@@ -206,8 +209,14 @@ impl MasterService {
             return false;
         };
         meta.demoting = None;
+        let counters = &self.counters;
         if !written {
-            Counters::add(&self.counters.demotions_failed, 1);
+            if demotion.keep_memory {
+                // A write-through copy failed: the object stays in memory, demoted if evicted.
+                Counters::add(&counters.offloads_failed, 1);
+                return false;
+            }
+            Counters::add(&counters.demotions_failed, 1);
             if Self::is_evictable(meta, now) {
                 if let Some(meta) = self.take_object(&mut shard, key) {
                     self.count_evicted(&meta);
@@ -220,16 +229,29 @@ impl MasterService {
             generation: demotion.generation,
         };
         meta.disk = Some(self.disk_copy(key, meta.size, at));
+        if demotion.keep_memory {
+            self.journal_commit(key, meta, now);
+            Counters::add(&counters.offloads_committed, 1);
+            return true;
+        }
+        let bytes = self.release_memory(key, meta, now);
+        Counters::add(&counters.demotions_committed, 1);
+        Counters::add(&counters.evicted_bytes, bytes);
+        true
+    }
+
+    /// Frees the memory replicas of `key`, which has a committed disk copy (`meta.disk`):
+    /// the object stays, on disk only. Returns the bytes freed. Journaled before the memory
+    /// is let go (the ranges then wait at the free gate until it is durable): a restarted
+    /// master finds the value on disk, never over reused ranges; readers holding a lease on
+    /// a memory replica keep it until the lease ends.
+    pub(super) fn release_memory(&self, key: &str, meta: &mut ObjectMeta, now: Instant) -> u64 {
         let until = meta.lease_deadline.unwrap_or(now);
         let memory = meta.take_allocations();
-        // Journaled before the memory is let go (the ranges then wait at the free gate until
-        // it is durable): a restarted master finds the value on disk, never over reused ranges.
         self.journal_commit(key, meta, now);
         let bytes = memory.iter().map(|a| a.size()).sum();
         self.deferred.hold_until(until, now, memory);
-        Counters::add(&self.counters.demotions_committed, 1);
-        Counters::add(&self.counters.evicted_bytes, bytes);
-        true
+        bytes
     }
 
     /// The owner lost its record of `key` at `generation`: the master forgets that replica.
@@ -249,9 +271,23 @@ impl MasterService {
         }
     }
 
-    /// Starts demoting the evictable object `key` to the disk tier of the owner of its first
-    /// readable replica, if it has one with room; says what happened.
-    pub(super) fn start_demotion(&self, shard: &mut Shard, key: &str) -> Demote {
+    /// Starts the write-through copy of `key`, just written, to its owner's tier
+    /// (`offload_at_put`); a tier that is busy or has no room skips it (counted): the
+    /// object is demoted when evicted, as without write-through.
+    pub(super) fn start_offload(&self, shard: &mut Shard, key: &str) {
+        match self.start_demotion(shard, key, true) {
+            Demote::Started(_) => Counters::add(&self.counters.offloads_started, 1),
+            Demote::NoTier => {}
+            Demote::Full | Demote::Trimming | Demote::Busy => {
+                Counters::add(&self.counters.offloads_skipped, 1)
+            }
+        }
+    }
+
+    /// Starts demoting the object `key` (evictable, or just written for a write-through copy
+    /// when `keep_memory`) to the disk tier of the owner of its first readable replica, if
+    /// it has one with room; says what happened.
+    pub(super) fn start_demotion(&self, shard: &mut Shard, key: &str, keep_memory: bool) -> Demote {
         let Some(meta) = shard.get_mut(key) else {
             return Demote::NoTier;
         };
@@ -264,16 +300,18 @@ impl MasterService {
         let range = std::sync::Arc::clone(&replica.allocation);
         let buffer = replica.buffer.clone();
         let generation = meta.write.0;
-        let outcome = self
-            .disks
-            .start_demotion(owner, key, generation, &buffer, range);
+        let outcome =
+            self.disks
+                .start_demotion(owner, (key, generation), &buffer, range, keep_memory);
         match outcome {
             Demote::Started(task) => {
                 meta.demoting = Some(task);
-                Counters::add(&self.counters.demotions_started, 1);
+                if !keep_memory {
+                    Counters::add(&self.counters.demotions_started, 1);
+                }
             }
-            Demote::Full => Counters::add(&self.counters.demotions_skipped, 1),
-            Demote::NoTier | Demote::Busy | Demote::Trimming => {}
+            Demote::Full if !keep_memory => Counters::add(&self.counters.demotions_skipped, 1),
+            Demote::Full | Demote::NoTier | Demote::Busy | Demote::Trimming => {}
         }
         outcome
     }
@@ -303,9 +341,10 @@ impl MasterService {
         }
     }
 
-    /// Drops `key` if its only replica is its record on `tier` at `generation` and nothing
-    /// reads or writes it (its record is deleted once the removal's deferral ends, like any
-    /// removed value's); says what it did.
+    /// Drops `key`'s record on `tier` at `generation` if nothing reads or writes the object:
+    /// with the object when that record is its only replica (the record is deleted once the
+    /// removal's deferral ends, like any removed value's), else the disk copy alone (a
+    /// write-through copy of an object still in memory); says what it did.
     fn evict_from_disk(
         &self,
         tier: Uuid,
@@ -318,7 +357,6 @@ impl MasterService {
             return DiskEviction::Kept;
         };
         let evictable = meta.disk_at() == Some(DiskLocation { tier, generation })
-            && meta.replicas.is_empty()
             && meta.write_started().is_none()
             && !meta.hard_pinned
             && meta.pins == 0
@@ -328,6 +366,13 @@ impl MasterService {
         }
         if meta.has_lease(now) {
             return DiskEviction::Leased;
+        }
+        if let Some(meta) = shard.get_mut(key).filter(|meta| !meta.replicas.is_empty()) {
+            if let Some(copy) = meta.disk.take() {
+                self.deferred.hold_disk_until(now, now, copy.hold);
+            }
+            self.journal_commit(key, meta, now);
+            return DiskEviction::Evicted;
         }
         if let Some(mut meta) = self.take_object(&mut shard, key) {
             self.retire(&mut meta, now);
@@ -515,6 +560,147 @@ mod tests {
             }
         }
         on_disk
+    }
+
+    /// Which of `key`'s replicas, in the master's order, are on disk.
+    fn replicas(master: &super::MasterService, key: &str) -> crate::error::Result<Vec<bool>> {
+        let answer = one(master.batch_get_replica_list(vec![key.into()]));
+        answer.map(|q| q.replicas.iter().map(|r| r.disk.is_some()).collect())
+    }
+
+    /// The write-through copy tasks queued by the writes' ends: (task, key, generation).
+    fn copies(
+        master: &super::MasterService,
+        owner: crate::types::ClientId,
+    ) -> Vec<(u64, String, u64)> {
+        let tasks = master.disk_tasks(owner).unwrap();
+        tasks
+            .into_iter()
+            .filter_map(|task| match task {
+                DiskTask::Demote {
+                    task,
+                    key,
+                    generation,
+                    ..
+                } => Some((task, key, generation)),
+                DiskTask::Delete { .. } => None,
+            })
+            .collect()
+    }
+
+    /// Write-through (`offload_at_put`): a write's end queues a copy to its owner's tier;
+    /// a committed copy leaves the object in memory and on disk (memory listed first), a
+    /// failed one in memory only; evicting an object with a copy frees its memory without a
+    /// demotion; trimming the copy of an object in memory keeps the object; a journaled
+    /// master restarts with both.
+    #[test]
+    fn write_through_keeps_memory_and_disk_and_eviction_frees_only_memory() {
+        let journal = crate::test_util::TempDir::new("write-through");
+        let config = super::super::MasterConfig {
+            offload_at_put: true,
+            ..fast_config()
+        };
+        let options = super::super::JournalOptions::new(journal.path());
+        let master = super::MasterService::open(config.clone(), options.clone()).unwrap();
+        let owner = Uuid::random();
+        let seg = super::super::tests::segment("h1", 1 << 20);
+        master.mount_segment(owner, seg.clone()).unwrap();
+        let mount = tier();
+        let first = master.mount_disk(owner, mount.clone(), first_page(1, true, Vec::new()));
+        assert!(first.is_ok());
+        // Four values fill the 1 MiB segment; the copies of a and d are written, b's fails,
+        // c's is not reported yet.
+        for key in ["a", "b", "c", "d"] {
+            let token = grant(&master, owner, key, SIZE).unwrap().token;
+            one(master.batch_put_end(owner, vec![key.into()], vec![token])).unwrap();
+        }
+        let queued = copies(&master, owner);
+        let keys: Vec<&str> = queued.iter().map(|(_, key, _)| key.as_str()).collect();
+        assert_eq!(keys, ["a", "b", "c", "d"]);
+        let report = |keys: &[&str], written: bool| {
+            let tasks = queued.iter().filter(|(_, k, _)| keys.contains(&k.as_str()));
+            let reports = tasks
+                .map(|&(task, _, _)| DiskReport::Demoted { task, written })
+                .collect();
+            master.disk_report(owner, reports).unwrap()
+        };
+        assert_eq!(report(&["a", "d"], true), vec![true, true]);
+        assert_eq!(report(&["b"], false), vec![false]);
+        assert_eq!(
+            replicas(&master, "a"),
+            Ok(vec![false, true]),
+            "memory, then disk"
+        );
+        assert_eq!(
+            replicas(&master, "b"),
+            Ok(vec![false]),
+            "a failed copy: memory only"
+        );
+        let disk = master.metrics().disk;
+        let counted = (
+            disk.offloads_started,
+            disk.offloads_committed,
+            disk.offloads_failed,
+        );
+        assert_eq!(counted, (4, 2, 1));
+        assert_eq!(disk.demotions_started, 0);
+        // A restart on the journal lists a with its memory replica and its disk copy.
+        drop(master);
+        let master = super::MasterService::open(config, options).unwrap();
+        assert_eq!(
+            master.reattach_segment(owner, seg.epoch, seg.clone()),
+            Ok(true)
+        );
+        let token = |master: &super::MasterService, key: &str| {
+            super::super::tests::current_token(master, key).0
+        };
+        let held = vec![
+            listed("a", token(&master, "a")),
+            listed("d", token(&master, "d")),
+        ];
+        let remounted = master.mount_disk(owner, mount.clone(), first_page(2, true, held));
+        assert_eq!(remounted.map(|m| m.kept), Ok(vec![true, true]));
+        assert_eq!(
+            replicas(&master, "a"),
+            Ok(vec![false, true]),
+            "both after the restart"
+        );
+        // The segment is full: the eviction a new write asks for frees d's memory (the least
+        // recently read) with no demotion, and d reads from disk.
+        for key in ["b", "c"] {
+            assert!(replicas(&master, key).is_ok());
+        }
+        std::thread::sleep(Duration::from_millis(60)); // the read leases end
+        let until = Instant::now() + Duration::from_secs(10);
+        let e = loop {
+            match grant(&master, owner, "e", SIZE) {
+                Err(ErrorCode::NoAvailableHandle) if Instant::now() < until => {
+                    master.eviction_tick();
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                other => break other.unwrap(),
+            }
+        };
+        assert_eq!(master.metrics().disk.memory_released, 1);
+        assert_eq!(master.metrics().disk.demotions_started, 0);
+        assert_eq!(replicas(&master, "d"), Ok(vec![true]), "on disk only");
+        one(master.batch_put_end(owner, vec!["e".into()], vec![e.token])).unwrap();
+        // Trimming a's copy (a is in memory) keeps a, in memory only, and deletes the record.
+        std::thread::sleep(Duration::from_millis(60)); // a's read lease ends
+        let a = token(&master, "a");
+        let trimmed = master.evict_from_disk(mount.disk, "a", a, Instant::now());
+        assert!(matches!(trimmed, super::DiskEviction::Evicted));
+        assert_eq!(replicas(&master, "a"), Ok(vec![false]));
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut deleted = false;
+        while !deleted && Instant::now() < until {
+            master.eviction_tick();
+            let tasks = master.disk_tasks(owner).unwrap();
+            deleted = tasks
+                .iter()
+                .any(|t| matches!(t, DiskTask::Delete { key, .. } if key == "a"));
+        }
+        assert!(deleted, "a's record is deleted");
     }
 
     /// A mount in pages keeps what its pages confirm and forgets the copies none confirmed;

@@ -180,9 +180,17 @@ impl MasterService {
             if !still {
                 continue;
             }
+            // An object on disk already (a write-through copy) only frees its memory.
+            if let Some(meta) = shard.get_mut(&victim.key).filter(|m| m.disk.is_some()) {
+                self.count_evicted(meta);
+                self.release_memory(&victim.key, meta, now);
+                Counters::add(&self.counters.memory_released, 1);
+                objects += 1;
+                continue;
+            }
             // Demoted to the owner's disk tier when it has one with room, else dropped; left
             // in memory while the tier has its fill of demotions in flight, or makes room.
-            match self.start_demotion(&mut shard, &victim.key) {
+            match self.start_demotion(&mut shard, &victim.key, false) {
                 Demote::Started(_) => objects += 1,
                 Demote::Busy | Demote::Trimming => {}
                 Demote::NoTier | Demote::Full => {

@@ -23,6 +23,11 @@ pub(crate) struct Counters {
     pub disk_objects_refused: AtomicU64,
     pub disk_evicted_objects: AtomicU64,
     pub disk_evicted_bytes: AtomicU64,
+    pub offloads_started: AtomicU64,
+    pub offloads_committed: AtomicU64,
+    pub offloads_failed: AtomicU64,
+    pub offloads_skipped: AtomicU64,
+    pub memory_released: AtomicU64,
 }
 
 impl Counters {
@@ -116,6 +121,17 @@ pub struct DiskTierMetrics {
     pub disk_evicted_bytes: u64,
     /// Records an owner held that the master did not list (the owner deleted them).
     pub disk_objects_refused: u64,
+    /// Write-through copies (`offload_at_put`) started at the end of a write.
+    pub offloads_started: u64,
+    /// Write-through copies committed: the object is in memory and on disk.
+    pub offloads_committed: u64,
+    /// Write-through copies the owner could not write (the object stays in memory only).
+    pub offloads_failed: u64,
+    /// Writes not copied at their end because the owner's tier was busy or had no room
+    /// (they are demoted when evicted, as without write-through).
+    pub offloads_skipped: u64,
+    /// Evicted objects that had a disk copy already: only their memory was freed.
+    pub memory_released: u64,
 }
 
 impl DiskTierMetrics {
@@ -187,6 +203,36 @@ impl DiskTierMetrics {
                 "counter",
                 "Disk records refused at a tier mount",
                 self.disk_objects_refused,
+            ),
+            (
+                "offloads_started_total",
+                "counter",
+                "Write-through copies to disk started at the end of a write",
+                self.offloads_started,
+            ),
+            (
+                "offloads_committed_total",
+                "counter",
+                "Write-through copies committed to disk",
+                self.offloads_committed,
+            ),
+            (
+                "offloads_failed_total",
+                "counter",
+                "Write-through copies the owner could not write",
+                self.offloads_failed,
+            ),
+            (
+                "offloads_skipped_total",
+                "counter",
+                "Writes not copied to disk at their end: the tier was busy or full",
+                self.offloads_skipped,
+            ),
+            (
+                "memory_released_total",
+                "counter",
+                "Evictions that freed only memory: the object stays on disk",
+                self.memory_released,
             ),
         ]
     }

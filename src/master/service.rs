@@ -253,6 +253,11 @@ impl MasterService {
                 disk_evicted_objects: load(&self.counters.disk_evicted_objects),
                 disk_evicted_bytes: load(&self.counters.disk_evicted_bytes),
                 disk_objects_refused: load(&self.counters.disk_objects_refused),
+                offloads_started: load(&self.counters.offloads_started),
+                offloads_committed: load(&self.counters.offloads_committed),
+                offloads_failed: load(&self.counters.offloads_failed),
+                offloads_skipped: load(&self.counters.offloads_skipped),
+                memory_released: load(&self.counters.memory_released),
             },
         }
     }

@@ -244,6 +244,9 @@ impl MasterService {
         if meta.write_started().is_some() {
             meta.complete(now);
             self.journal_commit(key, meta, now);
+            if self.config.offload_at_put {
+                self.start_offload(&mut shard, key);
+            }
         }
         Ok(())
     }

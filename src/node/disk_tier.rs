@@ -4,10 +4,12 @@
 //! object, `flock`ed against a second process), serves reads of its records to other clients
 //! ([`DiskReadInterface`], an RPC service on an OS-chosen port of the data host), and runs
 //! one worker thread that mounts the tier at the master (reporting what it holds; the master
-//! says what to keep), then long-polls the master for work and runs it on a pool of
-//! [`DEMOTION_PARALLELISM`] threads: a demotion copies a complete memory replica out of this
-//! client's own segment into a record and reports it (the master then releases the memory),
-//! a deletion drops a removed or superseded record. A record found
+//! says what to keep), then long-polls the master for work whenever fewer than
+//! [`DEMOTION_PARALLELISM`] tasks wait, and queues it for a pool of as many threads
+//! ([`WorkQueue`]: deletions ahead of demotions; the pool keeps running while the worker
+//! polls): a demotion copies a complete memory replica out of this client's own segment into
+//! a record and reports it (the master then releases the memory; completions are reported in
+//! groups as they come), a deletion drops a removed or superseded record. A record found
 //! corrupt or missing is reported lost, so the master forgets that replica.
 //!
 //! Reader: [`DiskReaders`] reads the record a LOCAL_DISK descriptor names, straight from the
@@ -18,6 +20,7 @@
 //! demotions weakly and stops when it is gone or at [`OwnDiskTier::shutdown`]. All methods
 //! take `&self` and are thread-safe.
 
+use super::work_queue::WorkQueue;
 use crate::error::{fail, ErrorCode, Result};
 use crate::master::MasterApi;
 use crate::rpc::{RpcClient, RpcServer, Timeouts};
@@ -30,9 +33,8 @@ use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -68,7 +70,8 @@ pub(crate) const MAX_READ_CHUNK: u64 = 32 << 20;
 const MOUNT_PAGE: usize = 8192;
 /// Threads of the disk read service.
 const READ_THREADS: usize = 4;
-/// Demotions (or deletions) a worker round runs at once: the disk's queue depth for them.
+/// Demotions (or deletions) run at once: the disk's queue depth for them (and the most tasks
+/// waiting to start before the worker asks the master for more).
 const DEMOTION_PARALLELISM: usize = 16;
 thread_local! {
     /// Set on the tier worker's thread and its demotion threads.
@@ -329,6 +332,31 @@ struct Worker {
 impl Worker {
     fn run(self) {
         IN_WORKER.with(|flag| flag.set(true));
+        let queue = WorkQueue::new();
+        std::thread::scope(|scope| {
+            for n in 0..DEMOTION_PARALLELISM {
+                let spawned = std::thread::Builder::new()
+                    .name(format!("mc-disk-io-{n}"))
+                    .spawn_scoped(scope, || {
+                        IN_WORKER.with(|flag| flag.set(true));
+                        let run = |staging: &mut Option<AlignedBuf>, task: &DiskTask| {
+                            self.run_task(staging, task)
+                        };
+                        queue.serve(run, |done| self.report_demoted(done));
+                    });
+                if let Err(e) = spawned {
+                    tracing::warn!(error = %e, threads = n, "SSD tier: fewer disk threads");
+                    break;
+                }
+            }
+            self.poll(&queue);
+            queue.close();
+        });
+    }
+
+    /// Mounts the tier and queues the master's tasks, until the tier stops or the client
+    /// is gone.
+    fn poll(&self, queue: &WorkQueue<DiskTask, bool>) {
         let (mut mounted, mut attempt) = (false, 0);
         while !self.stop.load(Ordering::Acquire) && self.source.strong_count() > 0 {
             if !mounted {
@@ -342,8 +370,16 @@ impl Worker {
                 }
             }
             self.report_lost();
+            if !queue.wait_for_room(DEMOTION_PARALLELISM, RETRY_PAUSE) {
+                continue;
+            }
             match self.master.disk_tasks(self.client) {
-                Ok(tasks) => self.serve(tasks),
+                Ok(tasks) => {
+                    let (deletions, demotions) = tasks
+                        .into_iter()
+                        .partition(|task| matches!(task, DiskTask::Delete { .. }));
+                    queue.push(deletions, demotions);
+                }
                 Err(ErrorCode::ClientNotFound) => mounted = false,
                 Err(_) => std::thread::sleep(RETRY_PAUSE),
             }
@@ -409,50 +445,55 @@ impl Worker {
         }
     }
 
-    /// Runs `tasks`: deletions first, then demotions, each [`DEMOTION_PARALLELISM`] at a
-    /// time.
-    fn serve(&self, tasks: Vec<DiskTask>) {
-        let (mut deletions, mut demotions) = (Vec::new(), Vec::new());
-        for task in tasks {
-            match task {
-                DiskTask::Delete { key, generation } => deletions.push((key, generation)),
+    /// Runs one task on a disk thread (with its staging buffer): a deletion drops the
+    /// record; a demotion writes it. Returns whether a demotion's record was written.
+    fn run_task(&self, staging: &mut Option<AlignedBuf>, task: &DiskTask) -> bool {
+        match task {
+            DiskTask::Delete { key, generation } => {
+                let _ = self.core.store.remove(key, *generation);
+                false
+            }
+            DiskTask::Demote {
+                key,
+                generation,
+                replica,
+                ..
+            } => self.demote(staging, key, *generation, replica).is_ok(),
+        }
+    }
+
+    /// Reports the demotions among `done` (task, whether its record was written) in one
+    /// call; a written record the master did not accept is removed again.
+    fn report_demoted(&self, done: Vec<(DiskTask, bool)>) {
+        let demoted: Vec<(u64, &str, u64, bool)> = done
+            .iter()
+            .filter_map(|(task, written)| match task {
                 DiskTask::Demote {
                     task,
                     key,
                     generation,
-                    replica,
-                } => demotions.push((task, key, generation, replica)),
+                    ..
+                } => Some((*task, key.as_str(), *generation, *written)),
+                DiskTask::Delete { .. } => None,
+            })
+            .collect();
+        if demoted.is_empty() {
+            return;
+        }
+        let reports = demoted
+            .iter()
+            .map(|&(task, _, _, written)| DiskReport::Demoted { task, written })
+            .collect();
+        // Without an answer the record stays: the next mount's reconciliation keeps it if
+        // the master accepted it, and drops it otherwise.
+        let Ok(accepted) = self.master.disk_report(self.client, reports) else {
+            return;
+        };
+        for (k, &(_, key, generation, written)) in demoted.iter().enumerate() {
+            if written && accepted.get(k) != Some(&true) {
+                let _ = self.core.store.remove(key, generation);
             }
         }
-        let remove = |_: &mut (), (key, generation): &(String, u64)| {
-            let _ = self.core.store.remove(key, *generation);
-        };
-        run_pooled(&deletions, remove, |_| {});
-        type Demotion = (u64, String, u64, BufferDescriptor);
-        let demote = |staging: &mut Option<AlignedBuf>, demotion: &Demotion| {
-            let (_, key, generation, replica) = demotion;
-            self.demote(staging, key, *generation, replica).is_ok()
-        };
-        run_pooled(&demotions, demote, |done| {
-            let reports = done
-                .iter()
-                .map(|&(i, written)| DiskReport::Demoted {
-                    task: demotions[i].0,
-                    written,
-                })
-                .collect();
-            // Without an answer the record stays: the next mount's reconciliation keeps it
-            // if the master accepted it, and drops it otherwise.
-            let Ok(accepted) = self.master.disk_report(self.client, reports) else {
-                return;
-            };
-            for (k, &(i, written)) in done.iter().enumerate() {
-                let (_, key, generation, _) = &demotions[i];
-                if written && accepted.get(k) != Some(&true) {
-                    let _ = self.core.store.remove(key, *generation);
-                }
-            }
-        });
     }
 
     /// Copies `replica` of `key` out of our segment into `staging` (replaced by a larger
@@ -479,46 +520,6 @@ impl Worker {
             .store
             .write(key, generation, staging, replica.size)
     }
-}
-
-/// Runs `run` on every item of `items` on up to [`DEMOTION_PARALLELISM`] scoped threads, each
-/// marked as the worker's ([`IN_WORKER`]) and taking the next item as soon as it is done with
-/// one, with a state of its own (`S::default()`, e.g. a staging buffer it reuses). `finished`
-/// gets, on the calling thread, the (index, result) pairs in groups as they complete (all
-/// that completed since its last call), so their reports need not wait for the slowest item.
-/// A run that panicked gives `R::default()`.
-fn run_pooled<T: Sync, S: Default, R: Send + Default>(
-    items: &[T],
-    run: impl Fn(&mut S, &T) -> R + Sync,
-    mut finished: impl FnMut(Vec<(usize, R)>),
-) {
-    let next = AtomicUsize::new(0);
-    let (done, completions) = std::sync::mpsc::channel();
-    std::thread::scope(|scope| {
-        for _ in 0..DEMOTION_PARALLELISM.min(items.len()) {
-            let (done, next, run) = (done.clone(), &next, &run);
-            scope.spawn(move || {
-                IN_WORKER.with(|flag| flag.set(true));
-                let mut state = S::default();
-                loop {
-                    let index = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(item) = items.get(index) else {
-                        break;
-                    };
-                    let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run(&mut state, item)));
-                    if done.send((index, ran.unwrap_or_default())).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-        drop(done);
-        while let Ok(first) = completions.recv() {
-            let mut group = vec![first];
-            group.extend(completions.try_iter());
-            finished(group);
-        }
-    });
 }
 
 /// Reads LOCAL_DISK replicas for this client: from its own tier, or its owner's service.

@@ -4,7 +4,8 @@
 //! registered local buffer (`local_buffer`), the own mounted segment (`own_segment`), the
 //! link to the master with the single liveness loop and its hook (`master_link`), and what
 //! the loop's answers prove about pins the handle holds (`standing`), and the SSD tier with
-//! its read service and the readers of other clients' tiers (`disk_tier`).
+//! its read service and the readers of other clients' tiers (`disk_tier`), whose owner runs
+//! its disk work on a queue drained by a pool of threads (`work_queue`).
 //!
 //! May use: `stream`, `standalone`, `master`, `metadata`, `storage`, `transfer`, `device`,
 //! `rpc` and the ground floor; never `client`, `p2p` or `ffi`.
@@ -16,6 +17,7 @@ mod local_buffer;
 mod master_link;
 mod own_segment;
 mod standing;
+mod work_queue;
 
 pub(crate) use config::MetadataMode;
 pub use config::{ssd_offload_dir, SetupConfig};
