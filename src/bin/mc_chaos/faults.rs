@@ -235,7 +235,7 @@ impl Cluster {
         let (master_port, metrics_port, metadata_port) = (ports[0], ports[1], ports[2]);
         let (p2p_port, p2p_metrics_port) = (ports[3], ports[4]);
         let owner_ports = &ports[5..];
-        let master_args = vec![
+        let mut master_args = vec![
             format!("--rpc_port={master_port}"),
             "--rpc_address=127.0.0.1".into(),
             format!("--metrics_port={metrics_port}"),
@@ -249,6 +249,9 @@ impl Cluster {
             "--put_start_release_timeout_sec=10".into(),
             "--write_quarantine_ms=10000".into(),
         ];
+        if write_through(settings) {
+            master_args.push("--enable_offload".into());
+        }
         let mut master = Proc::new("master", sibling("mooncake_master"), master_args, env())
             .ready_on_port(master_port);
         master.start()?;
@@ -407,6 +410,13 @@ fn worker_label(settings: &Settings, index: usize) -> String {
     }
 }
 
+/// Whether the run's master copies every write to its owner's SSD tier when it ends
+/// (`--enable_offload`, write-through): in runs with tiers and an odd seed, so the soak
+/// covers objects in memory and on disk at once as well as demotion on eviction alone.
+fn write_through(settings: &Settings) -> bool {
+    settings.ssd_limit > 0 && settings.seed % 2 == 1
+}
+
 /// Runs the soak; the process exit code.
 pub fn run(settings: &Settings) -> i32 {
     if let Err(err) = std::fs::create_dir_all(&settings.dir) {
@@ -414,10 +424,14 @@ pub fn run(settings: &Settings) -> i32 {
         return 2;
     }
     println!(
-        "mc_chaos: seed {} duration {} s, journals in {}",
+        "mc_chaos: seed {} duration {} s, journals in {}{}",
         settings.seed,
         settings.duration.as_secs(),
-        settings.dir.display()
+        settings.dir.display(),
+        match write_through(settings) {
+            true => "; SSD tiers written through (--enable_offload)",
+            false => "",
+        }
     );
     let started = now_ns();
     let deadline_ns = started + settings.duration.as_nanos() as u64;
@@ -801,8 +815,9 @@ pub struct Accounting {
     pub disk_records: u64,
     /// The last master incarnation's demotions committed, failed (the owner could not write:
     /// the victim was dropped), skipped (a stuck tier: dropped), disk replicas it forgot as
-    /// lost, and objects it evicted from the tiers.
-    pub disk_counters: [Option<u64>; 5],
+    /// lost, objects it evicted from the tiers, write-through copies committed, and
+    /// evictions that freed only memory (the object had a copy on disk).
+    pub disk_counters: [Option<u64>; 7],
     pub master_objects: Option<u64>,
     pub master_bytes_used: Option<u64>,
     pub active_pins: Option<u64>,
@@ -855,10 +870,13 @@ fn end_checks(
     let keys: Vec<String> = (0..settings.keys).map(|i| format!("k/{i}")).collect();
     for query in checker.batch_get_replica_desc(&keys).into_iter().flatten() {
         accounting.live_objects += 1;
-        match query.replicas.iter().any(|r| r.disk.is_none()) {
+        // In memory, on disk, or both (a write-through copy of an object in memory).
+        if query.replicas.iter().any(|r| r.disk.is_none()) {
             // The master allocates in 64-byte units (src/alloc.rs, ALIGNMENT).
-            true => accounting.live_bytes += query.size.div_ceil(64) * 64,
-            false => accounting.disk_objects += 1,
+            accounting.live_bytes += query.size.div_ceil(64) * 64;
+        }
+        if query.replicas.iter().any(|r| r.disk.is_some()) {
+            accounting.disk_objects += 1;
         }
     }
     // Records the master let go are deleted by their owners soon after.
@@ -891,6 +909,8 @@ fn end_checks(
         "demotions_skipped_total",
         "disk_replicas_lost_total",
         "disk_evicted_objects_total",
+        "offloads_committed_total",
+        "memory_released_total",
     ]
     .map(|name| metric(&text, &format!("mooncake_master_{name}")));
     if accounting.master_objects != Some(accounting.live_objects) {

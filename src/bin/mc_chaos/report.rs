@@ -100,9 +100,9 @@ pub fn print(
         accounting.deferred_frees,
         verdict.longest_call_ns / 1_000_000
     );
-    let [demoted, failed, skipped, lost, trimmed] = accounting.disk_counters;
+    let [demoted, failed, skipped, lost, trimmed, copied, released] = accounting.disk_counters;
     println!(
-        "SSD tiers (the last master's counters): demotions committed {demoted:?}, failed {failed:?}, skipped {skipped:?}, replicas lost {lost:?}, evicted from disk {trimmed:?}"
+        "SSD tiers (the last master's counters): demotions committed {demoted:?}, failed {failed:?}, skipped {skipped:?}, replicas lost {lost:?}, evicted from disk {trimmed:?}, written through {copied:?}, memory released {released:?}"
     );
     let p2p = &accounting.p2p;
     println!(
