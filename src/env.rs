@@ -481,6 +481,14 @@ pub(crate) const OFFLOAD_AT_PUT: Var = Var {
     default: "0",
 };
 
+/// `MC_PROMOTION_ON_HIT`: a switch for the in-process master: on, an object on disk only is
+/// loaded back into its owner's segment once two reads found it there (the
+/// `mooncake_master` flag `--promotion_on_hit`). Default off.
+pub(crate) const PROMOTION_ON_HIT: Var = Var {
+    name: "MC_PROMOTION_ON_HIT",
+    default: "0",
+};
+
 /// Every numeric variable defined here (`docs/configuration.md` has a row for each).
 #[cfg_attr(not(test), allow(dead_code))] // read by the tests
 pub(crate) const KNOBS: &[&Knob] = &[
@@ -540,6 +548,7 @@ pub(crate) const VARS: &[&Var] = &[
     &DEVICE_RUNTIME,
     &OFFLOAD_FILE_STORAGE_PATH,
     &OFFLOAD_AT_PUT,
+    &PROMOTION_ON_HIT,
 ];
 
 /// Parses Mooncake's human-readable sizes: a plain byte count or a number with a

@@ -251,6 +251,20 @@ pub enum DiskTask {
         /// The memory replica to copy.
         replica: BufferDescriptor,
     },
+    /// Load the record of `key` at `generation` into `replica`, a new range of the owner's
+    /// own segment (`size` bytes), then report [`DiskReport::Demoted`] with `task` (`written`:
+    /// the range holds the verified value). The master keeps the range allocated until the
+    /// report, and lists it as a replica only after it.
+    Promote {
+        /// Names the task in the report.
+        task: u64,
+        /// The key.
+        key: String,
+        /// The object generation (the record's).
+        generation: u64,
+        /// The new memory replica to fill.
+        replica: BufferDescriptor,
+    },
     /// Delete the record of `key` at `generation` (or older), if held.
     Delete {
         /// The key.

@@ -304,26 +304,15 @@ fn write_through_copies_every_write_and_an_owner_crash_keeps_them() {
     }
     assert_eq!(counter(&master, "offloads_committed_total"), 8);
     assert_eq!(counter(&master, "demotions_started_total"), 0);
-    served_again(
-        &writer,
-        "w",
-        &(0..8).collect::<Vec<_>>(),
-        len,
-        Duration::from_secs(5),
-    );
+    let all: Vec<usize> = (0..32).collect();
+    served_again(&writer, "w", &all[..8], len, Duration::from_secs(5));
     // 24 more: the first ones are evicted, which frees only their memory.
     for i in 8..32 {
         put(&writer, &format!("w-{i}"), &value(i, len));
     }
     let released = counter(&master, "memory_released_total");
     assert!(released > 0, "evictions freed memory of objects on disk");
-    served_again(
-        &writer,
-        "w",
-        &(0..32).collect::<Vec<_>>(),
-        len,
-        Duration::from_secs(5),
-    );
+    served_again(&writer, "w", &all, len, Duration::from_secs(5));
     // kill -9: every value written was copied, so all come back from the disk.
     let copied: Vec<usize> = (0..32)
         .filter(|i| on_disk(&writer, &format!("w-{i}")))
@@ -332,6 +321,42 @@ fn write_through_copies_every_write_and_an_owner_crash_keeps_them() {
     first.kill();
     let _restarted = owner(&master, &dir);
     served_again(&writer, "w", &copied, len, Duration::from_secs(15));
+}
+
+/// Promotion on hit (`--promotion_on_hit`, upstream's flag): a value demoted to disk that is
+/// read again is loaded back into its owner's segment, then read from memory with the same
+/// bytes (and still listed on disk).
+#[test]
+fn a_value_read_again_from_disk_comes_back_into_memory() {
+    let master = Master::start(&["--promotion_on_hit", "--default_kv_lease_ttl=200"]);
+    let dir = TempDir::new("promotion");
+    let _owner = owner(&master, &dir);
+    let writer = client(&master.addr(), 0, "").expect("writer");
+    let len = 256 * KIB;
+    let demoted = fill(&writer, "p", 24, len);
+    assert!(demoted.len() >= 4, "demoted: {demoted:?}");
+    // Room for it in the segment: what is still in memory goes (once its lease ends).
+    for i in (0..24).filter(|i| !demoted.contains(i)) {
+        writer.remove(&format!("p-{i}"), true).expect("remove");
+    }
+    let i = demoted[0];
+    let key = format!("p-{i}");
+    let in_memory = |key: &str| match writer.batch_get_replica_desc(&[key]).remove(0) {
+        Ok(query) => query.replicas.first().is_some_and(|r| r.disk.is_none()),
+        Err(_) => false,
+    };
+    let mut out = vec![0u8; len];
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            writer.get_into(&key, &mut out).is_ok() && in_memory(&key)
+        }),
+        "{key} is promoted"
+    );
+    assert_eq!(out, value(i, len));
+    assert!(on_disk(&writer, &key), "{key} is still on disk");
+    writer.get_into(&key, &mut out).expect("get from memory");
+    assert_eq!(out, value(i, len));
+    assert!(counter(&master, "promotions_committed_total") >= 1);
 }
 
 #[test]

@@ -122,6 +122,14 @@ pub(super) struct Flags {
     /// write-through copies (objects go to disk only when evicted, as without the flags).
     #[arg(long = "offload_on_evict", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
     offload_on_evict: bool,
+    /// Upstream's switch for promoting SSD objects back to DRAM: an object on disk only is
+    /// loaded into its owner's segment (when it has room) once reads found it there
+    /// `--promotion_admission_threshold` times.
+    #[arg(long = "promotion_on_hit", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    promotion_on_hit: bool,
+    /// Reads of an object on disk only that queue its promotion (1: the first read).
+    #[arg(long = "promotion_admission_threshold", default_value_t = 2)]
+    promotion_admission_threshold: u32,
     /// Run as one master of an HA group elected on etcd (`--etcd_endpoints`): a standby
     /// copying the leader's journal until it leads.
     #[arg(
@@ -228,6 +236,8 @@ fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
         p2p_route_grace_ms: flags.p2p_route_grace_ms,
         reattach_grace_ms: flags.reattach_grace_ms,
         offload_at_put: flags.enable_offload && !flags.offload_on_evict,
+        promotion_on_hit: flags.promotion_on_hit,
+        promotion_admission_threshold: flags.promotion_admission_threshold,
         cluster_id: flags.cluster_id.clone(),
         deployment_mode: match flags.deployment_mode.as_str() {
             "P2P" => DeploymentMode::P2p,
@@ -501,5 +511,10 @@ mod tests {
         assert!(!config(&[]).offload_at_put);
         assert!(!config(&["--enable_offload", "--offload_on_evict"]).offload_at_put);
         assert!(!config(&["--offload_on_evict=true"]).offload_at_put);
+        let promoting = config(&["--promotion_on_hit", "--promotion_admission_threshold=3"]);
+        assert!(promoting.promotion_on_hit);
+        assert_eq!(promoting.promotion_admission_threshold, 3);
+        assert!(!config(&[]).promotion_on_hit);
+        assert_eq!(config(&[]).promotion_admission_threshold, 2);
     }
 }

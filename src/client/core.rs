@@ -77,6 +77,7 @@ impl Client {
     pub fn setup(config: SetupConfig) -> Result<Client> {
         let embedded = MasterConfig {
             offload_at_put: crate::env::OFFLOAD_AT_PUT.flag(),
+            promotion_on_hit: crate::env::PROMOTION_ON_HIT.flag(),
             ..MasterConfig::default()
         };
         Client::setup_with(config, embedded)
@@ -353,9 +354,10 @@ impl ClientCore {
     }
 }
 
-impl DemotionSource for ClientCore {
-    fn copy_replica(&self, replica: &BufferDescriptor, into: &mut [u8]) -> Result<()> {
-        if replica.transport_endpoint != self.hostname || replica.size != into.len() as u64 {
+impl ClientCore {
+    /// Checks that `replica` names our segment and is `len` bytes. Errors: `INVALID_PARAMS`.
+    fn check_own_replica(&self, replica: &BufferDescriptor, len: usize) -> Result<()> {
+        if replica.transport_endpoint != self.hostname || replica.size != len as u64 {
             return fail(
                 ErrorCode::InvalidParams,
                 format!(
@@ -364,6 +366,13 @@ impl DemotionSource for ClientCore {
                 ),
             );
         }
+        Ok(())
+    }
+}
+
+impl DemotionSource for ClientCore {
+    fn copy_replica(&self, replica: &BufferDescriptor, into: &mut [u8]) -> Result<()> {
+        self.check_own_replica(replica, into.len())?;
         // The mount stays current (its range unreused by a remount) while held; the master
         // keeps the range allocated until the demotion is reported.
         let _mount = self.hold_mount(replica)?;
@@ -371,6 +380,16 @@ impl DemotionSource for ClientCore {
         // SAFETY: `hold_mount` checked that the range lies in our current segment mount,
         // which is mapped for the life of the core; `into` is a distinct buffer of its size.
         unsafe { crate::transfer::copy::copy_or_fail(into.as_mut_ptr(), from, into.len()) }
+    }
+
+    fn fill_replica(&self, replica: &BufferDescriptor, from: &[u8]) -> Result<()> {
+        self.check_own_replica(replica, from.len())?;
+        // The master lists the range as a replica only after our report: nobody reads it.
+        let _mount = self.hold_mount(replica)?;
+        let into = replica.buffer_address as usize as *mut u8;
+        // SAFETY: `hold_mount` checked that the range lies in our current segment mount,
+        // which is mapped for the life of the core; `from` is a distinct buffer of its size.
+        unsafe { crate::transfer::copy::copy_or_fail(into, from.as_ptr(), from.len()) }
     }
 }
 

@@ -63,6 +63,21 @@ pub struct MasterConfig {
     /// Off: objects go to disk only when evicted.
     #[serde(default)]
     pub offload_at_put: bool,
+    /// Load an object that is on disk only back into memory (its owner's segment, when it
+    /// has room) once reads found it there `promotion_admission_threshold` times
+    /// (`--promotion_on_hit`, upstream's flag); it then has both homes, as a write-through
+    /// copy has.
+    #[serde(default)]
+    pub promotion_on_hit: bool,
+    /// Reads of an object on disk only that queue its promotion
+    /// (`--promotion_admission_threshold`, upstream's default 2; 0 counts as 1).
+    #[serde(default = "default_promotion_threshold")]
+    pub promotion_admission_threshold: u32,
+}
+
+/// Upstream's `--promotion_admission_threshold` default.
+fn default_promotion_threshold() -> u32 {
+    2
 }
 
 impl Default for MasterConfig {
@@ -86,6 +101,8 @@ impl Default for MasterConfig {
             p2p_route_grace_ms: 0,
             reattach_grace_ms: 30_000,
             offload_at_put: false,
+            promotion_on_hit: false,
+            promotion_admission_threshold: default_promotion_threshold(),
         }
     }
 }

@@ -9,7 +9,7 @@
 
 use crate::alloc::Allocation;
 use crate::error::{fail, ErrorCode, Result};
-use crate::types::{BufferDescriptor, ClientId, DiskMount, DiskTask, Uuid};
+use crate::types::{BufferDescriptor, ClientId, DiskMount, DiskTask, SegmentId, Uuid};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Weak};
@@ -149,7 +149,19 @@ pub(super) enum Demote {
     Busy,
 }
 
-/// A demotion in flight.
+/// What a disk task in flight does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum DiskWork {
+    /// An evicted object's memory replica goes to disk; the memory goes once it commits.
+    Demote,
+    /// A write-through copy: the object keeps its memory replica.
+    Offload,
+    /// A disk object's record is loaded into a new memory replica in its owner's segment
+    /// (the range the task holds), as a read asked for it often enough.
+    Promote,
+}
+
+/// A disk task in flight: a demotion, a write-through copy or a promotion ([`DiskWork`]).
 pub(super) struct Demotion {
     pub task: u64,
     /// The tier the record goes to.
@@ -159,10 +171,13 @@ pub(super) struct Demotion {
     pub generation: u64,
     pub size: u64,
     pub started: Instant,
-    /// A write-through copy: the object keeps its memory replicas when the record commits.
-    pub keep_memory: bool,
-    /// Keeps the memory range allocated (unreused) until the demotion ends.
-    _range: Arc<Allocation>,
+    pub work: DiskWork,
+    /// The memory replica the task copies to disk, or the new one a promotion fills: its
+    /// segment and descriptor.
+    pub segment: SegmentId,
+    pub buffer: BufferDescriptor,
+    /// Keeps that range allocated (unreused) until the task ends.
+    pub range: Arc<Allocation>,
 }
 
 #[derive(Default)]
@@ -343,15 +358,14 @@ impl DiskTiers {
 
     /// Queues the demotion of `key` (generation `generation`) from `replica` (whose range
     /// `range` stays allocated until the demotion ends) to `owner`'s tier, if it has one with
-    /// room and fewer than [`MAX_DEMOTIONS_IN_FLIGHT`] demotions in flight; `keep_memory`
-    /// marks a write-through copy.
+    /// room and fewer than [`MAX_DEMOTIONS_IN_FLIGHT`] tasks in flight; `work` is
+    /// [`DiskWork::Demote`] or [`DiskWork::Offload`].
     pub(super) fn start_demotion(
         &self,
         owner: ClientId,
         (key, generation): (&str, u64),
-        replica: &BufferDescriptor,
-        range: Arc<Allocation>,
-        keep_memory: bool,
+        (segment, replica, range): (SegmentId, &BufferDescriptor, Arc<Allocation>),
+        work: DiskWork,
     ) -> Demote {
         let mut inner = self.inner.lock();
         let Some(tier_id) = inner.tier_of(owner) else {
@@ -385,22 +399,66 @@ impl DiskTiers {
             generation,
             replica: replica.clone(),
         });
-        inner.pending.insert(
+        let demotion = Demotion {
             task,
-            Demotion {
-                task,
-                tier: tier_id,
-                owner,
-                key: key.to_string(),
-                generation,
-                size: replica.size,
-                started: Instant::now(),
-                keep_memory,
-                _range: range,
-            },
-        );
+            tier: tier_id,
+            owner,
+            key: key.to_string(),
+            generation,
+            size: replica.size,
+            started: Instant::now(),
+            work,
+            segment,
+            buffer: replica.clone(),
+            range,
+        };
+        inner.pending.insert(task, demotion);
         self.work.notify_all();
         Demote::Started(task)
+    }
+
+    /// Queues the promotion of `key` (generation `generation`) on `owner`'s tier into
+    /// `replica`, a new range `range` of the owner's segment, if the tier is mounted and has
+    /// fewer than [`MAX_DEMOTIONS_IN_FLIGHT`] tasks in flight. Returns the task. A promotion
+    /// is never given up by time (the owner may still be writing the range): only when its
+    /// owner's tier goes away.
+    pub(super) fn start_promotion(
+        &self,
+        owner: ClientId,
+        (key, generation): (&str, u64),
+        (segment, replica, range): (SegmentId, &BufferDescriptor, Arc<Allocation>),
+    ) -> Option<u64> {
+        let mut inner = self.inner.lock();
+        let tier_id = inner.tier_of(owner)?;
+        let in_flight = inner.pending.values().filter(|d| d.tier == tier_id).count();
+        if in_flight >= MAX_DEMOTIONS_IN_FLIGHT {
+            return None;
+        }
+        inner.next_task += 1;
+        let task = inner.next_task;
+        let tier = inner.tiers.get_mut(&tier_id)?;
+        tier.queue.push_back(DiskTask::Promote {
+            task,
+            key: key.to_string(),
+            generation,
+            replica: replica.clone(),
+        });
+        let promotion = Demotion {
+            task,
+            tier: tier_id,
+            owner,
+            key: key.to_string(),
+            generation,
+            size: replica.size,
+            started: Instant::now(),
+            work: DiskWork::Promote,
+            segment,
+            buffer: replica.clone(),
+            range,
+        };
+        inner.pending.insert(task, promotion);
+        self.work.notify_all();
+        Some(task)
     }
 
     /// Whether a [`DiskHold`] on tier `tier`'s record at `generation` lives (a reader may
@@ -519,7 +577,7 @@ impl DiskTiers {
             return None;
         }
         let demotion = inner.pending.remove(&task)?;
-        if !written {
+        if !written && demotion.work != DiskWork::Promote {
             if let Some(tier) = inner.tiers.get_mut(&demotion.tier) {
                 tier.used = tier.used.saturating_sub(record_bytes(demotion.size));
             }
@@ -527,12 +585,15 @@ impl DiskTiers {
         Some(demotion)
     }
 
-    /// Gives up the demotions started before `now - DEMOTION_TIMEOUT`.
+    /// Gives up the demotions and write-through copies started before
+    /// `now - DEMOTION_TIMEOUT` (promotions wait for their report: see
+    /// [`DiskTiers::start_promotion`]).
     pub(super) fn expire_demotions(&self, now: Instant) -> Vec<Demotion> {
         let mut inner = self.inner.lock();
         let late: Vec<u64> = inner
             .pending
             .iter()
+            .filter(|(_, d)| d.work != DiskWork::Promote)
             .filter(|(_, d)| now.saturating_duration_since(d.started) >= DEMOTION_TIMEOUT)
             .map(|(task, _)| *task)
             .collect();
@@ -577,9 +638,15 @@ impl DiskTiers {
         self.inner.lock().pending.len()
     }
 
-    /// Memory bytes the demotions in flight will release.
+    /// Memory bytes the demotions in flight will release (write-through copies and
+    /// promotions release none).
     pub(super) fn demoting_bytes(&self) -> u64 {
-        self.inner.lock().pending.values().map(|d| d.size).sum()
+        let inner = self.inner.lock();
+        let demotions = inner
+            .pending
+            .values()
+            .filter(|d| d.work == DiskWork::Demote);
+        demotions.map(|d| d.size).sum()
     }
 }
 
@@ -614,25 +681,44 @@ mod tests {
         let allocator = OffsetAllocator::new(1 << 20);
         let range = Arc::new(allocator.allocate(8192).unwrap());
         assert_eq!(
-            tiers.start_demotion(owner, ("k", 1), &replica(8192), Arc::clone(&range), false),
+            tiers.start_demotion(
+                owner,
+                ("k", 1),
+                (SegmentId::default(), &replica(8192), Arc::clone(&range)),
+                DiskWork::Demote
+            ),
             Demote::NoTier
         );
         let disk = mount(record_bytes(8192));
         tiers.mount(owner, &disk, 1).unwrap();
-        let Demote::Started(task) =
-            tiers.start_demotion(owner, ("k", 1), &replica(8192), Arc::clone(&range), false)
-        else {
+        let Demote::Started(task) = tiers.start_demotion(
+            owner,
+            ("k", 1),
+            (SegmentId::default(), &replica(8192), Arc::clone(&range)),
+            DiskWork::Demote,
+        ) else {
             panic!("room for one record");
         };
         let huge = replica(2 * record_bytes(8192));
-        let oversized = tiers.start_demotion(owner, ("big", 9), &huge, Arc::clone(&range), false);
+        let oversized = tiers.start_demotion(
+            owner,
+            ("big", 9),
+            (SegmentId::default(), &huge, Arc::clone(&range)),
+            DiskWork::Demote,
+        );
         assert_eq!(
             oversized,
             Demote::Full,
             "larger than the tier: no trim can help"
         );
-        let second =
-            || tiers.start_demotion(owner, ("k2", 2), &replica(1), Arc::clone(&range), false);
+        let second = || {
+            tiers.start_demotion(
+                owner,
+                ("k2", 2),
+                (SegmentId::default(), &replica(1), Arc::clone(&range)),
+                DiskWork::Demote,
+            )
+        };
         assert_eq!(second(), Demote::Trimming, "waits for a trim");
         let excess = tiers.over_watermark(Instant::now());
         let low = (record_bytes(8192) as f64 * TRIM_LOW_WATERMARK) as u64;
@@ -665,7 +751,12 @@ mod tests {
         assert!(tiers.finish_demotion(owner, task, true).is_none(), "once");
         // The unwritten record gave its bytes back.
         assert!(matches!(
-            tiers.start_demotion(owner, ("k3", 3), &replica(8192), Arc::clone(&range), false),
+            tiers.start_demotion(
+                owner,
+                ("k3", 3),
+                (SegmentId::default(), &replica(8192), Arc::clone(&range)),
+                DiskWork::Demote
+            ),
             Demote::Started(_)
         ));
         let until = Instant::now() + Duration::from_secs(60);

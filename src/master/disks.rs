@@ -9,7 +9,7 @@
 //! the rest; the master forgets the copies the owner lacks. Locks: one object shard at a
 //! time, then the tier registry (`service.rs` order).
 
-use super::disk_tiers::{record_bytes, Demote, Demotion, TRIM_SCAN};
+use super::disk_tiers::{record_bytes, Demote, Demotion, DiskWork, TRIM_SCAN};
 use super::metrics::Counters;
 use super::objects::{DiskCopyRef, DiskLocation, ObjectMeta, Shard};
 use super::service::MasterService;
@@ -18,6 +18,7 @@ use crate::types::{
     ClientId, DeploymentMode, DiskMount, DiskMountAnswer, DiskMountPage, DiskObject, DiskReport,
     DiskTask, Uuid,
 };
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// What [`MasterService::evict_from_disk`] did with one disk object.
@@ -193,7 +194,7 @@ impl MasterService {
     /// replicas are released once their read lease ends); without, the object is evicted as
     /// it would have been without a tier. Returns whether the record is accepted.
     fn end_demotion(&self, demotion: Demotion, task: u64, written: bool, now: Instant) -> bool {
-        let key = demotion.key.as_str();
+        let key = &demotion.key.clone();
         let mut shard = self.objects.shard(key);
         let current = shard.get_mut(key).filter(|meta| {
             meta.demoting == Some(task)
@@ -210,8 +211,11 @@ impl MasterService {
         };
         meta.demoting = None;
         let counters = &self.counters;
+        if demotion.work == DiskWork::Promote {
+            return self.end_promotion(key, meta, demotion, written, now);
+        }
         if !written {
-            if demotion.keep_memory {
+            if demotion.work == DiskWork::Offload {
                 // A write-through copy failed: the object stays in memory, demoted if evicted.
                 Counters::add(&counters.offloads_failed, 1);
                 return false;
@@ -229,7 +233,7 @@ impl MasterService {
             generation: demotion.generation,
         };
         meta.disk = Some(self.disk_copy(key, meta.size, at));
-        if demotion.keep_memory {
+        if demotion.work == DiskWork::Offload {
             self.journal_commit(key, meta, now);
             Counters::add(&counters.offloads_committed, 1);
             return true;
@@ -271,11 +275,76 @@ impl MasterService {
         }
     }
 
+    /// Ends promotion `demotion` of `key` (`meta`, its disk copy unchanged: the caller
+    /// checked the task and generation): with the range `written`, it becomes the object's
+    /// memory replica (journaled); otherwise, or when the object is no longer on disk only,
+    /// the range is freed (the owner is done with it). Returns whether it was taken.
+    fn end_promotion(
+        &self,
+        key: &str,
+        meta: &mut ObjectMeta,
+        promotion: Demotion,
+        written: bool,
+        now: Instant,
+    ) -> bool {
+        // The record read is the object's, and the range is still in its segment's current
+        // mount (a remount drops it).
+        let record = meta.disk_at().map(|at| at.generation);
+        let usable = meta.replicas.is_empty()
+            && record == Some(promotion.generation)
+            && promotion.range.is_live();
+        if !written || !usable {
+            Counters::add(&self.counters.promotions_failed, 1);
+            return false;
+        }
+        meta.replicas.push(super::objects::Replica {
+            id: self.next_replica_id.fetch_add(1, Ordering::Relaxed),
+            segment: promotion.segment,
+            allocation: promotion.range,
+            buffer: promotion.buffer,
+        });
+        self.journal_commit(key, meta, now);
+        Counters::add(&self.counters.promotions_committed, 1);
+        true
+    }
+
+    /// Counts a read of `key` (`meta`) that found it on disk only; the read that reaches
+    /// `promotion_admission_threshold` (with `promotion_on_hit`) queues its promotion: a range
+    /// of the owner's segment, filled from the record by the owner. Nothing happens when the
+    /// owner's segment has no room or its tier has its fill of tasks (counted as skipped).
+    pub(super) fn count_disk_hit(&self, key: &str, meta: &mut ObjectMeta) {
+        if !self.config.promotion_on_hit || !meta.replicas.is_empty() || meta.demoting.is_some() {
+            return;
+        }
+        let Some(copy) = meta.disk.as_mut() else {
+            return;
+        };
+        copy.hits = copy.hits.saturating_add(1);
+        if copy.hits < self.config.promotion_admission_threshold.max(1) {
+            return;
+        }
+        copy.hits = 0;
+        let at = copy.at;
+        let started = self.disks.resolve(at.tier).and_then(|(owner, _)| {
+            let placed = self.segments.place_at_owner(owner, meta.size)?;
+            let target = (placed.segment, &placed.buffer, placed.allocation.clone());
+            self.disks
+                .start_promotion(owner, (key, at.generation), target)
+        });
+        match started {
+            Some(task) => {
+                meta.demoting = Some(task);
+                Counters::add(&self.counters.promotions_started, 1);
+            }
+            None => Counters::add(&self.counters.promotions_skipped, 1),
+        }
+    }
+
     /// Starts the write-through copy of `key`, just written, to its owner's tier
     /// (`offload_at_put`); a tier that is busy or has no room skips it (counted): the
     /// object is demoted when evicted, as without write-through.
     pub(super) fn start_offload(&self, shard: &mut Shard, key: &str) {
-        match self.start_demotion(shard, key, true) {
+        match self.start_demotion(shard, key, DiskWork::Offload) {
             Demote::Started(_) => Counters::add(&self.counters.offloads_started, 1),
             Demote::NoTier => {}
             Demote::Full | Demote::Trimming | Demote::Busy => {
@@ -284,10 +353,10 @@ impl MasterService {
         }
     }
 
-    /// Starts demoting the object `key` (evictable, or just written for a write-through copy
-    /// when `keep_memory`) to the disk tier of the owner of its first readable replica, if
-    /// it has one with room; says what happened.
-    pub(super) fn start_demotion(&self, shard: &mut Shard, key: &str, keep_memory: bool) -> Demote {
+    /// Starts demoting the object `key` (evictable, or just written for a write-through copy:
+    /// `work` is [`DiskWork::Demote`] or [`DiskWork::Offload`]) to the disk tier of the owner
+    /// of its first readable replica, if it has one with room; says what happened.
+    pub(super) fn start_demotion(&self, shard: &mut Shard, key: &str, work: DiskWork) -> Demote {
         let Some(meta) = shard.get_mut(key) else {
             return Demote::NoTier;
         };
@@ -300,17 +369,19 @@ impl MasterService {
         let range = std::sync::Arc::clone(&replica.allocation);
         let buffer = replica.buffer.clone();
         let generation = meta.write.0;
-        let outcome =
-            self.disks
-                .start_demotion(owner, (key, generation), &buffer, range, keep_memory);
+        let source = (replica.segment, &buffer, range);
+        let outcome = self
+            .disks
+            .start_demotion(owner, (key, generation), source, work);
+        let demoting = work == DiskWork::Demote;
         match outcome {
             Demote::Started(task) => {
                 meta.demoting = Some(task);
-                if !keep_memory {
+                if demoting {
                     Counters::add(&self.counters.demotions_started, 1);
                 }
             }
-            Demote::Full if !keep_memory => Counters::add(&self.counters.demotions_skipped, 1),
+            Demote::Full if demoting => Counters::add(&self.counters.demotions_skipped, 1),
             Demote::Full | Demote::NoTier | Demote::Busy | Demote::Trimming => {}
         }
         outcome
@@ -389,12 +460,19 @@ impl MasterService {
 
     /// Ends `demotions` without a record: their objects stay in memory, evictable again.
     fn give_up_demotions(&self, demotions: Vec<Demotion>) {
+        let now = Instant::now();
         for demotion in demotions {
             let mut shard = self.objects.shard(&demotion.key);
             if let Some(meta) = shard.get_mut(&demotion.key) {
                 if meta.demoting == Some(demotion.task) {
                     meta.demoting = None;
                 }
+            }
+            drop(shard);
+            if demotion.work == DiskWork::Promote {
+                // Its owner may still be filling the range: reused only after the quarantine.
+                let quiet = crate::spin::deadline(now, self.config.write_quarantine());
+                self.deferred.hold_until(quiet, now, vec![demotion.range]);
             }
         }
     }
@@ -415,6 +493,7 @@ impl MasterService {
             at,
             hold: self.disks.hold(key, size, at.tier, at.generation),
             mount: self.disks.mount_number(at.tier),
+            hits: 0,
         }
     }
 }
@@ -583,7 +662,7 @@ mod tests {
                     generation,
                     ..
                 } => Some((task, key, generation)),
-                DiskTask::Delete { .. } => None,
+                DiskTask::Delete { .. } | DiskTask::Promote { .. } => None,
             })
             .collect()
     }
@@ -596,8 +675,10 @@ mod tests {
     #[test]
     fn write_through_keeps_memory_and_disk_and_eviction_frees_only_memory() {
         let journal = crate::test_util::TempDir::new("write-through");
+        // Eviction only when a write finds no room (not above a watermark in the background).
         let config = super::super::MasterConfig {
             offload_at_put: true,
+            eviction_high_watermark_ratio: 1.0,
             ..fast_config()
         };
         let options = super::super::JournalOptions::new(journal.path());
@@ -701,6 +782,85 @@ mod tests {
                 .any(|t| matches!(t, DiskTask::Delete { key, .. } if key == "a"));
         }
         assert!(deleted, "a's record is deleted");
+    }
+
+    /// Promotion on hit: the second read of an object on disk only queues a task that loads
+    /// its record into a new range of its owner's segment; once reported, the object is in
+    /// memory (listed first) and on disk; a failed load frees the range and leaves it on
+    /// disk only; a read of an object in memory counts nothing.
+    #[test]
+    fn a_second_read_promotes_a_disk_object_back_into_memory() {
+        let config = super::super::MasterConfig {
+            promotion_on_hit: true,
+            ..fast_config()
+        };
+        let (master, owner, _) = setup(config, 1 << 20);
+        let on_disk = fill_tier(&master, owner, &tier());
+        // Room in the segment: the objects still in memory go.
+        let in_memory: Vec<String> = (0..8)
+            .map(|i| format!("k{i}"))
+            .filter(|k| !on_disk.contains(k))
+            .collect();
+        for key in &in_memory {
+            one(master.batch_remove(vec![key.clone()], true)).unwrap();
+        }
+        let until = Instant::now() + Duration::from_secs(10);
+        while master.metrics().bytes_used > 0 && Instant::now() < until {
+            master.eviction_tick();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // fill_tier read each key once: the next read is the second.
+        let promote = |key: &str| {
+            assert_eq!(replicas(&master, key), Ok(vec![true]), "{key}: two reads");
+            let tasks = master.disk_tasks(owner).unwrap();
+            match tasks.as_slice() {
+                [DiskTask::Promote {
+                    task,
+                    key: named,
+                    replica,
+                    ..
+                }] => {
+                    assert_eq!(named, key);
+                    assert_eq!(replica.size, SIZE);
+                    *task
+                }
+                other => panic!("{key}: {other:?}"),
+            }
+        };
+        let (a, b) = (&on_disk[0], &on_disk[1]);
+        let task = promote(a);
+        let report = vec![DiskReport::Demoted {
+            task,
+            written: true,
+        }];
+        assert_eq!(master.disk_report(owner, report), Ok(vec![true]));
+        assert_eq!(
+            replicas(&master, a),
+            Ok(vec![false, true]),
+            "memory, then disk"
+        );
+        assert_eq!(master.metrics().bytes_used, SIZE);
+        // In memory now: reads count nothing.
+        for _ in 0..3 {
+            assert!(replicas(&master, a).is_ok());
+        }
+        assert!(master.disk_tasks(owner).unwrap().is_empty());
+        // A load that failed: the range is freed, the object stays on disk.
+        let task = promote(b);
+        let report = vec![DiskReport::Demoted {
+            task,
+            written: false,
+        }];
+        assert_eq!(master.disk_report(owner, report), Ok(vec![false]));
+        assert_eq!(replicas(&master, b), Ok(vec![true]));
+        assert_eq!(master.metrics().bytes_used, SIZE);
+        let disk = master.metrics().disk;
+        let counted = (
+            disk.promotions_started,
+            disk.promotions_committed,
+            disk.promotions_failed,
+        );
+        assert_eq!(counted, (2, 1, 1));
     }
 
     /// A mount in pages keeps what its pages confirm and forgets the copies none confirmed;

@@ -244,6 +244,7 @@ impl MasterService {
                     .disks
                     .hold(&key, object.size, copy.tier, copy.generation),
                 mount: 0,
+                hits: 0,
             });
             if replicas.is_empty() && on_disk.is_none() {
                 if let Some(journal) = &self.journal {

@@ -7,7 +7,7 @@
 //! table's object count, used bytes and pin count stay the same; a failed allocation scans at
 //! once. Scans are counted in `MasterMetrics::table_scans`.
 
-use super::disk_tiers::Demote;
+use super::disk_tiers::{Demote, DiskWork};
 use super::eviction::{self, Candidate};
 use super::metrics::Counters;
 use super::objects::ObjectMeta;
@@ -190,7 +190,7 @@ impl MasterService {
             }
             // Demoted to the owner's disk tier when it has one with room, else dropped; left
             // in memory while the tier has its fill of demotions in flight, or makes room.
-            match self.start_demotion(&mut shard, &victim.key, false) {
+            match self.start_demotion(&mut shard, &victim.key, DiskWork::Demote) {
                 Demote::Started(_) => objects += 1,
                 Demote::Busy | Demote::Trimming => {}
                 Demote::NoTier | Demote::Full => {

@@ -28,6 +28,10 @@ pub(crate) struct Counters {
     pub offloads_failed: AtomicU64,
     pub offloads_skipped: AtomicU64,
     pub memory_released: AtomicU64,
+    pub promotions_started: AtomicU64,
+    pub promotions_committed: AtomicU64,
+    pub promotions_failed: AtomicU64,
+    pub promotions_skipped: AtomicU64,
 }
 
 impl Counters {
@@ -132,6 +136,14 @@ pub struct DiskTierMetrics {
     pub offloads_skipped: u64,
     /// Evicted objects that had a disk copy already: only their memory was freed.
     pub memory_released: u64,
+    /// Promotions of objects on disk only back into memory (`promotion_on_hit`) started.
+    pub promotions_started: u64,
+    /// Promotions committed: the object is in memory and on disk.
+    pub promotions_committed: u64,
+    /// Promotions the owner could not load, or whose object changed meanwhile.
+    pub promotions_failed: u64,
+    /// Promotions not started: the owner's segment had no room or its tier was busy.
+    pub promotions_skipped: u64,
 }
 
 impl DiskTierMetrics {
@@ -233,6 +245,30 @@ impl DiskTierMetrics {
                 "counter",
                 "Evictions that freed only memory: the object stays on disk",
                 self.memory_released,
+            ),
+            (
+                "promotions_started_total",
+                "counter",
+                "Promotions of objects on disk only back into memory started",
+                self.promotions_started,
+            ),
+            (
+                "promotions_committed_total",
+                "counter",
+                "Promotions committed: the object is in memory again",
+                self.promotions_committed,
+            ),
+            (
+                "promotions_failed_total",
+                "counter",
+                "Promotions not loaded, or whose object changed meanwhile",
+                self.promotions_failed,
+            ),
+            (
+                "promotions_skipped_total",
+                "counter",
+                "Promotions not started: no room in the owner's segment, or its tier busy",
+                self.promotions_skipped,
             ),
         ]
     }

@@ -62,6 +62,9 @@ pub(crate) struct DiskCopyRef {
     /// The tier mount that made or last confirmed it (`DiskTiers::mount_number`; 0: none
     /// since this master started): a mount forgets the copies its pages did not confirm.
     pub mount: u64,
+    /// Reads that found the object on disk only since its last promotion was queued
+    /// (`promotion_on_hit`).
+    pub hits: u32,
 }
 
 /// Where an object is in its life.

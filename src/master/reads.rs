@@ -27,6 +27,7 @@ impl MasterService {
             return fail(ErrorCode::ReplicaIsNotReady, key);
         };
         Counters::add(&self.counters.leases_granted, 1);
+        self.count_disk_hit(key, meta);
         Ok(then(meta, query))
     }
 

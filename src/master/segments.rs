@@ -349,6 +349,14 @@ impl SegmentRegistry {
         owned.map(|(id, _)| *id).collect()
     }
 
+    /// Places one replica of `size` bytes in a segment `client` owns, if one has room.
+    pub(crate) fn place_at_owner(&self, client: ClientId, size: u64) -> Option<Placed> {
+        let inner = self.inner.read();
+        let mut owned = inner.by_id.values().filter(|m| m.owner == client);
+        let name = owned.next()?.segment.name.clone();
+        inner.place_on_name(&name, size)
+    }
+
     /// Places up to `config.replica_num` replicas of `size` bytes, each on a distinct segment
     /// name: preferred names first, then names from a random start (at most 100 tried).
     /// Returns what could be placed (possibly nothing).

@@ -258,6 +258,10 @@ impl MasterService {
                 offloads_failed: load(&self.counters.offloads_failed),
                 offloads_skipped: load(&self.counters.offloads_skipped),
                 memory_released: load(&self.counters.memory_released),
+                promotions_started: load(&self.counters.promotions_started),
+                promotions_committed: load(&self.counters.promotions_committed),
+                promotions_failed: load(&self.counters.promotions_failed),
+                promotions_skipped: load(&self.counters.promotions_skipped),
             },
         }
     }

@@ -89,6 +89,11 @@ pub(crate) trait DemotionSource: Send + Sync {
     /// `into` (`replica.size` bytes). Errors: `STALE_SEGMENT_EPOCH` when the replica is not
     /// in the current mount; `INVALID_PARAMS` when it is not in our segment.
     fn copy_replica(&self, replica: &BufferDescriptor, into: &mut [u8]) -> Result<()>;
+
+    /// Copies `from` (`replica.size` bytes) into the replica `replica` of this client's
+    /// current segment mount (a promotion's new range, which no one reads yet). Errors as
+    /// [`DemotionSource::copy_replica`].
+    fn fill_replica(&self, replica: &BufferDescriptor, from: &[u8]) -> Result<()>;
 }
 
 /// The SSD tier's settings. Plain value.
@@ -446,7 +451,8 @@ impl Worker {
     }
 
     /// Runs one task on a disk thread (with its staging buffer): a deletion drops the
-    /// record; a demotion writes it. Returns whether a demotion's record was written.
+    /// record; a demotion writes it; a promotion loads it into its new memory range. Returns
+    /// whether the record was written (demotion) or loaded (promotion).
     fn run_task(&self, staging: &mut Option<AlignedBuf>, task: &DiskTask) -> bool {
         match task {
             DiskTask::Delete { key, generation } => {
@@ -459,13 +465,21 @@ impl Worker {
                 replica,
                 ..
             } => self.demote(staging, key, *generation, replica).is_ok(),
+            DiskTask::Promote {
+                key,
+                generation,
+                replica,
+                ..
+            } => self.promote(key, *generation, replica).is_ok(),
         }
     }
 
-    /// Reports the demotions among `done` (task, whether its record was written) in one
-    /// call; a written record the master did not accept is removed again.
+    /// Reports the demotions and promotions among `done` (task, whether it was done) in one
+    /// call; a demotion's record the master did not accept is removed again.
     fn report_demoted(&self, done: Vec<(DiskTask, bool)>) {
-        let demoted: Vec<(u64, &str, u64, bool)> = done
+        /// (task, the record a refusal removes, whether it was done)
+        type Reported<'a> = (u64, Option<(&'a str, u64)>, bool);
+        let reported: Vec<Reported> = done
             .iter()
             .filter_map(|(task, written)| match task {
                 DiskTask::Demote {
@@ -473,27 +487,41 @@ impl Worker {
                     key,
                     generation,
                     ..
-                } => Some((*task, key.as_str(), *generation, *written)),
+                } => Some((*task, Some((key.as_str(), *generation)), *written)),
+                DiskTask::Promote { task, .. } => Some((*task, None, *written)),
                 DiskTask::Delete { .. } => None,
             })
             .collect();
-        if demoted.is_empty() {
+        if reported.is_empty() {
             return;
         }
-        let reports = demoted
+        let reports = reported
             .iter()
-            .map(|&(task, _, _, written)| DiskReport::Demoted { task, written })
+            .map(|&(task, _, written)| DiskReport::Demoted { task, written })
             .collect();
         // Without an answer the record stays: the next mount's reconciliation keeps it if
         // the master accepted it, and drops it otherwise.
         let Ok(accepted) = self.master.disk_report(self.client, reports) else {
             return;
         };
-        for (k, &(_, key, generation, written)) in demoted.iter().enumerate() {
-            if written && accepted.get(k) != Some(&true) {
-                let _ = self.core.store.remove(key, generation);
+        for (k, &(_, record, written)) in reported.iter().enumerate() {
+            if let Some((key, generation)) = record.filter(|_| written) {
+                if accepted.get(k) != Some(&true) {
+                    let _ = self.core.store.remove(key, generation);
+                }
             }
         }
+    }
+
+    /// Loads the verified record of `key` at `generation` into `replica`, a new range of our
+    /// segment. Errors: the record's (see [`TierCore::read`]: a lost record is reported);
+    /// the source's.
+    fn promote(&self, key: &str, generation: u64, replica: &BufferDescriptor) -> Result<()> {
+        let Some(source) = self.source.upgrade() else {
+            return fail(ErrorCode::InvalidParams, "the client is gone");
+        };
+        let record = self.core.read(key, generation)?;
+        source.fill_replica(replica, record.bytes())
     }
 
     /// Copies `replica` of `key` out of our segment into `staging` (replaced by a larger
