@@ -200,6 +200,17 @@ impl Inner {
         let mut mounted = self.tiers.iter();
         mounted.find(|(_, t)| t.client == client).map(|(id, _)| *id)
     }
+
+    /// A new task number: from a random start in each master's life, so a report of a task
+    /// of an earlier life (its owner still ran it across the restart) never names one of
+    /// this life's.
+    fn next_task(&mut self) -> u64 {
+        if self.next_task == 0 {
+            self.next_task = fastrand::u64(1..1 << 62);
+        }
+        self.next_task += 1;
+        self.next_task
+    }
 }
 
 /// The registry of disk tiers. Owned by the master service; `Send + Sync`.
@@ -375,8 +386,7 @@ impl DiskTiers {
         if in_flight >= MAX_DEMOTIONS_IN_FLIGHT {
             return Demote::Busy;
         }
-        inner.next_task += 1;
-        let task = inner.next_task;
+        let task = inner.next_task();
         let Some(tier) = inner.tiers.get_mut(&tier_id) else {
             return Demote::NoTier;
         };
@@ -419,9 +429,9 @@ impl DiskTiers {
 
     /// Queues the promotion of `key` (generation `generation`) on `owner`'s tier into
     /// `replica`, a new range `range` of the owner's segment, if the tier is mounted and has
-    /// fewer than [`MAX_DEMOTIONS_IN_FLIGHT`] tasks in flight. Returns the task. A promotion
-    /// is never given up by time (the owner may still be writing the range): only when its
-    /// owner's tier goes away.
+    /// fewer than [`MAX_DEMOTIONS_IN_FLIGHT`] tasks in flight. Returns the task. Given up
+    /// (expired, or its owner's tier gone), its range is freed only after the write
+    /// quarantine (see `MasterService::give_up_demotions`).
     pub(super) fn start_promotion(
         &self,
         owner: ClientId,
@@ -434,8 +444,7 @@ impl DiskTiers {
         if in_flight >= MAX_DEMOTIONS_IN_FLIGHT {
             return None;
         }
-        inner.next_task += 1;
-        let task = inner.next_task;
+        let task = inner.next_task();
         let tier = inner.tiers.get_mut(&tier_id)?;
         tier.queue.push_back(DiskTask::Promote {
             task,
@@ -585,15 +594,13 @@ impl DiskTiers {
         Some(demotion)
     }
 
-    /// Gives up the demotions and write-through copies started before
-    /// `now - DEMOTION_TIMEOUT` (promotions wait for their report: see
-    /// [`DiskTiers::start_promotion`]).
+    /// Gives up the tasks started before `now - DEMOTION_TIMEOUT` (the caller frees a given
+    /// up promotion's range only after the write quarantine: its owner may still fill it).
     pub(super) fn expire_demotions(&self, now: Instant) -> Vec<Demotion> {
         let mut inner = self.inner.lock();
         let late: Vec<u64> = inner
             .pending
             .iter()
-            .filter(|(_, d)| d.work != DiskWork::Promote)
             .filter(|(_, d)| now.saturating_duration_since(d.started) >= DEMOTION_TIMEOUT)
             .map(|(task, _)| *task)
             .collect();
@@ -601,7 +608,7 @@ impl DiskTiers {
             .iter()
             .filter_map(|task| inner.pending.remove(task))
             .collect();
-        for demotion in &expired {
+        for demotion in expired.iter().filter(|d| d.work != DiskWork::Promote) {
             if let Some(tier) = inner.tiers.get_mut(&demotion.tier) {
                 tier.used = tier.used.saturating_sub(record_bytes(demotion.size));
             }
@@ -672,6 +679,25 @@ mod tests {
             transport_endpoint: "x".into(),
             epoch: 1,
         }
+    }
+
+    /// Task numbers of two masters' lives differ (a report of the previous life's task, still
+    /// running at its owner, must never end a task of this one).
+    #[test]
+    fn task_numbers_differ_between_a_master_and_its_restart() {
+        let allocator = OffsetAllocator::new(1 << 20);
+        let first_task = || {
+            let tiers = DiskTiers::default();
+            let owner = Uuid::random();
+            tiers.mount(owner, &mount(1 << 20), 1).unwrap();
+            let range = Arc::new(allocator.allocate(8192).unwrap());
+            let source = (SegmentId::default(), &replica(8192), range);
+            match tiers.start_demotion(owner, ("k", 1), source, DiskWork::Demote) {
+                Demote::Started(task) => task,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_ne!(first_task(), first_task());
     }
 
     #[test]

@@ -204,7 +204,8 @@ impl MasterService {
         let Some(meta) = current else {
             drop(shard);
             Counters::add(&self.counters.demotions_refused, 1);
-            if written {
+            // A promotion reserved no disk bytes; its range goes with `demotion`.
+            if written && demotion.work != DiskWork::Promote {
                 self.disks.give_back(demotion.tier, demotion.size);
             }
             return false;
@@ -427,9 +428,13 @@ impl MasterService {
         let Some(meta) = shard.get(key) else {
             return DiskEviction::Kept;
         };
+        // In memory too (a write-through copy or a promotion): only the disk copy goes, also
+        // of a hard-pinned object (the pin keeps its memory). Replicas that are not readable
+        // (a segment waiting to be re-attached) keep the copy: it may be all that is left.
+        let in_memory = !meta.readable().is_empty();
         let evictable = meta.disk_at() == Some(DiskLocation { tier, generation })
             && meta.write_started().is_none()
-            && !meta.hard_pinned
+            && (in_memory || (meta.replicas.is_empty() && !meta.hard_pinned))
             && meta.pins == 0
             && meta.demoting.is_none();
         if !evictable {
@@ -438,7 +443,7 @@ impl MasterService {
         if meta.has_lease(now) {
             return DiskEviction::Leased;
         }
-        if let Some(meta) = shard.get_mut(key).filter(|meta| !meta.replicas.is_empty()) {
+        if let Some(meta) = shard.get_mut(key).filter(|_| in_memory) {
             if let Some(copy) = meta.disk.take() {
                 self.deferred.hold_disk_until(now, now, copy.hold);
             }
