@@ -277,11 +277,17 @@ pub enum DiskTask {
 /// What the owner of a disk tier tells the master.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DiskReport {
-    /// Demotion `task` ended: `written` when the record is durable.
+    /// Task `task` (a [`DiskTask::Demote`] or [`DiskTask::Promote`] of `key` at
+    /// `generation`) ended: `written` when its record is durable (a demotion) or its range
+    /// holds the value (a promotion).
     Demoted {
         /// The task's number.
         task: u64,
-        /// Whether the disk record is committed (durable).
+        /// The task's key.
+        key: String,
+        /// The task's generation.
+        generation: u64,
+        /// Whether the task's work is done.
         written: bool,
     },
     /// The record of `key` at `generation` is unreadable (checksum mismatch, missing file,

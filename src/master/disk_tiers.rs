@@ -201,6 +201,51 @@ impl Inner {
         mounted.find(|(_, t)| t.client == client).map(|(id, _)| *id)
     }
 
+    /// Queues `work` on (`key`, `generation`) for `owner`'s tier `tier` (mounted) and records
+    /// it in flight; returns its task number.
+    fn queue(
+        &mut self,
+        tier: Uuid,
+        (owner, key, generation): (ClientId, &str, u64),
+        (segment, replica, range): (SegmentId, &BufferDescriptor, Arc<Allocation>),
+        work: DiskWork,
+    ) -> u64 {
+        let task = self.next_task();
+        let (key, replica) = (key.to_string(), replica.clone());
+        let message = match work {
+            DiskWork::Promote => DiskTask::Promote {
+                task,
+                key: key.clone(),
+                generation,
+                replica: replica.clone(),
+            },
+            DiskWork::Demote | DiskWork::Offload => DiskTask::Demote {
+                task,
+                key: key.clone(),
+                generation,
+                replica: replica.clone(),
+            },
+        };
+        if let Some(tier) = self.tiers.get_mut(&tier) {
+            tier.queue.push_back(message);
+        }
+        let demotion = Demotion {
+            task,
+            tier,
+            owner,
+            key,
+            generation,
+            size: replica.size,
+            started: Instant::now(),
+            work,
+            segment,
+            buffer: replica,
+            range,
+        };
+        self.pending.insert(task, demotion);
+        task
+    }
+
     /// A new task number: from a random start in each master's life, so a report of a task
     /// of an earlier life (its owner still ran it across the restart) never names one of
     /// this life's.
@@ -386,7 +431,6 @@ impl DiskTiers {
         if in_flight >= MAX_DEMOTIONS_IN_FLIGHT {
             return Demote::Busy;
         }
-        let task = inner.next_task();
         let Some(tier) = inner.tiers.get_mut(&tier_id) else {
             return Demote::NoTier;
         };
@@ -403,26 +447,8 @@ impl DiskTiers {
             };
         }
         tier.used += bytes;
-        tier.queue.push_back(DiskTask::Demote {
-            task,
-            key: key.to_string(),
-            generation,
-            replica: replica.clone(),
-        });
-        let demotion = Demotion {
-            task,
-            tier: tier_id,
-            owner,
-            key: key.to_string(),
-            generation,
-            size: replica.size,
-            started: Instant::now(),
-            work,
-            segment,
-            buffer: replica.clone(),
-            range,
-        };
-        inner.pending.insert(task, demotion);
+        let object = (owner, key, generation);
+        let task = inner.queue(tier_id, object, (segment, replica, range), work);
         self.work.notify_all();
         Demote::Started(task)
     }
@@ -444,28 +470,13 @@ impl DiskTiers {
         if in_flight >= MAX_DEMOTIONS_IN_FLIGHT {
             return None;
         }
-        let task = inner.next_task();
-        let tier = inner.tiers.get_mut(&tier_id)?;
-        tier.queue.push_back(DiskTask::Promote {
-            task,
-            key: key.to_string(),
-            generation,
-            replica: replica.clone(),
-        });
-        let promotion = Demotion {
-            task,
-            tier: tier_id,
-            owner,
-            key: key.to_string(),
-            generation,
-            size: replica.size,
-            started: Instant::now(),
-            work: DiskWork::Promote,
-            segment,
-            buffer: replica.clone(),
-            range,
-        };
-        inner.pending.insert(task, promotion);
+        let object = (owner, key, generation);
+        let task = inner.queue(
+            tier_id,
+            object,
+            (segment, replica, range),
+            DiskWork::Promote,
+        );
         self.work.notify_all();
         Some(task)
     }

@@ -173,21 +173,36 @@ impl MasterService {
         Ok(reports
             .into_iter()
             .map(|report| match report {
-                DiskReport::Demoted { task, written } => {
-                    match self.disks.finish_demotion(client, task, written) {
-                        Some(demotion) => self.end_demotion(demotion, task, written, now),
-                        None => {
-                            Counters::add(&self.counters.demotions_refused, 1);
-                            false
-                        }
+                DiskReport::Demoted {
+                    task,
+                    key,
+                    generation,
+                    written,
+                } => match self.disks.finish_demotion(client, task, written) {
+                    Some(demotion) => self.end_demotion(demotion, task, written, now),
+                    None => {
+                        Counters::add(&self.counters.demotions_refused, 1);
+                        // A task given up (timed out) whose record a later task of the same
+                        // (key, generation) wrote and had accepted: the owner keeps it.
+                        written && self.is_disk_copy(client, &key, generation)
                     }
-                }
+                },
                 DiskReport::Lost { key, generation } => {
                     self.forget_lost(client, &key, generation, now);
                     true
                 }
             })
             .collect())
+    }
+
+    /// Whether `key`'s disk copy is the record at `generation` on `client`'s tier.
+    fn is_disk_copy(&self, client: ClientId, key: &str, generation: u64) -> bool {
+        let Some(tier) = self.disks.tier_of(client) else {
+            return false;
+        };
+        let shard = self.objects.shard(key);
+        let at = shard.get(key).and_then(|meta| meta.disk_at());
+        at == Some(DiskLocation { tier, generation })
     }
 
     /// Ends demotion `task`: with its record `written`, the object moves to disk (its memory
@@ -631,6 +646,8 @@ mod tests {
                 {
                     let report = vec![DiskReport::Demoted {
                         task,
+                        key: key.clone(),
+                        generation,
                         written: true,
                     }];
                     if master.disk_report(owner, report).unwrap() == vec![true] {
@@ -706,7 +723,12 @@ mod tests {
         let report = |keys: &[&str], written: bool| {
             let tasks = queued.iter().filter(|(_, k, _)| keys.contains(&k.as_str()));
             let reports = tasks
-                .map(|&(task, _, _)| DiskReport::Demoted { task, written })
+                .map(|(task, key, generation)| DiskReport::Demoted {
+                    task: *task,
+                    key: key.clone(),
+                    generation: *generation,
+                    written,
+                })
                 .collect();
             master.disk_report(owner, reports).unwrap()
         };
@@ -822,20 +844,22 @@ mod tests {
                 [DiskTask::Promote {
                     task,
                     key: named,
+                    generation,
                     replica,
-                    ..
                 }] => {
                     assert_eq!(named, key);
                     assert_eq!(replica.size, SIZE);
-                    *task
+                    (*task, *generation)
                 }
                 other => panic!("{key}: {other:?}"),
             }
         };
         let (a, b) = (&on_disk[0], &on_disk[1]);
-        let task = promote(a);
+        let (task, generation) = promote(a);
         let report = vec![DiskReport::Demoted {
             task,
+            key: a.clone(),
+            generation,
             written: true,
         }];
         assert_eq!(master.disk_report(owner, report), Ok(vec![true]));
@@ -851,9 +875,11 @@ mod tests {
         }
         assert!(master.disk_tasks(owner).unwrap().is_empty());
         // A load that failed: the range is freed, the object stays on disk.
-        let task = promote(b);
+        let (task, generation) = promote(b);
         let report = vec![DiskReport::Demoted {
             task,
+            key: b.clone(),
+            generation,
             written: false,
         }];
         assert_eq!(master.disk_report(owner, report), Ok(vec![false]));
@@ -866,6 +892,65 @@ mod tests {
             disk.promotions_failed,
         );
         assert_eq!(counted, (2, 1, 1));
+    }
+
+    /// The Demote tasks the owner gets within 10 s (eviction rounds run meanwhile), the first
+    /// non-empty poll's: (task, key, generation).
+    fn demotions(
+        master: &super::MasterService,
+        owner: crate::types::ClientId,
+    ) -> Vec<(u64, String, u64)> {
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            master.eviction_tick();
+            let tasks = copies(master, owner);
+            if !tasks.is_empty() {
+                return tasks;
+            }
+        }
+        Vec::new()
+    }
+
+    /// A demotion given up after its timeout whose object was then demoted again to the
+    /// same record: the late report of the first task is refused, but the owner is told to
+    /// keep the record (the second task's, accepted) instead of deleting it.
+    #[test]
+    fn a_late_report_of_a_timed_out_demotion_keeps_the_record_a_later_one_wrote() {
+        let (master, owner, _) = setup(fast_config(), 1 << 20);
+        let first = master.mount_disk(owner, tier(), first_page(1, true, Vec::new()));
+        assert!(first.is_ok());
+        for i in 0..4 {
+            let key = format!("k{i}");
+            let token = grant(&master, owner, &key, SIZE).unwrap().token;
+            one(master.batch_put_end(owner, vec![key], vec![token])).unwrap();
+        }
+        let (late, key, generation) = demotions(&master, owner).remove(0);
+        let timeout = super::super::disk_tiers::DEMOTION_TIMEOUT;
+        master.expire_demotions(Instant::now() + timeout + Duration::from_secs(1));
+        let until = Instant::now() + Duration::from_secs(10);
+        let again = loop {
+            let found = demotions(&master, owner)
+                .into_iter()
+                .find(|(_, k, _)| *k == key);
+            match found {
+                Some((task, _, _)) => break task,
+                None => assert!(Instant::now() < until, "{key} is demoted again"),
+            }
+        };
+        let report = |task: u64| {
+            let key = key.clone();
+            let written = true;
+            let report = DiskReport::Demoted {
+                task,
+                key,
+                generation,
+                written,
+            };
+            master.disk_report(owner, vec![report]).unwrap()
+        };
+        assert_eq!(report(again), vec![true]);
+        assert_eq!(report(late), vec![true], "the record is the object's: kept");
+        assert_eq!(replicas(&master, &key), Ok(vec![true]));
     }
 
     /// A mount in pages keeps what its pages confirm and forgets the copies none confirmed;

@@ -477,37 +477,53 @@ impl Worker {
     /// Reports the demotions and promotions among `done` (task, whether it was done) in one
     /// call; a demotion's record the master did not accept is removed again.
     fn report_demoted(&self, done: Vec<(DiskTask, bool)>) {
-        /// (task, the record a refusal removes, whether it was done)
-        type Reported<'a> = (u64, Option<(&'a str, u64)>, bool);
-        let reported: Vec<Reported> = done
-            .iter()
-            .filter_map(|(task, written)| match task {
-                DiskTask::Demote {
+        // (the report, whether a refusal removes its record: a demotion's that was written)
+        let reported: Vec<(DiskReport, bool)> = done
+            .into_iter()
+            .filter_map(|(task, written)| {
+                let (task, key, generation, demotion) = match task {
+                    DiskTask::Demote {
+                        task,
+                        key,
+                        generation,
+                        ..
+                    } => (task, key, generation, true),
+                    DiskTask::Promote {
+                        task,
+                        key,
+                        generation,
+                        ..
+                    } => (task, key, generation, false),
+                    DiskTask::Delete { .. } => return None,
+                };
+                let report = DiskReport::Demoted {
                     task,
                     key,
                     generation,
-                    ..
-                } => Some((*task, Some((key.as_str(), *generation)), *written)),
-                DiskTask::Promote { task, .. } => Some((*task, None, *written)),
-                DiskTask::Delete { .. } => None,
+                    written,
+                };
+                Some((report, demotion && written))
             })
             .collect();
         if reported.is_empty() {
             return;
         }
-        let reports = reported
-            .iter()
-            .map(|&(task, _, written)| DiskReport::Demoted { task, written })
-            .collect();
+        let reports = reported.iter().map(|(report, _)| report.clone()).collect();
         // Without an answer the record stays: the next mount's reconciliation keeps it if
         // the master accepted it, and drops it otherwise.
         let Ok(accepted) = self.master.disk_report(self.client, reports) else {
             return;
         };
-        for (k, &(_, record, written)) in reported.iter().enumerate() {
-            if let Some((key, generation)) = record.filter(|_| written) {
+        for (k, (report, removable)) in reported.iter().enumerate() {
+            if let (
+                DiskReport::Demoted {
+                    key, generation, ..
+                },
+                true,
+            ) = (report, removable)
+            {
                 if accepted.get(k) != Some(&true) {
-                    let _ = self.core.store.remove(key, generation);
+                    let _ = self.core.store.remove(key, *generation);
                 }
             }
         }
