@@ -854,15 +854,20 @@ mod tests {
                 other => panic!("{key}: {other:?}"),
             }
         };
+        // Promotes `key` and reports the load as `written`; the master's answer.
+        let load = |key: &String, written: bool| {
+            let (task, generation) = promote(key);
+            let key = key.clone();
+            let report = DiskReport::Demoted {
+                task,
+                key,
+                generation,
+                written,
+            };
+            master.disk_report(owner, vec![report])
+        };
         let (a, b) = (&on_disk[0], &on_disk[1]);
-        let (task, generation) = promote(a);
-        let report = vec![DiskReport::Demoted {
-            task,
-            key: a.clone(),
-            generation,
-            written: true,
-        }];
-        assert_eq!(master.disk_report(owner, report), Ok(vec![true]));
+        assert_eq!(load(a, true), Ok(vec![true]));
         assert_eq!(
             replicas(&master, a),
             Ok(vec![false, true]),
@@ -875,14 +880,7 @@ mod tests {
         }
         assert!(master.disk_tasks(owner).unwrap().is_empty());
         // A load that failed: the range is freed, the object stays on disk.
-        let (task, generation) = promote(b);
-        let report = vec![DiskReport::Demoted {
-            task,
-            key: b.clone(),
-            generation,
-            written: false,
-        }];
-        assert_eq!(master.disk_report(owner, report), Ok(vec![false]));
+        assert_eq!(load(b, false), Ok(vec![false]));
         assert_eq!(replicas(&master, b), Ok(vec![true]));
         assert_eq!(master.metrics().bytes_used, SIZE);
         let disk = master.metrics().disk;
