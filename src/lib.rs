@@ -48,7 +48,7 @@ pub mod rpc;
 pub(crate) mod shm;
 pub mod spin;
 pub mod standalone;
-pub(crate) mod storage;
+pub mod storage;
 pub mod stream;
 #[cfg(test)]
 mod test_util;

@@ -7,6 +7,7 @@ mod common;
 
 use common::{wait_until, Master, PeerClient};
 use mooncake_rs::client::{Client, SetupConfig};
+use mooncake_rs::storage::record_in;
 use mooncake_rs::types::ReplicateConfig;
 use mooncake_rs::ErrorCode;
 use std::path::{Path, PathBuf};
@@ -78,7 +79,7 @@ fn on_disk(client: &Client, key: &str) -> bool {
     }
 }
 
-/// Every record file of the tier in `dir`.
+/// Every file under the tier's `objects/` (records and spares).
 fn records(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for fan in std::fs::read_dir(dir.join("objects")).unwrap() {
@@ -89,16 +90,11 @@ fn records(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// The record file whose header names `key`, if one does (header: magic 8, version 4, key
-/// length 4, generation 8, length 8, CRC 4, then the key).
+/// The record file that holds `key` (a spare file that held it does not), if one does.
 fn find_record(dir: &Path, key: &str) -> Option<PathBuf> {
-    records(dir).into_iter().find(|path| {
-        let head = std::fs::read(path).unwrap_or_default();
-        let named = |len: usize| head.get(36..36 + len) == Some(key.as_bytes());
-        head.get(12..16)
-            .map(|l| u32::from_le_bytes(l.try_into().unwrap()) as usize)
-            .is_some_and(|len| len == key.len() && named(len))
-    })
+    records(dir)
+        .into_iter()
+        .find(|path| record_in(path).is_some_and(|(named, _)| named == key))
 }
 
 /// The record file whose header names `key`.

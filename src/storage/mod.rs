@@ -7,12 +7,15 @@
 //! whole records, written and read by key and generation ([`DiskStore`], `disk/`; the
 //! centralized client's owner side is `node/disk_tier.rs`, `docs/ssd-tier.md`).
 //!
+//! Public only for [`record_in`], which tools and tests use to look at a tier's files.
+//!
 //! May use: `transfer` (registration), `device` (mappings), `alloc` and the ground floor;
 //! never `client`, `p2p`, `node` or `ffi`.
 
 mod disk;
 mod dram;
 
+pub use disk::record_in;
 pub(crate) use disk::{AlignedBuf, DiskStats, DiskStore, DiskStoreOptions, ReadRecord};
 pub(crate) use dram::DramTier;
 

@@ -12,8 +12,6 @@ pub const DISK_KINDS: &[&str] = &["corrupt_record", "truncate_record", "delete_r
 
 /// Bytes of a record's header block (`src/storage/disk/record.rs`): the payload follows.
 const HEADER_BLOCK: u64 = 4096;
-/// The first bytes of a record's header (a spare file's header block is zero).
-const RECORD_MAGIC: &[u8; 8] = b"MCDREC01";
 
 /// The tier directory of owner `index` under the run's directory.
 pub fn tier_dir(run_dir: &Path, index: usize) -> PathBuf {
@@ -21,7 +19,8 @@ pub fn tier_dir(run_dir: &Path, index: usize) -> PathBuf {
 }
 
 /// Every file of the tier in `dir` that holds a record (none when it does not exist yet);
-/// spare files (kept for reuse, header zeroed) are not records.
+/// spare files (kept for reuse: header zeroed, or marked spare, `src/storage/disk/spare_mark.rs`)
+/// are not records.
 pub fn record_files(dir: &Path) -> Vec<PathBuf> {
     let fans = std::fs::read_dir(dir.join("objects")).into_iter().flatten();
     let files = fans.flatten().flat_map(|fan| {
@@ -29,15 +28,8 @@ pub fn record_files(dir: &Path) -> Vec<PathBuf> {
         entries.flatten().map(|entry| entry.path())
     });
     let named = files.filter(|path| path.extension() == Some("rec".as_ref()));
-    named.filter(|path| holds_record(path)).collect()
-}
-
-/// Whether the file at `path` starts with a record header.
-fn holds_record(path: &Path) -> bool {
-    use std::io::Read;
-    let mut magic = [0u8; 8];
-    let read = std::fs::File::open(path).and_then(|mut file| file.read_exact(&mut magic));
-    read.is_ok() && &magic == RECORD_MAGIC
+    let records = named.filter(|path| mooncake_rs::storage::record_in(path).is_some());
+    records.collect()
 }
 
 /// Damages one random record of a random tier among `dirs` as `kind` says; returns the

@@ -3,12 +3,14 @@
 //!
 //! Layout: `dir/objects/{n % 256:02x}/{n:016x}.rec`, `n` a file number (format in [`record`];
 //! `dir/tmp` holds the O_DIRECT probe). A file's name means nothing: its header says which
-//! (key, generation) it holds, and a file whose header block is zero is *spare*. A removed
-//! record's file is kept as a spare (its header zeroed) and the next record of the same length
+//! (key, generation) it holds, and a file whose header block is zero, or whose header is the
+//! record its spare mark names ([`spare_mark`]), is *spare*. A removed record's file is kept
+//! as a spare (marked, costing no disk write) and the next record of the same length
 //! overwrites it: an overwrite of allocated blocks plus `fdatasync`, which costs no file
 //! creation, block allocation or directory sync (the spare pool is bounded, see
 //! [`spare_limit`](DiskStore::spare_limit), and dropped first when a write needs room). A new
-//! file is created, written, `fdatasync`ed and its directory synced. Either way the write
+//! file is created, written, `fdatasync`ed and its directory synced (one sync for the files
+//! created in that directory meanwhile, [`dir_sync`]). Either way the write
 //! returns only once the record is durable, and its owner reports it to the master only after
 //! that. A crash may leave a record torn: `open` deletes one whose length or header is wrong, a
 //! read rejects one whose bytes are (payload CRC, checked on every read), and the master never
@@ -23,9 +25,12 @@
 //! Generations of one key coexist: only [`DiskStore::remove`] (the master's deletion task) or
 //! a failed check deletes a record.
 
+mod dir_sync;
 mod record;
+mod spare_mark;
 
 use crate::error::{fail, ErrorCode, Result};
+use dir_sync::DirSyncs;
 use parking_lot::Mutex;
 use record::{decode_header, encode_header, file_len, round_up, Header, BLOCK};
 use std::alloc::Layout;
@@ -40,6 +45,10 @@ use std::ptr::NonNull;
 
 /// Free space a write leaves on the filesystem at least.
 const FREE_RESERVE: u64 = 64 << 20;
+/// Directories under `objects/`.
+const FANS: usize = 256;
+/// Consecutive file numbers that share a directory (about the owner's parallel writes).
+const FAN_RUN: u64 = 64;
 /// Spare-file bytes a store may always keep (see [`DiskStore::spare_limit`]).
 const SPARE_MIN: u64 = 64 << 20;
 
@@ -255,11 +264,14 @@ impl State {
         taken.0
     }
 
-    /// A path for a new file (the next file number).
-    fn new_path(&mut self, dir: &Path) -> PathBuf {
+    /// The next file number, its path and its directory's index: runs of [`FAN_RUN`]
+    /// consecutive numbers share a directory, so files created together share its syncs.
+    fn new_path(&mut self, dir: &Path) -> (PathBuf, usize) {
         let number = self.next_file;
         self.next_file = number.wrapping_add(1);
-        dir.join(format!("objects/{:02x}/{number:016x}.rec", number & 0xff))
+        let fan = (number / FAN_RUN) as usize % FANS;
+        let path = dir.join(format!("objects/{fan:02x}/{number:016x}.rec"));
+        (path, fan)
     }
 
     /// Takes (`key`, `generation`) out of the index.
@@ -274,12 +286,14 @@ impl State {
     }
 }
 
-/// Where a reserved write goes: a spare file it overwrites, or a new file at `path`, created
-/// after unlinking the spare files `dropped` (taken out of the pool to make room).
+/// Where a reserved write goes: a spare file it overwrites, or a new file at `path` (in
+/// directory `fan`), created after unlinking the spare files `dropped` (taken out of the pool
+/// to make room).
 enum Target {
     Spare(PathBuf),
     New {
         path: PathBuf,
+        fan: usize,
         dropped: Vec<PathBuf>,
     },
 }
@@ -293,20 +307,22 @@ pub(crate) struct DiskStore {
     direct: bool,
     _lock: File,
     state: Mutex<State>,
+    /// Syncs of the `objects/` directories, by index.
+    dir_syncs: DirSyncs,
 }
 
 impl DiskStore {
     /// Opens (creating if needed) the store in `options.dir`, locks it, deletes torn writes
     /// in `tmp` and rebuilds the index from the record headers (malformed records are
     /// deleted and counted in `corrupt`; of two files of one (key, generation) the one whose
-    /// payload checks is kept; zero headers are spares).
+    /// payload checks is kept; zero headers and marked files are spares).
     ///
     /// Errors: `FILE_LOCK_FAIL` when another open store (any process, this one included)
     /// holds the directory; `FILE_OPEN_FAIL` when directories cannot be created;
     /// `FILE_READ_FAIL` / `FILE_WRITE_FAIL` when scanning or cleaning fails.
     pub(crate) fn open(options: DiskStoreOptions) -> Result<DiskStore> {
         let dir = options.dir;
-        let subdirs = (0..256).map(|fan| format!("objects/{fan:02x}"));
+        let subdirs = (0..FANS).map(|fan| format!("objects/{fan:02x}"));
         for path in subdirs.chain(["tmp".into()]).map(|sub| dir.join(sub)) {
             fs::create_dir_all(&path).or_else(|e| io_fail(ErrorCode::FileOpenFail, &path, e))?;
         }
@@ -321,6 +337,7 @@ impl DiskStore {
             direct,
             _lock,
             state,
+            dir_syncs: DirSyncs::new(FANS),
         })
     }
 
@@ -433,7 +450,7 @@ impl DiskStore {
     }
 
     /// Removes the record (`key`, `generation`); returns whether it was indexed. Its file
-    /// becomes a spare (header zeroed, not synced) while the spare pool has room, else it is
+    /// becomes a spare (marked, not synced) while the spare pool has room, else it is
     /// unlinked.
     ///
     /// Errors: `FILE_WRITE_FAIL` when the file can neither be recycled nor unlinked (counted
@@ -500,8 +517,8 @@ impl DiskStore {
             0 => Vec::new(),
             capacity => state.drain_spare(over.saturating_sub(capacity)),
         };
-        let path = state.new_path(&self.dir);
-        Ok(Target::New { path, dropped })
+        let (path, fan) = state.new_path(&self.dir);
+        Ok(Target::New { path, fan, dropped })
     }
 
     /// The most bytes of spare files kept: an eighth of the capacity (or, without one, of
@@ -574,18 +591,18 @@ impl DiskStore {
         let mut options = OpenOptions::new();
         options.write(true);
         let (path, created) = match target {
-            Target::Spare(path) => (path, false),
-            Target::New { path, dropped } => {
+            Target::Spare(path) => (path, None),
+            Target::New { path, fan, dropped } => {
                 self.unlink_spare(&dropped);
                 self.check_free(file_len(body.len() as u64))?;
                 options.create_new(true);
-                (path, true)
+                (path, Some(fan))
             }
         };
         let file = match self.open_file(&path, &mut options) {
             Ok(file) => file,
             Err(e) => {
-                if !created {
+                if created.is_none() {
                     self.unlink_spare(std::slice::from_ref(&path));
                 }
                 return self.write_error(&path, e);
@@ -594,12 +611,22 @@ impl DiskStore {
         let written = write_record_at(&file, header.as_slice(), body);
         let synced = written.and_then(|()| file.sync_data());
         let synced = synced.and_then(|()| match created {
-            true => sync_parent(&path),
-            false => Ok(()),
+            Some(fan) => self.dir_syncs.sync(fan, path.parent().unwrap_or(&self.dir)),
+            None => Ok(()),
         });
         if let Err(e) = synced {
             self.unlink_spare(std::slice::from_ref(&path));
             return self.write_error(&path, e);
+        }
+        // After the sync: a crash before the mark comes off leaves a mark naming the record
+        // the spare held, which the new header is not (see `spare_mark`).
+        let unmarked = match created {
+            Some(_) => Ok(()),
+            None => spare_mark::unmark(&path),
+        };
+        if let Err(e) = unmarked {
+            self.state.lock().stats.io_errors += 1;
+            tracing::warn!("ssd tier: {}: {e}", path.display());
         }
         Ok(path)
     }
@@ -664,10 +691,11 @@ impl DiskStore {
         }
     }
 
-    /// Keeps a detached entry's file as a spare (header zeroed) while the pool has room and
-    /// no read of it is in flight (a detached entry gets no new readers), releasing its bytes
-    /// and busy mark; returns false (nothing released) when the file is to be unlinked
-    /// instead (no room, being read, or the header could not be cleared).
+    /// Keeps a detached entry's file as a spare (marked, see [`spare_mark`]; header zeroed
+    /// where the filesystem has no user attributes) while the pool has room and no read of
+    /// it is in flight (a detached entry gets no new readers), releasing its bytes and busy
+    /// mark; returns false (nothing released) when the file is to be unlinked instead (no
+    /// room, being read, or it could be neither marked nor cleared).
     fn recycle(&self, key: &str, generation: u64, entry: &Entry) -> bool {
         let len = file_len(entry.len);
         let reusable = {
@@ -675,7 +703,11 @@ impl DiskStore {
             let room = state.stats.spare_bytes + len <= self.spare_limit(&state.stats);
             room && !state.reading.contains_key(&entry.path)
         };
-        if !reusable || self.clear_header(&entry.path).is_err() {
+        let marked = || {
+            let marked = spare_mark::mark(&entry.path, key, generation);
+            marked.or_else(|_| self.clear_header(&entry.path)).is_ok()
+        };
+        if !reusable || !marked() {
             return false;
         }
         let mut state = self.state.lock();
@@ -822,11 +854,11 @@ fn probe_direct(tmp: &Path) -> bool {
 }
 
 /// Builds the index from `dir/objects`: records are indexed (a second file of one (key,
-/// generation) is deleted), files with a zero header block become spares, malformed files
+/// generation) is deleted), files with a zero header block or a spare mark become spares, malformed files
 /// are deleted (counted in `corrupt`); unreadable files are skipped (counted in `io_errors`).
 fn scan(dir: &Path) -> Result<State> {
     let mut state = State::default();
-    for fan in 0..256 {
+    for fan in 0..FANS {
         let fan_dir = dir.join(format!("objects/{fan:02x}"));
         let entries =
             fs::read_dir(&fan_dir).or_else(|e| io_fail(ErrorCode::FileReadFail, &fan_dir, e))?;
@@ -896,15 +928,27 @@ fn payload_ok(path: &Path, header: &Header) -> bool {
     read.is_ok() && payload.is_some_and(|p| crc32c::crc32c(p) == header.payload_crc)
 }
 
+/// The record (key, generation) that the tier file at `path` holds, as the store's next open
+/// would index it: `None` for a spare (zero header block or spare mark), a malformed file or
+/// one that cannot be read. For tools and tests that look at a tier from outside its process
+/// (the file may change under them: a snapshot, not a lease).
+pub fn record_in(path: &Path) -> Option<(String, u64)> {
+    match inspect(path).ok()? {
+        Found::Record(header) => Some((header.key, header.generation)),
+        Found::Spare(_) => None,
+    }
+}
+
 /// What a file in `objects/` holds.
 enum Found {
     /// A record with this header.
     Record(Header),
-    /// Nothing (a zero header block): a spare file of this many bytes.
+    /// Nothing (a zero header block or a marked record): a spare file of this many bytes.
     Spare(u64),
 }
 
-/// Reads a file's header block and checks the file's length against it.
+/// Reads a file's header block and checks the file's length against it; a zero header block
+/// or a record marked spare (see [`spare_mark`]) is a spare.
 ///
 /// Errors: `CHECKSUM_MISMATCH` for a malformed record; `FILE_READ_FAIL` for I/O errors.
 fn inspect(path: &Path) -> Result<Found> {
@@ -923,7 +967,11 @@ fn inspect(path: &Path) -> Result<Found> {
         let msg = format_args!("{}: length does not match", path.display());
         return fail(ErrorCode::ChecksumMismatch, msg);
     }
-    Ok(Found::Record(header))
+    let marked = spare_mark::is_marked(path, &header.key, header.generation);
+    match marked.or_else(|e| io_fail(ErrorCode::FileReadFail, path, e))? {
+        true => Ok(Found::Spare(meta.len())),
+        false => Ok(Found::Record(header)),
+    }
 }
 
 /// Writes a record (`header` block at 0, `body` after it) with one `pwritev`, finishing a
@@ -959,11 +1007,6 @@ fn unlink(path: &Path) -> io::Result<()> {
         Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     }
-}
-
-/// Syncs the directory holding `path` (makes the creation of a record in it durable).
-fn sync_parent(path: &Path) -> io::Result<()> {
-    File::open(path.parent().unwrap_or(Path::new("."))).and_then(|dir| dir.sync_all())
 }
 
 #[cfg(test)]
@@ -1179,8 +1222,9 @@ mod tests {
             (s.used_bytes, s.spare_bytes),
             (file_len(4096), file_len(4096))
         );
-        assert_eq!(fs::read(&a_file).unwrap()[..BLOCK], [0u8; BLOCK]);
-        // Reopened, the zeroed file is a spare again; the next 4 KiB record overwrites it.
+        let zeroed = fs::read(&a_file).unwrap()[..BLOCK] == [0u8; BLOCK];
+        assert!(zeroed || spare_mark::is_marked(&a_file, "a", 1).unwrap());
+        // Reopened, the marked file is a spare again; the next 4 KiB record overwrites it.
         drop(store);
         let store = open(&dir, 3 * file_len(4096)).unwrap();
         assert_eq!(store.stats().spare_files, 1);
@@ -1197,6 +1241,31 @@ mod tests {
         assert_eq!(s.used_bytes, file_len(4096) + file_len(8192));
         assert_eq!(files(&dir).len(), 2);
         assert_eq!(get(&store, "d", 1).unwrap(), d);
+    }
+
+    /// A spare mark left on a reused file (a crash before it came off) names the record the
+    /// spare held, so the record written over it is still found by the next open.
+    #[test]
+    fn a_stale_spare_mark_does_not_hide_the_record_written_over_it() {
+        let dir = TempDir::new("disk-stale-mark");
+        let store = open(&dir, 0).unwrap();
+        put(&store, "a", 1, &random(4096)).unwrap();
+        let file = path_of(&store, "a", 1);
+        assert_eq!(store.remove("a", 1), Ok(true));
+        let c = random(4096);
+        put(&store, "c", 7, &c).unwrap();
+        assert_eq!(
+            (path_of(&store, "c", 7), store.stats().reused),
+            (file.clone(), 1)
+        );
+        assert!(!spare_mark::is_marked(&file, "a", 1).unwrap());
+        if spare_mark::mark(&file, "a", 1).is_err() {
+            return; // no user attributes here: headers are zeroed instead
+        }
+        drop(store);
+        let store = open(&dir, 0).unwrap();
+        assert_eq!(get(&store, "c", 7).unwrap(), c);
+        assert_eq!(store.stats().spare_files, 0);
     }
 
     /// A file with a read in flight is not made a spare: its removal unlinks it (the reader
