@@ -117,6 +117,7 @@ error_codes! {
     Cancelled = -9004 => "CANCELLED",
     StaleWriteToken = -9005 => "STALE_WRITE_TOKEN",
     StaleSegmentEpoch = -9006 => "STALE_SEGMENT_EPOCH",
+    AuthFailed = -9007 => "AUTH_FAILED",
 }
 
 impl ErrorCode {

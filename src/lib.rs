@@ -23,7 +23,8 @@
 //! - [`rpc`], [`device`], `shm`: the generic wire (names neither `master` nor `transfer`);
 //!   device runtimes and copies (names neither `transfer` nor `stream`); shared memory files.
 //! - Ground: [`types`], [`error`], `env` (every environment variable the library reads),
-//!   [`alloc`] (the offset allocator), [`spin`] (deadlines and awake waits), `process`.
+//!   [`alloc`] (the offset allocator), [`spin`] (deadlines and awake waits), `process`,
+//!   [`auth`] (the cluster key and the connection handshake every network part uses).
 //!
 //! The public modules are the API of the bindings, the binaries and the tests; the others are
 //! `pub(crate)`.
@@ -32,6 +33,7 @@
 #![warn(unreachable_pub)]
 
 pub mod alloc;
+pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod device;

@@ -22,6 +22,7 @@ const FLOORS: &[&[&str]] = &[
     &["rpc", "device", "shm"],
     &[
         "alloc",
+        "auth",
         "env",
         "error",
         "process",

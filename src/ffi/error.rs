@@ -76,6 +76,10 @@ pub const MC_ERR_STALE_WRITE_TOKEN: i32 = 0 - 9005;
 /// A transfer named a segment mount (epoch) that is no longer current: the owner restarted or
 /// remounted its segment since the descriptor was issued. No byte was moved (mooncake-rs code).
 pub const MC_ERR_STALE_SEGMENT_EPOCH: i32 = 0 - 9006;
+/// A connection's cluster-key handshake failed: the peer has no key, another key, or is not
+/// a mooncake-rs service of the expected kind; nothing was sent past the handshake
+/// (mooncake-rs code).
+pub const MC_ERR_AUTH_FAILED: i32 = 0 - 9007;
 
 static VERSION: &std::ffi::CStr = match std::ffi::CStr::from_bytes_with_nul(
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes(),

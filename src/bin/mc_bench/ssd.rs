@@ -34,6 +34,9 @@ const THREADS: usize = 4;
 /// Parallel demotions of one tier (the owner's `DEMOTION_PARALLELISM`), fio's jobs for writes.
 const DEMOTION_JOBS: usize = 16;
 const MIB: u64 = 1 << 20;
+/// The segment of the demotion lines' clients: room for [`DEMOTION_JOBS`] demotions of the
+/// largest object in flight besides the puts that wait for them, as a real pool has.
+const DEMOTION_SEGMENT: u64 = 256 * MIB;
 /// The full tier's size limit, in segments.
 const FULL_TIER_SEGMENTS: u64 = 16;
 const TIER_LIMIT_VAR: &str = "MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES";
@@ -253,9 +256,15 @@ fn run_size(
     let jobs = format!("--numjobs={DEMOTION_JOBS}");
     let write_args = fio_args(&["--rw=write", "--fdatasync=1", &jobs]);
     let full_dir = scratch.0.join("full-tier");
-    let full = full_tier_client(segment, &full_dir, FULL_TIER_SEGMENTS * segment, size)?;
+    let full = full_tier_client(
+        DEMOTION_SEGMENT,
+        &full_dir,
+        FULL_TIER_SEGMENTS * DEMOTION_SEGMENT,
+        size,
+    )?;
+    let growing = self::client(DEMOTION_SEGMENT, Some(&scratch.0.join("growing-tier")))?;
     let round = AtomicU64::new(0);
-    for (tier, client) in [("full", &full), ("growing", &client)] {
+    for (tier, client) in [("full", &full), ("growing", &growing)] {
         judge(
             report,
             &Judged {
@@ -277,7 +286,7 @@ fn run_size(
             },
         )?;
     }
-    drop(full);
+    drop((full, growing));
     let keys: Vec<String> = (0..count)
         .map(|i| format!("r-{i}"))
         .filter(|k| on_disk(&client, k))

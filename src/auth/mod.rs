@@ -1,0 +1,23 @@
+//! The cluster key: when one is set, every connection between mooncake-rs processes opens
+//! with a mutual challenge–response (HMAC-SHA-256 over fresh nonces of both sides and the
+//! service's role) before any request is read, so a host that can reach a port but does not
+//! hold the key can neither read nor write anything through it. Without a key, connections
+//! are as before (upstream compatibility).
+//!
+//! - [`keys`]: the key file (hex keys, the first connects, two accepted while rotating) and
+//!   [`KeyRing`], which follows the file.
+//! - [`protocol`]: the messages and proofs, pure (fuzzed).
+//! - [`io`]: the handshake over blocking and async streams, both sides.
+//! - [`refusals`]: process-wide counters, and a log of refused peers limited to once a minute.
+//!
+//! A ground-floor module: it knows no caller; `rpc`, `transfer`, `standalone` and `metadata`
+//! use it for their connections.
+
+pub mod io;
+pub mod keys;
+pub mod protocol;
+pub mod refusals;
+
+pub use io::{client_async, client_blocking, server_async, server_blocking, HANDSHAKE_TIMEOUT};
+pub use keys::{Key, KeyRing, Keys};
+pub use refusals::{counters, AuthCounters};

@@ -1,0 +1,126 @@
+//! Counting handshakes and logging refusals without letting a scanner flood the log: a
+//! refused peer (by IP address) is logged at most once a minute.
+//!
+//! Thread-safety: the counters are process-wide atomics (every server of the process adds to
+//! them; `/metrics` and the client metrics show them); the log limiter is a small mutexed map,
+//! bounded in entries.
+
+use super::protocol::Refusal;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How often one peer's refusals are logged at most.
+const LOG_EVERY: Duration = Duration::from_secs(60);
+/// Peers the limiter remembers (older entries are dropped when it is full).
+const LOG_PEERS: usize = 4096;
+
+static ACCEPTED: AtomicU64 = AtomicU64::new(0);
+static REFUSED: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+static CLIENT_FAILED: AtomicU64 = AtomicU64::new(0);
+static LOGGED: Mutex<Option<HashMap<IpAddr, Instant>>> = Mutex::new(None);
+
+/// A snapshot of this process's handshake counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AuthCounters {
+    /// Handshakes this process's servers accepted.
+    pub accepted: u64,
+    /// Handshakes they refused, by reason, in the order of [`Refusal::ALL`].
+    pub refused: [u64; 4],
+    /// Handshakes this process failed as a client (the server refused, or proved nothing).
+    pub client_failed: u64,
+}
+
+impl AuthCounters {
+    /// Refusals for one reason.
+    pub fn refused_for(&self, reason: Refusal) -> u64 {
+        self.refused[index(reason)]
+    }
+
+    /// All refusals.
+    pub fn refused_total(&self) -> u64 {
+        self.refused.iter().sum()
+    }
+}
+
+fn index(reason: Refusal) -> usize {
+    Refusal::ALL.iter().position(|r| *r == reason).unwrap_or(0)
+}
+
+/// The counters now.
+pub fn counters() -> AuthCounters {
+    let mut refused = [0; 4];
+    for (slot, counter) in refused.iter_mut().zip(&REFUSED) {
+        *slot = counter.load(Ordering::Relaxed);
+    }
+    AuthCounters {
+        accepted: ACCEPTED.load(Ordering::Relaxed),
+        refused,
+        client_failed: CLIENT_FAILED.load(Ordering::Relaxed),
+    }
+}
+
+pub(super) fn accepted() {
+    ACCEPTED.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(super) fn client_failed() {
+    CLIENT_FAILED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts a refusal by a `role` server of a connection from `peer`, and logs it unless that
+/// peer's address was logged within the last minute.
+pub(super) fn refused(reason: Refusal, role: &str, peer: Option<IpAddr>) {
+    REFUSED[index(reason)].fetch_add(1, Ordering::Relaxed);
+    if should_log(peer, Instant::now()) {
+        let peer = peer.map_or_else(|| "a local peer".to_owned(), |ip| ip.to_string());
+        tracing::warn!(%peer, role, reason = reason.label(), "refused a connection: cluster-key handshake failed (further refusals of this peer are not logged for a minute)");
+    }
+}
+
+/// Whether a refusal of `peer` at `now` is to be logged (records it when so).
+fn should_log(peer: Option<IpAddr>, now: Instant) -> bool {
+    let Some(peer) = peer else {
+        return true;
+    };
+    let mut logged = LOGGED.lock();
+    let logged = logged.get_or_insert_with(HashMap::new);
+    if logged
+        .get(&peer)
+        .is_some_and(|at| now.duration_since(*at) < LOG_EVERY)
+    {
+        return false;
+    }
+    if logged.len() >= LOG_PEERS {
+        logged.retain(|_, at| now.duration_since(*at) < LOG_EVERY);
+        if logged.len() >= LOG_PEERS {
+            return false; // a flood of distinct peers: the counters still count them
+        }
+    }
+    logged.insert(peer, now);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_is_logged_once_a_minute() {
+        let peer: IpAddr = "192.0.2.77".parse().unwrap();
+        let now = Instant::now();
+        assert!(should_log(Some(peer), now));
+        assert!(!should_log(Some(peer), now + Duration::from_secs(30)));
+        assert!(should_log(
+            Some(peer),
+            now + LOG_EVERY + Duration::from_secs(1)
+        ));
+        assert!(should_log(None, now));
+        let before = counters();
+        refused(Refusal::BadProof, "test", Some(peer));
+        let after = counters();
+        assert!(after.refused_for(Refusal::BadProof) > before.refused_for(Refusal::BadProof));
+    }
+}
