@@ -489,6 +489,15 @@ pub(crate) const PROMOTION_ON_HIT: Var = Var {
     default: "0",
 };
 
+// ---- the cluster key (auth/) ------------------------------------------------------------
+
+/// `MC_CLUSTER_KEY_FILE`: the cluster key file of a process that names none in its setup or
+/// flags (format in `auth/keys.rs`). Unset or empty: no key, connections open as upstream's.
+pub(crate) const CLUSTER_KEY_FILE: Var = Var {
+    name: "MC_CLUSTER_KEY_FILE",
+    default: "",
+};
+
 /// Every numeric variable defined here (`docs/configuration.md` has a row for each).
 #[cfg_attr(not(test), allow(dead_code))] // read by the tests
 pub(crate) const KNOBS: &[&Knob] = &[
@@ -549,6 +558,7 @@ pub(crate) const VARS: &[&Var] = &[
     &OFFLOAD_FILE_STORAGE_PATH,
     &OFFLOAD_AT_PUT,
     &PROMOTION_ON_HIT,
+    &CLUSTER_KEY_FILE,
 ];
 
 /// Parses Mooncake's human-readable sizes: a plain byte count or a number with a

@@ -104,7 +104,7 @@ fn rdma_client_with(
         protocol: "rdma".into(),
         device_name: device.into(),
         master_server_addr: master.into(),
-        ssd_offload_path: String::new(),
+        ..SetupConfig::default()
     })
     .unwrap_or_else(|e| panic!("rdma client setup: {e}: {}", last_error_message()))
 }

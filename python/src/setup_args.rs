@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 /// Parameter names of the positional/keyword form, in order; the first seven are required.
-const NAMES: [&str; 13] = [
+const NAMES: [&str; 14] = [
     "local_hostname",
     "metadata_server",
     "global_segment_size",
@@ -24,6 +24,7 @@ const NAMES: [&str; 13] = [
     "tenant_id",
     "enable_client_http_server",
     "client_http_port",
+    "cluster_key_file",
 ];
 const REQUIRED: usize = 7;
 /// Default of the dict form's two sizes (16 MiB).
@@ -98,6 +99,7 @@ pub fn parse(
         device_name: text(5)?,
         master_server_addr: text(6)?,
         ssd_offload_path: String::new(),
+        cluster_key_file: text(13)?,
     };
     Ok(finish(
         config,
@@ -266,6 +268,7 @@ fn from_dict(dict: &Bound<'_, PyDict>) -> Result<SetupRequest> {
         device_name: get("rdma_devices").unwrap_or_default(),
         master_server_addr: get("master_server_addr").unwrap_or_else(|| "127.0.0.1:50051".into()),
         ssd_offload_path: String::new(),
+        cluster_key_file: get("cluster_key_file").unwrap_or_default(),
     };
     finish(
         config,

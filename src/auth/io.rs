@@ -6,7 +6,7 @@
 //! socket's timeouts first (the handshake does not change them).
 
 use super::keys::KeyRing;
-use super::protocol::{ClientHandshake, Refusal, ServerHandshake};
+use super::protocol::{starts_hello, ClientHandshake, Refusal, ServerHandshake, MAGIC_LEN};
 use super::protocol::{CHALLENGE_LEN, HELLO_LEN, PROOF_LEN, VERDICT_LEN};
 use super::refusals;
 use crate::error::{fail, ErrorCode, Result};
@@ -120,7 +120,12 @@ pub fn server_blocking<S: Read + Write>(
 ) -> Result<()> {
     let mut run = || -> std::io::Result<Step> {
         let mut hello = [0u8; HELLO_LEN];
-        stream.read_exact(&mut hello)?;
+        let (magic, rest) = hello.split_at_mut(MAGIC_LEN);
+        stream.read_exact(magic)?;
+        if !starts_hello(&(&*magic).try_into().expect("length")) {
+            return Ok(Step::Refused(Refusal::NoHandshake));
+        }
+        stream.read_exact(rest)?;
         let (handshake, challenge) = match ServerHandshake::respond(&ring.keys(), role, &hello) {
             Ok(pair) => pair,
             Err((reason, answer)) => {
@@ -154,7 +159,12 @@ pub async fn server_async<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<()> {
     let run = async {
         let mut hello = [0u8; HELLO_LEN];
-        stream.read_exact(&mut hello).await?;
+        let (magic, rest) = hello.split_at_mut(MAGIC_LEN);
+        stream.read_exact(magic).await?;
+        if !starts_hello(&(&*magic).try_into().expect("length")) {
+            return Ok(Step::Refused(Refusal::NoHandshake));
+        }
+        stream.read_exact(rest).await?;
         let responded = ServerHandshake::respond(&ring.keys(), role, &hello);
         let (handshake, challenge) = match responded {
             Ok(pair) => pair,
@@ -230,8 +240,7 @@ mod tests {
         );
         // A client without a key sends a request frame: refused before it is read as one.
         let keyless = pair(ring(1), |s| {
-            s.write_all(&[16, 0, 0, 0]).unwrap();
-            s.write_all(&[0u8; 60]).unwrap();
+            s.write_all(&[4, 0, 0, 0, 1, 2, 3, 4]).unwrap(); // a short request frame
             let mut answer = [0u8; 1];
             assert_eq!(
                 s.read(&mut answer).unwrap_or(0),

@@ -9,15 +9,20 @@
 //! - [`protocol`]: the messages and proofs, pure (fuzzed).
 //! - [`io`]: the handshake over blocking and async streams, both sides.
 //! - [`refusals`]: process-wide counters, and a log of refused peers limited to once a minute.
+//! - `process`: the process's key ([`use_key_file`] from a setup or flag, else
+//!   `MC_CLUSTER_KEY_FILE`), which clients and servers take unless given one explicitly. One
+//!   key file per process.
 //!
 //! A ground-floor module: it knows no caller; `rpc`, `transfer`, `standalone` and `metadata`
 //! use it for their connections.
 
 pub mod io;
 pub mod keys;
+mod process;
 pub mod protocol;
 pub mod refusals;
 
 pub use io::{client_async, client_blocking, server_async, server_blocking, HANDSHAKE_TIMEOUT};
 pub use keys::{Key, KeyRing, Keys};
-pub use refusals::{counters, AuthCounters};
+pub use process::{process_key, use_key_file, warn_if_open};
+pub use refusals::{counters, prometheus_text, AuthCounters};

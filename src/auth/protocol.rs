@@ -114,6 +114,17 @@ fn mac(
     mac
 }
 
+/// Bytes a server reads first: the start of a hello's magic. Anything else is refused at
+/// once ([`starts_hello`]), so a peer without a key is closed without waiting for a whole
+/// hello (every request of our protocols is at least this long; as an RPC frame's length
+/// these bytes would be over a gigabyte, which no server accepts).
+pub const MAGIC_LEN: usize = 4;
+
+/// Whether `first` (a connection's first [`MAGIC_LEN`] bytes) can start a hello.
+pub fn starts_hello(first: &[u8; MAGIC_LEN]) -> bool {
+    first[..] == MAGIC[..MAGIC_LEN]
+}
+
 /// A client's handshake in progress.
 pub struct ClientHandshake {
     key: Key,

@@ -45,6 +45,31 @@ impl AuthCounters {
     }
 }
 
+/// The counters in Prometheus' text format: `mooncake_auth_handshakes_total{result=...}`
+/// (`accepted` and each refusal reason) and `mooncake_auth_client_failures_total`.
+pub fn prometheus_text() -> String {
+    let now = counters();
+    let mut text = String::from(
+        "# HELP mooncake_auth_handshakes_total Cluster-key handshakes this process's servers accepted or refused, by result.\n# TYPE mooncake_auth_handshakes_total counter\n",
+    );
+    text += &format!(
+        "mooncake_auth_handshakes_total{{result=\"accepted\"}} {}\n",
+        now.accepted
+    );
+    for reason in Refusal::ALL {
+        let count = now.refused_for(reason);
+        text += &format!(
+            "mooncake_auth_handshakes_total{{result=\"{}\"}} {count}\n",
+            reason.label()
+        );
+    }
+    text += "# HELP mooncake_auth_client_failures_total Cluster-key handshakes this process failed as a client.\n# TYPE mooncake_auth_client_failures_total counter\n";
+    text + &format!(
+        "mooncake_auth_client_failures_total {}\n",
+        now.client_failed
+    )
+}
+
 fn index(reason: Refusal) -> usize {
     Refusal::ALL.iter().position(|r| *r == reason).unwrap_or(0)
 }

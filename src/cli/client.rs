@@ -77,6 +77,10 @@ pub(super) struct Flags {
     /// The SSD tier's directory (with `--enable_offload`).
     #[arg(long = "ssd_offload_path", default_value = "")]
     ssd_offload_path: String,
+    /// The cluster key file (mooncake-rs flag; format in README, "Cluster key"): every
+    /// connection opens with the key's handshake. Empty: `MC_CLUSTER_KEY_FILE`, else no key.
+    #[arg(long = "cluster_key_file", default_value = "")]
+    cluster_key_file: String,
     /// P2P: default transfer direction, forward or reverse.
     #[arg(long = "p2p_transfer_direction_mode", default_value = "reverse", value_parser = ["forward", "reverse"])]
     p2p_transfer_direction_mode: String,
@@ -126,6 +130,7 @@ fn run(flags: Flags) -> Result<(), String> {
         port => format!("{}:{port}", flags.host),
     };
     let _ = flags.threads;
+    super::use_cluster_key(&flags.cluster_key_file)?;
     if flags.deployment_mode == "P2P" {
         return run_p2p(flags, local_hostname);
     }
@@ -139,6 +144,7 @@ fn run(flags: Flags) -> Result<(), String> {
         master_server_addr: flags.master_server_address.clone(),
         ssd_offload_path: ssd_offload_dir(flags.enable_offload, &flags.ssd_offload_path)
             .map_err(|e| format!("{e}: {}", crate::error::last_error_message()))?,
+        cluster_key_file: flags.cluster_key_file.clone(),
     })
     .map_err(|e| format!("setup failed: {e}: {}", crate::error::last_error_message()))?;
     // Dummies of this host attach on @mooncake_client_<port>.sock (not with an in-process

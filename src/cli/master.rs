@@ -122,6 +122,11 @@ pub(super) struct Flags {
     /// write-through copies (objects go to disk only when evicted, as without the flags).
     #[arg(long = "offload_on_evict", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
     offload_on_evict: bool,
+    /// The cluster key file (mooncake-rs flag; format in README, "Cluster key"): every
+    /// connection to the RPC port must first prove the key. Empty: `MC_CLUSTER_KEY_FILE`,
+    /// else no key.
+    #[arg(long = "cluster_key_file", default_value = "")]
+    cluster_key_file: String,
     /// Upstream's switch for promoting SSD objects back to DRAM: an object on disk only is
     /// loaded into its owner's segment (when it has room) once reads found it there
     /// `--promotion_admission_threshold` times.
@@ -320,6 +325,7 @@ fn parse_etcd_endpoints(text: &str) -> Result<EtcdEndpoints, String> {
 }
 
 fn run(flags: Flags) -> Result<(), String> {
+    super::use_cluster_key(&flags.cluster_key_file)?;
     let config = config_from(&flags)?;
     let journal = (!flags.journal_dir.is_empty()).then(|| JournalOptions::new(&flags.journal_dir));
     let served = match (flags.enable_ha, &journal) {
@@ -364,7 +370,9 @@ fn run(flags: Flags) -> Result<(), String> {
                 let rpc_text = rpc_stats.get().map(|s| s.prometheus_text());
                 HttpResponse::text(
                     200,
-                    served.prometheus_text(&cluster_id) + &rpc_text.unwrap_or_default(),
+                    served.prometheus_text(&cluster_id)
+                        + &rpc_text.unwrap_or_default()
+                        + &crate::auth::prometheus_text(),
                 )
             }
             _ => HttpResponse::text(404, "not found\n"),

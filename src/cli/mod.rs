@@ -85,3 +85,13 @@ where
         }
     }
 }
+
+/// Makes `path` (a `--cluster_key_file`) the process's cluster key file, or, when empty,
+/// checks that `MC_CLUSTER_KEY_FILE` (if set) loads; `Err` is the message for stderr.
+fn use_cluster_key(path: &str) -> Result<(), String> {
+    let used = match path.trim() {
+        "" => crate::auth::process_key().map(|_| ()),
+        path => crate::auth::use_key_file(std::path::Path::new(path)).map(|_| ()),
+    };
+    used.map_err(|e| format!("cluster key: {e}: {}", crate::error::last_error_message()))
+}

@@ -71,9 +71,10 @@ impl Client {
     /// effort: a refusal is a warning and a metric, never an error; unpinned when the client
     /// is dropped; see [`crate::device::HostRegistration`]).
     ///
-    /// Errors: `INVALID_PARAMS` for bad arguments (see [`SetupConfig::validate`]);
-    /// `INTERNAL_ERROR` when no port could be bound; RPC errors / `INVALID_VERSION` from the
-    /// master connection.
+    /// Errors: `INVALID_PARAMS` for bad arguments (see [`SetupConfig::validate`]) or another
+    /// cluster key file than the process's; `FILE_OPEN_FAIL` / `AUTH_FAILED` for a key file
+    /// that cannot be loaded; `INTERNAL_ERROR` when no port could be bound; RPC errors /
+    /// `INVALID_VERSION` / `AUTH_FAILED` from the master connection.
     pub fn setup(config: SetupConfig) -> Result<Client> {
         let embedded = MasterConfig {
             offload_at_put: crate::env::OFFLOAD_AT_PUT.flag(),
@@ -97,6 +98,7 @@ impl Client {
         dummy: Option<Arc<DummyLink>>,
     ) -> Result<Client> {
         let metadata_mode = config.validate()?;
+        config.use_cluster_key()?;
         let link = MasterLink::open(&config.master_server_addr, embedded_config)?;
         let counters = ClientCounters::default();
         // Every master call is counted on its way, called directly (the embedded master is
@@ -210,7 +212,7 @@ impl Client {
             protocol: protocol.into(),
             device_name: device_name.into(),
             master_server_addr: crate::types::EMBEDDED_MASTER.into(),
-            ssd_offload_path: String::new(),
+            ..SetupConfig::default()
         })
     }
 

@@ -133,6 +133,8 @@ pub(crate) fn setup_config(config: *const mc_setup_config_t) -> Result<SetupConf
         device_name: text(c.device_name, "device_name", "")?,
         master_server_addr: text(c.master_server_addr, "master_server_addr", EMBEDDED_MASTER)?,
         ssd_offload_path: text(c.ssd_offload_path, "ssd_offload_path", "")?,
+        // The C struct keeps its layout: C callers name the key file in MC_CLUSTER_KEY_FILE.
+        cluster_key_file: String::new(),
     })
 }
 

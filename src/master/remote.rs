@@ -104,6 +104,7 @@ pub fn server_options(threads: usize) -> ServerOptions {
         scan_methods: MASTER_SCAN_METHODS,
         wait_methods: MASTER_WAIT_METHODS,
         poll_methods: MASTER_POLL_METHODS,
+        cluster_key: None,
     }
 }
 

@@ -31,6 +31,10 @@ pub struct SetupConfig {
     /// The SSD tier's directory (Mooncake's `ssd_offload_path`); empty: no SSD tier. Needs a
     /// segment (the tier holds what the master evicts from it). See `docs/ssd-tier.md`.
     pub ssd_offload_path: String,
+    /// The cluster key file (`auth/keys.rs` has the format): every connection of this
+    /// process opens with the key's handshake. Empty: `MC_CLUSTER_KEY_FILE`, else no key.
+    /// One key file per process: a second setup naming another fails `INVALID_PARAMS`.
+    pub cluster_key_file: String,
 }
 
 impl Default for SetupConfig {
@@ -44,6 +48,7 @@ impl Default for SetupConfig {
             device_name: String::new(),
             master_server_addr: "127.0.0.1:50051".into(),
             ssd_offload_path: String::new(),
+            cluster_key_file: String::new(),
         }
     }
 }
@@ -80,6 +85,17 @@ pub enum MetadataMode {
 }
 
 impl SetupConfig {
+    /// Makes [`cluster_key_file`](Self::cluster_key_file) the process's key (or, when empty,
+    /// checks that `MC_CLUSTER_KEY_FILE`, if set, loads), before any connection is made.
+    ///
+    /// Errors: as [`crate::auth::use_key_file`] and [`crate::auth::process_key`].
+    pub fn use_cluster_key(&self) -> Result<()> {
+        match self.cluster_key_file.trim() {
+            "" => crate::auth::process_key().map(drop),
+            path => crate::auth::use_key_file(std::path::Path::new(path)).map(drop),
+        }
+    }
+
     /// Whether `protocol` selects the RDMA transport.
     pub fn uses_rdma(&self) -> bool {
         self.protocol.trim() == "rdma"

@@ -129,6 +129,7 @@ impl P2pSetupConfig {
             device_name: self.rdma_devices.clone(),
             master_server_addr: self.master_server_addr.clone(),
             ssd_offload_path: String::new(),
+            cluster_key_file: String::new(),
         };
         if base.is_embedded() {
             return fail(

@@ -10,12 +10,14 @@
 use super::codec;
 use super::interface::{Call, Interface};
 use super::net::{self, Timeouts};
+use crate::auth::{self, KeyRing};
 use crate::error::Result;
 use parking_lot::Mutex;
 use std::io::{self, Write};
 use std::marker::PhantomData;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 
 /// Idle connections kept per client; more are closed after use.
 const MAX_IDLE_CONNECTIONS: usize = 16;
@@ -32,37 +34,54 @@ pub trait Resolve: Send + Sync {
 /// A [`Call`] transport of interface `I` to one server address, or to whichever address a
 /// [`Resolve`] names at each new connection. Thread-safe: concurrent calls use separate
 /// connections. Errors: `RPC_FAIL` (-900) for connection, I/O and protocol failures,
-/// `RPC_TIMEOUT` (-901) when the server does not answer within the request timeout; a
-/// resolver's own.
+/// `RPC_TIMEOUT` (-901) when the server does not answer within the request timeout,
+/// `AUTH_FAILED` (-9007) when a new connection's cluster-key handshake fails; a resolver's
+/// own.
 pub struct RpcClient<I> {
     addr: String,
-    resolver: Option<std::sync::Arc<dyn Resolve>>,
+    resolver: Option<Arc<dyn Resolve>>,
     timeouts: Timeouts,
     /// Idle connections and the address each was made to.
     idle: Mutex<Vec<(TcpStream, String)>>,
+    /// The key each new connection proves (`I::NAME` is the role), or the error loading the
+    /// process's key gave (every connection then fails with it).
+    cluster_key: Result<Option<Arc<KeyRing>>>,
     interface: PhantomData<fn() -> I>,
 }
 
 impl<I: Interface> RpcClient<I> {
-    /// A client of the server at `addr` ("host:port"); connects lazily, on the first call.
+    /// A client of the server at `addr` ("host:port") with the process's cluster key, if
+    /// any ([`auth::process_key`]); connects lazily, on the first call.
     pub fn new(addr: &str, timeouts: Timeouts) -> RpcClient<I> {
         RpcClient {
             addr: addr.to_owned(),
             resolver: None,
             timeouts,
             idle: Mutex::new(Vec::new()),
+            cluster_key: auth::process_key(),
             interface: PhantomData,
+        }
+    }
+
+    /// This client with `key` instead of the process's.
+    pub fn with_cluster_key(mut self, key: Arc<KeyRing>) -> RpcClient<I> {
+        self.cluster_key = Ok(Some(key));
+        self
+    }
+
+    /// The key new connections prove (the process's key error again, with its message, when
+    /// it could not be loaded).
+    fn cluster_key(&self) -> Result<Option<Arc<KeyRing>>> {
+        match &self.cluster_key {
+            Ok(key) => Ok(key.clone()),
+            Err(_) => auth::process_key(),
         }
     }
 
     /// A client of whichever server `resolver` names (looked up at each new connection;
     /// `name` describes it in messages, e.g. `etcd://h1:2379`); connects lazily. Idle
     /// connections to an address the resolver no longer names are closed.
-    pub fn resolved(
-        name: &str,
-        resolver: std::sync::Arc<dyn Resolve>,
-        timeouts: Timeouts,
-    ) -> RpcClient<I> {
+    pub fn resolved(name: &str, resolver: Arc<dyn Resolve>, timeouts: Timeouts) -> RpcClient<I> {
         RpcClient {
             resolver: Some(resolver),
             ..RpcClient::new(name, timeouts)
@@ -83,13 +102,13 @@ impl<I: Interface> RpcClient<I> {
         };
         loop {
             let Some((stream, to)) = self.idle.lock().pop() else {
-                return match net::connect(&addr, self.timeouts) {
-                    Ok(stream) => Ok((stream, addr)),
-                    Err(code) => {
-                        self.failed(&addr);
-                        Err(code)
-                    }
-                };
+                let key = self.cluster_key()?;
+                let mut stream =
+                    net::connect(&addr, self.timeouts).inspect_err(|_| self.failed(&addr))?;
+                if let Some(key) = key {
+                    auth::client_blocking(&mut stream, &key, I::NAME)?;
+                }
+                return Ok((stream, addr));
             };
             if to == addr && is_idle_and_open(&stream) {
                 return Ok((stream, to));

@@ -8,7 +8,10 @@
 //! `INVALID_PARAMS` without being decoded further; a frame longer than `max_request_bytes`
 //! closes the connection; so does a connection idle for `idle_timeout` or one that leaves a
 //! frame unfinished for `read_timeout`; connections beyond `max_connections` are closed on
-//! accept. Each is counted in [`RpcStats`].
+//! accept. Each is counted in [`RpcStats`]. With a cluster key
+//! ([`ServerOptions::cluster_key`]), a connection is served only once its peer passed the
+//! key's handshake (`auth`, role `I::NAME`); one that does not is closed before any of its
+//! bytes is read as a request.
 //!
 //! The service traits are synchronous; each call runs inline on the shard thread that read its
 //! request (see the `serve` module), as Mooncake's coro_rpc runs handlers on its I/O threads,
@@ -36,6 +39,7 @@ use super::codec::{self, DecodeError, HEADER_LEN, MAX_FRAME_LEN};
 use super::interface::Interface;
 use super::serve::Acceptor;
 use super::stats::RpcStats;
+use crate::auth::{self, KeyRing};
 use crate::error::{ErrorCode, Result};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -109,6 +113,9 @@ pub struct ServerOptions {
     /// Long polls many clients keep open at once (each waits a bounded time for work): run
     /// on their own poll threads, so they never queue ahead of the wait methods.
     pub poll_methods: &'static [&'static str],
+    /// The cluster key every connection must prove before its first request is read (role
+    /// `I::NAME`); `None`: the process's key, if any ([`auth::process_key`]).
+    pub cluster_key: Option<Arc<KeyRing>>,
 }
 
 /// A running RPC server. Owns its threads (see [`Acceptor`]); thread-safe;
@@ -135,18 +142,25 @@ impl RpcServer {
             scan_methods: &[],
             wait_methods: &[],
             poll_methods: &[],
+            cluster_key: None,
         };
         RpcServer::serve_with::<I>(addr, api, options)
     }
 
     /// As [`RpcServer::serve`], with explicit options.
     ///
-    /// Errors: `RPC_FAIL` if the address cannot be bound or a thread cannot be started.
+    /// Errors: `RPC_FAIL` if the address cannot be bound or a thread cannot be started;
+    /// `AUTH_FAILED` when the process's cluster key file could not be loaded.
     pub fn serve_with<I: Interface>(
         addr: SocketAddr,
         api: Arc<I::Api>,
         options: ServerOptions,
     ) -> Result<RpcServer> {
+        let cluster_key = match options.cluster_key {
+            Some(key) => Some(key),
+            None => auth::process_key()?,
+        };
+        auth::warn_if_open(addr, I::NAME, cluster_key.as_ref());
         let stats = Arc::new(RpcStats::default());
         let limits = &options.limits;
         let scan_lane = LaneSpec {
@@ -184,6 +198,7 @@ impl RpcServer {
             polls: Lane::<I>::start(I::NAME, poll_lane, Arc::clone(&api))?,
             api,
             connections: AtomicUsize::new(0),
+            cluster_key,
         });
         let served = Arc::clone(&shared);
         let acceptor = Acceptor::start(I::NAME, addr, options.threads, move |stream, peer| {
@@ -228,6 +243,8 @@ struct Shared<I: Interface> {
     poll_methods: &'static [&'static str],
     polls: Lane<I>,
     connections: AtomicUsize,
+    /// The key connections must prove first, if any.
+    cluster_key: Option<Arc<KeyRing>>,
 }
 
 /// One queued call: the request and where its encoded answer goes.
@@ -322,6 +339,14 @@ async fn serve_connection<I: Interface>(
         return;
     }
     let slot = Slot(Arc::clone(&shared));
+    if let Some(key) = &shared.cluster_key {
+        if auth::server_async(&mut stream, key, I::NAME, Some(peer.ip()))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
     if let Next::MoveToSide(read) =
         serve_requests::<I>(&mut stream, Vec::new(), peer, &shared, Placement::Shard).await
     {

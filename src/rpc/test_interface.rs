@@ -182,6 +182,7 @@ mod tests {
             scan_methods: &[],
             wait_methods: &["service_ready"],
             poll_methods: &[],
+            cluster_key: None,
         };
         let served: Arc<dyn TestApi> = api.clone();
         let server = RpcServer::serve_with::<TestInterface>(
@@ -208,6 +209,52 @@ mod tests {
         assert_eq!(*api.ready_calls.lock(), 2);
     }
 
+    /// With a cluster key, a client that proves it is served; one with another key fails
+    /// `AUTH_FAILED`, and one without a key is closed at once, before its request is read.
+    #[test]
+    fn a_keyed_server_serves_only_clients_that_prove_its_key() {
+        use crate::auth::{Key, KeyRing, Keys};
+        let ring = |byte| {
+            KeyRing::fixed(Keys::from_keys(vec![Key::new(vec![byte; 32]).unwrap()]).unwrap())
+        };
+        let api = Arc::new(Rendezvous::default());
+        let options = crate::rpc::server::ServerOptions {
+            threads: 1,
+            limits: Default::default(),
+            scan_methods: &[],
+            wait_methods: &[],
+            poll_methods: &[],
+            cluster_key: Some(ring(1)),
+        };
+        let served: Arc<dyn TestApi> = api.clone();
+        let server = RpcServer::serve_with::<TestInterface>(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            served,
+            options,
+        )
+        .unwrap();
+        let addr = server.local_addr().to_string();
+        let client = || RpcClient::<TestInterface>::new(&addr, Timeouts::default());
+        let keyed = RemoteTest(client().with_cluster_key(ring(1)));
+        assert_eq!(keyed.service_ready().unwrap(), "test-1");
+        assert_eq!(keyed.service_ready().unwrap(), "test-1"); // the pooled connection
+        let wrong = RemoteTest(client().with_cluster_key(ring(2)));
+        assert_eq!(wrong.service_ready(), Err(ErrorCode::AuthFailed));
+        let started = std::time::Instant::now();
+        let keyless = RemoteTest(client());
+        assert_eq!(keyless.service_ready(), Err(ErrorCode::RpcFail));
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            *api.ready_calls.lock(),
+            2,
+            "only the keyed calls were served"
+        );
+    }
+
     /// Long polls held open by more clients than there are wait threads never delay a wait
     /// method: they have their own lane.
     #[test]
@@ -218,6 +265,7 @@ mod tests {
             scan_methods: &[],
             wait_methods: &["service_ready"],
             poll_methods: &["unpin"],
+            cluster_key: None,
         };
         let server = RpcServer::serve_with::<TestInterface>(
             SocketAddr::from(([127, 0, 0, 1], 0)),
