@@ -16,6 +16,10 @@
 //! A ground-floor module: it knows no caller; `rpc`, `transfer`, `standalone` and `metadata`
 //! use it for their connections.
 
+/// The role of the transfer engine's data port (TCP transfers and the RDMA side channel, which
+/// arrives on the same port).
+pub const ROLE_DATA: &str = "transfer-data";
+
 pub mod io;
 pub mod keys;
 mod process;

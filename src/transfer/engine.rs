@@ -14,6 +14,7 @@ use super::tcp::pool::ConnectionPool;
 use super::tcp::server::Server;
 use super::transport::Opcode;
 use super::transport::Slice;
+use crate::auth::KeyRing;
 use crate::device::{self, MemoryKind};
 use crate::error::{fail, last_error_message, ErrorCode, Result};
 use std::net::SocketAddr;
@@ -118,16 +119,35 @@ impl TransferEngine {
     ///
     /// Errors: `TRANSFER_FAIL` when a thread, the runtime or the listener cannot be set up.
     pub fn new(config: EngineConfig) -> Result<Arc<TransferEngine>> {
+        let key = crate::auth::process_key()?;
+        TransferEngine::start(config, key)
+    }
+
+    /// As [`new`](Self::new), with `key` as the cluster key of every connection of this
+    /// engine (its server's and its own) instead of the process's. Errors as `new`.
+    pub fn with_cluster_key(
+        config: EngineConfig,
+        key: Arc<KeyRing>,
+    ) -> Result<Arc<TransferEngine>> {
+        TransferEngine::start(config, Some(key))
+    }
+
+    fn start(config: EngineConfig, key: Option<Arc<KeyRing>>) -> Result<Arc<TransferEngine>> {
         let settings = Settings::from_env();
         let registry = Arc::new(Registry::default());
         let metrics = Arc::new(Metrics::default());
-        let pool = Arc::new(ConnectionPool::new(settings, Arc::clone(&metrics)));
+        let pool = Arc::new(ConnectionPool::new(
+            settings,
+            Arc::clone(&metrics),
+            key.clone(),
+        ));
         let workers = settings.lanes.saturating_sub(1).max(1);
         let rdma = config.rdma.map(|devices| {
             Arc::new(RdmaTransport::new(
                 devices,
                 settings.io_timeout,
                 Arc::clone(&metrics),
+                key.clone(),
             ))
         });
         let io = Io {
@@ -154,6 +174,7 @@ impl TransferEngine {
                     rdma.clone(),
                     Arc::clone(&metrics),
                     settings,
+                    key.clone(),
                 );
                 if started.is_err() {
                     executor.stop();

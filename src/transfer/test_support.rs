@@ -150,6 +150,7 @@ pub(crate) fn limited_server(
         None,
         Arc::clone(&metrics),
         settings,
+        None,
     )
     .unwrap();
     (server, metrics)

@@ -370,3 +370,49 @@ fn connection_failures_invalidate_the_segment_address_refusals_do_not() {
     assert!(one(&client, read_req(&mut back, "seg", base)).is_err());
     assert_eq!(resolver.invalidated.load(Ordering::SeqCst), 1);
 }
+
+/// With a cluster key, the data port serves an engine that proves it and refuses one with
+/// another key (`AUTH_FAILED`) or none, without serving a byte of their requests.
+#[test]
+fn a_keyed_data_port_serves_only_engines_that_prove_its_key() {
+    use crate::auth::{Key, KeyRing, Keys};
+    let ring =
+        |byte| KeyRing::fixed(Keys::from_keys(vec![Key::new(vec![byte; 32]).unwrap()]).unwrap());
+    let config = |local: &str, listener| EngineConfig {
+        local_name: local.into(),
+        listener,
+        resolver: Arc::new(DirectResolver),
+        memcpy_enabled: true,
+        rdma: None,
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let name = listener.local_addr().unwrap().to_string();
+    let server = TransferEngine::with_cluster_key(config(&name, Some(listener)), ring(1)).unwrap();
+    let mut segment = pattern(8192, 3);
+    register(&server, &mut segment, true);
+    let base = addr_of(&segment);
+    let keyed = TransferEngine::with_cluster_key(config("embedded:7", None), ring(1)).unwrap();
+    let mut back = vec![0u8; 8192];
+    one(&keyed, read_req(&mut back, &name, base)).unwrap();
+    assert_eq!(back, pattern(8192, 3));
+    let wrong = TransferEngine::with_cluster_key(config("embedded:8", None), ring(2)).unwrap();
+    let mut other = vec![0u8; 8192];
+    let written = [9u8; 8192];
+    assert_eq!(
+        one(&wrong, read_req(&mut other, &name, base)),
+        Err(ErrorCode::AuthFailed)
+    );
+    assert_eq!(
+        one(&wrong, write_req(&written, &name, base)),
+        Err(ErrorCode::AuthFailed)
+    );
+    let keyless = TransferEngine::new(config("embedded:9", None)).unwrap();
+    assert!(one(&keyless, read_req(&mut other, &name, base)).is_err());
+    assert!(one(&keyless, write_req(&written, &name, base)).is_err());
+    assert_eq!(other, vec![0u8; 8192], "nothing was read");
+    one(&keyed, read_req(&mut back, &name, base)).unwrap();
+    assert_eq!(back, pattern(8192, 3), "nothing was written");
+    for engine in [server, keyed, wrong, keyless] {
+        engine.shutdown();
+    }
+}

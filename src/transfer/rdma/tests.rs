@@ -300,7 +300,7 @@ fn a_remount_never_reissues_the_old_rkey_and_keeps_the_old_mr_through_its_quaran
     let devices = RdmaDevices::open(&std::env::var("RDMA_VM_DEV").unwrap_or_default()).unwrap();
     let device = Arc::clone(&devices.devices()[0]);
     let quarantine = Duration::from_millis(500);
-    let transport = RdmaTransport::new(devices, Duration::from_secs(10), Arc::default())
+    let transport = RdmaTransport::new(devices, Duration::from_secs(10), Arc::default(), None)
         .with_mr_quarantine(quarantine);
     let len = 64 << 10;
     let source = vec![0xA5u8; len];

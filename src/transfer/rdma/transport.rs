@@ -15,6 +15,7 @@ use super::device::{RdmaDevice, Registration};
 use super::devices::RdmaDevices;
 use super::handshake::{self, RemoteRegion, REQUEST_LEN};
 use super::qp::{QpSettings, QueuePair, WorkRequest};
+use crate::auth::{self, KeyRing};
 use crate::env;
 use crate::error::{fail, last_error_message, ErrorCode, Result};
 use crate::transfer::copy::copy_bytes;
@@ -168,12 +169,19 @@ pub(crate) struct RdmaTransport {
     /// Set by [`Self::close`]: no connection is made or pooled after it.
     closed: AtomicBool,
     metrics: Arc<Metrics>,
+    /// The key each control connection proves before the RDMA handshake, if any.
+    cluster_key: Option<Arc<KeyRing>>,
 }
 
 impl RdmaTransport {
     /// A transport on `devices`; `timeout` bounds every handshake read and every batch of
-    /// work requests.
-    pub(crate) fn new(devices: RdmaDevices, timeout: Duration, metrics: Arc<Metrics>) -> Self {
+    /// work requests; with `cluster_key`, each control connection proves it first.
+    pub(crate) fn new(
+        devices: RdmaDevices,
+        timeout: Duration,
+        metrics: Arc<Metrics>,
+        cluster_key: Option<Arc<KeyRing>>,
+    ) -> Self {
         // MC_SLICE_SIZE: bytes per work request (4096..=1 GiB, default 64 KiB).
         let slice_size = crate::env::SLICE_SIZE.get() as usize;
         let nics = devices
@@ -197,6 +205,7 @@ impl RdmaTransport {
             idle: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
             metrics,
+            cluster_key,
         }
     }
 
@@ -375,6 +384,16 @@ impl RdmaTransport {
             .set_read_timeout(Some(self.timeout))
             .and_then(|()| control.set_write_timeout(Some(self.timeout)))
             .map_err(|e| unreachable(format!("RDMA control connection to {peer}: {e}")))?;
+        if let Some(key) = &self.cluster_key {
+            auth::client_blocking(&mut control, key, auth::ROLE_DATA).map_err(|_| SliceError {
+                code: ErrorCode::AuthFailed,
+                message: format!(
+                    "RDMA control connection to {peer}: {}",
+                    last_error_message()
+                ),
+                unreachable: false,
+            })?;
+        }
         let mut qp = QueuePair::new(&self.nics[nic].device, self.qp_settings)
             .map_err(|_| SliceError::from(last_error_message()))?;
         let wanted = u32::try_from(nic).unwrap_or(u32::MAX);

@@ -36,6 +36,7 @@
 
 use super::socket::{idle_connection_dead, set_abortive_close};
 use super::wire::{SessionHeader, Status, HEADER_LEN, STATUS_LEN};
+use crate::auth::{self, KeyRing};
 use crate::error::ErrorCode;
 use crate::transfer::gather::Cursor;
 use crate::transfer::metrics::{bump, Metrics};
@@ -88,6 +89,8 @@ enum Failure {
     Refused(Status),
     /// The peer sent a frame without the status magic.
     Protocol,
+    /// The connection's cluster-key handshake failed.
+    Auth,
 }
 
 impl Failure {
@@ -99,7 +102,7 @@ impl Failure {
                 e.kind(),
                 io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe
             ),
-            Failure::Refused(_) | Failure::Protocol => false,
+            Failure::Refused(_) | Failure::Protocol | Failure::Auth => false,
         }
     }
 
@@ -130,6 +133,10 @@ impl Failure {
             Failure::Protocol => (
                 ErrorCode::TransferFail,
                 format!("{what}: malformed status frame"),
+            ),
+            Failure::Auth => (
+                ErrorCode::AuthFailed,
+                format!("{what}: {}", crate::error::last_error_message()),
             ),
         };
         SliceError {
@@ -170,15 +177,22 @@ pub(crate) struct ConnectionPool {
     closed: AtomicBool,
     settings: Settings,
     metrics: Arc<Metrics>,
+    /// The key each new connection proves first, if any.
+    cluster_key: Option<Arc<KeyRing>>,
 }
 
 impl ConnectionPool {
-    pub(crate) fn new(settings: Settings, metrics: Arc<Metrics>) -> ConnectionPool {
+    pub(crate) fn new(
+        settings: Settings,
+        metrics: Arc<Metrics>,
+        cluster_key: Option<Arc<KeyRing>>,
+    ) -> ConnectionPool {
         ConnectionPool {
             idle: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
             settings,
             metrics,
+            cluster_key,
         }
     }
 
@@ -291,10 +305,13 @@ impl ConnectionPool {
     fn connect(&self, peer: SocketAddr) -> Result<TcpStream, Failure> {
         self.ensure_open()?;
         let timeout = self.settings.io_timeout;
-        let stream = TcpStream::connect_timeout(&peer, timeout)?;
+        let mut stream = TcpStream::connect_timeout(&peer, timeout)?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
+        if let Some(key) = &self.cluster_key {
+            auth::client_blocking(&mut stream, key, auth::ROLE_DATA).map_err(|_| Failure::Auth)?;
+        }
         bump(&self.metrics.connections_opened);
         Ok(stream)
     }

@@ -294,7 +294,10 @@ pub(super) fn test_pool() -> (ConnectionPool, Arc<Metrics>) {
         lanes: 4,
         ..Settings::default()
     };
-    (ConnectionPool::new(settings, Arc::clone(&metrics)), metrics)
+    (
+        ConnectionPool::new(settings, Arc::clone(&metrics), None),
+        metrics,
+    )
 }
 
 pub(super) fn read_slice(buf: &mut [u8], remote: u64) -> Slice {
@@ -508,7 +511,7 @@ fn timed_out_connection_is_reset() {
         lanes: 1,
         ..Settings::default()
     };
-    let pool = ConnectionPool::new(settings, Arc::clone(&metrics));
+    let pool = ConnectionPool::new(settings, Arc::clone(&metrics), None);
     let data = pattern(4096, 8);
     let slice = Slice {
         op: Opcode::Write,
@@ -603,7 +606,7 @@ fn write_reset_after_acceptance_is_not_retried() {
         lanes: 1,
         ..Settings::default()
     };
-    let pool = ConnectionPool::new(settings, Arc::clone(&metrics));
+    let pool = ConnectionPool::new(settings, Arc::clone(&metrics), None);
     let data = pattern(4096, 10);
     let slice = Slice {
         op: Opcode::Write,

@@ -21,6 +21,11 @@
 //! either is reset at once (RST), without reading from it, and counted in
 //! `refused_connections`. A connection's slot is freed when its task ends.
 //!
+//! Cluster key: with one, a connection (a TCP transfer's or an RDMA handshake's) is served
+//! only once its peer passed the key's handshake (`auth`, role `transfer-data`), holding its
+//! slot meanwhile; one that does not is reset without any of its bytes being read as a request
+//! (so no registered range, rkey or segment table reaches a peer without the key).
+//!
 //! Idle timeout: a connection with no request in flight (nothing of a next request has
 //! arrived) is closed after `MC_TRANSFER_IDLE_TIMEOUT_MS`, gracefully (FIN), and counted in
 //! `idle_closed`; since nothing of a request was read, nothing of one was applied, and the
@@ -43,6 +48,7 @@
 
 use super::socket::{recv_into, send_parts, set_abortive_close, RawPart};
 use super::wire::{is_rdma_connect, Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
+use crate::auth::{self, KeyRing};
 use crate::error::{fail, ErrorCode, Result};
 use crate::transfer::gather::Cursor;
 use crate::transfer::metrics::{add, bump, Metrics};
@@ -89,6 +95,8 @@ struct ServeContext {
     idle_timeout: Duration,
     /// Connection slots (see the module docs).
     slots: Slots,
+    /// The key a connection proves before its first request is read, if any.
+    cluster_key: Option<Arc<KeyRing>>,
 }
 
 /// The connections held, in total and per peer IP address, against their caps.
@@ -167,6 +175,7 @@ impl Server {
         rdma: Option<Arc<RdmaTransport>>,
         metrics: Arc<Metrics>,
         settings: Settings,
+        cluster_key: Option<Arc<KeyRing>>,
     ) -> Result<Server> {
         let setup = || -> io::Result<(Runtime, SocketAddr)> {
             let addr = listener.local_addr()?;
@@ -187,6 +196,7 @@ impl Server {
                 io_timeout: settings.io_timeout,
                 idle_timeout: settings.idle_timeout,
                 slots: Slots::new(&settings),
+                cluster_key,
             });
             runtime.spawn(accept_loop(listener, context));
             Ok((runtime, addr))
@@ -260,8 +270,19 @@ fn refuse_connection(stream: TcpStream, peer: SocketAddr, metrics: &Metrics) {
 /// Serves requests on one connection (holding `slot` until it ends) until the peer closes
 /// it, it stays idle too long (closed gracefully), or a request fails, is refused or misses
 /// its deadline (closed abortively).
-async fn serve_connection(stream: TcpStream, peer: SocketAddr, slot: Slot) {
+async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, slot: Slot) {
     let context = &*slot.context;
+    if let Some(key) = &context.cluster_key {
+        if auth::server_async(&mut stream, key, auth::ROLE_DATA, Some(peer.ip()))
+            .await
+            .is_err()
+        {
+            if let Err(e) = set_abortive_close(stream.as_raw_fd()) {
+                tracing::debug!(%peer, "cannot make the close abortive: {e}");
+            }
+            return;
+        }
+    }
     let mut conn = BufReader::with_capacity(READ_AHEAD, stream);
     match serve_requests(&mut conn, context).await {
         Stop::Closed => return,
