@@ -1,0 +1,124 @@
+//! The cluster key across real processes: a `mooncake_master` and a `mooncake_client` peer
+//! started with `--cluster_key_file`, an in-process client with the same key file (this test
+//! process's key: one key file per process, so every test here uses the same one), and
+//! clients with another key or none, which are refused on every port before any request.
+
+mod common;
+
+use common::{Launched, Master, PeerClient};
+use mooncake_rs::client::{Client, SetupConfig};
+use mooncake_rs::types::ReplicateConfig;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Writes a key file (mode 0600) holding `hex` in a fresh directory; returns its path.
+fn key_file(name: &str, hex: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mc-cluster-key-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cluster.key");
+    std::fs::write(&path, format!("# test key\n{hex}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// This test process's key file.
+fn our_key() -> &'static PathBuf {
+    static KEY: OnceLock<PathBuf> = OnceLock::new();
+    KEY.get_or_init(|| key_file("ours", &"5a".repeat(32)))
+}
+
+fn flag(path: &std::path::Path) -> String {
+    format!("--cluster_key_file={}", path.display())
+}
+
+/// A `mooncake_client` with `key` (or none) against `master`; returns its stderr once it
+/// exits and its exit code (it must exit: setup fails).
+fn refused_client(master: &str, key: Option<&std::path::Path>) -> (Option<i32>, String) {
+    let mut args = common::peer_args(master, "16 MB", "P2PHANDSHAKE");
+    args.extend(key.map(flag));
+    let mut client = Launched::spawn(env!("CARGO_BIN_EXE_mooncake_client"), &args);
+    assert!(
+        client.stderr_shows("setup failed", Duration::from_secs(20)),
+        "the client set up: {}",
+        client.stderr()
+    );
+    let code = client.terminate();
+    (code, client.stderr())
+}
+
+/// Whether a raw connection to 127.0.0.1:`port` that sends `bytes` is closed by the server
+/// without an answer byte.
+fn closed_without_an_answer(port: u16, bytes: &[u8]) -> bool {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = stream.write_all(bytes);
+    let mut answer = [0u8; 64];
+    matches!(stream.read(&mut answer), Ok(0) | Err(_))
+}
+
+#[test]
+fn a_keyed_cluster_serves_clients_with_the_key_and_refuses_the_others_on_every_port() {
+    let key = our_key();
+    let master = Master::start(&[&flag(key)]);
+    let peer = PeerClient::spawn(
+        &master.addr(),
+        "64 MB",
+        "P2PHANDSHAKE",
+        &[flag(key)],
+        &[("MC_SAME_HOST", "0")],
+    );
+    // This process proves the same key: every operation family works.
+    let client = Client::setup(SetupConfig {
+        local_hostname: "127.0.0.1".into(),
+        global_segment_size: 0,
+        local_buffer_size: 32 << 20,
+        master_server_addr: master.addr(),
+        cluster_key_file: key.display().to_string(),
+        ..SetupConfig::default()
+    })
+    .unwrap_or_else(|e| panic!("setup: {e}: {}", mooncake_rs::error::last_error_message()));
+    let value: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+    client.put("k1", &value, &ReplicateConfig::default()).unwrap();
+    let mut back = vec![0u8; value.len()];
+    assert_eq!(client.get_into("k1", &mut back).unwrap(), value.len() as u64);
+    assert_eq!(back, value);
+    let keys = ["b1", "b2"];
+    let values = [vec![1u8; 4096], vec![2u8; 8192]];
+    let parts: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+    client.put_batch(&keys, &parts, &ReplicateConfig::default()).unwrap();
+    let (mut b1, mut b2) = (vec![0u8; 4096], vec![0u8; 8192]);
+    let got = client.batch_get_into(&keys, &mut [&mut b1[..], &mut b2[..]]);
+    assert_eq!(got, vec![Ok(4096), Ok(8192)]);
+    assert_eq!([b1, b2], values);
+    assert_eq!(client.is_exist("b1"), Ok(true));
+    client.remove("b1", true).unwrap(); // forced: the batch read holds a lease
+    assert_eq!(client.is_exist("b1"), Ok(false));
+    // Another key, or none: setup fails at the master, AUTH_FAILED / RPC_FAIL.
+    let other = key_file("other", &"c3".repeat(32));
+    let (code, stderr) = refused_client(&master.addr(), Some(&other));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("AUTH_FAILED"), "{stderr}");
+    let (code, stderr) = refused_client(&master.addr(), None);
+    assert_eq!(code, Some(1), "{stderr}");
+    // Raw bytes on the master's RPC port and on the peer's data port are never answered.
+    assert!(closed_without_an_answer(master.port, &[8, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4]));
+    let data_port: u16 = peer.name.rsplit(':').next().unwrap().parse().unwrap();
+    assert!(closed_without_an_answer(data_port, &[0x80; 64]));
+    // Nothing changed for the key's holders; the master counted the refusals.
+    assert_eq!(client.get_into("k1", &mut back).unwrap(), value.len() as u64);
+    assert_eq!(back, value);
+    let metrics = master.http_get("/metrics");
+    let count = |label: &str| -> u64 {
+        let line = format!("mooncake_auth_handshakes_total{{result=\"{label}\"}} ");
+        let found = metrics.lines().find_map(|l| l.strip_prefix(line.as_str()));
+        found.unwrap_or_else(|| panic!("no {label} in /metrics")).trim().parse().unwrap()
+    };
+    assert!(count("accepted") >= 2, "{metrics}");
+    assert!(count("unknown_key") >= 1, "{metrics}");
+    assert!(count("no_handshake") >= 2, "{metrics}");
+    client.teardown();
+}
