@@ -15,6 +15,10 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+/// The role the master's RPC port proves and checks (its interface's name).
+const MASTER_ROLE: &str =
+    <mooncake_rs::master::MasterInterface as mooncake_rs::rpc::Interface>::NAME;
+
 /// Writes a key file (mode 0600) holding `hex` in a fresh directory; returns its path.
 fn key_file(name: &str, hex: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("mc-cluster-key-{}-{name}", std::process::id()));
@@ -54,7 +58,9 @@ fn refused_client(master: &str, key: Option<&std::path::Path>) -> (Option<i32>, 
 /// without an answer byte.
 fn closed_without_an_answer(port: u16, bytes: &[u8]) -> bool {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let _ = stream.write_all(bytes);
     let mut answer = [0u8; 64];
     matches!(stream.read(&mut answer), Ok(0) | Err(_))
@@ -82,14 +88,21 @@ fn a_keyed_cluster_serves_clients_with_the_key_and_refuses_the_others_on_every_p
     })
     .unwrap_or_else(|e| panic!("setup: {e}: {}", mooncake_rs::error::last_error_message()));
     let value: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
-    client.put("k1", &value, &ReplicateConfig::default()).unwrap();
+    client
+        .put("k1", &value, &ReplicateConfig::default())
+        .unwrap();
     let mut back = vec![0u8; value.len()];
-    assert_eq!(client.get_into("k1", &mut back).unwrap(), value.len() as u64);
+    assert_eq!(
+        client.get_into("k1", &mut back).unwrap(),
+        value.len() as u64
+    );
     assert_eq!(back, value);
     let keys = ["b1", "b2"];
     let values = [vec![1u8; 4096], vec![2u8; 8192]];
     let parts: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
-    client.put_batch(&keys, &parts, &ReplicateConfig::default()).unwrap();
+    client
+        .put_batch(&keys, &parts, &ReplicateConfig::default())
+        .unwrap();
     let (mut b1, mut b2) = (vec![0u8; 4096], vec![0u8; 8192]);
     let got = client.batch_get_into(&keys, &mut [&mut b1[..], &mut b2[..]]);
     assert_eq!(got, vec![Ok(4096), Ok(8192)]);
@@ -105,20 +118,166 @@ fn a_keyed_cluster_serves_clients_with_the_key_and_refuses_the_others_on_every_p
     let (code, stderr) = refused_client(&master.addr(), None);
     assert_eq!(code, Some(1), "{stderr}");
     // Raw bytes on the master's RPC port and on the peer's data port are never answered.
-    assert!(closed_without_an_answer(master.port, &[8, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4]));
+    assert!(closed_without_an_answer(
+        master.port,
+        &[8, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4]
+    ));
     let data_port: u16 = peer.name.rsplit(':').next().unwrap().parse().unwrap();
     assert!(closed_without_an_answer(data_port, &[0x80; 64]));
     // Nothing changed for the key's holders; the master counted the refusals.
-    assert_eq!(client.get_into("k1", &mut back).unwrap(), value.len() as u64);
+    assert_eq!(
+        client.get_into("k1", &mut back).unwrap(),
+        value.len() as u64
+    );
     assert_eq!(back, value);
     let metrics = master.http_get("/metrics");
     let count = |label: &str| -> u64 {
         let line = format!("mooncake_auth_handshakes_total{{result=\"{label}\"}} ");
         let found = metrics.lines().find_map(|l| l.strip_prefix(line.as_str()));
-        found.unwrap_or_else(|| panic!("no {label} in /metrics")).trim().parse().unwrap()
+        found
+            .unwrap_or_else(|| panic!("no {label} in /metrics"))
+            .trim()
+            .parse()
+            .unwrap()
     };
     assert!(count("accepted") >= 2, "{metrics}");
     assert!(count("unknown_key") >= 1, "{metrics}");
     assert!(count("no_handshake") >= 2, "{metrics}");
+    client.teardown();
+}
+
+/// Everything the server sends on a fresh connection to 127.0.0.1:`port` after `bytes`, until
+/// it closes (at most 2 s).
+fn answer_to(port: u16, bytes: &[u8]) -> Vec<u8> {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return Vec::new();
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let _ = stream.write_all(bytes);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    answer
+}
+
+/// Fuzzing a keyed master and peer gets nothing past the handshake: valid and mutated
+/// request frames, transfer headers and handshakes (mutated hellos, a proof replayed from
+/// another connection) are refused with no answer but the handshake's own, the master counts
+/// every one, and the key's holder reads its object back exactly afterwards.
+#[test]
+fn fuzzed_and_replayed_connections_get_nothing_past_the_handshake() {
+    use mooncake_rs::auth::protocol::{ClientHandshake, CHALLENGE_LEN, PROOF_LEN};
+    use mooncake_rs::auth::{KeyRing, Keys};
+    let key = our_key();
+    let master = Master::start(&[&flag(key)]);
+    let peer = PeerClient::spawn(
+        &master.addr(),
+        "16 MB",
+        "P2PHANDSHAKE",
+        &[flag(key)],
+        &[("MC_SAME_HOST", "0")],
+    );
+    let data_port: u16 = peer.name.rsplit(':').next().unwrap().parse().unwrap();
+    let client = Client::setup(SetupConfig {
+        local_hostname: "127.0.0.1".into(),
+        global_segment_size: 0,
+        local_buffer_size: 16 << 20,
+        master_server_addr: master.addr(),
+        cluster_key_file: key.display().to_string(),
+        ..SetupConfig::default()
+    })
+    .unwrap();
+    let kept: Vec<u8> = (0..300_000).map(|i| (i % 241) as u8).collect();
+    client
+        .put("kept", &kept, &ReplicateConfig::default())
+        .unwrap();
+    let refused = || -> u64 {
+        let metrics = master.http_get("/metrics");
+        let lines = metrics
+            .lines()
+            .filter(|l| l.starts_with("mooncake_auth_handshakes_total"));
+        let refusals = lines.filter(|l| !l.contains("\"accepted\""));
+        refusals
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum()
+    };
+    let before = refused();
+    let seed = std::env::var("NET_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let seed = seed.unwrap_or_else(|| fastrand::u64(..));
+    println!("cluster_key fuzz seed {seed}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let keys = Keys::parse(&std::fs::read_to_string(key).unwrap()).unwrap();
+    let (_, hello) = ClientHandshake::start(&keys, MASTER_ROLE).unwrap();
+    // Valid master requests, unmutated: a removal of everything without the key.
+    let valid = [
+        vec![4u8, 0, 0, 0, 0, 0, 0, 0],
+        b"GET /metrics HTTP/1.1\r\n\r\n".to_vec(),
+        hello.to_vec(),
+    ];
+    let mut to_master = 0u64;
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(6) && to_master < 600 {
+        let base = &valid[rng.usize(0..valid.len())];
+        let mut bytes = base.clone();
+        for _ in 0..rng.usize(0..4) {
+            let at = rng.usize(0..bytes.len());
+            bytes[at] ^= 1 << rng.u8(0..8);
+        }
+        bytes.extend((0..rng.usize(0..64)).map(|_| rng.u8(..)));
+        for port in [master.port, data_port] {
+            let answer = answer_to(port, &bytes);
+            // A hello that kept our magic and key id gets a challenge; a bogus proof after it
+            // (the fuzz's bytes) never gets an accepting verdict.
+            assert!(
+                answer.len() <= CHALLENGE_LEN + 8,
+                "{} answer bytes",
+                answer.len()
+            );
+            assert!(
+                !answer.windows(8).any(|w| w == b"MCAUTHOK"),
+                "accepted: {bytes:?}"
+            );
+        }
+        to_master += 1;
+    }
+    // A proof recorded on one connection, replayed on another: refused.
+    let ring = KeyRing::fixed(keys.clone());
+    let mut first = TcpStream::connect(("127.0.0.1", master.port)).unwrap();
+    let (handshake, hello) = ClientHandshake::start(&ring.keys(), MASTER_ROLE).unwrap();
+    first.write_all(&hello).unwrap();
+    let mut challenge = [0u8; CHALLENGE_LEN];
+    first.read_exact(&mut challenge).unwrap();
+    let proof: [u8; PROOF_LEN] = handshake.answer(&challenge).unwrap();
+    let mut replay = TcpStream::connect(("127.0.0.1", master.port)).unwrap();
+    replay
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    replay.write_all(&hello).unwrap();
+    replay.read_exact(&mut challenge).unwrap();
+    replay.write_all(&proof).unwrap();
+    let mut verdict = Vec::new();
+    let _ = replay.read_to_end(&mut verdict);
+    assert_eq!(verdict, b"MCAUTHNO");
+    drop(first);
+    // Every fuzzed connection to the master (and the replay, and the unfinished first) was
+    // refused; the pool serves its key's holder as before.
+    let want = before + to_master + 2;
+    assert!(
+        common::wait_until(Duration::from_secs(10), || refused() >= want),
+        "refused {} of {want}",
+        refused()
+    );
+    let mut back = vec![0u8; kept.len()];
+    assert_eq!(
+        client.get_into("kept", &mut back).unwrap(),
+        kept.len() as u64
+    );
+    assert_eq!(back, kept);
+    client
+        .put("fresh", &kept[..1000], &ReplicateConfig::default())
+        .unwrap();
     client.teardown();
 }
