@@ -261,6 +261,32 @@ impl ServerHandshake {
     }
 }
 
+/// The fuzz crate's entry (`auth_handshake`): each message decoder on arbitrary bytes (a
+/// hello, then a proof, a challenge, a verdict, and the bytes as a key file). Not an API.
+#[doc(hidden)]
+pub fn fuzz(data: &[u8]) {
+    let Ok(keys) = Key::new(vec![7; 32]).and_then(|key| Keys::from_keys(vec![key])) else {
+        return;
+    };
+    let mut stream = data.iter().copied().chain(std::iter::repeat(0));
+    let mut take = |n: usize| stream.by_ref().take(n).collect::<Vec<u8>>();
+    let hello: [u8; HELLO_LEN] = take(HELLO_LEN).try_into().unwrap_or([0; HELLO_LEN]);
+    let first: [u8; MAGIC_LEN] = hello[..MAGIC_LEN].try_into().unwrap_or([0; MAGIC_LEN]);
+    let _ = starts_hello(&first);
+    let proof: [u8; PROOF_LEN] = take(PROOF_LEN).try_into().unwrap_or([0; PROOF_LEN]);
+    if let Ok((server, _)) = ServerHandshake::respond(&keys, "fuzz", &hello) {
+        let _ = server.check(&proof);
+    }
+    let challenge: [u8; CHALLENGE_LEN] =
+        take(CHALLENGE_LEN).try_into().unwrap_or([0; CHALLENGE_LEN]);
+    if let Ok((client, _)) = ClientHandshake::start(&keys, "fuzz") {
+        let _ = client.answer(&challenge);
+    }
+    let verdict: [u8; VERDICT_LEN] = take(VERDICT_LEN).try_into().unwrap_or([0; VERDICT_LEN]);
+    let _ = ClientHandshake::verdict(&verdict);
+    let _ = Keys::parse(&String::from_utf8_lossy(data));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,6 +350,14 @@ mod tests {
         // The recorded challenge against a new client: its nonce is new.
         let (fresh, _) = ClientHandshake::start(&k, "master").unwrap();
         assert_eq!(fresh.answer(&challenge), Err(ErrorCode::AuthFailed));
+    }
+
+    #[test]
+    fn the_fuzz_entry_takes_any_bytes() {
+        for len in [0, 1, 4, HELLO_LEN, 200, 4096] {
+            fuzz(&vec![0xa5; len]);
+        }
+        fuzz(b"MCAUTH01\x01\x02");
     }
 
     #[test]
