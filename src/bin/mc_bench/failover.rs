@@ -14,6 +14,7 @@
 //! `mooncake_master` process (no journal, no HA) under the same load, interleaved rounds
 //! (`journal.rs`'s load).
 
+use crate::children::{free_port, master_process, sibling, wait_for, Process};
 use crate::report::Report;
 use mooncake_rs::client::{Client, SetupConfig};
 use mooncake_rs::ha::etcd::Etcd;
@@ -21,53 +22,15 @@ use mooncake_rs::ha::member::view_key;
 use mooncake_rs::master::{MasterApi, RemoteMaster, RpcMasterClient};
 use mooncake_rs::rpc::Timeouts;
 use mooncake_rs::types::{ReplicateConfig, Uuid};
-use std::net::{TcpListener, TcpStream};
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Longest wait for anything in a round.
 const ROUND_LIMIT: Duration = Duration::from_secs(30);
-
-fn free_port() -> Result<u16, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
-}
-
-/// A child process killed on drop.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_for(limit: Duration, mut ready: impl FnMut() -> bool) -> bool {
-    let started = Instant::now();
-    while started.elapsed() < limit {
-        if ready() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    false
-}
-
-fn sibling(name: &str) -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let path = exe.with_file_name(name);
-    match path.exists() {
-        true => Ok(path),
-        false => Err(format!(
-            "{} not built (cargo build --release)",
-            path.display()
-        )),
-    }
-}
 
 /// The group's processes and directories.
 struct Group {
@@ -144,27 +107,6 @@ impl Group {
         let view = etcd.get(&view_key("mooncake_cluster")).ok()??;
         let port: u16 = view.value.rsplit(':').next()?.parse().ok()?;
         self.masters.iter().position(|(p, _)| *p == port)
-    }
-}
-
-/// A `mooncake_master` on 127.0.0.1:`port` with `extra` flags, once it listens.
-fn master_process(port: u16, extra: &[String]) -> Result<Process, String> {
-    let child = Command::new(sibling("mooncake_master")?)
-        .arg(format!("--rpc_port={port}"))
-        .arg("--rpc_address=127.0.0.1")
-        .arg("--enable_metric_reporting=false")
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start mooncake_master: {e}"))?;
-    let process = Process(child);
-    let listening = wait_for(ROUND_LIMIT, || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-    match listening {
-        true => Ok(process),
-        false => Err("mooncake_master did not listen".into()),
     }
 }
 

@@ -3,7 +3,7 @@
 //! compared with each other: call cost vs bytes, session vs pinning calls, pipeline vs ideal).
 //!
 //! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load | --tcp | --same-host | --rdma
-//! | --journal | --failover | --ssd]
+//! | --journal | --failover | --ssd | --auth]
 //! [--only NAME | --profile NAME]`, or `mc_bench --standalone [--json] [--quick]` (a dummy's
 //! get through its real client against memcpy, `standalone.rs`) (`--tcp`: only the memcpy
 //! limit and the TCP scenarios between two processes; `--same-host`: only the same-host
@@ -14,7 +14,8 @@
 //! and a restart of 1 M objects (100 k with `--quick`), `journal.rs`; `--failover`: an HA
 //! group on a real etcd, clients' wait when the leader is SIGKILLed, `failover.rs`; `--ssd`: the
 //! SSD tier's disk gets and demotions against `fio` on the same directory and its DRAM-hit
-//! cost, `ssd.rs`; `--load`: only the
+//! cost, `ssd.rs`; `--auth`: gets and new connections with a cluster key against without,
+//! `auth.rs`; `--load`: only the
 //! master load test, `load.rs`, about 30 s; `--device`: only the memcpy
 //! limit, the embedded host scenarios and the device scenarios, which need a GPU and are
 //! skipped cleanly without one; `--stream`: only the memcpy limit and the on-stream
@@ -25,6 +26,8 @@
 //! rounds as `value`/`limit_value` and adds `rounds, value_min, value_max, limit_min,
 //! limit_max, ratio_best`.
 
+mod auth;
+mod children;
 mod device;
 mod failover;
 mod interleave;
@@ -69,6 +72,18 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("--serve-p2p-owner") {
         std::process::exit(p2p::serve_owner(&args[1..]));
+    }
+    if args.first().map(String::as_str) == Some("--auth-leg") {
+        std::process::exit(auth::serve_leg(&args[1..]));
+    }
+    if args.iter().any(|a| a == "--auth") {
+        let mut report = Report::new(json, interleave::Selection::default());
+        let quick = args.iter().any(|a| a == "--quick");
+        if let Err(message) = auth::run(&mut report, quick) {
+            eprintln!("mc_bench: {message}");
+            std::process::exit(1);
+        }
+        return;
     }
     if args.iter().any(|a| a == "--failover") {
         let mut report = Report::new(json, interleave::Selection::default());
