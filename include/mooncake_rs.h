@@ -225,6 +225,13 @@
 #define MC_ERR_STALE_SEGMENT_EPOCH (0 - 9006)
 
 /**
+ * A connection's cluster-key handshake failed: the peer has no key, another key, or is not
+ * a mooncake-rs service of the expected kind; nothing was sent past the handshake
+ * (mooncake-rs code).
+ */
+#define MC_ERR_AUTH_FAILED (0 - 9007)
+
+/**
  * `direction`: the handle's `p2p_transfer_direction_mode` (REVERSE unless set up otherwise).
  */
 #define MC_P2P_DIRECTION_DEFAULT -1

@@ -19,6 +19,8 @@
 /// The role of the transfer engine's data port (TCP transfers and the RDMA side channel, which
 /// arrives on the same port).
 pub const ROLE_DATA: &str = "transfer-data";
+/// The role of a real client's socket for its dummies (the standalone layout).
+pub const ROLE_STANDALONE: &str = "standalone";
 
 pub mod io;
 pub mod keys;

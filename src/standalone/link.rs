@@ -10,6 +10,7 @@ use super::pool::{BlockGuard, SharedBlock, ShmPool};
 use super::wire::{
     deadline_to_wire, parse_header, Kind, Reader, WireRequest, Writer, MAX_BODY, VERSION, WORKING,
 };
+use crate::auth::{self, KeyRing};
 use crate::error::{fail, set_last_error_message, ErrorCode, Result};
 use crate::transfer::copy::copy_bytes;
 use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
@@ -70,6 +71,8 @@ struct Inner {
     /// dummy.
     id: u64,
     ttl: Duration,
+    /// The key each connection proves first, if any.
+    cluster_key: Option<Arc<KeyRing>>,
     conns: ConnPool,
     master_address: String,
     real_name: String,
@@ -87,17 +90,23 @@ impl DummyLink {
     /// Errors: `INVALID_PARAMS` when nobody serves `name` or the real client refuses the
     /// dummy; `INTERNAL_ERROR` when the pinger thread cannot be made.
     pub fn connect(name: &str) -> Result<DummyLink> {
-        Self::connect_with_ttl(name, super::ttl())
+        Self::connect_with(name, super::ttl(), crate::auth::process_key()?)
     }
 
-    /// [`Self::connect`] with a TTL of `ttl` instead of [`super::ttl`].
-    pub(super) fn connect_with_ttl(name: &str, ttl: Duration) -> Result<DummyLink> {
+    /// [`Self::connect`] with a TTL of `ttl` instead of [`super::ttl`] and `cluster_key`
+    /// (each connection proves it before its hello) instead of the process's key.
+    pub(super) fn connect_with(
+        name: &str,
+        ttl: Duration,
+        cluster_key: Option<Arc<KeyRing>>,
+    ) -> Result<DummyLink> {
         let id = fastrand::u64(..);
-        let (first, master_address, real_name) = open(name, id, ttl)?;
+        let (first, master_address, real_name) = open(name, id, ttl, cluster_key.as_deref())?;
         let inner = Arc::new(Inner {
             name: name.to_string(),
             id,
             ttl,
+            cluster_key,
             conns: ConnPool::new(first, max_connections()),
             master_address,
             real_name,
@@ -201,9 +210,14 @@ impl Drop for DummyLink {
     }
 }
 
-/// Connects and says hello as link `id`; returns the connection (nothing mapped, no staging
+/// Connects, proves `cluster_key` (if any) and says hello as link `id`; returns the connection (nothing mapped, no staging
 /// block yet) and the real client's master address and segment name.
-fn open(name: &str, id: u64, ttl: Duration) -> Result<(Conn, String, String)> {
+fn open(
+    name: &str,
+    id: u64,
+    ttl: Duration,
+    cluster_key: Option<&KeyRing>,
+) -> Result<(Conn, String, String)> {
     let refused = |what: String| {
         fail::<(Conn, String, String)>(
             ErrorCode::InvalidParams,
@@ -226,6 +240,11 @@ fn open(name: &str, id: u64, ttl: Duration) -> Result<(Conn, String, String)> {
         .and_then(|_| stream.set_write_timeout(Some(ttl)))
     {
         return refused(e.to_string());
+    }
+    if let Some(key) = cluster_key {
+        if let Err(e) = auth::client_blocking(&mut stream, key, auth::ROLE_STANDALONE) {
+            return refused(format!("{e}: {}", crate::error::last_error_message()));
+        }
     }
     let mut hello = Writer::default();
     hello.u32(VERSION).u32(std::process::id()).u64(id);
@@ -338,15 +357,15 @@ impl Inner {
     /// `TRANSFER_FAIL` when the link is closed or the real client cannot be reached (the link
     /// is then unhealthy).
     fn lend(&self) -> Result<Lent<'_>> {
-        let lent = self
-            .conns
-            .lend(|| match open(&self.name, self.id, self.ttl) {
+        let lent = self.conns.lend(|| {
+            match open(&self.name, self.id, self.ttl, self.cluster_key.as_deref()) {
                 Ok((conn, _, _)) => Ok(conn),
                 Err(e) => {
                     let message = crate::error::last_error_message();
                     fail(ErrorCode::TransferFail, format!("{e}: {message}"))
                 }
-            });
+            }
+        });
         if lent.is_err() {
             self.healthy.store(false, Ordering::Release);
         }

@@ -11,6 +11,7 @@
 use super::wire::{
     deadline_from_wire, parse_header, Kind, Reader, WireRequest, Writer, VERSION, WORKING,
 };
+use crate::auth::{self, KeyRing};
 use crate::error::{fail, last_error_message, ErrorCode, Result};
 use crate::shm::{recv_with_fds, PeerMapping};
 use crate::transfer::{TransferEngine, TransferOp, TransferRequest};
@@ -127,6 +128,8 @@ struct Shared {
     links: Mutex<HashMap<LinkKey, LinkHolds>>,
     /// The dummy connections being served: a handle on each one's socket and its thread.
     served: Mutex<Vec<Served>>,
+    /// The key a dummy connection proves before its hello is read, if any.
+    cluster_key: Option<Arc<KeyRing>>,
 }
 
 /// One dummy connection: a duplicate of its socket (to end it at shutdown) and its thread.
@@ -154,7 +157,8 @@ impl DummyServer {
         master_address: &str,
     ) -> Result<DummyServer> {
         let limits = Limits::from_env();
-        Self::start_with(name, engine, own_name, master_address, limits)
+        let key = crate::auth::process_key()?;
+        Self::start_with(name, engine, own_name, master_address, limits, key)
     }
 
     /// [`Self::start`] with a dummy TTL of `ttl` instead of [`super::ttl`].
@@ -170,16 +174,18 @@ impl DummyServer {
             ttl,
             ..Limits::from_env()
         };
-        Self::start_with(name, engine, own_name, master_address, limits)
+        Self::start_with(name, engine, own_name, master_address, limits, None)
     }
 
-    /// [`Self::start`] with `limits` instead of the environment's.
+    /// [`Self::start`] with `limits` instead of the environment's and `cluster_key` (every
+    /// dummy connection proves it first) instead of the process's key.
     pub(super) fn start_with(
         name: &str,
         engine: Arc<TransferEngine>,
         own_name: &str,
         master_address: &str,
         limits: Limits,
+        cluster_key: Option<Arc<KeyRing>>,
     ) -> Result<DummyServer> {
         let listener = SocketAddr::from_abstract_name(name.as_bytes())
             .and_then(|addr| UnixListener::bind_addr(&addr));
@@ -201,6 +207,7 @@ impl DummyServer {
             counters: Counters::default(),
             links: Mutex::new(HashMap::new()),
             served: Mutex::new(Vec::new()),
+            cluster_key,
         });
         let accept_shared = Arc::clone(&shared);
         let acceptor = std::thread::Builder::new()
@@ -472,6 +479,11 @@ fn serve(shared: &Shared, stream: UnixStream, peer: libc::pid_t) {
         || stream.set_write_timeout(Some(shared.limits.ttl)).is_err()
     {
         return;
+    }
+    if let Some(key) = &shared.cluster_key {
+        if auth::server_blocking(&mut &stream, key, auth::ROLE_STANDALONE, None).is_err() {
+            return;
+        }
     }
     shared.counters.connections.fetch_add(1, Ordering::Relaxed);
     let heartbeat = Heartbeat::default();

@@ -344,7 +344,7 @@ fn served_link_with(
     let name = format!("mc-rs-test-{}-{tag}.sock", std::process::id());
     let server =
         DummyServer::start_with_ttl(&name, Arc::clone(&engine), OWN, "127.0.0.1:1", ttl).unwrap();
-    let link = Arc::new(crate::standalone::DummyLink::connect_with_ttl(&name, ttl).unwrap());
+    let link = Arc::new(crate::standalone::DummyLink::connect_with(&name, ttl, None).unwrap());
     (segment, server, link)
 }
 
@@ -964,4 +964,46 @@ fn a_hole_punched_in_a_dummys_block_fails_its_transfers_not_the_real_client() {
     let (codes, message) = transfer(&mut s, &[request(true, 2, 0, 4096, seg + 16384, OWN)]);
     assert_eq!(codes, vec![0], "{message}");
     assert_eq!(bytes_at(segment.addr() + 16384, 4096), vec![0x3c; 4096]);
+}
+
+/// With a cluster key, a dummy link that proves it is served; one with another key or none
+/// is refused before its hello is read (`INVALID_PARAMS`, naming the handshake).
+#[test]
+fn a_keyed_real_client_serves_only_dummies_that_prove_its_key() {
+    use crate::auth::{Key, KeyRing, Keys};
+    use crate::standalone::DummyLink;
+    use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
+    let ring =
+        |byte| KeyRing::fixed(Keys::from_keys(vec![Key::new(vec![byte; 32]).unwrap()]).unwrap());
+    let (engine, segment) = engine_with_segment();
+    let name = format!("mc-rs-test-{}-keyed.sock", std::process::id());
+    let limits = super::server::Limits::from_env();
+    let server =
+        DummyServer::start_with(&name, engine, OWN, "127.0.0.1:1", limits, Some(ring(1))).unwrap();
+    let ttl = super::ttl();
+    let link = DummyLink::connect_with(&name, ttl, Some(ring(1))).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let request = TransferRequest {
+        op: TransferOp::Read,
+        local_addr: buf.as_mut_ptr() as usize,
+        len: buf.len() as u64,
+        endpoint: OWN,
+        remote_addr: segment.addr() as u64,
+        epoch: 0,
+        send_by: None,
+    };
+    // SAFETY: `buf` outlives the call; the segment is registered for its whole length.
+    let read = unsafe { link.transfer(&[request]) };
+    assert_eq!(read, vec![Ok(())]);
+    for key in [Some(ring(2)), None] {
+        let refused = DummyLink::connect_with(&name, ttl, key.clone());
+        assert_eq!(refused.err(), Some(ErrorCode::InvalidParams));
+        let message = crate::error::last_error_message();
+        assert!(message.contains("cannot attach"), "{message}");
+        if key.is_some() {
+            assert!(message.contains("AUTH_FAILED"), "{message}");
+        }
+    }
+    drop(link);
+    drop(server);
 }
