@@ -1,4 +1,4 @@
-//! The two forms of `setup` (spec §4.1): 13 positional/keyword arguments (the first seven
+//! The two forms of `setup` (spec §4.1): 13 positional/keyword arguments of upstream and `cluster_key_file` (the first seven
 //! required), or one `dict` with string-parsed values (upstream's size and bool grammars).
 //! pyo3 has no overloads, so `setup(*args, **kwargs)` is dispatched here by hand.
 
