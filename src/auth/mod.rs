@@ -19,6 +19,8 @@
 /// The role of the transfer engine's data port (TCP transfers and the RDMA side channel, which
 /// arrives on the same port).
 pub const ROLE_DATA: &str = "transfer-data";
+/// The role of the same-host channel's socket (segments mapped by processes of this host).
+pub const ROLE_SAME_HOST: &str = "same-host";
 /// The role of a real client's socket for its dummies (the standalone layout).
 pub const ROLE_STANDALONE: &str = "standalone";
 

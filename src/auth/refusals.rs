@@ -87,7 +87,9 @@ pub fn counters() -> AuthCounters {
     }
 }
 
-pub(super) fn accepted() {
+/// Counts a handshake a server accepted (for servers that drive [`super::protocol`]
+/// themselves, as the same-host poll loop does).
+pub fn accepted() {
     ACCEPTED.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -97,7 +99,7 @@ pub(super) fn client_failed() {
 
 /// Counts a refusal by a `role` server of a connection from `peer`, and logs it unless that
 /// peer's address was logged within the last minute.
-pub(super) fn refused(reason: Refusal, role: &str, peer: Option<IpAddr>) {
+pub fn refused(reason: Refusal, role: &str, peer: Option<IpAddr>) {
     REFUSED[index(reason)].fetch_add(1, Ordering::Relaxed);
     if should_log(peer, Instant::now()) {
         let peer = peer.map_or_else(|| "a local peer".to_owned(), |ip| ip.to_string());

@@ -184,14 +184,18 @@ impl TransferEngine {
             None => None,
         };
         let exporter = match (&server, settings.same_host) {
-            (Some(_), true) => Exporter::start(&config.local_name, settings.same_host_handshake)
-                .map_err(|_| {
-                    tracing::warn!(
-                        detail = %crate::error::last_error_message(),
-                        "same-host peers will use TCP to reach this segment"
-                    )
-                })
-                .ok(),
+            (Some(_), true) => Exporter::start(
+                &config.local_name,
+                settings.same_host_handshake,
+                key.clone(),
+            )
+            .map_err(|_| {
+                tracing::warn!(
+                    detail = %crate::error::last_error_message(),
+                    "same-host peers will use TCP to reach this segment"
+                )
+            })
+            .ok(),
             _ => None,
         };
         let peers = PeerMaps::new(
@@ -199,6 +203,7 @@ impl TransferEngine {
             settings.same_host_retry,
             settings.same_host_handshake,
             Arc::clone(&metrics),
+            key,
         );
         Ok(Arc::new(TransferEngine {
             local_name: config.local_name,

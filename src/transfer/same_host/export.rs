@@ -16,10 +16,12 @@
 use super::control::ControlWord;
 use super::handshake::{self, Hello, Status, Welcome, HELLO_LEN};
 use super::hangup::{hung_up, wait_ready};
+use crate::auth::protocol::{self, Refusal, ServerHandshake};
+use crate::auth::{self, KeyRing};
 use crate::error::{fail, ErrorCode, Result};
 use crate::shm::send_with_fds;
 use parking_lot::Mutex;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -75,7 +77,17 @@ struct Pending {
     stream: UnixStream,
     pid: libc::pid_t,
     deadline: Instant,
+    /// The cluster-key handshake still to finish before the hello is read (with a key).
+    auth: Option<AuthStep>,
     hello: Vec<u8>,
+}
+
+/// Where a pending connection's cluster-key handshake is (driven by the poll loop).
+enum AuthStep {
+    /// Reading the peer's hello (the bytes so far).
+    Hello(Vec<u8>),
+    /// The challenge was sent; reading the peer's proof (the bytes so far).
+    Proof(Box<ServerHandshake>, Vec<u8>),
 }
 
 struct Shared {
@@ -83,6 +95,8 @@ struct Shared {
     state: Mutex<State>,
     stopping: AtomicBool,
     timeout: Duration,
+    /// The key a peer proves before its hello is read, if any.
+    cluster_key: Option<Arc<KeyRing>>,
 }
 
 /// The owner's listener. Thread-safety: every method takes `&self`; share it freely. Drop
@@ -95,12 +109,18 @@ pub(crate) struct Exporter {
 }
 
 impl Exporter {
-    /// Listens for segment `endpoint`'s peers; handshakes time out after `timeout`.
+    /// Listens for segment `endpoint`'s peers; handshakes time out after `timeout`; with
+    /// `cluster_key`, a peer proves it (the `auth` handshake, role `same-host`) before its
+    /// hello is read, on top of the same-user check.
     ///
     /// Errors: `INTERNAL_ERROR` when the name is in use (another process of this network
     /// namespace serves that endpoint) or too long, or the control file or the thread cannot
     /// be created.
-    pub(crate) fn start(endpoint: &str, timeout: Duration) -> Result<Exporter> {
+    pub(crate) fn start(
+        endpoint: &str,
+        timeout: Duration,
+        cluster_key: Option<Arc<KeyRing>>,
+    ) -> Result<Exporter> {
         let bound = handshake::socket_addr(endpoint).and_then(|a| {
             let listener = UnixListener::bind_addr(&a)?;
             Ok((a, listener))
@@ -122,6 +142,7 @@ impl Exporter {
             }),
             stopping: AtomicBool::new(false),
             timeout,
+            cluster_key,
         });
         let serving = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -271,6 +292,10 @@ fn accept_all(shared: &Shared, listener: &UnixListener, pending: &mut Vec<Pendin
             stream,
             pid,
             deadline: Instant::now() + shared.timeout,
+            auth: shared
+                .cluster_key
+                .as_ref()
+                .map(|_| AuthStep::Hello(Vec::new())),
             hello: Vec::with_capacity(HELLO_LEN),
         });
     }
@@ -279,6 +304,18 @@ fn accept_all(shared: &Shared, listener: &UnixListener, pending: &mut Vec<Pendin
 /// Reads what arrived of `pending`'s hello; answers it once complete. Returns whether the
 /// connection is still waiting for the rest of its hello.
 fn read_hello(shared: &Shared, pending: &mut Pending) -> bool {
+    if let Some(step) = pending.auth.take() {
+        return match advance_auth(shared, &mut pending.stream, step) {
+            Ok(next) => {
+                pending.auth = next;
+                true
+            }
+            Err(reason) => {
+                auth::refusals::refused(reason, auth::ROLE_SAME_HOST, None);
+                false
+            }
+        };
+    }
     let mut bytes = [0u8; HELLO_LEN];
     let want = HELLO_LEN - pending.hello.len();
     match pending.stream.read(&mut bytes[..want]) {
@@ -300,6 +337,87 @@ fn read_hello(shared: &Shared, pending: &mut Pending) -> bool {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
         Err(_) => false,
     }
+}
+
+/// Reads what arrived of a pending connection's cluster-key handshake and answers each
+/// complete message: the next step, `None` once the peer proved the key (its hello comes
+/// next), or why it was refused (the connection is then dropped).
+fn advance_auth(
+    shared: &Shared,
+    stream: &mut UnixStream,
+    step: AuthStep,
+) -> std::result::Result<Option<AuthStep>, Refusal> {
+    let Some(key) = &shared.cluster_key else {
+        return Err(Refusal::Incomplete);
+    };
+    match step {
+        AuthStep::Hello(mut got) => {
+            if !fill(stream, &mut got, protocol::HELLO_LEN)? {
+                let started = got
+                    .get(..protocol::MAGIC_LEN)
+                    .map(<[u8; protocol::MAGIC_LEN]>::try_from);
+                if let Some(Ok(first)) = started {
+                    if !protocol::starts_hello(&first) {
+                        return Err(Refusal::NoHandshake);
+                    }
+                }
+                return Ok(Some(AuthStep::Hello(got)));
+            }
+            let hello = <[u8; protocol::HELLO_LEN]>::try_from(got.as_slice())
+                .map_err(|_| Refusal::Incomplete)?;
+            match ServerHandshake::respond(&key.keys(), auth::ROLE_SAME_HOST, &hello) {
+                Ok((handshake, challenge)) => {
+                    stream
+                        .write_all(&challenge)
+                        .map_err(|_| Refusal::Incomplete)?;
+                    Ok(Some(AuthStep::Proof(Box::new(handshake), Vec::new())))
+                }
+                Err((reason, answer)) => {
+                    if let Some(answer) = answer {
+                        let _ = stream.write_all(&answer);
+                    }
+                    Err(reason)
+                }
+            }
+        }
+        AuthStep::Proof(handshake, mut got) => {
+            if !fill(stream, &mut got, protocol::PROOF_LEN)? {
+                return Ok(Some(AuthStep::Proof(handshake, got)));
+            }
+            let proof = <[u8; protocol::PROOF_LEN]>::try_from(got.as_slice())
+                .map_err(|_| Refusal::Incomplete)?;
+            let (verdict, accepted) = handshake.check(&proof);
+            let sent = stream.write_all(&verdict);
+            match (accepted, sent) {
+                (true, Ok(())) => {
+                    auth::refusals::accepted();
+                    Ok(None)
+                }
+                (true, Err(_)) => Err(Refusal::Incomplete),
+                (false, _) => Err(Refusal::BadProof),
+            }
+        }
+    }
+}
+
+/// Reads (without blocking) what arrived, up to `want` bytes in all, into `got`; whether
+/// `got` is complete. A peer that closed is `Incomplete`.
+fn fill(
+    stream: &mut UnixStream,
+    got: &mut Vec<u8>,
+    want: usize,
+) -> std::result::Result<bool, Refusal> {
+    let mut bytes = [0u8; protocol::CHALLENGE_LEN];
+    while got.len() < want {
+        match stream.read(&mut bytes[..want - got.len()]) {
+            Ok(0) => return Err(Refusal::Incomplete),
+            Ok(n) => got.extend_from_slice(&bytes[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(Refusal::Incomplete),
+        }
+    }
+    Ok(true)
 }
 
 /// Closes the connections whose peer went away (dropped its mapping, or died), so the owner

@@ -7,6 +7,7 @@ use super::handshake::{self, Hello, Status, Welcome, WELCOME_LEN};
 use super::hangup::hung_up;
 use super::locality;
 use super::reaper::Reaper;
+use crate::auth::{self, KeyRing};
 use crate::error::{fail, ErrorCode, Result};
 use crate::shm::{recv_with_fds, send_with_fds, PeerMapping};
 use crate::transfer::copy::copy_bytes;
@@ -152,6 +153,8 @@ pub(crate) struct PeerMaps {
     cache: Arc<Cache>,
     /// Drops mappings whose owner hung up (none when disabled or when it cannot start).
     reaper: Option<Reaper>,
+    /// The key each handshake proves first, if any (owners with a key refuse others).
+    cluster_key: Option<Arc<KeyRing>>,
 }
 
 impl PeerMaps {
@@ -164,6 +167,7 @@ impl PeerMaps {
         retry: Duration,
         timeout: Duration,
         metrics: Arc<Metrics>,
+        cluster_key: Option<Arc<KeyRing>>,
     ) -> PeerMaps {
         let cache = Arc::new(Cache {
             entries: Mutex::new(HashMap::new()),
@@ -189,6 +193,7 @@ impl PeerMaps {
             metrics,
             cache,
             reaper,
+            cluster_key,
         }
     }
 
@@ -295,6 +300,9 @@ impl PeerMaps {
             return Err(());
         }
         let connection = connect(endpoint, self.timeout).map_err(|_| ())?;
+        if let Some(key) = &self.cluster_key {
+            auth::client_blocking(&mut &connection, key, auth::ROLE_SAME_HOST).map_err(|_| ())?;
+        }
         send_with_fds(&connection, &Hello { epoch }.encode(), &[])
             .or_else(|e| fail(ErrorCode::TransferFail, format!("same-host hello: {e}")))
             .map_err(|_| ())?;

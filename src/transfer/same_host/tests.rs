@@ -36,7 +36,7 @@ fn owner_with(
     timeout: Duration,
 ) -> (String, Exporter, SealedMemfd, PeerMapping) {
     let endpoint = endpoint.to_string();
-    let exporter = Exporter::start(&endpoint, timeout).unwrap();
+    let exporter = Exporter::start(&endpoint, timeout, None).unwrap();
     let file = SealedMemfd::create("same-host-unit", 1 << 16).unwrap();
     let mine = PeerMapping::map(file.fd(), 0, 1 << 16).unwrap();
     exporter
@@ -46,12 +46,46 @@ fn owner_with(
 }
 
 fn maps(metrics: &Arc<Metrics>) -> PeerMaps {
+    keyed_maps(metrics, None)
+}
+
+fn keyed_maps(metrics: &Arc<Metrics>, key: Option<Arc<crate::auth::KeyRing>>) -> PeerMaps {
     PeerMaps::new(
         true,
         Duration::from_secs(60),
         Duration::from_secs(5),
         Arc::clone(metrics),
+        key,
     )
+}
+
+/// With a cluster key, the owner maps its segment only to a peer that proves it; one with
+/// another key or none gets no mapping (and uses the network, which refuses it too).
+#[test]
+fn a_keyed_owner_maps_only_for_peers_that_prove_its_key() {
+    use crate::auth::{Key, KeyRing, Keys};
+    let ring =
+        |byte| KeyRing::fixed(Keys::from_keys(vec![Key::new(vec![byte; 32]).unwrap()]).unwrap());
+    let endpoint = unique_endpoint();
+    let exporter = Exporter::start(&endpoint, Duration::from_secs(5), Some(ring(1))).unwrap();
+    let file = SealedMemfd::create("same-host-keyed", 1 << 16).unwrap();
+    exporter.publish(0x10_0000, 1 << 16, 5, file.fd()).unwrap();
+    let metrics = Arc::new(Metrics::default());
+    let before = crate::auth::counters();
+    for key in [Some(ring(2)), None] {
+        let peers = keyed_maps(&metrics, key);
+        assert!(peers.lookup(&endpoint, 5, 0x10_0000, 16).is_none());
+    }
+    let keyed = keyed_maps(&metrics, Some(ring(1)));
+    assert!(
+        keyed.lookup(&endpoint, 5, 0x10_0000, 16).is_some(),
+        "{}",
+        crate::error::last_error_message()
+    );
+    let after = crate::auth::counters();
+    assert!(after.accepted > before.accepted);
+    assert!(after.refused_total() >= before.refused_total() + 2);
+    drop(exporter);
 }
 
 /// Another process of this user (python) that opens `count` connections to `endpoint`'s
