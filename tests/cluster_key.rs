@@ -66,18 +66,19 @@ fn closed_without_an_answer(port: u16, bytes: &[u8]) -> bool {
     matches!(stream.read(&mut answer), Ok(0) | Err(_))
 }
 
-#[test]
-fn a_keyed_cluster_serves_clients_with_the_key_and_refuses_the_others_on_every_port() {
+/// A keyed pool: a master and a peer with a `segment` (over TCP: `MC_SAME_HOST=0`), both
+/// with [`our_key`], and an in-process client with the key; with the peer's data port.
+fn keyed_pool(segment: &str) -> (Master, PeerClient, u16, Client) {
     let key = our_key();
     let master = Master::start(&[&flag(key)]);
     let peer = PeerClient::spawn(
         &master.addr(),
-        "64 MB",
+        segment,
         "P2PHANDSHAKE",
         &[flag(key)],
         &[("MC_SAME_HOST", "0")],
     );
-    // This process proves the same key: every operation family works.
+    let data_port: u16 = peer.name.rsplit(':').next().unwrap().parse().unwrap();
     let client = Client::setup(SetupConfig {
         local_hostname: "127.0.0.1".into(),
         global_segment_size: 0,
@@ -87,6 +88,13 @@ fn a_keyed_cluster_serves_clients_with_the_key_and_refuses_the_others_on_every_p
         ..SetupConfig::default()
     })
     .unwrap_or_else(|e| panic!("setup: {e}: {}", mooncake_rs::error::last_error_message()));
+    (master, peer, data_port, client)
+}
+
+#[test]
+fn a_keyed_cluster_serves_clients_with_the_key_and_refuses_the_others_on_every_port() {
+    // This process proves the same key: every operation family works.
+    let (master, _peer, data_port, client) = keyed_pool("64 MB");
     let value: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
     client
         .put("k1", &value, &ReplicateConfig::default())
@@ -122,7 +130,6 @@ fn a_keyed_cluster_serves_clients_with_the_key_and_refuses_the_others_on_every_p
         master.port,
         &[8, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4]
     ));
-    let data_port: u16 = peer.name.rsplit(':').next().unwrap().parse().unwrap();
     assert!(closed_without_an_answer(data_port, &[0x80; 64]));
     // Nothing changed for the key's holders; the master counted the refusals.
     assert_eq!(
@@ -170,24 +177,7 @@ fn fuzzed_and_replayed_connections_get_nothing_past_the_handshake() {
     use mooncake_rs::auth::protocol::{ClientHandshake, CHALLENGE_LEN, PROOF_LEN};
     use mooncake_rs::auth::{KeyRing, Keys};
     let key = our_key();
-    let master = Master::start(&[&flag(key)]);
-    let peer = PeerClient::spawn(
-        &master.addr(),
-        "16 MB",
-        "P2PHANDSHAKE",
-        &[flag(key)],
-        &[("MC_SAME_HOST", "0")],
-    );
-    let data_port: u16 = peer.name.rsplit(':').next().unwrap().parse().unwrap();
-    let client = Client::setup(SetupConfig {
-        local_hostname: "127.0.0.1".into(),
-        global_segment_size: 0,
-        local_buffer_size: 16 << 20,
-        master_server_addr: master.addr(),
-        cluster_key_file: key.display().to_string(),
-        ..SetupConfig::default()
-    })
-    .unwrap();
+    let (master, _peer, data_port, client) = keyed_pool("16 MB");
     let kept: Vec<u8> = (0..300_000).map(|i| (i % 241) as u8).collect();
     client
         .put("kept", &kept, &ReplicateConfig::default())
