@@ -359,6 +359,10 @@ TEST(CapiMisc, StaticStringsAndNullTolerantHelpers) {
     mc_host_event_free(nullptr);
     mc_setup_config_init(nullptr);
     mc_replicate_config_init(nullptr);
+    // A NULL or empty key file path is refused and leaves the process without a key.
+    EXPECT_EQ(mc_set_cluster_key_file(nullptr), kInvalid);
+    EXPECT_EQ(mc_set_cluster_key_file(""), kInvalid);
+    EXPECT_EQ(mooncake_rs::RealClient::set_cluster_key_file(""), kInvalid);
 }
 
 TEST(CapiMisc, LastErrorMessageTruncatesAndReportsFullLength) {

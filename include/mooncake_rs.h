@@ -588,6 +588,20 @@ void mc_setup_config_init(mc_setup_config_t *config);
 void mc_replicate_config_init(mc_replicate_config_t *config);
 
 /**
+ * Makes the key file at `path` this process's cluster key: every connection this process
+ * opens or accepts from then on proves or checks it (README, "A cluster key"). Call it
+ * before the first setup; the same as `MC_CLUSTER_KEY_FILE`, which it overrides. Naming the
+ * file already in use again is fine.
+ *
+ * Returns 0; -600 (`INVALID_PARAMS`) for a NULL, empty or non-UTF-8 `path`, or when the
+ * process already uses another key file or has connected without one; -1101
+ * (`FILE_OPEN_FAIL`) when the file cannot be read and -600 when it holds no valid key
+ * (`mc_last_error_message` says why), and then every connection fails `AUTH_FAILED` (-9007)
+ * rather than open without a key. Thread-safe.
+ */
+int mc_set_cluster_key_file(const char *path);
+
+/**
  * The library version as a static string, e.g. `"0.2.0"`.
  *
  * Ownership: the string is static; never free it. Never NULL. Thread-safe.

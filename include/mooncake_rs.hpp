@@ -378,6 +378,14 @@ public:
     /** The ErrorCode name of `code` ("OBJECT_NOT_FOUND", ...). */
     static const char *strerror(int64_t code) noexcept { return mc_strerror(code); }
 
+    /**
+     * Makes `path` this process's cluster key file (mc_set_cluster_key_file): call before the
+     * first setup. Returns 0, -600 or -1101 (see the C function).
+     */
+    static int set_cluster_key_file(const std::string &path) noexcept {
+        return mc_set_cluster_key_file(path.c_str());
+    }
+
     // --- lifecycle -----------------------------------------------------------------------------
 
     /**

@@ -153,6 +153,97 @@ fn a_keyed_cluster_serves_clients_with_the_key_and_refuses_the_others_on_every_p
     client.teardown();
 }
 
+/// A keyed master's HTTP metadata service serves its key's holders (a peer publishes its
+/// segment, a client finds it and reads over TCP) and nobody else: a plain HTTP read of the
+/// descriptor and an overwrite pointing the segment elsewhere get the connection closed
+/// unanswered, and the data still flows to the right peer afterwards.
+#[test]
+fn a_keyed_metadata_service_serves_only_holders_of_the_key() {
+    let key = our_key();
+    let http_port = common::free_port();
+    let master = Master::start(&[
+        &flag(key),
+        "--enable_http_metadata_server=true",
+        &format!("--http_metadata_server_port={http_port}"),
+        "--http_metadata_server_host=127.0.0.1",
+    ]);
+    let url = format!("http://127.0.0.1:{http_port}/metadata");
+    let peer = PeerClient::spawn(
+        &master.addr(),
+        "16 MB",
+        &url,
+        &[flag(key)],
+        &[("MC_SAME_HOST", "0")],
+    );
+    let client = Client::setup(SetupConfig {
+        local_hostname: "127.0.0.1".into(),
+        global_segment_size: 0,
+        local_buffer_size: 16 << 20,
+        master_server_addr: master.addr(),
+        metadata_server: url.clone(),
+        cluster_key_file: key.display().to_string(),
+        ..SetupConfig::default()
+    })
+    .unwrap_or_else(|e| panic!("setup: {e}: {}", mooncake_rs::error::last_error_message()));
+    let read = format!(
+        "GET /metadata?key=mooncake/ram/{} HTTP/1.1\r\nHost: x\r\n\r\n",
+        peer.name
+    );
+    assert!(closed_without_an_answer(http_port, read.as_bytes()));
+    let forged = r#"{"name":"x","protocol":"tcp","tcp_data_port":1,"buffers":[]}"#;
+    let overwrite = format!(
+        "PUT /metadata?key=mooncake/ram/{} HTTP/1.1\r\nContent-Length: {}\r\n\r\n{forged}",
+        peer.name,
+        forged.len()
+    );
+    assert!(closed_without_an_answer(http_port, overwrite.as_bytes()));
+    let config = ReplicateConfig {
+        preferred_segments: vec![peer.name.clone()],
+        ..ReplicateConfig::default()
+    };
+    let value: Vec<u8> = (0..1 << 20).map(|i| (i % 253) as u8).collect();
+    client.put("via-http", &value, &config).unwrap();
+    let mut back = vec![0u8; value.len()];
+    assert_eq!(client.get_into("via-http", &mut back), Ok(1 << 20));
+    assert_eq!(back, value);
+    assert!(client.metrics().transfer.tcp_read_bytes >= 1 << 20);
+    client.teardown();
+}
+
+/// The C API names the process's key file: the same file again is fine, another file, NULL or
+/// an empty path is refused with INVALID_PARAMS and changes nothing; a client set up after it
+/// works against the keyed master.
+#[test]
+fn the_c_api_names_the_key_file() {
+    use mooncake_rs::ffi::config::mc_set_cluster_key_file;
+    use std::ffi::CString;
+    let (master, _peer, _data_port, client) = keyed_pool("16 MB");
+    let ours = CString::new(our_key().display().to_string()).unwrap();
+    assert_eq!(mc_set_cluster_key_file(ours.as_ptr()), 0);
+    let other = key_file("c-api-other", &"d4".repeat(32));
+    let other = CString::new(other.display().to_string()).unwrap();
+    assert_eq!(mc_set_cluster_key_file(other.as_ptr()), -600);
+    assert!(mooncake_rs::error::last_error_message().contains("already uses"));
+    assert_eq!(mc_set_cluster_key_file(std::ptr::null()), -600);
+    assert_eq!(mc_set_cluster_key_file(c"".as_ptr()), -600);
+    let second = Client::setup(SetupConfig {
+        local_hostname: "127.0.0.1".into(),
+        global_segment_size: 0,
+        local_buffer_size: 16 << 20,
+        master_server_addr: master.addr(),
+        ..SetupConfig::default()
+    })
+    .unwrap_or_else(|e| panic!("setup: {e}: {}", mooncake_rs::error::last_error_message()));
+    client
+        .put("c-api", &[9u8; 4096], &ReplicateConfig::default())
+        .unwrap();
+    let mut back = vec![0u8; 4096];
+    assert_eq!(second.get_into("c-api", &mut back), Ok(4096));
+    assert_eq!(back, vec![9u8; 4096]);
+    second.teardown();
+    client.teardown();
+}
+
 /// Everything the server sends on a fresh connection to 127.0.0.1:`port` after `bytes`, until
 /// it closes (at most 2 s).
 fn answer_to(port: u16, bytes: &[u8]) -> Vec<u8> {

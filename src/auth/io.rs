@@ -196,14 +196,11 @@ pub async fn server_async<S: AsyncRead + AsyncWrite + Unpin>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::keys::{Key, Keys};
     use super::*;
     use std::net::{TcpListener, TcpStream};
     use std::sync::Arc;
 
-    fn ring(byte: u8) -> Arc<KeyRing> {
-        KeyRing::fixed(Keys::from_keys(vec![Key::new(vec![byte; 32]).unwrap()]).unwrap())
-    }
+    use crate::auth::test_ring as ring;
 
     /// One blocking server handshake on a real socket against `client`; returns both results.
     fn pair(

@@ -23,6 +23,8 @@ pub const ROLE_DATA: &str = "transfer-data";
 pub const ROLE_SAME_HOST: &str = "same-host";
 /// The role of a real client's socket for its dummies (the standalone layout).
 pub const ROLE_STANDALONE: &str = "standalone";
+/// The role of the HTTP metadata service (segment descriptors and endpoints).
+pub const ROLE_METADATA: &str = "http-metadata";
 
 pub mod io;
 pub mod keys;
@@ -34,3 +36,9 @@ pub use io::{client_async, client_blocking, server_async, server_blocking, HANDS
 pub use keys::{Key, KeyRing, Keys};
 pub use process::{process_key, use_key_file, warn_if_open};
 pub use refusals::{counters, prometheus_text, AuthCounters};
+
+/// A ring of one key whose 32 bytes are all `byte` (tests: equal bytes, equal keys).
+#[cfg(test)]
+pub(crate) fn test_ring(byte: u8) -> std::sync::Arc<KeyRing> {
+    KeyRing::fixed(Keys::from_keys(vec![Key::new(vec![byte; 32]).unwrap()]).unwrap())
+}

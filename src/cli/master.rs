@@ -389,21 +389,19 @@ fn run(flags: Flags) -> Result<(), String> {
     };
     let _metadata = if flags.enable_http_metadata_server {
         let handler = metadata_handler(Arc::new(MetadataStore::default()));
-        Some(
-            HttpServer::start(
-                socket(
-                    &flags.http_metadata_server_host,
-                    flags.http_metadata_server_port,
-                )?,
-                handler,
+        let addr = socket(
+            &flags.http_metadata_server_host,
+            flags.http_metadata_server_port,
+        )?;
+        let key = crate::auth::process_key().map_err(|e| format!("cluster key: {e}"))?;
+        crate::auth::warn_if_open(addr, crate::auth::ROLE_METADATA, key.as_ref());
+        let door = key.map(|key| (key, crate::auth::ROLE_METADATA));
+        Some(HttpServer::start_with(addr, handler, door).map_err(|e| {
+            format!(
+                "cannot serve metadata on port {}: {e}",
+                flags.http_metadata_server_port
             )
-            .map_err(|e| {
-                format!(
-                    "cannot serve metadata on port {}: {e}",
-                    flags.http_metadata_server_port
-                )
-            })?,
-        )
+        })?)
     } else {
         None
     };

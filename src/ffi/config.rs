@@ -6,7 +6,7 @@ use super::panic::ffi_boundary;
 use crate::client::{SetupConfig, EMBEDDED_MASTER, P2P_HANDSHAKE};
 use crate::error::{fail, ErrorCode, Result};
 use crate::types::{ReplicateConfig, SoftPinAction};
-use std::ffi::c_char;
+use std::ffi::{c_char, c_int};
 
 /// `soft_pin_action`: keep the object's soft pin as it is (default).
 pub const MC_SOFT_PIN_PRESERVE: i32 = 0;
@@ -115,6 +115,28 @@ pub extern "C" fn mc_replicate_config_init(config: *mut mc_replicate_config_t) {
     })
 }
 
+/// Makes the key file at `path` this process's cluster key: every connection this process
+/// opens or accepts from then on proves or checks it (README, "A cluster key"). Call it
+/// before the first setup; the same as `MC_CLUSTER_KEY_FILE`, which it overrides. Naming the
+/// file already in use again is fine.
+///
+/// Returns 0; -600 (`INVALID_PARAMS`) for a NULL, empty or non-UTF-8 `path`, or when the
+/// process already uses another key file or has connected without one; -1101
+/// (`FILE_OPEN_FAIL`) when the file cannot be read and -600 when it holds no valid key
+/// (`mc_last_error_message` says why), and then every connection fails `AUTH_FAILED` (-9007)
+/// rather than open without a key. Thread-safe.
+#[no_mangle]
+pub extern "C" fn mc_set_cluster_key_file(path: *const c_char) -> c_int {
+    ffi_boundary!({
+        let path = check::cstr(path, "path")?;
+        if path.is_empty() {
+            return fail(ErrorCode::InvalidParams, "path is empty");
+        }
+        crate::auth::use_key_file(std::path::Path::new(path))?;
+        Ok(0)
+    })
+}
+
 /// Converts a C setup config (NULL strings take the documented defaults).
 pub(crate) fn setup_config(config: *const mc_setup_config_t) -> Result<SetupConfig> {
     // SAFETY: NULL is checked by `as_ref`; the caller promises a live struct otherwise.
@@ -133,7 +155,8 @@ pub(crate) fn setup_config(config: *const mc_setup_config_t) -> Result<SetupConf
         device_name: text(c.device_name, "device_name", "")?,
         master_server_addr: text(c.master_server_addr, "master_server_addr", EMBEDDED_MASTER)?,
         ssd_offload_path: text(c.ssd_offload_path, "ssd_offload_path", "")?,
-        // The C struct keeps its layout: C callers name the key file in MC_CLUSTER_KEY_FILE.
+        // The C struct keeps its layout: C callers name the key file with
+        // `mc_set_cluster_key_file` or in MC_CLUSTER_KEY_FILE.
         cluster_key_file: String::new(),
     })
 }

@@ -2,22 +2,26 @@
 //! address of its TCP data port, over Mooncake's HTTP metadata protocol.
 
 use super::{RamEntry, RpcMetaEntry, SegmentDescriptor, TCP_PROTO_VERSION};
+use crate::auth::{self, KeyRing};
 use crate::env;
 use crate::error::{fail, ErrorCode, Result};
-use crate::rpc::http::{http_request, percent_encode};
+use crate::rpc::http::{http_request_with, percent_encode};
 use crate::rpc::net::Timeouts;
 use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Talks to a metadata server at a base URL such as `http://host:8080/metadata`. Stateless
-/// apart from its configuration; thread-safe; each call is one blocking HTTP request.
+/// apart from its configuration; thread-safe; each call is one blocking HTTP request, over a
+/// connection that first proves the cluster key when the client has one.
 pub(crate) struct HttpMetadataClient {
     base_url: String,
     prefix: String,
     timeouts: Timeouts,
+    cluster_key: Option<Arc<KeyRing>>,
 }
 
 impl HttpMetadataClient {
@@ -31,7 +35,9 @@ impl HttpMetadataClient {
     }
 
     /// As [`HttpMetadataClient::new`], with an explicit cluster id (`None` or empty: none)
-    /// and timeouts.
+    /// and timeouts; the process's cluster key, if any ([`auth::process_key`]).
+    ///
+    /// Errors: as `new`; `AUTH_FAILED` when the process's key file cannot be loaded.
     pub(crate) fn with_cluster_id(
         base_url: &str,
         cluster_id: Option<&str>,
@@ -51,7 +57,15 @@ impl HttpMetadataClient {
             base_url: base_url.to_owned(),
             prefix,
             timeouts,
+            cluster_key: auth::process_key()?,
         })
+    }
+
+    /// This client with `key` (or none) instead of the process's.
+    #[cfg(test)]
+    pub(crate) fn with_cluster_key(mut self, key: Option<Arc<KeyRing>>) -> HttpMetadataClient {
+        self.cluster_key = key;
+        self
     }
 
     /// The key of segment `name`'s descriptor (`mooncake/[cluster/]ram/<name>`).
@@ -142,7 +156,11 @@ impl HttpMetadataClient {
 
     fn send(&self, method: &str, key: &str, body: &[u8]) -> Result<crate::rpc::http::HttpReply> {
         let url = format!("{}?key={}", self.base_url, percent_encode(key));
-        http_request(method, &url, body, self.timeouts)
+        let door = self
+            .cluster_key
+            .as_deref()
+            .map(|key| (key, auth::ROLE_METADATA));
+        http_request_with(method, &url, body, self.timeouts, door)
     }
 }
 
@@ -358,6 +376,56 @@ mod tests {
         let plain = HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap();
         assert_eq!(plain.ram_key("a"), "mooncake/ram/a");
         assert!(HttpMetadataClient::new("ftp://x").is_err());
+    }
+
+    /// A keyed metadata service answers only clients that prove its key: one without a key,
+    /// or with another, gets no answer (and writes nothing); plain HTTP gets the connection
+    /// closed before a byte of its request is read.
+    #[test]
+    fn a_keyed_service_answers_only_clients_with_its_key() {
+        use crate::auth::{self, test_ring};
+        use std::io::{Read, Write};
+        let store = Arc::new(MetadataStore::default());
+        let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        let handler = metadata_handler(Arc::clone(&store));
+        let door = Some((test_ring(7), auth::ROLE_METADATA));
+        let server = HttpServer::start_with(addr, handler, door).unwrap();
+        let url = format!("http://{}/metadata", server.local_addr());
+        let client = |key| {
+            HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default())
+                .unwrap()
+                .with_cluster_key(key)
+        };
+        let refused_before = auth::counters().refused_total();
+
+        client(Some(test_ring(7)))
+            .publish_segment("seg", &descriptor(16001))
+            .unwrap();
+        assert!(store.get("mooncake/ram/seg").is_some());
+        let wrong = client(Some(test_ring(8)));
+        assert_eq!(
+            wrong.publish_segment("evil", &descriptor(1)).unwrap_err(),
+            ErrorCode::AuthFailed
+        );
+        assert_eq!(
+            wrong.get(&wrong.ram_key("seg")).unwrap_err(),
+            ErrorCode::AuthFailed
+        );
+        let open = client(None);
+        assert!(open.publish_segment("evil", &descriptor(1)).is_err());
+        assert!(open.get(&open.ram_key("seg")).is_err());
+        let mut raw = std::net::TcpStream::connect(server.local_addr()).unwrap();
+        raw.write_all(b"DELETE /metadata?key=mooncake%2Fram%2Fseg HTTP/1.1\r\n\r\n")
+            .unwrap();
+        let mut answer = Vec::new();
+        let _ = raw.read_to_end(&mut answer);
+        assert!(answer.is_empty(), "{:?}", String::from_utf8_lossy(&answer));
+
+        assert!(store.get("mooncake/ram/seg").is_some());
+        assert!(store.get("mooncake/ram/evil").is_none());
+        assert!(auth::counters().refused_total() >= refused_before + 4);
+        let resolver = HttpMetadataResolver::new(client(Some(test_ring(7))));
+        assert_eq!(resolver.resolve("seg").unwrap().port(), 16001);
     }
 
     #[test]

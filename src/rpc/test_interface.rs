@@ -213,10 +213,7 @@ mod tests {
     /// `AUTH_FAILED`, and one without a key is closed at once, before its request is read.
     #[test]
     fn a_keyed_server_serves_only_clients_that_prove_its_key() {
-        use crate::auth::{Key, KeyRing, Keys};
-        let ring = |byte| {
-            KeyRing::fixed(Keys::from_keys(vec![Key::new(vec![byte; 32]).unwrap()]).unwrap())
-        };
+        use crate::auth::test_ring as ring;
         let api = Arc::new(Rendezvous::default());
         let options = crate::rpc::server::ServerOptions {
             threads: 1,

@@ -970,11 +970,9 @@ fn a_hole_punched_in_a_dummys_block_fails_its_transfers_not_the_real_client() {
 /// is refused before its hello is read (`INVALID_PARAMS`, naming the handshake).
 #[test]
 fn a_keyed_real_client_serves_only_dummies_that_prove_its_key() {
-    use crate::auth::{Key, KeyRing, Keys};
+    use crate::auth::test_ring as ring;
     use crate::standalone::DummyLink;
     use crate::transfer::{TransferDelegate, TransferOp, TransferRequest};
-    let ring =
-        |byte| KeyRing::fixed(Keys::from_keys(vec![Key::new(vec![byte; 32]).unwrap()]).unwrap());
     let (engine, segment) = engine_with_segment();
     let name = format!("mc-rs-test-{}-keyed.sock", std::process::id());
     let limits = super::server::Limits::from_env();

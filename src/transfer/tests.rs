@@ -375,9 +375,7 @@ fn connection_failures_invalidate_the_segment_address_refusals_do_not() {
 /// another key (`AUTH_FAILED`) or none, without serving a byte of their requests.
 #[test]
 fn a_keyed_data_port_serves_only_engines_that_prove_its_key() {
-    use crate::auth::{Key, KeyRing, Keys};
-    let ring =
-        |byte| KeyRing::fixed(Keys::from_keys(vec![Key::new(vec![byte; 32]).unwrap()]).unwrap());
+    use crate::auth::test_ring as ring;
     let config = |local: &str, listener| EngineConfig {
         local_name: local.into(),
         listener,

@@ -2,6 +2,7 @@
 //! `http://host:port/path?query` URLs only, bounded response size.
 
 use super::{content_length, parse_header_line, MAX_BODY_BYTES, MAX_HEAD_BYTES};
+use crate::auth::{self, KeyRing};
 use crate::error::{fail, ErrorCode, Result};
 use crate::rpc::codec::io_fail;
 use crate::rpc::net::{self, Timeouts};
@@ -37,6 +38,20 @@ pub fn http_delete(url: &str) -> Result<HttpReply> {
 /// server cannot be reached or the response is malformed or larger than the limits;
 /// `RPC_TIMEOUT` when a wait exceeds `timeouts`.
 pub fn http_request(method: &str, url: &str, body: &[u8], timeouts: Timeouts) -> Result<HttpReply> {
+    http_request_with(method, url, body, timeouts, None)
+}
+
+/// As [`http_request`]; with `door` = (key, role), the connection first proves the cluster
+/// key to the server for `role` ([`auth::client_blocking`]).
+///
+/// Errors: as [`http_request`]; `AUTH_FAILED` when the handshake fails.
+pub fn http_request_with(
+    method: &str,
+    url: &str,
+    body: &[u8],
+    timeouts: Timeouts,
+    door: Option<(&KeyRing, &'static str)>,
+) -> Result<HttpReply> {
     let (authority, target) = split_url(url)?;
     let host_port = if authority.contains(':') {
         authority.to_owned()
@@ -44,6 +59,9 @@ pub fn http_request(method: &str, url: &str, body: &[u8], timeouts: Timeouts) ->
         format!("{authority}:80")
     };
     let mut stream = net::connect(&host_port, timeouts)?;
+    if let Some((key, role)) = door {
+        auth::client_blocking(&mut stream, key, role)?;
+    }
     let head = format!(
         "{method} {target} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {}\r\n\
          Connection: close\r\n\r\n",

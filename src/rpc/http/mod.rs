@@ -7,7 +7,7 @@
 mod client;
 mod server;
 
-pub use client::{http_delete, http_get, http_put, http_request, HttpReply};
+pub use client::{http_delete, http_get, http_put, http_request, http_request_with, HttpReply};
 pub use server::{HttpHandler, HttpServer};
 
 /// Largest request line plus headers accepted (and response head read).

@@ -9,6 +9,7 @@ use super::{
     content_length, parse_header_line, reason_phrase, HttpRequest, HttpResponse, MAX_BODY_BYTES,
     MAX_HEAD_BYTES,
 };
+use crate::auth::{self, KeyRing};
 use crate::error::Result;
 use crate::rpc::serve::Acceptor;
 use std::net::SocketAddr;
@@ -42,8 +43,34 @@ impl HttpServer {
     ///
     /// Errors: `RPC_FAIL` if the address cannot be bound.
     pub fn start(addr: SocketAddr, handler: HttpHandler) -> Result<HttpServer> {
-        let acceptor = Acceptor::start("mc-http", addr, THREADS, move |stream, peer| {
-            serve_connection(stream, peer, Arc::clone(&handler))
+        HttpServer::start_with(addr, handler, None)
+    }
+
+    /// As [`HttpServer::start`]; with `door` = (key, role), each connection must first pass
+    /// the cluster key's handshake for `role` ([`auth::server_async`]): a peer that does not
+    /// is closed before a byte of HTTP is read, and counted and logged by [`auth`].
+    ///
+    /// Errors: `RPC_FAIL` if the address cannot be bound.
+    pub fn start_with(
+        addr: SocketAddr,
+        handler: HttpHandler,
+        door: Option<(Arc<KeyRing>, &'static str)>,
+    ) -> Result<HttpServer> {
+        let door = door.map(Arc::new);
+        let acceptor = Acceptor::start("mc-http", addr, THREADS, move |mut stream, peer| {
+            let (handler, door) = (Arc::clone(&handler), door.clone());
+            async move {
+                if let Some(door) = door {
+                    let (key, role) = &*door;
+                    if auth::server_async(&mut stream, key, role, Some(peer.ip()))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                serve_connection(stream, peer, handler).await
+            }
         })?;
         Ok(HttpServer { acceptor })
     }

@@ -63,9 +63,7 @@ fn keyed_maps(metrics: &Arc<Metrics>, key: Option<Arc<crate::auth::KeyRing>>) ->
 /// another key or none gets no mapping (and uses the network, which refuses it too).
 #[test]
 fn a_keyed_owner_maps_only_for_peers_that_prove_its_key() {
-    use crate::auth::{Key, KeyRing, Keys};
-    let ring =
-        |byte| KeyRing::fixed(Keys::from_keys(vec![Key::new(vec![byte; 32]).unwrap()]).unwrap());
+    use crate::auth::test_ring as ring;
     let endpoint = unique_endpoint();
     let exporter = Exporter::start(&endpoint, Duration::from_secs(5), Some(ring(1))).unwrap();
     let file = SealedMemfd::create("same-host-keyed", 1 << 16).unwrap();
