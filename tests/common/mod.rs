@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod churn;
+pub mod net_fuzz;
 pub mod standin;
 pub mod streams;
 
