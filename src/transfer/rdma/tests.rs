@@ -457,3 +457,94 @@ fn a_dmabuf_registration_the_device_refuses_is_a_clean_error() {
         "{message}"
     );
 }
+
+/// With a cluster key, the RDMA side channel (which hands out a QP endpoint, the region table
+/// and its rkeys) serves only engines that prove the key: a keyed engine reads and writes by
+/// RDMA; one with another key fails `AUTH_FAILED`, one without fails, and a raw handshake
+/// request (a valid one, with a real QP endpoint) is closed without a byte of the table.
+#[test]
+fn a_keyed_side_channel_hands_rkeys_only_to_engines_with_the_key() {
+    use crate::auth::test_ring as ring;
+    use crate::transfer::test_support::{addr_of, one, pattern, read_req, register, write_req};
+    use crate::transfer::{DirectResolver, EngineConfig, TransferEngine};
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let Some(device) = vm_device() else { return };
+    let host = std::env::var("RDMA_VM_ADDR").unwrap_or_else(|_| "127.0.0.1".into());
+    let config = |listener: Option<TcpListener>, local: String| EngineConfig {
+        local_name: local,
+        listener,
+        resolver: Arc::new(DirectResolver),
+        memcpy_enabled: true,
+        rdma: Some(Arc::clone(&device).into()),
+    };
+    let listener = TcpListener::bind((host.as_str(), 0)).unwrap();
+    let name = listener.local_addr().unwrap().to_string();
+    let server = TransferEngine::with_cluster_key(config(Some(listener), name.clone()), ring(1));
+    let server = server.unwrap();
+    let mut segment = pattern(1 << 20, 4);
+    register(&server, &mut segment, true);
+    let base = addr_of(&segment);
+    let engine = |key: Option<u8>, local: &str| {
+        let config = config(None, format!("embedded:{local}"));
+        match key {
+            Some(byte) => TransferEngine::with_cluster_key(config, ring(byte)).unwrap(),
+            None => TransferEngine::new(config).unwrap(),
+        }
+    };
+
+    let keyed = engine(Some(1), "keyed");
+    let mut back = vec![0u8; 1 << 20];
+    register(&keyed, &mut back, false);
+    one(&keyed, read_req(&mut back, &name, base)).unwrap();
+    assert!(back == pattern(1 << 20, 4));
+    let written = pattern(4096, 9);
+    one(&keyed, write_req(&written, &name, base)).unwrap();
+    let moved = keyed.metrics();
+    assert!(moved.rdma_read_bytes >= 1 << 20 && moved.rdma_write_bytes >= 4096);
+    assert_eq!(moved.tcp_read_bytes + moved.tcp_write_bytes, 0, "{moved:?}");
+
+    let wrong = engine(Some(2), "wrong");
+    let keyless = engine(None, "keyless");
+    let mut stolen = vec![0u8; 4096];
+    let evil = [0xEEu8; 4096];
+    assert_eq!(
+        one(&wrong, read_req(&mut stolen, &name, base)),
+        Err(ErrorCode::AuthFailed)
+    );
+    assert_eq!(
+        one(&wrong, write_req(&evil, &name, base)),
+        Err(ErrorCode::AuthFailed)
+    );
+    assert!(one(&keyless, read_req(&mut stolen, &name, base)).is_err());
+    assert!(one(&keyless, write_req(&evil, &name, base)).is_err());
+    assert_eq!(stolen, vec![0u8; 4096], "nothing was read");
+    assert_eq!(
+        wrong.metrics().rdma_read_bytes + keyless.metrics().rdma_read_bytes,
+        0
+    );
+
+    // A well-formed side-channel request from a connection without the handshake.
+    let qp = QueuePair::new(&device, settings()).unwrap();
+    let mut raw = TcpStream::connect(&name).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut request = super::handshake::request_header().to_vec();
+    request.extend_from_slice(&qp.endpoint().encode());
+    request.extend_from_slice(&0u32.to_le_bytes());
+    let _ = raw.write_all(&request);
+    let mut answer = Vec::new();
+    let _ = raw.read_to_end(&mut answer);
+    assert!(
+        answer.is_empty(),
+        "{} bytes of the side channel",
+        answer.len()
+    );
+
+    // The segment holds the keyed write and nothing else.
+    let original = pattern(1 << 20, 4);
+    let expected: Vec<u8> = written.iter().chain(&original[4096..]).copied().collect();
+    assert!(segment == expected, "the segment changed otherwise");
+    for engine in [server, keyed, wrong, keyless] {
+        engine.shutdown();
+    }
+}
