@@ -236,30 +236,6 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
     head.starts_with("HTTP/1.1 200").then(|| body.to_string())
 }
 
-/// PUTs `body` to `path` on 127.0.0.1:`port` (5 s timeouts); whether the status was 200.
-pub fn http_put(port: u16, path: &str, body: &str) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut stream) =
-        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(5))
-    else {
-        return false;
-    };
-    if stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .is_err()
-    {
-        return false;
-    }
-    let sent = write!(
-        stream,
-        "PUT {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    sent.is_ok() && text.starts_with("HTTP/1.1 200")
-}
-
 /// The value of the first un-labelled-or-labelled sample of `name` in a Prometheus text.
 pub fn metric(text: &str, name: &str) -> Option<u64> {
     text.lines().find_map(|line| {

@@ -45,7 +45,11 @@ pub const KINDS: &[&str] = &[
     "disk_full",
     "disk_slow",
     "disk_eio",
+    "intruder",
 ];
+
+/// The kinds drawn only in a keyed run (`--cluster-key`).
+const KEYED_KINDS: &[&str] = &["intruder"];
 
 /// The kinds that act on the HA cell (not drawn in a run without it).
 const HA_KINDS: &[&str] = &[
@@ -109,6 +113,8 @@ struct Cluster {
     real_client_name: String,
     master_port: u16,
     metrics_port: u16,
+    /// The owners' data ports (their segment names are `127.0.0.1:<port>`).
+    owner_ports: Vec<u16>,
     /// The P2P cluster: its master (`--deployment_mode P2P`) and owners; owner
     /// [`PARTITIONED_OWNER`] runs in [`Cluster::netns`] when there is one.
     p2p_master: Proc,
@@ -365,6 +371,7 @@ impl Cluster {
             real_client_name: format!("127.0.0.1:{}", owner_ports[real_client]),
             master_port,
             metrics_port,
+            owner_ports: owner_ports.to_vec(),
             p2p_master,
             p2p_owners,
             p2p_master_addr,
@@ -433,6 +440,15 @@ pub fn run(settings: &Settings) -> i32 {
             false => "",
         }
     );
+    if settings.cluster_key {
+        match use_cluster_key(settings) {
+            Ok(path) => println!("mc_chaos: every process holds the cluster key {path}"),
+            Err(message) => {
+                eprintln!("mc_chaos: cluster key: {message}");
+                return 2;
+            }
+        }
+    }
     let started = now_ns();
     let deadline_ns = started + settings.duration.as_nanos() as u64;
     let mut cluster = match Cluster::start(settings, deadline_ns) {
@@ -452,6 +468,9 @@ pub fn run(settings: &Settings) -> i32 {
     }
     if settings.ssd_limit == 0 {
         kinds.retain(|k| !crate::disk_faults::DISK_KINDS.contains(k));
+    }
+    if !settings.cluster_key {
+        kinds.retain(|k| !KEYED_KINDS.contains(k));
     }
     if !settings.faults.is_empty() {
         kinds.retain(|k| settings.faults.iter().any(|chosen| chosen == k));
@@ -648,6 +667,27 @@ fn dummy_calls(events: &[Tagged]) -> (u64, u64) {
         })
 }
 
+/// Writes a fresh key (from the seed) to `cluster.key` in the run's directory (mode 0600) and
+/// names it in `MC_CLUSTER_KEY_FILE`, which this process and every process it starts (master,
+/// owners, workers, dummies, the P2P and HA clusters) read; returns its path.
+fn use_cluster_key(settings: &Settings) -> Result<String, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut rng = fastrand::Rng::with_seed(settings.seed ^ 0x006b_6579);
+    let hex: String = (0..32).map(|_| format!("{:02x}", rng.u8(..))).collect();
+    let path = settings.dir.join("cluster.key");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    std::io::Write::write_all(&mut file, format!("{hex}\n").as_bytes())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    // Before any thread of this process reads the environment (the cluster starts after).
+    std::env::set_var("MC_CLUSTER_KEY_FILE", &path);
+    Ok(path.display().to_string())
+}
+
 /// Injects one fault of `kind` and returns its window; a stop, delay or partition lasts at
 /// most `pause_cap`.
 fn inject(
@@ -765,6 +805,10 @@ fn inject(
         "kill_leader" | "stop_leader" | "kill_etcd" | "partition_leader" => {
             let ha = cluster.ha.as_mut().ok_or("no HA cell")?;
             ha.inject(kind, pause, rng)?
+        }
+        "intruder" => {
+            let owner = cluster.owner_ports[rng.usize(0..cluster.owner_ports.len())];
+            crate::intruder::inject(cluster.master_port, cluster.metrics_port, owner)?
         }
         "partition" => {
             let ns = cluster.netns.as_ref().map_err(Clone::clone)?;

@@ -16,8 +16,9 @@
 //!
 //! Usage: `mc_chaos [--seed N] [--duration SECS] [--workers N] [--dummies N] [--owners N]
 //! [--keys N] [--max-value BYTES] [--segment SIZE] [--ssd-limit SIZE] [--call-limit-ms MS]
-//! [--dir PATH] [--markdown] [--p2p-outage-max-ms MS] [--faults KIND,KIND,...]`
-//! (`--faults`: draw only these fault kinds, to chase one).
+//! [--dir PATH] [--markdown] [--p2p-outage-max-ms MS] [--faults KIND,KIND,...]
+//! [--cluster-key]` (`--faults`: draw only these fault kinds, to chase one; `--cluster-key`:
+//! every process holds a cluster key and [`intruder`]s without it are refused).
 //! Exit code 0: no violation; 1: violations (printed with the seed, the key's history and
 //! the faults around it); 2: bad arguments or the cluster could not start.
 
@@ -27,6 +28,7 @@ mod disk_devices;
 mod disk_faults;
 mod faults;
 mod ha_cell;
+mod intruder;
 mod journal;
 mod netns;
 mod p2p_audit;
@@ -67,6 +69,9 @@ pub struct Settings {
     pub p2p_outage_max: Duration,
     /// The only fault kinds to draw (`--faults a,b`; empty: every kind the run supports).
     pub faults: Vec<String>,
+    /// Every process of the run holds a cluster key (`--cluster-key`; see `faults::run`),
+    /// and the `intruder` fault is drawn.
+    pub cluster_key: bool,
 }
 
 fn parse_settings(args: &[String]) -> Result<Settings, String> {
@@ -86,11 +91,16 @@ fn parse_settings(args: &[String]) -> Result<Settings, String> {
         markdown: false,
         p2p_outage_max: Duration::from_millis(4000),
         faults: Vec::new(),
+        cluster_key: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         if flag == "--markdown" {
             settings.markdown = true;
+            continue;
+        }
+        if flag == "--cluster-key" {
+            settings.cluster_key = true;
             continue;
         }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;

@@ -9,7 +9,7 @@
 //!
 //! Single-threaded: owned by the fault driver.
 
-use crate::cluster::{http_get, http_put, wait_until};
+use crate::cluster::wait_until;
 use mooncake_rs::rpc::http::percent_encode;
 use std::time::Duration;
 
@@ -76,7 +76,8 @@ impl Directory {
         let (ram_path, meta_path) = (path("ram", name), path("rpc_meta", name));
         let mut found = None;
         wait_until(Duration::from_secs(5), || {
-            found = http_get(self.port, &ram_path).zip(http_get(self.port, &meta_path));
+            let get = |path: &str| metadata_request(self.port, "GET", path, "");
+            found = get(&ram_path).zip(get(&meta_path));
             found.is_some()
         });
         let (ram, rpc_meta) = found.ok_or_else(|| format!("{name}: no metadata entries"))?;
@@ -110,12 +111,29 @@ impl Directory {
     fn publish(&self, index: usize, entries: &Entries) -> Result<(), String> {
         let name = &self.names[index];
         for (kind, body) in [("ram", &entries.ram), ("rpc_meta", &entries.rpc_meta)] {
-            if !http_put(self.port, &path(kind, name), body) {
+            if metadata_request(self.port, "PUT", &path(kind, name), body).is_none() {
                 return Err(format!("{name}: PUT {kind} failed"));
             }
         }
         Ok(())
     }
+}
+
+/// Sends one request to the metadata service on 127.0.0.1:`port` (5 s timeouts), proving the
+/// process's cluster key when the run has one; the body, if the status was 200.
+fn metadata_request(port: u16, method: &str, path: &str, body: &str) -> Option<String> {
+    use mooncake_rs::rpc::http::http_request_with;
+    let key = mooncake_rs::auth::process_key().ok()?;
+    let door = key
+        .as_deref()
+        .map(|k| (k, mooncake_rs::auth::ROLE_METADATA));
+    let timeouts = mooncake_rs::rpc::net::Timeouts {
+        connect: Duration::from_secs(5),
+        request: Duration::from_secs(5),
+    };
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let reply = http_request_with(method, &url, body.as_bytes(), timeouts, door).ok()?;
+    (reply.status == 200).then(|| String::from_utf8_lossy(&reply.body).into_owned())
 }
 
 #[cfg(test)]
