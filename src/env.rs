@@ -498,6 +498,21 @@ pub(crate) const CLUSTER_KEY_FILE: Var = Var {
     default: "",
 };
 
+/// `MC_TLS_CA_FILE`: the certificates (PEM) a process trusts for TLS to the master and to
+/// `https://` metadata URLs, when its flags name none (`auth/tls.rs`). Unset or empty: master
+/// connections are plain.
+pub(crate) const TLS_CA_FILE: Var = Var {
+    name: "MC_TLS_CA_FILE",
+    default: "",
+};
+
+/// `MC_TLS_SERVER_NAME`: the name a TLS server's certificate must hold, when it is not the
+/// host the client dials.
+pub(crate) const TLS_SERVER_NAME: Var = Var {
+    name: "MC_TLS_SERVER_NAME",
+    default: "",
+};
+
 /// Every numeric variable defined here (`docs/configuration.md` has a row for each).
 #[cfg_attr(not(test), allow(dead_code))] // read by the tests
 pub(crate) const KNOBS: &[&Knob] = &[
@@ -559,6 +574,8 @@ pub(crate) const VARS: &[&Var] = &[
     &OFFLOAD_AT_PUT,
     &PROMOTION_ON_HIT,
     &CLUSTER_KEY_FILE,
+    &TLS_CA_FILE,
+    &TLS_SERVER_NAME,
 ];
 
 /// Parses Mooncake's human-readable sizes: a plain byte count or a number with a

@@ -9,6 +9,7 @@
 //! - [`protocol`]: the messages and proofs, pure (fuzzed).
 //! - [`io`]: the handshake over blocking and async streams, both sides.
 //! - [`refusals`]: process-wide counters, and a log of refused peers limited to once a minute.
+//! - [`tls`]: optional TLS for the master RPC and the metadata HTTP service.
 //! - `process`: the process's key ([`use_key_file`] from a setup or flag, else
 //!   `MC_CLUSTER_KEY_FILE`), which clients and servers take unless given one explicitly. One
 //!   key file per process.
@@ -31,6 +32,7 @@ pub mod keys;
 mod process;
 pub mod protocol;
 pub mod refusals;
+pub mod tls;
 
 pub use io::{client_async, client_blocking, server_async, server_blocking, HANDSHAKE_TIMEOUT};
 pub use keys::{Key, KeyRing, Keys};

@@ -81,6 +81,10 @@ pub(super) struct Flags {
     /// connection opens with the key's handshake. Empty: `MC_CLUSTER_KEY_FILE`, else no key.
     #[arg(long = "cluster_key_file", default_value = "")]
     cluster_key_file: String,
+    /// Certificates (PEM) to trust for TLS to the master and `https://` metadata (mooncake-rs
+    /// flag; README, "TLS"): master connections use TLS. Empty: `MC_TLS_CA_FILE`, else none.
+    #[arg(long = "tls_ca_file", default_value = "")]
+    tls_ca_file: String,
     /// P2P: default transfer direction, forward or reverse.
     #[arg(long = "p2p_transfer_direction_mode", default_value = "reverse", value_parser = ["forward", "reverse"])]
     p2p_transfer_direction_mode: String,
@@ -131,6 +135,7 @@ fn run(flags: Flags) -> Result<(), String> {
     };
     let _ = flags.threads;
     super::use_cluster_key(&flags.cluster_key_file)?;
+    super::use_tls_ca(&flags.tls_ca_file)?;
     if flags.deployment_mode == "P2P" {
         return run_p2p(flags, local_hostname);
     }

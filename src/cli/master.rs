@@ -15,6 +15,7 @@ use crate::types::DeploymentMode;
 const DEFAULT_P2P_ROUTE_GRACE_MS: u64 = crate::p2p::MASTER_ROUTE_GRACE.as_millis() as u64;
 use clap::Parser;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -127,6 +128,17 @@ pub(super) struct Flags {
     /// else no key.
     #[arg(long = "cluster_key_file", default_value = "")]
     cluster_key_file: String,
+    /// TLS certificate chain (PEM, leaf first) of the RPC port and the HTTP metadata service
+    /// (mooncake-rs flag; README, "TLS"): both then accept TLS only. Needs `--tls_key_file`.
+    #[arg(long = "tls_cert_file", default_value = "")]
+    tls_cert_file: String,
+    /// The private key (PEM) of `--tls_cert_file`.
+    #[arg(long = "tls_key_file", default_value = "")]
+    tls_key_file: String,
+    /// Certificates (PEM) this master trusts when it connects to another master (an HA
+    /// group's leader). Empty: `MC_TLS_CA_FILE`, else none.
+    #[arg(long = "tls_ca_file", default_value = "")]
+    tls_ca_file: String,
     /// Upstream's switch for promoting SSD objects back to DRAM: an object on disk only is
     /// loaded into its owner's segment (when it has room) once reads found it there
     /// `--promotion_admission_threshold` times.
@@ -324,8 +336,24 @@ fn parse_etcd_endpoints(text: &str) -> Result<EtcdEndpoints, String> {
     Ok(EtcdEndpoints(crate::ha::etcd::endpoints(text)))
 }
 
+/// The TLS of the RPC port and the metadata service: `--tls_cert_file` with `--tls_key_file`,
+/// or none; `Err` (for stderr) when only one is named or they do not load.
+fn server_tls(flags: &Flags) -> Result<Option<Arc<rustls::ServerConfig>>, String> {
+    match (flags.tls_cert_file.trim(), flags.tls_key_file.trim()) {
+        ("", "") => Ok(None),
+        ("", _) | (_, "") => {
+            Err("--tls_cert_file and --tls_key_file must be given together".into())
+        }
+        (cert, key) => crate::auth::tls::server_config(Path::new(cert), Path::new(key))
+            .map(Some)
+            .map_err(|e| format!("TLS: {e}: {}", crate::error::last_error_message())),
+    }
+}
+
 fn run(flags: Flags) -> Result<(), String> {
     super::use_cluster_key(&flags.cluster_key_file)?;
+    super::use_tls_ca(&flags.tls_ca_file)?;
+    let tls = server_tls(&flags)?;
     let config = config_from(&flags)?;
     let journal = (!flags.journal_dir.is_empty()).then(|| JournalOptions::new(&flags.journal_dir));
     let served = match (flags.enable_ha, &journal) {
@@ -353,6 +381,7 @@ fn run(flags: Flags) -> Result<(), String> {
     };
     let options = ServerOptions {
         limits: limits_from(&flags),
+        tls: tls.clone(),
         ..crate::master::remote::server_options(threads)
     };
     // The HTTP listeners are bound first: a master whose RPC port accepts serves them too,
@@ -396,12 +425,14 @@ fn run(flags: Flags) -> Result<(), String> {
         let key = crate::auth::process_key().map_err(|e| format!("cluster key: {e}"))?;
         crate::auth::warn_if_open(addr, crate::auth::ROLE_METADATA, key.as_ref());
         let door = key.map(|key| (key, crate::auth::ROLE_METADATA));
-        Some(HttpServer::start_with(addr, handler, door).map_err(|e| {
-            format!(
-                "cannot serve metadata on port {}: {e}",
-                flags.http_metadata_server_port
-            )
-        })?)
+        Some(
+            HttpServer::start_with(addr, handler, door, tls).map_err(|e| {
+                format!(
+                    "cannot serve metadata on port {}: {e}",
+                    flags.http_metadata_server_port
+                )
+            })?,
+        )
     } else {
         None
     };

@@ -95,3 +95,14 @@ fn use_cluster_key(path: &str) -> Result<(), String> {
     };
     used.map_err(|e| format!("cluster key: {e}: {}", crate::error::last_error_message()))
 }
+
+/// Makes `path` (a `--tls_ca_file`) the certificates the process trusts for TLS to the master
+/// and `https://` metadata, or, when empty, checks that `MC_TLS_CA_FILE` (if set) loads;
+/// `Err` is the message for stderr.
+fn use_tls_ca(path: &str) -> Result<(), String> {
+    let used = match path.trim() {
+        "" => crate::auth::tls::process_client_config().map(|_| ()),
+        path => crate::auth::tls::use_ca_file(std::path::Path::new(path)),
+    };
+    used.map_err(|e| format!("TLS: {e}: {}", crate::error::last_error_message()))
+}

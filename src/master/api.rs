@@ -20,7 +20,7 @@ use crate::types::{
 
 rpc_interface! {
     /// The master interface ([`crate::rpc::Interface`] marker).
-    interface MasterInterface = "mc-master-rpc";
+    interface MasterInterface = "mc-master-rpc", tls = true;
     /// The master's operations. See the module documentation for conventions.
     trait MasterApi;
     request MasterRequest;

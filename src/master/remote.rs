@@ -105,6 +105,7 @@ pub fn server_options(threads: usize) -> ServerOptions {
         wait_methods: MASTER_WAIT_METHODS,
         poll_methods: MASTER_POLL_METHODS,
         cluster_key: None,
+        tls: None,
     }
 }
 

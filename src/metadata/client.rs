@@ -28,7 +28,7 @@ impl HttpMetadataClient {
     /// A client for `base_url`, with keys prefixed by `MC_METADATA_CLUSTER_ID` when set and
     /// the `MC_RPC_*` timeouts.
     ///
-    /// Errors: `INVALID_PARAMS` if `base_url` is not an `http://` URL.
+    /// Errors: `INVALID_PARAMS` if `base_url` is not an `http://` or `https://` URL.
     pub(crate) fn new(base_url: &str) -> Result<HttpMetadataClient> {
         let cluster_id = env::METADATA_CLUSTER_ID.get();
         HttpMetadataClient::with_cluster_id(base_url, cluster_id.as_deref(), Timeouts::from_env())
@@ -43,7 +43,8 @@ impl HttpMetadataClient {
         cluster_id: Option<&str>,
         timeouts: Timeouts,
     ) -> Result<HttpMetadataClient> {
-        if !base_url.starts_with("http://") || base_url.contains('?') {
+        let scheme = base_url.starts_with("http://") || base_url.starts_with("https://");
+        if !scheme || base_url.contains('?') {
             return fail(
                 ErrorCode::InvalidParams,
                 format_args!("bad metadata URL {base_url}"),
@@ -389,7 +390,7 @@ mod tests {
         let addr = SocketAddr::from(([127, 0, 0, 1], 0));
         let handler = metadata_handler(Arc::clone(&store));
         let door = Some((test_ring(7), auth::ROLE_METADATA));
-        let server = HttpServer::start_with(addr, handler, door).unwrap();
+        let server = HttpServer::start_with(addr, handler, door, None).unwrap();
         let url = format!("http://{}/metadata", server.local_addr());
         let client = |key| {
             HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default())

@@ -148,13 +148,13 @@ impl SetupConfig {
         if self.is_embedded() || metadata.is_empty() || metadata == P2P_HANDSHAKE {
             return Ok(MetadataMode::P2pHandshake);
         }
-        if metadata.starts_with("http://") {
+        if metadata.starts_with("http://") || metadata.starts_with("https://") {
             return Ok(MetadataMode::Http(metadata.to_string()));
         }
         fail(
             ErrorCode::InvalidParams,
             format!(
-                "metadata_server '{metadata}' is not supported; use P2PHANDSHAKE or http://host:port/metadata"
+                "metadata_server '{metadata}' is not supported; use P2PHANDSHAKE or http[s]://host:port/metadata"
             ),
         )
     }

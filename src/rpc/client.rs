@@ -9,7 +9,7 @@
 
 use super::codec;
 use super::interface::{Call, Interface};
-use super::net::{self, Timeouts};
+use super::net::{Conn, Timeouts};
 use crate::auth::{self, KeyRing};
 use crate::error::Result;
 use parking_lot::Mutex;
@@ -42,10 +42,13 @@ pub struct RpcClient<I> {
     resolver: Option<Arc<dyn Resolve>>,
     timeouts: Timeouts,
     /// Idle connections and the address each was made to.
-    idle: Mutex<Vec<(TcpStream, String)>>,
+    idle: Mutex<Vec<(Conn, String)>>,
     /// The key each new connection proves (`I::NAME` is the role), or the error loading the
     /// process's key gave (every connection then fails with it).
     cluster_key: Result<Option<Arc<KeyRing>>>,
+    /// TLS for new connections (`I::TLS` interfaces of a process that trusts certificates:
+    /// [`auth::tls::process_client_config`]), or the error loading it gave.
+    tls: Result<Option<Arc<rustls::ClientConfig>>>,
     interface: PhantomData<fn() -> I>,
 }
 
@@ -59,6 +62,10 @@ impl<I: Interface> RpcClient<I> {
             timeouts,
             idle: Mutex::new(Vec::new()),
             cluster_key: auth::process_key(),
+            tls: match I::TLS {
+                true => auth::tls::process_client_config(),
+                false => Ok(None),
+            },
             interface: PhantomData,
         }
     }
@@ -66,6 +73,22 @@ impl<I: Interface> RpcClient<I> {
     /// This client with `key` instead of the process's.
     pub fn with_cluster_key(mut self, key: Arc<KeyRing>) -> RpcClient<I> {
         self.cluster_key = Ok(Some(key));
+        self
+    }
+
+    /// TLS for new connections (the process's error again, with its message, when it could
+    /// not be loaded).
+    fn tls(&self) -> Result<Option<Arc<rustls::ClientConfig>>> {
+        match &self.tls {
+            Ok(config) => Ok(config.clone()),
+            Err(_) => auth::tls::process_client_config(),
+        }
+    }
+
+    /// This client with TLS `config` (or plain TCP) instead of what its interface and the
+    /// process say.
+    pub fn with_tls(mut self, config: Option<Arc<rustls::ClientConfig>>) -> RpcClient<I> {
+        self.tls = Ok(config);
         self
     }
 
@@ -95,7 +118,7 @@ impl<I: Interface> RpcClient<I> {
 
     /// An idle connection to the current address still open on the server's side, or a
     /// new one; with the address.
-    fn checkout(&self) -> Result<(TcpStream, String)> {
+    fn checkout(&self) -> Result<(Conn, String)> {
         let addr = match &self.resolver {
             Some(resolver) => resolver.resolve()?,
             None => self.addr.clone(),
@@ -103,20 +126,21 @@ impl<I: Interface> RpcClient<I> {
         loop {
             let Some((stream, to)) = self.idle.lock().pop() else {
                 let key = self.cluster_key()?;
-                let mut stream =
-                    net::connect(&addr, self.timeouts).inspect_err(|_| self.failed(&addr))?;
+                let tls = self.tls()?;
+                let mut stream = Conn::open(&addr, self.timeouts, tls.as_ref())
+                    .inspect_err(|_| self.failed(&addr))?;
                 if let Some(key) = key {
                     auth::client_blocking(&mut stream, &key, I::NAME)?;
                 }
                 return Ok((stream, addr));
             };
-            if to == addr && is_idle_and_open(&stream) {
+            if to == addr && is_idle_and_open(stream.socket()) {
                 return Ok((stream, to));
             }
         }
     }
 
-    fn checkin(&self, stream: TcpStream, addr: String) {
+    fn checkin(&self, stream: Conn, addr: String) {
         let mut idle = self.idle.lock();
         if idle.len() < MAX_IDLE_CONNECTIONS {
             idle.push((stream, addr));
@@ -134,11 +158,11 @@ impl<I: Interface> Call<I> for RpcClient<I> {
     fn call(&self, request: I::Request) -> Result<I::Response> {
         let frame = codec::encode_frame(&request)?;
         let (mut stream, addr) = self.checkout()?;
-        if let Err(err) = stream.write_all(&frame) {
+        if let Err(err) = stream.write_all(&frame).and_then(|()| stream.flush()) {
             self.failed(&addr);
             return codec::io_fail(&format!("send {} to {addr}", I::method(&request)), err);
         }
-        crate::spin::before_read(&stream);
+        crate::spin::before_read(stream.socket());
         let answer = codec::read_answer(&mut stream);
         let payload = answer.inspect_err(|_| self.failed(&addr))?;
         let response = codec::decode_payload(&payload)?;

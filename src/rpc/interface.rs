@@ -31,6 +31,9 @@ pub trait Interface: 'static {
     type Response: Serialize + DeserializeOwned + Send + Debug;
     /// Name used for server threads and logs.
     const NAME: &'static str;
+    /// Whether clients open TLS to this service when the process trusts certificates
+    /// ([`crate::auth::tls`]): the master's interface only.
+    const TLS: bool = false;
     /// Runs `request` against `api` and wraps the answer.
     fn dispatch(request: Self::Request, api: &Self::Api) -> Self::Response;
     /// The method name of `request` (metrics, logs).
@@ -47,7 +50,7 @@ pub trait Call<I: Interface>: Send + Sync {
 /// Declares an RPC interface from one list of methods; see the module documentation.
 macro_rules! rpc_interface {
     (
-        $(#[$idoc:meta])* interface $iface:ident = $label:literal;
+        $(#[$idoc:meta])* interface $iface:ident = $label:literal $(, tls = $tls:literal)?;
         $(#[$tdoc:meta])* trait $api:ident;
         request $req:ident;
         response $resp:ident;
@@ -56,7 +59,7 @@ macro_rules! rpc_interface {
         $( $(#[$doc:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty; )*
     ) => {
         $crate::rpc::interface::rpc_interface! {
-            $(#[$idoc])* interface $iface = $label;
+            $(#[$idoc])* interface $iface = $label $(, tls = $tls)?;
             $(#[$tdoc])* trait $api;
             request $req;
             response $resp;
@@ -88,7 +91,7 @@ macro_rules! rpc_interface {
         }
     };
     (
-        $(#[$idoc:meta])* interface $iface:ident = $label:literal;
+        $(#[$idoc:meta])* interface $iface:ident = $label:literal $(, tls = $tls:literal)?;
         $(#[$tdoc:meta])* trait $api:ident;
         request $req:ident;
         response $resp:ident;
@@ -122,6 +125,7 @@ macro_rules! rpc_interface {
             type Request = $req;
             type Response = $resp;
             const NAME: &'static str = $label;
+            $(const TLS: bool = $tls;)?
 
             fn dispatch(request: $req, api: &dyn $api) -> $resp {
                 match request {

@@ -20,6 +20,7 @@ pub mod interface;
 pub mod net;
 mod serve;
 pub mod server;
+mod server_stream;
 pub mod stats;
 
 #[cfg(test)]

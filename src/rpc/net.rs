@@ -69,6 +69,68 @@ pub fn connect(addr: &str, timeouts: Timeouts) -> Result<TcpStream> {
     }
 }
 
+/// A blocking client connection: plain TCP, or TLS over it ([`crate::auth::tls`]). Reads and
+/// writes go through TLS when it has it; [`Conn::socket`] is the TCP socket under either (for
+/// readiness checks: a TLS server here sends nothing unsolicited).
+pub enum Conn {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS over TCP (boxed: the TLS state is large).
+    Tls(Box<crate::auth::tls::ClientTlsStream>),
+}
+
+impl Conn {
+    /// Connects to `addr` ([`connect`]) and opens TLS with `tls` when given.
+    ///
+    /// Errors: as [`connect`] and [`crate::auth::tls::connect`].
+    pub fn open(
+        addr: &str,
+        timeouts: Timeouts,
+        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Result<Conn> {
+        let tcp = connect(addr, timeouts)?;
+        match tls {
+            None => Ok(Conn::Plain(tcp)),
+            Some(config) => Ok(Conn::Tls(Box::new(crate::auth::tls::connect(
+                tcp, config, addr,
+            )?))),
+        }
+    }
+
+    /// The TCP socket under the connection.
+    pub fn socket(&self) -> &TcpStream {
+        match self {
+            Conn::Plain(tcp) => tcp,
+            Conn::Tls(tls) => &tls.sock,
+        }
+    }
+}
+
+impl std::io::Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(tcp) => tcp.read(buf),
+            Conn::Tls(tls) => tls.read(buf),
+        }
+    }
+}
+
+impl std::io::Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(tcp) => tcp.write(buf),
+            Conn::Tls(tls) => tls.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(tcp) => tcp.flush(),
+            Conn::Tls(tls) => tls.flush(),
+        }
+    }
+}
+
 fn configure(stream: TcpStream, timeouts: Timeouts) -> Result<TcpStream> {
     let applied = stream
         .set_nodelay(true)

@@ -11,7 +11,9 @@
 //! accept. Each is counted in [`RpcStats`]. With a cluster key
 //! ([`ServerOptions::cluster_key`]), a connection is served only once its peer passed the
 //! key's handshake (`auth`, role `I::NAME`); one that does not is closed before any of its
-//! bytes is read as a request.
+//! bytes is read as a request. With a TLS certificate ([`ServerOptions::tls`]) every
+//! connection is TLS first (the key's handshake then runs inside it); one that does not
+//! complete TLS within the handshake timeout is closed.
 //!
 //! The service traits are synchronous; each call runs inline on the shard thread that read its
 //! request (see the `serve` module), as Mooncake's coro_rpc runs handlers on its I/O threads,
@@ -38,6 +40,7 @@
 use super::codec::{self, DecodeError, HEADER_LEN, MAX_FRAME_LEN};
 use super::interface::Interface;
 use super::serve::Acceptor;
+use super::server_stream::{MovableTcp, ServerStream};
 use super::stats::RpcStats;
 use crate::auth::{self, KeyRing};
 use crate::error::{ErrorCode, Result};
@@ -116,6 +119,8 @@ pub struct ServerOptions {
     /// The cluster key every connection must prove before its first request is read (role
     /// `I::NAME`); `None`: the process's key, if any ([`auth::process_key`]).
     pub cluster_key: Option<Arc<KeyRing>>,
+    /// TLS for every connection (before the key's handshake); `None`: plain TCP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// A running RPC server. Owns its threads (see [`Acceptor`]); thread-safe;
@@ -143,6 +148,7 @@ impl RpcServer {
             wait_methods: &[],
             poll_methods: &[],
             cluster_key: None,
+            tls: None,
         };
         RpcServer::serve_with::<I>(addr, api, options)
     }
@@ -199,6 +205,7 @@ impl RpcServer {
             api,
             connections: AtomicUsize::new(0),
             cluster_key,
+            tls: options.tls,
         });
         let served = Arc::clone(&shared);
         let acceptor = Acceptor::start(I::NAME, addr, options.threads, move |stream, peer| {
@@ -245,6 +252,8 @@ struct Shared<I: Interface> {
     connections: AtomicUsize,
     /// The key connections must prove first, if any.
     cluster_key: Option<Arc<KeyRing>>,
+    /// TLS every connection opens with, if any.
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// One queued call: the request and where its encoded answer goes.
@@ -326,11 +335,7 @@ enum Next {
     MoveToSide(Vec<u8>),
 }
 
-async fn serve_connection<I: Interface>(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    shared: Arc<Shared<I>>,
-) {
+async fn serve_connection<I: Interface>(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared<I>>) {
     let limits = shared.limits;
     if shared.connections.fetch_add(1, Ordering::Relaxed) >= limits.max_connections {
         shared.connections.fetch_sub(1, Ordering::Relaxed);
@@ -339,6 +344,13 @@ async fn serve_connection<I: Interface>(
         return;
     }
     let slot = Slot(Arc::clone(&shared));
+    let mut stream = match &shared.tls {
+        None => ServerStream::Plain(tcp),
+        Some(config) => match auth::tls::accept(MovableTcp::new(tcp), config, peer).await {
+            Some(session) => ServerStream::Tls(Box::new(session)),
+            None => return,
+        },
+    };
     if let Some(key) = &shared.cluster_key {
         if auth::server_async(&mut stream, key, I::NAME, Some(peer.ip()))
             .await
@@ -350,11 +362,11 @@ async fn serve_connection<I: Interface>(
     if let Next::MoveToSide(read) =
         serve_requests::<I>(&mut stream, Vec::new(), peer, &shared, Placement::Shard).await
     {
-        match (shared.side.get(), stream.into_std()) {
+        match (shared.side.get(), stream.detach()) {
             (Some(side), Ok(stream)) => {
                 // A tokio socket is tied to its runtime: the side runtime adopts it.
                 side.spawn(async move {
-                    match TcpStream::from_std(stream) {
+                    match stream.attach() {
                         Ok(mut stream) => {
                             let shared = &slot.0;
                             serve_requests::<I>(&mut stream, read, peer, shared, Placement::Side)
@@ -384,15 +396,15 @@ impl<I: Interface> Drop for Slot<I> {
 /// Serves the requests of `stream` (after the bytes `read` already read from it) until it
 /// closes or, on a shard, until it made a wait call.
 async fn serve_requests<I: Interface>(
-    stream: &mut TcpStream,
+    stream: &mut ServerStream,
     read: Vec<u8>,
     peer: SocketAddr,
     shared: &Shared<I>,
     placement: Placement,
 ) -> Next {
     let limits = shared.limits;
-    let (reader, mut writer) = stream.split();
-    let mut reader = BufReader::new(read.as_slice().chain(reader));
+    // One buffered reader over the stream; answers are written to the stream under it.
+    let mut reader = BufReader::new(read.as_slice().chain(stream));
     loop {
         match tokio::time::timeout(limits.idle_timeout, reader.fill_buf()).await {
             Ok(Ok(_)) => {}
@@ -424,7 +436,12 @@ async fn serve_requests<I: Interface>(
             tracing::warn!(%peer, "closing RPC connection after an unanswerable request");
             return Next::Close;
         };
-        if let Err(err) = writer.write_all(&answer).await {
+        let writer = reader.get_mut().get_mut().1;
+        let written = async {
+            writer.write_all(&answer).await?;
+            writer.flush().await
+        };
+        if let Err(err) = written.await {
             tracing::debug!(%peer, "closing RPC connection: {err}");
             return Next::Close;
         }

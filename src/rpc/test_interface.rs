@@ -175,14 +175,27 @@ mod tests {
     /// call that holds the only shard while it waits for that connection's next call gets it.
     #[test]
     fn a_connection_that_made_a_wait_call_is_never_held_by_a_blocked_shard() {
+        wait_call_moves_off_the_shard(None);
+    }
+
+    /// The same over TLS: the session moves to the side runtime with its state (the waiter's
+    /// second call on it is decrypted there), and both clients speak only TLS.
+    #[test]
+    fn a_tls_connection_moves_off_the_shard_with_its_session() {
+        let (server, client) = crate::auth::tls::test_pki();
+        wait_call_moves_off_the_shard(Some((server, client)));
+    }
+
+    /// A TLS server serves clients that trust its certificate; a plain client and one that
+    /// trusts another CA fail `RPC_FAIL` (the detail names the certificate) and are not served.
+    #[test]
+    fn a_tls_server_serves_only_clients_that_trust_its_certificate() {
+        let (server_tls, trusting) = crate::auth::tls::test_pki();
+        let (_, other_ca) = crate::auth::tls::test_pki();
         let api = Arc::new(Rendezvous::default());
         let options = crate::rpc::server::ServerOptions {
-            threads: 1,
-            limits: Default::default(),
-            scan_methods: &[],
-            wait_methods: &["service_ready"],
-            poll_methods: &[],
-            cluster_key: None,
+            tls: Some(server_tls),
+            ..crate::master::remote::server_options(1)
         };
         let served: Arc<dyn TestApi> = api.clone();
         let server = RpcServer::serve_with::<TestInterface>(
@@ -192,15 +205,54 @@ mod tests {
         )
         .unwrap();
         let addr = server.local_addr().to_string();
-        let waiter = RemoteTest(RpcClient::<TestInterface>::new(&addr, Timeouts::default()));
+        let client = |tls| RemoteTest(RpcClient::new(&addr, Timeouts::default()).with_tls(tls));
+        let tls = client(Some(trusting));
+        assert_eq!(tls.service_ready().unwrap(), "test-1");
+        assert_eq!(tls.service_ready().unwrap(), "test-1"); // the pooled connection
+        assert_eq!(client(None).service_ready(), Err(ErrorCode::RpcFail));
+        assert_eq!(
+            client(Some(other_ca)).service_ready(),
+            Err(ErrorCode::RpcFail)
+        );
+        let why = crate::error::last_error_message();
+        assert!(
+            why.contains("certificate") || why.contains("Certificate"),
+            "{why}"
+        );
+        assert_eq!(*api.ready_calls.lock(), 2, "only the TLS calls were served");
+    }
+
+    fn wait_call_moves_off_the_shard(
+        tls: Option<(Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>)>,
+    ) {
+        let api = Arc::new(Rendezvous::default());
+        let options = crate::rpc::server::ServerOptions {
+            threads: 1,
+            limits: Default::default(),
+            scan_methods: &[],
+            wait_methods: &["service_ready"],
+            poll_methods: &[],
+            cluster_key: None,
+            tls: tls.as_ref().map(|(server, _)| Arc::clone(server)),
+        };
+        let client_tls = tls.map(|(_, client)| client);
+        let served: Arc<dyn TestApi> = api.clone();
+        let server = RpcServer::serve_with::<TestInterface>(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            served,
+            options,
+        )
+        .unwrap();
+        let addr = server.local_addr().to_string();
+        let client = move |addr: &str| {
+            let client = RpcClient::<TestInterface>::new(addr, Timeouts::default());
+            RemoteTest(client.with_tls(client_tls.clone()))
+        };
+        let waiter = client(&addr);
         assert_eq!(waiter.service_ready().unwrap(), "test-1");
         let blocked = {
-            let addr = addr.clone();
-            std::thread::spawn(move || {
-                let remote =
-                    RemoteTest(RpcClient::<TestInterface>::new(&addr, Timeouts::default()));
-                remote.batch_remove(vec!["k".into()], true)
-            })
+            let remote = client(&addr);
+            std::thread::spawn(move || remote.batch_remove(vec!["k".into()], true))
         };
         // The inline call now holds the only shard, waiting for the waiter's second call.
         std::thread::sleep(std::time::Duration::from_millis(200));
@@ -222,6 +274,7 @@ mod tests {
             wait_methods: &[],
             poll_methods: &[],
             cluster_key: Some(ring(1)),
+            tls: None,
         };
         let served: Arc<dyn TestApi> = api.clone();
         let server = RpcServer::serve_with::<TestInterface>(
@@ -263,6 +316,7 @@ mod tests {
             wait_methods: &["service_ready"],
             poll_methods: &["unpin"],
             cluster_key: None,
+            tls: None,
         };
         let server = RpcServer::serve_with::<TestInterface>(
             SocketAddr::from(([127, 0, 0, 1], 0)),

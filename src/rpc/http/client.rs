@@ -1,11 +1,12 @@
 //! A minimal blocking HTTP/1.1 client: one request per connection (`Connection: close`),
-//! `http://host:port/path?query` URLs only, bounded response size.
+//! `http://` and `https://host:port/path?query` URLs (HTTPS trusts the process's TLS
+//! certificates, [`crate::auth::tls`]), bounded response size.
 
 use super::{content_length, parse_header_line, MAX_BODY_BYTES, MAX_HEAD_BYTES};
 use crate::auth::{self, KeyRing};
 use crate::error::{fail, ErrorCode, Result};
 use crate::rpc::codec::io_fail;
-use crate::rpc::net::{self, Timeouts};
+use crate::rpc::net::{Conn, Timeouts};
 use std::io::{Read, Write};
 
 /// A response: status and body. Plain value.
@@ -34,7 +35,9 @@ pub fn http_delete(url: &str) -> Result<HttpReply> {
 
 /// Sends one request and reads the whole response. Any status is `Ok`; the caller judges it.
 ///
-/// Errors: `INVALID_PARAMS` for a URL that is not `http://authority/...`; `RPC_FAIL` when the
+/// Errors: `INVALID_PARAMS` for a URL that is not `http://authority/...` or
+/// `https://authority/...`, or an `https://` one in a process that trusts no certificates
+/// (its TLS error when they could not be loaded); `RPC_FAIL` when the
 /// server cannot be reached or the response is malformed or larger than the limits;
 /// `RPC_TIMEOUT` when a wait exceeds `timeouts`.
 pub fn http_request(method: &str, url: &str, body: &[u8], timeouts: Timeouts) -> Result<HttpReply> {
@@ -52,13 +55,23 @@ pub fn http_request_with(
     timeouts: Timeouts,
     door: Option<(&KeyRing, &'static str)>,
 ) -> Result<HttpReply> {
-    let (authority, target) = split_url(url)?;
-    let host_port = if authority.contains(':') {
-        authority.to_owned()
-    } else {
-        format!("{authority}:80")
+    let (https, authority, target) = split_url(url)?;
+    let host_port = match (authority.rsplit_once(':'), https) {
+        (Some((_, port)), _) if !port.ends_with(']') => authority.to_owned(),
+        (_, false) => format!("{authority}:80"),
+        (_, true) => format!("{authority}:443"),
     };
-    let mut stream = net::connect(&host_port, timeouts)?;
+    let tls = match https {
+        false => None,
+        true => match crate::auth::tls::process_client_config()? {
+            Some(config) => Some(config),
+            None => {
+                let why = "needs trusted TLS certificates (MC_TLS_CA_FILE or --tls_ca_file)";
+                return fail(ErrorCode::InvalidParams, format_args!("{url} {why}"));
+            }
+        },
+    };
+    let mut stream = Conn::open(&host_port, timeouts, tls.as_ref())?;
     if let Some((key, role)) = door {
         auth::client_blocking(&mut stream, key, role)?;
     }
@@ -69,7 +82,7 @@ pub fn http_request_with(
     );
     let mut request = head.into_bytes();
     request.extend_from_slice(body);
-    if let Err(err) = stream.write_all(&request) {
+    if let Err(err) = stream.write_all(&request).and_then(|()| stream.flush()) {
         return io_fail(&format!("{method} {url}"), err);
     }
     let mut response = Vec::new();
@@ -81,14 +94,16 @@ pub fn http_request_with(
         .or_else(|why| fail(ErrorCode::RpcFail, format_args!("{method} {url}: {why}")))
 }
 
-/// Splits `http://authority/target` into the authority and the target (at least "/").
-fn split_url(url: &str) -> Result<(&str, &str)> {
-    let rest = match url.strip_prefix("http://") {
-        Some(rest) => rest,
-        None => {
+/// Splits `http[s]://authority/target` into whether it is HTTPS, the authority and the target
+/// (at least "/").
+fn split_url(url: &str) -> Result<(bool, &str, &str)> {
+    let (https, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (false, rest),
+        (_, Some(rest)) => (true, rest),
+        _ => {
             return fail(
                 ErrorCode::InvalidParams,
-                format_args!("not an http URL: {url}"),
+                format_args!("not an http or https URL: {url}"),
             )
         }
     };
@@ -100,7 +115,7 @@ fn split_url(url: &str) -> Result<(&str, &str)> {
     if authority.is_empty() || target.bytes().any(|b| b.is_ascii_whitespace()) {
         return fail(ErrorCode::InvalidParams, format_args!("bad URL: {url}"));
     }
-    Ok((authority, target))
+    Ok((https, authority, target))
 }
 
 /// Parses a complete response read until the server closed.
@@ -151,11 +166,12 @@ mod tests {
     fn urls_are_split_or_refused() {
         assert_eq!(
             split_url("http://h:1/m?key=a").unwrap(),
-            ("h:1", "/m?key=a")
+            (false, "h:1", "/m?key=a")
         );
-        assert_eq!(split_url("http://h:1").unwrap(), ("h:1", "/"));
+        assert_eq!(split_url("http://h:1").unwrap(), (false, "h:1", "/"));
+        assert_eq!(split_url("https://h/").unwrap(), (true, "h", "/"));
         for bad in [
-            "https://h/",
+            "ftp://h/",
             "h:1/x",
             "http:///x",
             "http://h?x",

@@ -15,8 +15,9 @@ use crate::rpc::serve::Acceptor;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
+};
 
 /// The route handler: called on a server thread for each request; must not block for long
 /// (it holds the connections of its thread meanwhile).
@@ -43,33 +44,33 @@ impl HttpServer {
     ///
     /// Errors: `RPC_FAIL` if the address cannot be bound.
     pub fn start(addr: SocketAddr, handler: HttpHandler) -> Result<HttpServer> {
-        HttpServer::start_with(addr, handler, None)
+        HttpServer::start_with(addr, handler, None, None)
     }
 
-    /// As [`HttpServer::start`]; with `door` = (key, role), each connection must first pass
-    /// the cluster key's handshake for `role` ([`auth::server_async`]): a peer that does not
-    /// is closed before a byte of HTTP is read, and counted and logged by [`auth`].
+    /// As [`HttpServer::start`]; with `tls`, each connection is HTTPS ([`auth::tls::accept`]);
+    /// with `door` = (key, role), each connection must then pass the cluster key's handshake
+    /// for `role` ([`auth::server_async`]): a peer that does not is closed before a byte of
+    /// HTTP is read, and counted and logged by [`auth`].
     ///
     /// Errors: `RPC_FAIL` if the address cannot be bound.
     pub fn start_with(
         addr: SocketAddr,
         handler: HttpHandler,
         door: Option<(Arc<KeyRing>, &'static str)>,
+        tls: Option<Arc<rustls::ServerConfig>>,
     ) -> Result<HttpServer> {
         let door = door.map(Arc::new);
-        let acceptor = Acceptor::start("mc-http", addr, THREADS, move |mut stream, peer| {
-            let (handler, door) = (Arc::clone(&handler), door.clone());
+        let acceptor = Acceptor::start("mc-http", addr, THREADS, move |tcp, peer| {
+            let (handler, door, tls) = (Arc::clone(&handler), door.clone(), tls.clone());
             async move {
-                if let Some(door) = door {
-                    let (key, role) = &*door;
-                    if auth::server_async(&mut stream, key, role, Some(peer.ip()))
-                        .await
-                        .is_err()
-                    {
-                        return;
+                match tls {
+                    None => admit(tcp, peer, door.as_deref(), handler).await,
+                    Some(config) => {
+                        if let Some(session) = auth::tls::accept(tcp, &config, peer).await {
+                            admit(session, peer, door.as_deref(), handler).await
+                        }
                     }
                 }
-                serve_connection(stream, peer, handler).await
             }
         })?;
         Ok(HttpServer { acceptor })
@@ -96,8 +97,28 @@ enum Incoming {
     Reject(HttpResponse),
 }
 
-async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, handler: HttpHandler) {
-    let (reader, mut writer) = stream.split();
+/// Serves `stream` once its peer passed the key's handshake (when there is a `door`).
+async fn admit<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    peer: SocketAddr,
+    door: Option<&(Arc<KeyRing>, &'static str)>,
+    handler: HttpHandler,
+) {
+    if let Some((key, role)) = door {
+        let admitted = auth::server_async(&mut stream, key, role, Some(peer.ip())).await;
+        if admitted.is_err() {
+            return;
+        }
+    }
+    serve_connection(stream, peer, handler).await
+}
+
+async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
+    peer: SocketAddr,
+    handler: HttpHandler,
+) {
+    let (reader, mut writer) = tokio::io::split(stream);
     let mut reader = BufReader::new(reader);
     loop {
         let (response, keep_alive) =
@@ -110,7 +131,12 @@ async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, handler: Http
                     break;
                 }
             };
-        if let Err(err) = writer.write_all(&render(&response, keep_alive)).await {
+        let rendered = render(&response, keep_alive);
+        let written = async {
+            writer.write_all(&rendered).await?;
+            writer.flush().await
+        };
+        if let Err(err) = written.await {
             tracing::debug!(%peer, "HTTP write: {err}");
             break;
         }
