@@ -20,7 +20,7 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn lost(role: &str, err: std::io::Error) -> ErrorCode {
     refusals::client_failed();
-    let msg = format_args!("the {role} server closed the connection during the cluster-key handshake ({err}); it may have no key set, or another");
+    let msg = format_args!("the {role} server closed the connection during the cluster-key handshake ({err}); it may have no key set, another key, or take TLS only (trust its certificate: --tls_ca_file / MC_TLS_CA_FILE)");
     fail::<()>(ErrorCode::AuthFailed, msg).unwrap_err()
 }
 

@@ -10,6 +10,11 @@
 //!
 //! Pooled connections amortise the handshake, so the gets are expected to cost the same; the
 //! connection line shows what a handshake adds.
+//!
+//! A third pool runs the master with TLS as well (a CA and a certificate for 127.0.0.1 made
+//! with the `openssl` command; without it those lines are skipped, with a note): its 4 KiB
+//! get (whose master call is encrypted; the data port stays authenticated-only) and its new
+//! master connection (TCP, TLS and key handshakes, one call) against the open pool's.
 
 use crate::children::{client_process, free_port, master_process, Process};
 use crate::interleave::{judge, Judged};
@@ -27,11 +32,12 @@ use std::time::{Duration, Instant};
 const SMALL: usize = 4096;
 const LARGE: usize = 4 << 20;
 
-/// One pool: its master and peer (killed on drop) and its measuring process.
+/// One pool: its measuring process, peer and master (killed on drop, in that order, so no
+/// client outlives its master).
 struct Pool {
-    _master: Process,
-    _peer: Process,
     leg: Leg,
+    _peer: Process,
+    _master: Process,
 }
 
 /// A measuring process: answers one number per command line.
@@ -54,14 +60,99 @@ impl Leg {
     }
 }
 
+/// The TLS files of the third pool, in the run's scratch directory.
+struct TlsFiles {
+    ca: std::path::PathBuf,
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+}
+
+impl TlsFiles {
+    /// Makes a CA and a certificate it signs for 127.0.0.1 with `openssl` in `dir`.
+    ///
+    /// Errors: why not (no `openssl`, or a step failed), for the skip note.
+    fn make(dir: &std::path::Path) -> Result<TlsFiles, String> {
+        let path = |name: &str| dir.join(name).display().to_string();
+        let (ca_key, ca, key, csr, cert, ext) = (
+            path("ca.key"),
+            path("ca.pem"),
+            path("server.key"),
+            path("server.csr"),
+            path("server.pem"),
+            path("san.ext"),
+        );
+        std::fs::write(&ext, "subjectAltName=IP:127.0.0.1\n").map_err(|e| format!("{ext}: {e}"))?;
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ];
+        let ca_subject = [
+            "-keyout", &ca_key, "-out", &ca, "-days", "2", "-subj", "/CN=ca",
+        ];
+        openssl(&[&["req", "-x509"][..], &ec, &ca_subject].concat())?;
+        let leaf_subject = ["-keyout", &key, "-out", &csr, "-subj", "/CN=127.0.0.1"];
+        openssl(&[&["req"][..], &ec, &leaf_subject].concat())?;
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            &cert,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+        ])?;
+        Ok(TlsFiles {
+            ca: dir.join("ca.pem"),
+            cert: dir.join("server.pem"),
+            key: dir.join("server.key"),
+        })
+    }
+}
+
+/// Runs `openssl args`. Errors: why it could not run or failed (its stderr).
+fn openssl(args: &[&str]) -> Result<(), String> {
+    let output = Command::new("openssl")
+        .args(args)
+        .output()
+        .map_err(|e| format!("openssl: {e}"))?;
+    match output.status.success() {
+        true => Ok(()),
+        false => Err(format!(
+            "openssl {}: {}",
+            args[0],
+            String::from_utf8_lossy(&output.stderr)
+        )),
+    }
+}
+
 impl Pool {
-    fn start(key: Option<&std::path::Path>) -> Result<Pool, String> {
+    fn start(key: Option<&std::path::Path>, tls: Option<&TlsFiles>) -> Result<Pool, String> {
         let port = free_port()?;
         let key_flag: Vec<String> = key
             .map(|k| format!("--cluster_key_file={}", k.display()))
             .into_iter()
             .collect();
-        let master = master_process(port, &key_flag)?;
+        let mut master_flags = key_flag.clone();
+        let mut leg_env = vec![("MC_SAME_HOST".to_string(), "0".to_string())];
+        let mut peer_flags = key_flag.clone();
+        if let Some(tls) = tls {
+            master_flags.push(format!("--tls_cert_file={}", tls.cert.display()));
+            master_flags.push(format!("--tls_key_file={}", tls.key.display()));
+            peer_flags.push(format!("--tls_ca_file={}", tls.ca.display()));
+            leg_env.push(("MC_TLS_CA_FILE".into(), tls.ca.display().to_string()));
+        }
+        let master = master_process(port, &master_flags)?;
         let addr = format!("127.0.0.1:{port}");
         let mut peer_args = vec![
             format!("--master_server_address={addr}"),
@@ -69,13 +160,13 @@ impl Pool {
             "--global_segment_size=256 MB".into(),
             "--local_buffer_size=0".into(),
         ];
-        peer_args.extend(key_flag.iter().cloned());
+        peer_args.extend(peer_flags);
         let (peer, _) = client_process(&peer_args, &[("MC_SAME_HOST", "0")])?;
         let mut child = Command::new(std::env::current_exe().map_err(|e| e.to_string())?)
             .arg("--auth-leg")
             .arg(&addr)
             .arg(key.map(|k| k.display().to_string()).unwrap_or_default())
-            .env("MC_SAME_HOST", "0")
+            .envs(leg_env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -90,9 +181,9 @@ impl Pool {
         };
         leg.ask("ready")?;
         Ok(Pool {
-            _master: master,
-            _peer: peer,
             leg,
+            _peer: peer,
+            _master: master,
         })
     }
 }
@@ -110,8 +201,8 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
         .and_then(|()| std::fs::write(&key, format!("{hex}\n")))
         .and_then(|()| std::fs::set_permissions(&key, PermissionsExt::from_mode(0o600)))
         .map_err(|e| format!("{}: {e}", key.display()))?;
-    let mut open = Pool::start(None)?;
-    let mut keyed = Pool::start(Some(&key))?;
+    let mut open = Pool::start(None, None)?;
+    let mut keyed = Pool::start(Some(&key), None)?;
     let lines = [
         (
             "cluster key on: 4 KiB get p50 (1 thr)",
@@ -147,6 +238,41 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
             &mut limit,
             || keyed_leg.ask(&command),
         )?;
+    }
+    drop(keyed);
+    let tls = match TlsFiles::make(&scratch.0) {
+        Ok(files) => files,
+        Err(why) => {
+            println!("TLS lines SKIPPED: {why}");
+            return Ok(());
+        }
+    };
+    let mut tls_pool = Pool::start(Some(&key), Some(&tls))?;
+    let lines = [
+        (
+            "TLS and key on: 4 KiB get p50 (1 thr)",
+            "us",
+            "the same get, neither (1 thr)",
+            "p50",
+        ),
+        (
+            "TLS and key on: new master connection + first call, mean (1 thr)",
+            "us",
+            "the same, neither (1 thr)",
+            "connect",
+        ),
+    ];
+    for (name, unit, limit_name, command) in lines {
+        let command = format!("{command} {ms}");
+        let (open_leg, tls_leg) = (&mut open.leg, &mut tls_pool.leg);
+        let mut limit = || open_leg.ask(&command);
+        let judged = Judged {
+            name,
+            unit,
+            limit_name,
+            rounds,
+        };
+        judge(report, &judged, &mut limit, || tls_leg.ask(&command))?;
     }
     Ok(())
 }
