@@ -358,7 +358,7 @@ typedef struct mc_setup_config {
      */
     const char *local_hostname;
     /**
-     * `"P2PHANDSHAKE"` or `"http://host:port/metadata"`; NULL means `"P2PHANDSHAKE"`.
+     * `"P2PHANDSHAKE"` or `"http://host:port/metadata"` (`https://` with TLS); NULL means `"P2PHANDSHAKE"`.
      */
     const char *metadata_server;
     /**
@@ -443,7 +443,7 @@ typedef struct mc_p2p_setup_config {
      */
     const char *local_hostname;
     /**
-     * `"P2PHANDSHAKE"` or `"http://host:port/metadata"`; NULL means `"P2PHANDSHAKE"`.
+     * `"P2PHANDSHAKE"` or `"http://host:port/metadata"` (`https://` with TLS); NULL means `"P2PHANDSHAKE"`.
      */
     const char *metadata_server;
     /**

@@ -210,40 +210,6 @@ fn a_keyed_metadata_service_serves_only_holders_of_the_key() {
     client.teardown();
 }
 
-/// The C API names the process's key file: the same file again is fine, another file, NULL or
-/// an empty path is refused with INVALID_PARAMS and changes nothing; a client set up after it
-/// works against the keyed master.
-#[test]
-fn the_c_api_names_the_key_file() {
-    use mooncake_rs::ffi::config::mc_set_cluster_key_file;
-    use std::ffi::CString;
-    let (master, _peer, _data_port, client) = keyed_pool("16 MB");
-    let ours = CString::new(our_key().display().to_string()).unwrap();
-    assert_eq!(mc_set_cluster_key_file(ours.as_ptr()), 0);
-    let other = key_file("c-api-other", &"d4".repeat(32));
-    let other = CString::new(other.display().to_string()).unwrap();
-    assert_eq!(mc_set_cluster_key_file(other.as_ptr()), -600);
-    assert!(mooncake_rs::error::last_error_message().contains("already uses"));
-    assert_eq!(mc_set_cluster_key_file(std::ptr::null()), -600);
-    assert_eq!(mc_set_cluster_key_file(c"".as_ptr()), -600);
-    let second = Client::setup(SetupConfig {
-        local_hostname: "127.0.0.1".into(),
-        global_segment_size: 0,
-        local_buffer_size: 16 << 20,
-        master_server_addr: master.addr(),
-        ..SetupConfig::default()
-    })
-    .unwrap_or_else(|e| panic!("setup: {e}: {}", mooncake_rs::error::last_error_message()));
-    client
-        .put("c-api", &[9u8; 4096], &ReplicateConfig::default())
-        .unwrap();
-    let mut back = vec![0u8; 4096];
-    assert_eq!(second.get_into("c-api", &mut back), Ok(4096));
-    assert_eq!(back, vec![9u8; 4096]);
-    second.teardown();
-    client.teardown();
-}
-
 /// Everything the server sends on a fresh connection to 127.0.0.1:`port` after `bytes`, until
 /// it closes (at most 2 s).
 fn answer_to(port: u16, bytes: &[u8]) -> Vec<u8> {

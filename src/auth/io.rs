@@ -20,7 +20,12 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn lost(role: &str, err: std::io::Error) -> ErrorCode {
     refusals::client_failed();
-    let msg = format_args!("the {role} server closed the connection during the cluster-key handshake ({err}); it may have no key set, another key, or take TLS only (trust its certificate: --tls_ca_file / MC_TLS_CA_FILE)");
+    // Only the master and the metadata service may take TLS.
+    let tls = match role == super::ROLE_METADATA || role.starts_with("mc-master") {
+        true => ", or take TLS only (trust its certificate: --tls_ca_file / MC_TLS_CA_FILE)",
+        false => "",
+    };
+    let msg = format_args!("the {role} server closed the connection during the cluster-key handshake ({err}); it may have no key set, or another{tls}");
     fail::<()>(ErrorCode::AuthFailed, msg).unwrap_err()
 }
 
@@ -41,12 +46,14 @@ pub fn client_blocking<S: Read + Write>(
 ) -> Result<()> {
     let (handshake, hello) = ClientHandshake::start(&ring.keys(), role)?;
     stream.write_all(&hello).map_err(|e| lost(role, e))?;
+    stream.flush().map_err(|e| lost(role, e))?;
     let mut challenge = [0u8; CHALLENGE_LEN];
     stream
         .read_exact(&mut challenge)
         .map_err(|e| lost(role, e))?;
     let proof = counted(handshake.answer(&challenge))?;
     stream.write_all(&proof).map_err(|e| lost(role, e))?;
+    stream.flush().map_err(|e| lost(role, e))?;
     let mut verdict = [0u8; VERDICT_LEN];
     stream.read_exact(&mut verdict).map_err(|e| lost(role, e))?;
     counted(ClientHandshake::verdict(&verdict))
@@ -62,6 +69,7 @@ pub async fn client_async<S: AsyncRead + AsyncWrite + Unpin>(
     let run = async {
         let (handshake, hello) = ClientHandshake::start(&ring.keys(), role)?;
         stream.write_all(&hello).await.map_err(|e| lost(role, e))?;
+        stream.flush().await.map_err(|e| lost(role, e))?;
         let mut challenge = [0u8; CHALLENGE_LEN];
         stream
             .read_exact(&mut challenge)
@@ -69,6 +77,7 @@ pub async fn client_async<S: AsyncRead + AsyncWrite + Unpin>(
             .map_err(|e| lost(role, e))?;
         let proof = counted(handshake.answer(&challenge))?;
         stream.write_all(&proof).await.map_err(|e| lost(role, e))?;
+        stream.flush().await.map_err(|e| lost(role, e))?;
         let mut verdict = [0u8; VERDICT_LEN];
         stream
             .read_exact(&mut verdict)
@@ -131,15 +140,18 @@ pub fn server_blocking<S: Read + Write>(
             Err((reason, answer)) => {
                 if let Some(answer) = answer {
                     stream.write_all(&answer)?;
+                    stream.flush()?;
                 }
                 return Ok(Step::Refused(reason));
             }
         };
         stream.write_all(&challenge)?;
+        stream.flush()?;
         let mut proof = [0u8; PROOF_LEN];
         stream.read_exact(&mut proof)?;
         let (verdict, accepted) = handshake.check(&proof);
         stream.write_all(&verdict)?;
+        stream.flush()?;
         Ok(if accepted {
             Step::Accepted
         } else {
@@ -171,15 +183,18 @@ pub async fn server_async<S: AsyncRead + AsyncWrite + Unpin>(
             Err((reason, answer)) => {
                 if let Some(answer) = answer {
                     stream.write_all(&answer).await?;
+                    stream.flush().await?;
                 }
                 return Ok(Step::Refused(reason));
             }
         };
         stream.write_all(&challenge).await?;
+        stream.flush().await?;
         let mut proof = [0u8; PROOF_LEN];
         stream.read_exact(&mut proof).await?;
         let (verdict, accepted) = handshake.check(&proof);
         stream.write_all(&verdict).await?;
+        stream.flush().await?;
         Ok(if accepted {
             Step::Accepted
         } else {

@@ -53,15 +53,19 @@ pub enum Refusal {
     BadProof,
     /// The peer did not finish the handshake in time, or closed during it.
     Incomplete,
+    /// The peer did not complete TLS with a TLS server (it spoke plain TCP, refused the
+    /// server's certificate, or stalled).
+    Tls,
 }
 
 impl Refusal {
     /// Every reason, in the order of the counters.
-    pub const ALL: [Refusal; 4] = [
+    pub const ALL: [Refusal; 5] = [
         Refusal::NoHandshake,
         Refusal::UnknownKey,
         Refusal::BadProof,
         Refusal::Incomplete,
+        Refusal::Tls,
     ];
 
     /// The label of this reason.
@@ -71,6 +75,7 @@ impl Refusal {
             Refusal::UnknownKey => "unknown_key",
             Refusal::BadProof => "bad_proof",
             Refusal::Incomplete => "incomplete",
+            Refusal::Tls => "tls_failed",
         }
     }
 }

@@ -18,7 +18,7 @@ const LOG_EVERY: Duration = Duration::from_secs(60);
 const LOG_PEERS: usize = 4096;
 
 static ACCEPTED: AtomicU64 = AtomicU64::new(0);
-static REFUSED: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+static REFUSED: [AtomicU64; Refusal::ALL.len()] = [const { AtomicU64::new(0) }; Refusal::ALL.len()];
 static CLIENT_FAILED: AtomicU64 = AtomicU64::new(0);
 static LOGGED: Mutex<Option<HashMap<IpAddr, Instant>>> = Mutex::new(None);
 
@@ -28,7 +28,7 @@ pub struct AuthCounters {
     /// Handshakes this process's servers accepted.
     pub accepted: u64,
     /// Handshakes they refused, by reason, in the order of [`Refusal::ALL`].
-    pub refused: [u64; 4],
+    pub refused: [u64; Refusal::ALL.len()],
     /// Handshakes this process failed as a client (the server refused, or proved nothing).
     pub client_failed: u64,
 }
@@ -50,7 +50,7 @@ impl AuthCounters {
 pub fn prometheus_text() -> String {
     let now = counters();
     let mut text = String::from(
-        "# HELP mooncake_auth_handshakes_total Cluster-key handshakes this process's servers accepted or refused, by result.\n# TYPE mooncake_auth_handshakes_total counter\n",
+        "# HELP mooncake_auth_handshakes_total Cluster-key handshakes this process's servers accepted or refused, by result (tls_failed: TLS did not complete).\n# TYPE mooncake_auth_handshakes_total counter\n",
     );
     text += &format!(
         "mooncake_auth_handshakes_total{{result=\"accepted\"}} {}\n",
@@ -76,7 +76,7 @@ fn index(reason: Refusal) -> usize {
 
 /// The counters now.
 pub fn counters() -> AuthCounters {
-    let mut refused = [0; 4];
+    let mut refused = [0; Refusal::ALL.len()];
     for (slot, counter) in refused.iter_mut().zip(&REFUSED) {
         *slot = counter.load(Ordering::Relaxed);
     }
@@ -103,7 +103,7 @@ pub fn refused(reason: Refusal, role: &str, peer: Option<IpAddr>) {
     REFUSED[index(reason)].fetch_add(1, Ordering::Relaxed);
     if should_log(peer, Instant::now()) {
         let peer = peer.map_or_else(|| "a local peer".to_owned(), |ip| ip.to_string());
-        tracing::warn!(%peer, role, reason = reason.label(), "refused a connection: cluster-key handshake failed (further refusals of this peer are not logged for a minute)");
+        tracing::warn!(%peer, role, reason = reason.label(), "refused a connection: cluster-key or TLS handshake failed (further refusals of this peer are not logged for a minute)");
     }
 }
 

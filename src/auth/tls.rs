@@ -7,7 +7,8 @@
 //!   CA or self-signed certificates) opens every master connection with TLS and may use
 //!   `https://` metadata URLs; without one, master connections are plain and an `https://` URL
 //!   is refused. The server's certificate must name the host the client dials (a DNS name, or
-//!   an IP address in its subject alternative names); `MC_TLS_SERVER_NAME` names another.
+//!   an IP address in its subject alternative names); `MC_TLS_SERVER_NAME` names another (for
+//!   every TLS connection of the process: master and metadata alike).
 //! - TLS comes first; the cluster key's handshake, when there is a key, runs inside it.
 //! - Servers send no TLS 1.3 session tickets: a pooled idle client connection must hold no
 //!   unsolicited bytes (the client checks that before reusing one), and no resumption state is
@@ -101,6 +102,7 @@ fn server_config_of(
         Err(err) => return tls_fail(err),
     };
     config.send_tls13_tickets = 0;
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     Ok(Arc::new(config))
 }
 
@@ -183,8 +185,8 @@ pub fn use_ca_file(path: &Path) -> Result<()> {
 /// The process's client TLS configuration, if it trusts certificates (fixed from
 /// `MC_TLS_CA_FILE` on the first call when no flag named a file).
 ///
-/// Errors: `INVALID_PARAMS` / `FILE_OPEN_FAIL` when the file could not be loaded (fail
-/// closed: such a process never connects in the clear instead).
+/// Errors: `AUTH_FAILED` when the file could not be loaded (fail closed: such a process
+/// never connects in the clear instead; the message names the file and why).
 pub fn process_client_config() -> Result<Option<Arc<ClientConfig>>> {
     let tls =
         PROCESS_TLS.get_or_init(
@@ -197,8 +199,11 @@ pub fn process_client_config() -> Result<Option<Arc<ClientConfig>>> {
         ProcessTls::None => Ok(None),
         ProcessTls::Config(_, config) => Ok(Some(Arc::clone(config))),
         ProcessTls::Broken(path, code) => fail(
-            *code,
-            format_args!("TLS CA file {} could not be loaded", path.display()),
+            ErrorCode::AuthFailed,
+            format_args!(
+                "TLS CA file {} could not be loaded ({code})",
+                path.display()
+            ),
         ),
     }
 }
@@ -242,34 +247,37 @@ pub fn connect(tcp: TcpStream, config: &Arc<ClientConfig>, addr: &str) -> Result
                 }
                 _ => ErrorCode::RpcFail,
             };
-            return fail(code, format_args!("TLS handshake with {addr}: {err}"));
+            let hint = match err.kind() {
+                std::io::ErrorKind::UnexpectedEof => " (the server closed: it may not speak TLS)",
+                _ => "",
+            };
+            return fail(code, format_args!("TLS handshake with {addr}: {err}{hint}"));
         }
     }
     Ok(stream)
 }
 
-/// Accepts TLS as a server on `io` within [`super::HANDSHAKE_TIMEOUT`]; `None` (logged at
-/// debug level: a scanner or a client without TLS is no event) when the handshake fails.
+/// Accepts TLS as the `role` server on `io` within [`super::HANDSHAKE_TIMEOUT`]; `None` when
+/// the handshake fails, which is counted (`tls_failed`) and logged as the key's refusals are
+/// ([`super::refusals`]: once a minute per peer; the detail at debug level).
 pub async fn accept<IO>(
     io: IO,
     config: &Arc<ServerConfig>,
+    role: &str,
     peer: std::net::SocketAddr,
 ) -> Option<tokio_rustls::server::TlsStream<IO>>
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(config));
-    match tokio::time::timeout(super::HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
-        Ok(Ok(stream)) => Some(stream),
-        Ok(Err(err)) => {
-            tracing::debug!(%peer, "TLS handshake refused: {err}");
-            None
-        }
-        Err(_) => {
-            tracing::debug!(%peer, "TLS handshake timed out");
-            None
-        }
-    }
+    let failure = match tokio::time::timeout(super::HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
+        Ok(Ok(stream)) => return Some(stream),
+        Ok(Err(err)) => err.to_string(),
+        Err(_) => "timed out".to_owned(),
+    };
+    tracing::debug!(%peer, role, "TLS handshake failed: {failure}");
+    super::refusals::refused(super::protocol::Refusal::Tls, role, Some(peer.ip()));
+    None
 }
 
 /// A throwaway CA and a certificate it signed for `127.0.0.1` and `localhost` (tests): the

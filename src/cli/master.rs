@@ -354,6 +354,11 @@ fn run(flags: Flags) -> Result<(), String> {
     super::use_cluster_key(&flags.cluster_key_file)?;
     super::use_tls_ca(&flags.tls_ca_file)?;
     let tls = server_tls(&flags)?;
+    let trusts = crate::auth::tls::process_client_config().map_err(|e| format!("TLS: {e}"))?;
+    if flags.enable_ha && tls.is_some() && trusts.is_none() {
+        // A standby copies the leader's journal over the master's RPC port, TLS-only then.
+        return Err("an HA master with --tls_cert_file must trust the group's certificates: name their CA in --tls_ca_file (or MC_TLS_CA_FILE)".into());
+    }
     let config = config_from(&flags)?;
     let journal = (!flags.journal_dir.is_empty()).then(|| JournalOptions::new(&flags.journal_dir));
     let served = match (flags.enable_ha, &journal) {
@@ -424,9 +429,9 @@ fn run(flags: Flags) -> Result<(), String> {
         )?;
         let key = crate::auth::process_key().map_err(|e| format!("cluster key: {e}"))?;
         crate::auth::warn_if_open(addr, crate::auth::ROLE_METADATA, key.as_ref());
-        let door = key.map(|key| (key, crate::auth::ROLE_METADATA));
+        let role = crate::auth::ROLE_METADATA;
         Some(
-            HttpServer::start_with(addr, handler, door, tls).map_err(|e| {
+            HttpServer::start_with(addr, handler, role, key, tls).map_err(|e| {
                 format!(
                     "cannot serve metadata on port {}: {e}",
                     flags.http_metadata_server_port

@@ -29,7 +29,7 @@ pub const MC_HEALTH_MASTER_UNREACHABLE: i32 = 2;
 pub struct mc_setup_config {
     /// This client's name, `host` or `host:port`. Required (NULL or empty: -600).
     pub local_hostname: *const c_char,
-    /// `"P2PHANDSHAKE"` or `"http://host:port/metadata"`; NULL means `"P2PHANDSHAKE"`.
+    /// `"P2PHANDSHAKE"` or `"http://host:port/metadata"` (`https://` with TLS); NULL means `"P2PHANDSHAKE"`.
     pub metadata_server: *const c_char,
     /// Bytes this client contributes to the pool: 0, or at least 1024.
     pub global_segment_size: u64,

@@ -24,7 +24,7 @@ pub const MC_P2P_DIRECTION_FORWARD: i32 = 1;
 pub struct mc_p2p_setup_config {
     /// This client's host, or `host:port`. Required (NULL or empty: -600).
     pub local_hostname: *const c_char,
-    /// `"P2PHANDSHAKE"` or `"http://host:port/metadata"`; NULL means `"P2PHANDSHAKE"`.
+    /// `"P2PHANDSHAKE"` or `"http://host:port/metadata"` (`https://` with TLS); NULL means `"P2PHANDSHAKE"`.
     pub metadata_server: *const c_char,
     /// TieredBackend JSON, e.g. `{"tiers":[{"type":"DRAM","capacity":67108864,"priority":100,
     /// "allocator_type":"OFFSET"}]}`; `{"tiers":[]}` makes a pure accessor. Required; bad JSON

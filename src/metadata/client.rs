@@ -389,8 +389,8 @@ mod tests {
         let store = Arc::new(MetadataStore::default());
         let addr = SocketAddr::from(([127, 0, 0, 1], 0));
         let handler = metadata_handler(Arc::clone(&store));
-        let door = Some((test_ring(7), auth::ROLE_METADATA));
-        let server = HttpServer::start_with(addr, handler, door, None).unwrap();
+        let role = auth::ROLE_METADATA;
+        let server = HttpServer::start_with(addr, handler, role, Some(test_ring(7)), None).unwrap();
         let url = format!("http://{}/metadata", server.local_addr());
         let client = |key| {
             HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default())

@@ -15,7 +15,6 @@ use crate::error::Result;
 use parking_lot::Mutex;
 use std::io::{self, Write};
 use std::marker::PhantomData;
-use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
@@ -124,7 +123,7 @@ impl<I: Interface> RpcClient<I> {
             None => self.addr.clone(),
         };
         loop {
-            let Some((stream, to)) = self.idle.lock().pop() else {
+            let Some((mut stream, to)) = self.idle.lock().pop() else {
                 let key = self.cluster_key()?;
                 let tls = self.tls()?;
                 let mut stream = Conn::open(&addr, self.timeouts, tls.as_ref())
@@ -134,7 +133,7 @@ impl<I: Interface> RpcClient<I> {
                 }
                 return Ok((stream, addr));
             };
-            if to == addr && is_idle_and_open(stream.socket()) {
+            if to == addr && is_idle_and_open(&mut stream) {
                 return Ok((stream, to));
             }
         }
@@ -172,8 +171,19 @@ impl<I: Interface> Call<I> for RpcClient<I> {
 }
 
 /// Whether an idle connection can carry a new request: the peer has neither closed it nor
-/// sent unsolicited bytes. One non-blocking `recv(MSG_PEEK)`.
-fn is_idle_and_open(stream: &TcpStream) -> bool {
+/// sent unsolicited bytes (over TLS: nor left any in the session). One non-blocking
+/// `recv(MSG_PEEK)`.
+fn is_idle_and_open(conn: &mut Conn) -> bool {
+    if let Conn::Tls(tls) = conn {
+        let quiet = tls
+            .conn
+            .process_new_packets()
+            .is_ok_and(|state| state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed());
+        if !quiet {
+            return false;
+        }
+    }
+    let stream = conn.socket();
     let mut byte = 0u8;
     // SAFETY: the descriptor belongs to `stream`, alive for the call; the buffer is one byte
     // we own; MSG_DONTWAIT keeps the socket's blocking mode untouched.

@@ -192,7 +192,24 @@ pub fn read_answer<R: Read>(reader: &mut R) -> Result<Vec<u8>> {
     }
     let mut payload = Vec::with_capacity(len.min(READ_CHUNK).max(early.len()));
     payload.extend_from_slice(early);
-    read_rest(reader, payload, len)
+    read_rest(reader, payload, len).inspect_err(|_| {
+        if is_tls_alert(&first[..filled]) {
+            crate::error::set_last_error_message(
+                "the server answered with a TLS alert: it takes TLS only (trust its certificate: --tls_ca_file / MC_TLS_CA_FILE)",
+            );
+        }
+    })
+}
+
+/// Whether `bytes` are exactly one TLS alert record (what a TLS server sends a client that
+/// spoke plain TCP, before it closes).
+fn is_tls_alert(bytes: &[u8]) -> bool {
+    match bytes {
+        [0x15, 0x03, minor, high, low, body @ ..] => {
+            *minor <= 0x04 && usize::from(u16::from_be_bytes([*high, *low])) == body.len()
+        }
+        _ => false,
+    }
 }
 
 /// Completes a `len`-byte payload of which `payload` holds the first bytes, from `reader`.

@@ -346,10 +346,12 @@ async fn serve_connection<I: Interface>(tcp: TcpStream, peer: SocketAddr, shared
     let slot = Slot(Arc::clone(&shared));
     let mut stream = match &shared.tls {
         None => ServerStream::Plain(tcp),
-        Some(config) => match auth::tls::accept(MovableTcp::new(tcp), config, peer).await {
-            Some(session) => ServerStream::Tls(Box::new(session)),
-            None => return,
-        },
+        Some(config) => {
+            match auth::tls::accept(MovableTcp::new(tcp), config, I::NAME, peer).await {
+                Some(session) => ServerStream::Tls(Box::new(session)),
+                None => return,
+            }
+        }
     };
     if let Some(key) = &shared.cluster_key {
         if auth::server_async(&mut stream, key, I::NAME, Some(peer.ip()))

@@ -49,7 +49,7 @@ pub const KINDS: &[&str] = &[
 ];
 
 /// The kinds drawn only in a keyed run (`--cluster-key`).
-const KEYED_KINDS: &[&str] = &["intruder"];
+pub const KEYED_KINDS: &[&str] = &["intruder"];
 
 /// The kinds that act on the HA cell (not drawn in a run without it).
 const HA_KINDS: &[&str] = &[

@@ -15,7 +15,13 @@ use std::time::{Duration, Instant};
 /// The master's refused handshakes so far (`None`: its `/metrics` did not answer).
 fn refused(metrics_port: u16) -> Option<u64> {
     let text = http_get(metrics_port, "/metrics")?;
-    let refusals = ["no_handshake", "unknown_key", "bad_proof", "incomplete"];
+    let refusals = [
+        "no_handshake",
+        "unknown_key",
+        "bad_proof",
+        "incomplete",
+        "tls_failed",
+    ];
     let count = |reason: &str| {
         let name = format!("mooncake_auth_handshakes_total{{result=\"{reason}\"}}");
         metric(&text, &name).unwrap_or(0)
@@ -24,29 +30,30 @@ fn refused(metrics_port: u16) -> Option<u64> {
 }
 
 /// Sends `bytes` on a fresh connection to 127.0.0.1:`port`; the bytes that came back before
-/// the server closed (at most 2 s). `None` when nothing listens.
-fn answer_to(port: u16, bytes: &[u8]) -> Option<Vec<u8>> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+/// the server closed (at most 2 s). Errors: nothing listens (faults come one at a time: the
+/// target must be up).
+fn answer_to(port: u16, bytes: &[u8]) -> Result<Vec<u8>, String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))
+        .map_err(|e| format!("intruder: nothing listens on port {port}: {e}"))?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = stream.write_all(bytes);
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
-    Some(answer)
+    Ok(answer)
 }
 
 /// Runs the intrusion against the master (`master_port`, `/metrics` on `metrics_port`) and
 /// the owner data port `owner_port`; the fault's target label, or what got through.
 pub fn inject(master_port: u16, metrics_port: u16, owner_port: u16) -> Result<String, String> {
-    let before = refused(metrics_port);
+    let before = refused(metrics_port).ok_or("intruder: the master's /metrics did not answer")?;
     let remove_all = MasterRequest::remove_all { force: true };
     let frame = encode_frame(&remove_all).map_err(|e| format!("intruder: encode: {e}"))?;
-    if let Some(answer) = answer_to(master_port, &frame) {
-        if !answer.is_empty() {
-            return Err(format!(
-                "intruder: the keyed master answered a remove_all without the key ({} bytes)",
-                answer.len()
-            ));
-        }
+    let answer = answer_to(master_port, &frame)?;
+    if !answer.is_empty() {
+        return Err(format!(
+            "intruder: the keyed master answered a remove_all without the key ({} bytes)",
+            answer.len()
+        ));
     }
     let read = SessionHeader {
         size: 64,
@@ -55,24 +62,21 @@ pub fn inject(master_port: u16, metrics_port: u16, owner_port: u16) -> Result<St
         v2: true,
         epoch: None,
     };
-    if let Some(answer) = answer_to(owner_port, &read.encode()) {
-        if !answer.is_empty() {
-            return Err(format!(
-                "intruder: the keyed owner on port {owner_port} answered a read without the key ({} bytes)",
-                answer.len()
-            ));
-        }
+    let answer = answer_to(owner_port, &read.encode())?;
+    if !answer.is_empty() {
+        return Err(format!(
+            "intruder: the keyed owner on port {owner_port} answered a read without the key ({} bytes)",
+            answer.len()
+        ));
     }
     // The refusal is counted (faults come one at a time: the master was not restarted).
-    if let Some(before) = before {
-        let limit = Instant::now() + Duration::from_secs(5);
-        let counted = || refused(metrics_port).is_some_and(|now| now > before);
-        while !counted() {
-            if Instant::now() > limit {
-                return Err("intruder: the master did not count its refusal".into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
+    let limit = Instant::now() + Duration::from_secs(5);
+    let counted = || refused(metrics_port).is_some_and(|now| now > before);
+    while !counted() {
+        if Instant::now() > limit {
+            return Err("intruder: the master did not count its refusal".into());
         }
+        std::thread::sleep(Duration::from_millis(50));
     }
     Ok(format!("master and owner port {owner_port}"))
 }

@@ -2,7 +2,7 @@
 //! pasted into docs/reliability.md, then the accounting and any violations.
 
 use crate::checker::{FaultWindow, Verdict};
-use crate::faults::{Accounting, KINDS};
+use crate::faults::{Accounting, KEYED_KINDS, KINDS};
 use crate::worker::OPS;
 use crate::Settings;
 use std::time::Duration;
@@ -30,9 +30,13 @@ pub fn print(
         elapsed.as_secs()
     );
     println!();
+    // The kinds this run can draw at all (a run without a key has no intruder).
+    let kinds: Vec<&str> = (KINDS.iter().copied())
+        .filter(|kind| settings.cluster_key || !KEYED_KINDS.contains(kind))
+        .collect();
     let mut header = String::from("| operation | calls | ok | failed |");
     let mut rule = String::from("|---|---:|---:|---:|");
-    for kind in KINDS {
+    for kind in &kinds {
         header.push_str(&format!(" during {kind} |"));
         rule.push_str("---:|");
     }
@@ -41,14 +45,14 @@ pub fn print(
     println!("{header}");
     println!("{rule}");
     let mut totals = [0u64; 4];
-    let mut during_totals = vec![0u64; KINDS.len()];
+    let mut during_totals = vec![0u64; kinds.len()];
     for (op, _) in OPS {
         let counts = verdict.ops.get(*op).cloned().unwrap_or_default();
         let mut row = format!(
             "| {op} | {} | {} | {} |",
             counts.calls, counts.ok, counts.failed
         );
-        for (i, kind) in KINDS.iter().enumerate() {
+        for (i, kind) in kinds.iter().enumerate() {
             let n = counts.during.get(kind).copied().unwrap_or(0);
             during_totals[i] += n;
             row.push_str(&format!(" {n} |"));
@@ -79,7 +83,7 @@ pub fn print(
     ));
     println!("{row}");
     let mut row = String::from("| **faults injected** | | | |");
-    for kind in KINDS {
+    for kind in &kinds {
         row.push_str(&format!(
             " {} |",
             windows.iter().filter(|w| w.kind == *kind).count()

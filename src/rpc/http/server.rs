@@ -44,30 +44,31 @@ impl HttpServer {
     ///
     /// Errors: `RPC_FAIL` if the address cannot be bound.
     pub fn start(addr: SocketAddr, handler: HttpHandler) -> Result<HttpServer> {
-        HttpServer::start_with(addr, handler, None, None)
+        HttpServer::start_with(addr, handler, "http", None, None)
     }
 
-    /// As [`HttpServer::start`]; with `tls`, each connection is HTTPS ([`auth::tls::accept`]);
-    /// with `door` = (key, role), each connection must then pass the cluster key's handshake
-    /// for `role` ([`auth::server_async`]): a peer that does not is closed before a byte of
-    /// HTTP is read, and counted and logged by [`auth`].
+    /// As [`HttpServer::start`], for the service `role`: with `tls`, each connection is HTTPS
+    /// ([`auth::tls::accept`]); with `key`, each connection must then pass the cluster key's
+    /// handshake for `role` ([`auth::server_async`]). A peer that fails either is closed
+    /// before a byte of HTTP is read, and counted and logged by [`auth`].
     ///
     /// Errors: `RPC_FAIL` if the address cannot be bound.
     pub fn start_with(
         addr: SocketAddr,
         handler: HttpHandler,
-        door: Option<(Arc<KeyRing>, &'static str)>,
+        role: &'static str,
+        key: Option<Arc<KeyRing>>,
         tls: Option<Arc<rustls::ServerConfig>>,
     ) -> Result<HttpServer> {
-        let door = door.map(Arc::new);
         let acceptor = Acceptor::start("mc-http", addr, THREADS, move |tcp, peer| {
-            let (handler, door, tls) = (Arc::clone(&handler), door.clone(), tls.clone());
+            let (handler, key, tls) = (Arc::clone(&handler), key.clone(), tls.clone());
             async move {
+                let door = key.as_deref().map(|key| (key, role));
                 match tls {
-                    None => admit(tcp, peer, door.as_deref(), handler).await,
+                    None => admit(tcp, peer, door, handler).await,
                     Some(config) => {
-                        if let Some(session) = auth::tls::accept(tcp, &config, peer).await {
-                            admit(session, peer, door.as_deref(), handler).await
+                        if let Some(session) = auth::tls::accept(tcp, &config, role, peer).await {
+                            admit(session, peer, door, handler).await
                         }
                     }
                 }
@@ -101,7 +102,7 @@ enum Incoming {
 async fn admit<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     peer: SocketAddr,
-    door: Option<&(Arc<KeyRing>, &'static str)>,
+    door: Option<(&KeyRing, &'static str)>,
     handler: HttpHandler,
 ) {
     if let Some((key, role)) = door {
