@@ -6,7 +6,7 @@
 mod common;
 
 use common::{Launched, Master, PeerClient};
-use mooncake_rs::client::{Client, SetupConfig};
+use mooncake_rs::client::Client;
 use mooncake_rs::types::ReplicateConfig;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -79,15 +79,7 @@ fn keyed_pool(segment: &str) -> (Master, PeerClient, u16, Client) {
         &[("MC_SAME_HOST", "0")],
     );
     let data_port: u16 = peer.name.rsplit(':').next().unwrap().parse().unwrap();
-    let client = Client::setup(SetupConfig {
-        local_hostname: "127.0.0.1".into(),
-        global_segment_size: 0,
-        local_buffer_size: 32 << 20,
-        master_server_addr: master.addr(),
-        cluster_key_file: key.display().to_string(),
-        ..SetupConfig::default()
-    })
-    .unwrap_or_else(|e| panic!("setup: {e}: {}", mooncake_rs::error::last_error_message()));
+    let client = common::keyed_client(&master.addr(), "P2PHANDSHAKE", Some(key), 32 << 20);
     (master, peer, data_port, client)
 }
 
@@ -175,16 +167,7 @@ fn a_keyed_metadata_service_serves_only_holders_of_the_key() {
         &[flag(key)],
         &[("MC_SAME_HOST", "0")],
     );
-    let client = Client::setup(SetupConfig {
-        local_hostname: "127.0.0.1".into(),
-        global_segment_size: 0,
-        local_buffer_size: 16 << 20,
-        master_server_addr: master.addr(),
-        metadata_server: url.clone(),
-        cluster_key_file: key.display().to_string(),
-        ..SetupConfig::default()
-    })
-    .unwrap_or_else(|e| panic!("setup: {e}: {}", mooncake_rs::error::last_error_message()));
+    let client = common::keyed_client(&master.addr(), &url, Some(key), 16 << 20);
     let read = format!(
         "GET /metadata?key=mooncake/ram/{} HTTP/1.1\r\nHost: x\r\n\r\n",
         peer.name

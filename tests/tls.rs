@@ -7,7 +7,7 @@
 mod common;
 
 use common::{Launched, Master, PeerClient};
-use mooncake_rs::client::{Client, SetupConfig};
+use mooncake_rs::client::Client;
 use mooncake_rs::types::ReplicateConfig;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -85,16 +85,7 @@ fn tls_master() -> (Master, String) {
 fn trusting_client(master_addr: &str, metadata: &str) -> Client {
     let pki = pki();
     mooncake_rs::auth::tls::use_ca_file(&pki.ca).unwrap();
-    Client::setup(SetupConfig {
-        local_hostname: "127.0.0.1".into(),
-        global_segment_size: 0,
-        local_buffer_size: 16 << 20,
-        master_server_addr: master_addr.into(),
-        metadata_server: metadata.into(),
-        cluster_key_file: pki.cluster_key.display().to_string(),
-        ..SetupConfig::default()
-    })
-    .unwrap_or_else(|e| panic!("setup: {e}: {}", mooncake_rs::error::last_error_message()))
+    common::keyed_client(master_addr, metadata, Some(&pki.cluster_key), 16 << 20)
 }
 
 /// A `mooncake_client` with `extra` flags against `master` that must fail its setup; its

@@ -35,9 +35,31 @@ rpc_interface! {
 mod tests {
     use super::*;
     use crate::error::ErrorCode;
+    use crate::rpc::server::ServerOptions;
     use crate::rpc::{RpcClient, RpcServer, Timeouts};
     use std::net::SocketAddr;
     use std::sync::Arc;
+
+    /// One shard thread, no lanes but `wait` and `poll` methods, no key, no TLS.
+    fn one_shard(wait: &'static [&'static str], poll: &'static [&'static str]) -> ServerOptions {
+        ServerOptions {
+            threads: 1,
+            limits: Default::default(),
+            scan_methods: &[],
+            wait_methods: wait,
+            poll_methods: poll,
+            cluster_key: None,
+            tls: None,
+        }
+    }
+
+    /// Serves `api` on a free loopback port with `options`; the server and its address.
+    fn serve(api: Arc<dyn TestApi>, options: ServerOptions) -> (RpcServer, String) {
+        let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        let server = RpcServer::serve_with::<TestInterface>(addr, api, options).unwrap();
+        let local = server.local_addr().to_string();
+        (server, local)
+    }
 
     /// Answers every call from its arguments, so a round trip shows what arrived.
     struct Echo;
@@ -86,11 +108,13 @@ mod tests {
     /// server and client: answers, per-key errors and call-level errors arrive as sent.
     #[test]
     fn a_declared_interface_round_trips_through_server_and_client() {
-        let api: Arc<dyn TestApi> = Arc::new(Echo);
-        let server =
-            RpcServer::serve::<TestInterface>(SocketAddr::from(([127, 0, 0, 1], 0)), api, 2)
-                .unwrap();
-        let addr = server.local_addr().to_string();
+        let (server, addr) = serve(
+            Arc::new(Echo),
+            ServerOptions {
+                threads: 2,
+                ..one_shard(&[], &[])
+            },
+        );
         let remote = RemoteTest(RpcClient::<TestInterface>::new(&addr, Timeouts::default()));
         assert_eq!(remote.service_ready().unwrap(), "test-1");
         let keys = vec!["a".to_string(), String::new()];
@@ -198,13 +222,7 @@ mod tests {
             ..crate::master::remote::server_options(1)
         };
         let served: Arc<dyn TestApi> = api.clone();
-        let server = RpcServer::serve_with::<TestInterface>(
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-            served,
-            options,
-        )
-        .unwrap();
-        let addr = server.local_addr().to_string();
+        let (_server, addr) = serve(served, options);
         let client = |tls| RemoteTest(RpcClient::new(&addr, Timeouts::default()).with_tls(tls));
         let tls = client(Some(trusting));
         assert_eq!(tls.service_ready().unwrap(), "test-1");
@@ -226,24 +244,13 @@ mod tests {
         tls: Option<(Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>)>,
     ) {
         let api = Arc::new(Rendezvous::default());
-        let options = crate::rpc::server::ServerOptions {
-            threads: 1,
-            limits: Default::default(),
-            scan_methods: &[],
-            wait_methods: &["service_ready"],
-            poll_methods: &[],
-            cluster_key: None,
+        let options = ServerOptions {
             tls: tls.as_ref().map(|(server, _)| Arc::clone(server)),
+            ..one_shard(&["service_ready"], &[])
         };
         let client_tls = tls.map(|(_, client)| client);
         let served: Arc<dyn TestApi> = api.clone();
-        let server = RpcServer::serve_with::<TestInterface>(
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-            served,
-            options,
-        )
-        .unwrap();
-        let addr = server.local_addr().to_string();
+        let (_server, addr) = serve(served, options);
         let client = move |addr: &str| {
             let client = RpcClient::<TestInterface>::new(addr, Timeouts::default());
             RemoteTest(client.with_tls(client_tls.clone()))
@@ -267,23 +274,12 @@ mod tests {
     fn a_keyed_server_serves_only_clients_that_prove_its_key() {
         use crate::auth::test_ring as ring;
         let api = Arc::new(Rendezvous::default());
-        let options = crate::rpc::server::ServerOptions {
-            threads: 1,
-            limits: Default::default(),
-            scan_methods: &[],
-            wait_methods: &[],
-            poll_methods: &[],
+        let options = ServerOptions {
             cluster_key: Some(ring(1)),
-            tls: None,
+            ..one_shard(&[], &[])
         };
         let served: Arc<dyn TestApi> = api.clone();
-        let server = RpcServer::serve_with::<TestInterface>(
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-            served,
-            options,
-        )
-        .unwrap();
-        let addr = server.local_addr().to_string();
+        let (_server, addr) = serve(served, options);
         let client = || RpcClient::<TestInterface>::new(&addr, Timeouts::default());
         let keyed = RemoteTest(client().with_cluster_key(ring(1)));
         assert_eq!(keyed.service_ready().unwrap(), "test-1");
@@ -309,25 +305,14 @@ mod tests {
     /// method: they have their own lane.
     #[test]
     fn long_polls_never_take_the_wait_threads() {
-        let options = crate::rpc::server::ServerOptions {
-            threads: 1,
-            limits: Default::default(),
-            scan_methods: &[],
-            wait_methods: &["service_ready"],
-            poll_methods: &["unpin"],
-            cluster_key: None,
-            tls: None,
-        };
-        let server = RpcServer::serve_with::<TestInterface>(
-            SocketAddr::from(([127, 0, 0, 1], 0)),
+        let options = one_shard(&["service_ready"], &["unpin"]);
+        let (_server, addr) = serve(
             Arc::new(Rendezvous {
                 poll: std::time::Duration::from_secs(3),
                 ..Rendezvous::default()
             }),
             options,
-        )
-        .unwrap();
-        let addr = server.local_addr().to_string();
+        );
         let polls: Vec<_> = (0..2 * crate::rpc::server::WAIT_THREADS)
             .map(|_| {
                 let addr = addr.clone();

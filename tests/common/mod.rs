@@ -463,6 +463,27 @@ pub fn local_client_with_metadata(
     .expect("client setup")
 }
 
+/// An in-process client of `master` with no segment and a `local_buffer`-byte buffer, that
+/// finds peers through `metadata_server` and proves the cluster key file `key` (the process's
+/// key from then on).
+pub fn keyed_client(
+    master: &str,
+    metadata_server: &str,
+    key: Option<&std::path::Path>,
+    local_buffer: u64,
+) -> Client {
+    Client::setup(SetupConfig {
+        local_hostname: "127.0.0.1".into(),
+        global_segment_size: 0,
+        local_buffer_size: local_buffer,
+        master_server_addr: master.into(),
+        metadata_server: metadata_server.into(),
+        cluster_key_file: key.map(|k| k.display().to_string()).unwrap_or_default(),
+        ..SetupConfig::default()
+    })
+    .unwrap_or_else(|e| panic!("setup: {e}: {}", mooncake_rs::error::last_error_message()))
+}
+
 /// Deterministic bytes.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)

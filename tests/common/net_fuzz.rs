@@ -8,7 +8,6 @@
 //! or overwrite the kept object, which are then sent too.
 
 use super::{pattern, Master, PeerClient};
-use mooncake_rs::client::{Client, SetupConfig};
 use mooncake_rs::master::{MasterInterface, MasterRequest};
 use mooncake_rs::rpc::codec::{decode_payload, encode_frame, HEADER_LEN};
 use mooncake_rs::rpc::Interface;
@@ -188,15 +187,7 @@ impl Pool {
             &flags,
             &[("MC_SAME_HOST", "0")],
         );
-        let client = Client::setup(SetupConfig {
-            local_hostname: "127.0.0.1".into(),
-            global_segment_size: 0,
-            local_buffer_size: 16 << 20,
-            master_server_addr: master.addr(),
-            cluster_key_file: key.map(|k| k.display().to_string()).unwrap_or_default(),
-            ..SetupConfig::default()
-        })
-        .expect("client setup");
+        let client = super::keyed_client(&master.addr(), "P2PHANDSHAKE", key, 16 << 20);
         let kept = pattern(300_000, pattern_seed);
         client
             .put(KEPT, &kept, &ReplicateConfig::default())
