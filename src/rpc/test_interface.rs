@@ -219,7 +219,7 @@ mod tests {
         let api = Arc::new(Rendezvous::default());
         let options = crate::rpc::server::ServerOptions {
             tls: Some(server_tls),
-            ..crate::master::remote::server_options(1)
+            ..one_shard(&[], &[])
         };
         let served: Arc<dyn TestApi> = api.clone();
         let (_server, addr) = serve(served, options);
