@@ -446,7 +446,7 @@ impl MasterService {
         // In memory too (a write-through copy or a promotion): only the disk copy goes, also
         // of a hard-pinned object (the pin keeps its memory). Replicas that are not readable
         // (a segment waiting to be re-attached) keep the copy: it may be all that is left.
-        let in_memory = !meta.readable().is_empty();
+        let in_memory = meta.is_readable_in_memory();
         let evictable = meta.disk_at() == Some(DiskLocation { tier, generation })
             && meta.write_started().is_none()
             && (in_memory || (meta.replicas.is_empty() && !meta.hard_pinned))

@@ -121,12 +121,13 @@ impl MasterService {
     /// Whether eviction may take `meta`: complete, mounted, not hard-pinned, unleased,
     /// unpinned, not being demoted to disk.
     pub(super) fn is_evictable(meta: &ObjectMeta, now: Instant) -> bool {
-        meta.write_started().is_none()
+        // In-memory first: it rules out objects that are only on disk, most of a big tier.
+        meta.is_readable_in_memory()
+            && meta.write_started().is_none()
             && !meta.hard_pinned
             && !meta.has_lease(now)
             && meta.pins == 0
             && meta.demoting.is_none()
-            && !meta.readable().is_empty()
     }
 
     /// Counts `meta` as evicted.

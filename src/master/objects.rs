@@ -203,6 +203,12 @@ impl ObjectMeta {
             .collect()
     }
 
+    /// Whether [`Self::readable`] is not empty, without collecting it (the eviction scan asks
+    /// this of every object).
+    pub(crate) fn is_readable_in_memory(&self) -> bool {
+        self.phase == Phase::Complete && self.replicas.iter().any(|r| r.allocation.is_live())
+    }
+
     /// The readable replicas (COMPLETE, segment mounted); empty while being written.
     pub(crate) fn readable(&self) -> Vec<&Replica> {
         if self.phase != Phase::Complete {
