@@ -275,6 +275,21 @@ mod tests {
     use crate::rpc::test_interface::{TestRequest, TestResponse};
     use crate::types::{ReplicateConfig, Uuid};
 
+    /// A plain client reading a TLS server's alert is told the server takes TLS; a frame
+    /// that merely starts with the same bytes is read as a frame.
+    #[test]
+    fn a_tls_alert_is_named_as_such() {
+        let alert = [0x15u8, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28];
+        let mut reader = std::io::Cursor::new(alert.to_vec());
+        assert_eq!(read_answer(&mut reader).unwrap_err(), ErrorCode::RpcFail);
+        assert!(crate::error::last_error_message().contains("takes TLS only"));
+        assert!(!is_tls_alert(&alert[..6]));
+        let mut frame = vec![0x15u8, 0x03, 0x03, 0x00];
+        frame.extend(std::iter::repeat_n(7u8, 0x0003_0315));
+        let mut reader = std::io::Cursor::new(frame);
+        assert_eq!(read_answer(&mut reader).unwrap().len(), 0x0003_0315);
+    }
+
     fn sample_request() -> TestRequest {
         TestRequest::batch_put_start {
             client: Uuid { hi: 1, lo: 2 },
