@@ -223,22 +223,7 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
             "connect",
         ),
     ];
-    for (name, unit, limit_name, command) in lines {
-        let command = format!("{command} {ms}");
-        let (open_leg, keyed_leg) = (&mut open.leg, &mut keyed.leg);
-        let mut limit = || open_leg.ask(&command);
-        judge(
-            report,
-            &Judged {
-                name,
-                unit,
-                limit_name,
-                rounds,
-            },
-            &mut limit,
-            || keyed_leg.ask(&command),
-        )?;
-    }
+    judge_lines(report, &lines, rounds, ms, &mut open.leg, &mut keyed.leg)?;
     drop(keyed);
     let tls = match TlsFiles::make(&scratch.0) {
         Ok(files) => files,
@@ -262,17 +247,33 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
             "connect",
         ),
     ];
-    for (name, unit, limit_name, command) in lines {
+    judge_lines(report, &lines, rounds, ms, &mut open.leg, &mut tls_pool.leg)
+}
+
+/// Judges each line (name, unit, limit name, leg command) of `measured` against `limit`, in
+/// interleaved rounds of `ms` milliseconds.
+fn judge_lines(
+    report: &mut Report,
+    lines: &[(&str, &'static str, &str, &str)],
+    rounds: usize,
+    ms: u64,
+    limit: &mut Leg,
+    measured: &mut Leg,
+) -> Result<(), String> {
+    for &(name, unit, limit_name, command) in lines {
         let command = format!("{command} {ms}");
-        let (open_leg, tls_leg) = (&mut open.leg, &mut tls_pool.leg);
-        let mut limit = || open_leg.ask(&command);
         let judged = Judged {
             name,
             unit,
             limit_name,
             rounds,
         };
-        judge(report, &judged, &mut limit, || tls_leg.ask(&command))?;
+        judge(
+            report,
+            &judged,
+            || limit.ask(&command),
+            || measured.ask(&command),
+        )?;
     }
     Ok(())
 }
