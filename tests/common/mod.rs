@@ -15,13 +15,18 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, in 20000..32000: below the kernel's ephemeral range
+/// (32768 and up here), so no outgoing connection can take it before the test's server binds it
+/// and a client polling it before that server listens cannot connect to itself; above the
+/// clients' own data ports (from 12300).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    for _ in 0..1_000 {
+        let port = fastrand::u16(20_000..32_000);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000..32000 after 1000 tries")
 }
 
 /// `count` distinct ports nobody listens on right now (each listener is closed at once, so two
@@ -174,10 +179,17 @@ impl Drop for Master {
     }
 }
 
-/// GETs `path` from 127.0.0.1:`port` and returns the whole response (status line included).
+/// GETs `path` from 127.0.0.1:`port` and returns the whole response (status line included);
+/// panics when nothing listens there.
 pub fn http_get(port: u16, path: &str) -> String {
+    try_http_get(port, path).expect("connect http")
+}
+
+/// GETs `path` from 127.0.0.1:`port`: the whole response, or `None` when the connection is
+/// refused (a server still starting, or one just killed).
+pub fn try_http_get(port: u16, path: &str) -> Option<String> {
     use std::io::{Read, Write};
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect http");
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
@@ -185,10 +197,10 @@ pub fn http_get(port: u16, path: &str) -> String {
         stream,
         "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     )
-    .unwrap();
+    .ok()?;
     let mut text = String::new();
     let _ = stream.read_to_string(&mut text);
-    text
+    Some(text)
 }
 
 /// The first line `child` prints on stdout (its `READY ...` line), waiting at most 20 s.
@@ -640,8 +652,8 @@ impl EtcdMember {
 
     /// Whether the member answers `/health` with `"health":"true"`.
     pub fn healthy(&self) -> bool {
-        TcpStream::connect(("127.0.0.1", self.client_port)).is_ok()
-            && http_get(self.client_port, "/health").contains("\"health\":\"true\"")
+        try_http_get(self.client_port, "/health")
+            .is_some_and(|text| text.contains("\"health\":\"true\""))
     }
 
     /// `127.0.0.1:<client port>`.
