@@ -9,8 +9,9 @@
 //!   keys into a full pool (the owner writes up to 16 records at a time, each `fdatasync`ed),
 //!   against `fio --rw=write --direct=1 --fdatasync=1` with the object size as block size and
 //!   16 jobs. Twice: into a **full tier** ([`FULL_TIER_SEGMENTS`] segments, trimmed by age, so
-//!   records overwrite the spare files of trimmed ones: the steady state of a cache), and into
-//!   a **growing tier** (no size limit: every record is a new file).
+//!   records overwrite the spare files of trimmed ones: the steady state of a cache; fio
+//!   rewrites its own files), and into a **growing tier** (no size limit: every record is a
+//!   new file; fio writes new files of the object's size, each once).
 //! - **DRAM hit** with the tier on: 4 KiB get latency (one thread, p50) of an object in
 //!   memory, from a client with an SSD tier against one without.
 //!
@@ -40,6 +41,9 @@ const DEMOTION_SEGMENT: u64 = 256 * MIB;
 /// The full tier's size limit, in segments.
 const FULL_TIER_SEGMENTS: u64 = 16;
 const TIER_LIMIT_VAR: &str = "MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES";
+
+/// A limit measured by `fio` (MB/s).
+type Limit<'a> = dyn Fn() -> Result<f64, String> + 'a;
 
 /// One embedded client with a `segment`-byte segment and, with `ssd`, an SSD tier there.
 fn client(segment: u64, ssd: Option<&Path>) -> Result<Client, String> {
@@ -115,6 +119,43 @@ fn fio(dir: &Path, args: &[String]) -> Result<f64, String> {
     let bytes = job["read"]["bw_bytes"].as_f64().unwrap_or(0.0)
         + job["write"]["bw_bytes"].as_f64().unwrap_or(0.0);
     Ok(bytes / 1e6)
+}
+
+/// fio's arguments for [`DEMOTION_JOBS`] jobs writing `size`-byte files that do not exist
+/// yet, each written once with `O_DIRECT` and `fdatasync`ed (created when first opened, no
+/// preallocation), for `secs`: enough files per job that a round never runs out of new ones
+/// at 4 GB/s (each loop's files are unlinked if one does, so no file is ever rewritten).
+fn new_files_fio_args(size: usize, duration: Duration, secs: &str) -> Vec<String> {
+    const MAX_RATE: f64 = 4e9;
+    let per_job = (duration.as_secs_f64() * MAX_RATE / size as f64 / DEMOTION_JOBS as f64).ceil();
+    [
+        "--rw=write",
+        "--direct=1",
+        "--fdatasync=1",
+        "--ioengine=psync",
+        "--fallocate=none",
+        "--create_on_open=1",
+        "--openfiles=1",
+        "--file_service_type=sequential",
+        "--unlink_each_loop=1",
+        "--time_based",
+    ]
+    .map(String::from)
+    .into_iter()
+    .chain([
+        format!("--bs={size}"),
+        format!("--filesize={size}"),
+        format!("--nrfiles={}", (per_job as u64).max(64)),
+        format!("--numjobs={DEMOTION_JOBS}"),
+        secs.to_string(),
+    ])
+    .collect()
+}
+
+/// Empties `dir` (fio's new-file rounds start from no files).
+fn recreate_dir(dir: &Path) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))
 }
 
 /// MB/s of [`THREADS`] threads getting random keys of `keys` (`size` bytes each) for
@@ -255,6 +296,8 @@ fn run_size(
     // what they look at).
     let jobs = format!("--numjobs={DEMOTION_JOBS}");
     let write_args = fio_args(&["--rw=write", "--fdatasync=1", &jobs]);
+    let new_files_args = new_files_fio_args(size, duration, &secs);
+    let new_files_dir = scratch.0.join("fio-new-files");
     let full_dir = scratch.0.join("full-tier");
     let full = full_tier_client(
         DEMOTION_SEGMENT,
@@ -264,7 +307,21 @@ fn run_size(
     )?;
     let growing = self::client(DEMOTION_SEGMENT, Some(&scratch.0.join("growing-tier")))?;
     let round = AtomicU64::new(0);
-    for (tier, client) in [("full", &full), ("growing", &growing)] {
+    // The full tier writes into spare files, as fio rewrites its own files; the growing tier
+    // creates a file per record, as fio does with new files of the record's size.
+    let overwrite_limit = format!("fio write direct fdatasync bs={label}, {DEMOTION_JOBS} jobs");
+    let new_files_limit =
+        format!("fio write direct fdatasync into new {label} files, {DEMOTION_JOBS} jobs");
+    let overwrite = || fio(&fio_dir, &write_args);
+    let new_files = || {
+        recreate_dir(&new_files_dir)?;
+        fio(&new_files_dir, &new_files_args)
+    };
+    let tiers: [(&str, &Client, &str, &Limit); 2] = [
+        ("full", &full, &overwrite_limit, &overwrite),
+        ("growing", &growing, &new_files_limit, &new_files),
+    ];
+    for (tier, client, limit_name, limit) in tiers {
         judge(
             report,
             &Judged {
@@ -272,10 +329,10 @@ fn run_size(
                     "ssd tier: demotion of {label} objects, {tier} tier, MB/s ({THREADS} put thr)"
                 ),
                 unit: "MB/s",
-                limit_name: &format!("fio write direct fdatasync bs={label}, {DEMOTION_JOBS} jobs"),
+                limit_name,
                 rounds,
             },
-            || fio(&fio_dir, &write_args),
+            limit,
             || {
                 demotion_rate(
                     client,
