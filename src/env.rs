@@ -481,6 +481,26 @@ pub(crate) const OFFLOAD_AT_PUT: Var = Var {
     default: "0",
 };
 
+/// `MC_LOCATION_CACHE`: a switch: on (the default), a client serves replica lists it
+/// fetched from its location cache while their cached lease runs and its revocation poll is
+/// fresh (`docs/location-cache.md`); off, every get asks the master.
+pub(crate) const LOCATION_CACHE: Var = Var {
+    name: "MC_LOCATION_CACHE",
+    default: "1",
+};
+
+/// `MC_LOCATION_CACHE_ENTRIES`: most keys one client's location cache holds (least
+/// recently used go first). Default 65536, at least 16.
+pub(crate) const LOCATION_CACHE_ENTRIES: Knob =
+    Knob::new("MC_LOCATION_CACHE_ENTRIES", 65_536, 16, u64::MAX).strict();
+
+/// `MC_LOCATION_CACHE_BYTES`: most bytes (keys and replica descriptors, estimated) one
+/// client's location cache holds. Default 64 MiB, at least 64 KiB.
+pub(crate) const LOCATION_CACHE_BYTES: Knob =
+    Knob::new("MC_LOCATION_CACHE_BYTES", 64 << 20, 64 << 10, u64::MAX)
+        .strict()
+        .sizes();
+
 /// `MC_PROMOTION_ON_HIT`: a switch for the in-process master: on, an object on disk only is
 /// loaded back into its owner's segment once two reads found it there (the
 /// `mooncake_master` flag `--promotion_on_hit`). Default off.
@@ -522,6 +542,8 @@ pub(crate) const KNOBS: &[&Knob] = &[
     &PING_TIMEOUT_MS,
     &METADATA_CACHE_ENTRIES,
     &METADATA_CACHE_TTL_MS,
+    &LOCATION_CACHE_ENTRIES,
+    &LOCATION_CACHE_BYTES,
     &STORE_CLIENT_MIN_PORT,
     &STORE_CLIENT_MAX_PORT,
     &STORE_CLIENT_SETUP_RETRIES,
@@ -572,6 +594,7 @@ pub(crate) const VARS: &[&Var] = &[
     &DEVICE_RUNTIME,
     &OFFLOAD_FILE_STORAGE_PATH,
     &OFFLOAD_AT_PUT,
+    &LOCATION_CACHE,
     &PROMOTION_ON_HIT,
     &CLUSTER_KEY_FILE,
     &TLS_CA_FILE,

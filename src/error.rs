@@ -118,6 +118,7 @@ error_codes! {
     StaleWriteToken = -9005 => "STALE_WRITE_TOKEN",
     StaleSegmentEpoch = -9006 => "STALE_SEGMENT_EPOCH",
     AuthFailed = -9007 => "AUTH_FAILED",
+    RevocationPending = -9008 => "REVOCATION_PENDING",
 }
 
 impl ErrorCode {

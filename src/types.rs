@@ -310,6 +310,35 @@ pub struct QueryResult {
     pub replicas: Vec<ReplicaDescriptor>,
     /// Lease length granted with this answer.
     pub lease_ttl_ms: u64,
+    /// How long, from before the request was sent, the asking client may serve this answer
+    /// from its location cache (`batch_get_locations` only; 0: it may not cache it). Never
+    /// more than `lease_ttl_ms`.
+    pub cache_ttl_ms: u64,
+}
+
+/// A location cache serves hits only while its last successful revocation poll was sent
+/// this recently (ms): a client cut off from its master stops serving cached answers that
+/// soon, and a restarted master waits a little longer than that before acknowledging writes.
+pub const LOCATION_CACHE_FRESH_MS: u64 = 300;
+
+/// A location-cache revocation: the holder must stop serving `key` from its cache, then
+/// acknowledge `seq` (and every earlier one) in its next `cache_revocations` poll.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revocation {
+    /// Per-holder sequence number, from 1.
+    pub seq: u64,
+    /// The key whose cached answer is revoked.
+    pub key: String,
+}
+
+/// The answer to a `cache_revocations` poll.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevocationBatch {
+    /// The master's life these sequence numbers belong to (random per start): a client
+    /// seeing another one drops its whole cache and acknowledges from 0.
+    pub incarnation: u64,
+    /// Revocations not delivered before, in `seq` order (empty after the poll's wait).
+    pub revocations: Vec<Revocation>,
 }
 
 /// A pinned object: its replicas stay allocated and unchanged until `unpin(pin_id)` or the
@@ -377,6 +406,9 @@ pub struct WriteGrant {
     /// (`put_start_release_timeout`): a writer must not start transferring into them later,
     /// since the master may have reclaimed and reused the space by then.
     pub write_ttl_ms: u64,
+    /// Location caches held the key's previous value (or may have: a master just started):
+    /// the writer must `await_revocations` for the key before ending the write.
+    pub revoking: bool,
 }
 
 /// What the master says to a ping.

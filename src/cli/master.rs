@@ -4,7 +4,10 @@
 use super::glog::GlogFlags;
 use super::Program;
 use crate::ha::{HaConfig, Member, Role, RoleCall};
-use crate::master::{JournalOptions, MasterConfig, MasterInterface, MasterService, RemoteMaster};
+use crate::master::{
+    JournalOptions, MasterConfig, MasterInterface, MasterService, RemoteMaster,
+    DEFAULT_LOCATION_CACHE_START_GRACE_MS,
+};
 use crate::metadata::{metadata_handler, MetadataStore};
 use crate::rpc::server::{ServerLimits, ServerOptions};
 use crate::rpc::stats::RpcStats;
@@ -112,6 +115,16 @@ pub(super) struct Flags {
     /// (mooncake-rs flag).
     #[arg(long = "reattach_grace_ms", default_value_t = 30_000)]
     reattach_grace_ms: u64,
+    /// Milliseconds a client may serve a key's replica list from its location cache before
+    /// asking again (at most the read lease); every write of a cached key waits until its
+    /// holders dropped it or this ran out; 0: no location caching (mooncake-rs flag,
+    /// `docs/location-cache.md`).
+    #[arg(long = "location_cache_lease_ms", default_value_t = 2_000)]
+    location_cache_lease_ms: u64,
+    /// Milliseconds after start during which writes wait before they are acknowledged, while
+    /// location caches of an earlier master life may still serve (mooncake-rs flag).
+    #[arg(long = "location_cache_start_grace_ms", default_value_t = DEFAULT_LOCATION_CACHE_START_GRACE_MS)]
+    location_cache_start_grace_ms: u64,
     /// Upstream's switch for its SSD offload: on (without `--offload_on_evict`), every write
     /// is copied to its owner's SSD tier as soon as it ends (write-through), and evicting an
     /// object with such a copy only frees its memory. Evicted objects are demoted to their
@@ -252,6 +265,11 @@ fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
         write_quarantine_ms: flags.write_quarantine_ms,
         p2p_route_grace_ms: flags.p2p_route_grace_ms,
         reattach_grace_ms: flags.reattach_grace_ms,
+        location_cache_lease_ms: flags.location_cache_lease_ms,
+        location_cache_start_grace_ms: match flags.location_cache_lease_ms {
+            0 => 0,
+            _ => flags.location_cache_start_grace_ms,
+        },
         offload_at_put: flags.enable_offload && !flags.offload_on_evict,
         promotion_on_hit: flags.promotion_on_hit,
         promotion_admission_threshold: flags.promotion_admission_threshold,

@@ -1,9 +1,10 @@
 //! `get_buffer`: objects read into client-owned memory from the local buffer, handed to the
 //! caller as an owning [`BufferHandle`].
 
-use super::core::Client;
+use super::core::{Client, ClientCore};
 use super::counters::ClientCounters;
 use super::plan::{self, Buf, ReadJob};
+use super::read::{Leased, Lookup};
 use crate::error::{fail, ErrorCode, Result};
 use crate::node::LocalAlloc;
 
@@ -56,7 +57,36 @@ impl Client {
             return keys.iter().map(|_| Err(e)).collect();
         }
         let answers = core.query(keys);
-        let mut results: Vec<Result<BufferHandle>> = Vec::with_capacity(keys.len());
+        let mut results = core.read_into_buffers(&answers);
+        let stale = core.stale_keys(&answers, &results);
+        if !stale.is_empty() {
+            for &i in &stale {
+                core.locations.forget(keys[i].as_ref());
+            }
+            let again: Vec<&str> = stale.iter().map(|&i| keys[i].as_ref()).collect();
+            let fresh = core.query_with(&again, Lookup::Master);
+            for (&i, result) in stale.iter().zip(core.read_into_buffers(&fresh)) {
+                results[i] = result;
+            }
+        }
+        let sizes: Vec<Result<u64>> = results
+            .iter()
+            .map(|r| r.as_ref().map(|h| h.len() as u64).map_err(|e| *e))
+            .collect();
+        for size in sizes.iter().flatten() {
+            ClientCounters::add(&core.counters.get_buffer_ops, 1);
+            ClientCounters::add(&core.counters.get_buffer_bytes, *size);
+        }
+        core.count_reads(&sizes);
+        results
+    }
+}
+
+impl ClientCore {
+    /// Reads each answered key into a new allocation of the local buffer.
+    fn read_into_buffers(&self, answers: &[Result<Leased>]) -> Vec<Result<BufferHandle>> {
+        let core = self;
+        let mut results: Vec<Result<BufferHandle>> = Vec::with_capacity(answers.len());
         let mut jobs = Vec::new();
         let mut job_index = Vec::new();
         for (i, answer) in answers.iter().enumerate() {
@@ -94,15 +124,6 @@ impl Client {
                 Ok(()) => {}
             }
         }
-        let sizes: Vec<Result<u64>> = results
-            .iter()
-            .map(|r| r.as_ref().map(|h| h.len() as u64).map_err(|e| *e))
-            .collect();
-        for size in sizes.iter().flatten() {
-            ClientCounters::add(&core.counters.get_buffer_ops, 1);
-            ClientCounters::add(&core.counters.get_buffer_bytes, *size);
-        }
-        core.count_reads(&sizes);
         results
     }
 }

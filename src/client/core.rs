@@ -2,6 +2,8 @@
 //! its life cycle. The operations live in sibling modules as further `impl Client` blocks.
 
 use super::counters::ClientCounters;
+use super::location_cache::LocationCache;
+use super::revocation_poll::RevocationPoll;
 use super::session_table::Sessions;
 use crate::device::MappedRegion;
 use crate::error::{fail, ErrorCode, Result};
@@ -59,6 +61,10 @@ pub(super) struct ClientCore {
     metadata: Option<crate::metadata::HttpMetadataClient>,
     /// A dummy's link to its real client (see `dummy.rs`); `None` for a real client.
     pub(super) dummy: Option<Arc<DummyLink>>,
+    /// Replica lists served without asking the master (`docs/location-cache.md`).
+    pub(super) locations: Arc<LocationCache>,
+    /// The cache's revocation poll, while the cache is on and the client open.
+    revocation_poll: parking_lot::Mutex<Option<RevocationPoll>>,
 }
 
 impl Client {
@@ -166,6 +172,8 @@ impl Client {
             closed: AtomicBool::new(false),
             metadata,
             dummy,
+            locations: Arc::new(LocationCache::from_env()),
+            revocation_poll: parking_lot::Mutex::new(None),
         });
         // The in-process master's own client cannot be dead while it runs: never expired (a
         // process stall would otherwise race its monitor against the mount).
@@ -194,6 +202,13 @@ impl Client {
                 core.shutdown();
                 return Err(e);
             }
+        }
+        if core.locations.enabled() {
+            *core.revocation_poll.lock() = Some(RevocationPoll::start(
+                core.id,
+                Arc::clone(core.link.api()),
+                Arc::clone(&core.locations),
+            ));
         }
         let hook: Weak<dyn LivenessHook> = Arc::downgrade(&core) as Weak<ClientCore>;
         core.link.start_liveness(core.id, hook);
@@ -333,6 +348,10 @@ impl ClientCore {
             return;
         }
         self.link.stop_liveness();
+        if let Some(mut poll) = self.revocation_poll.lock().take() {
+            poll.stop();
+        }
+        self.locations.clear();
         if let Some(disk) = &self.disk {
             disk.shutdown();
         }
@@ -405,6 +424,8 @@ impl LivenessHook for ClientCore {
         if answer.status != ClientStatus::NeedRemount {
             return Ok(());
         }
+        // Our segment gets a new epoch (or the master forgot us): nothing cached stands.
+        self.locations.clear();
         let Some(own) = &self.segment else {
             return self.master.register_client(self.id);
         };

@@ -1,6 +1,7 @@
 //! Client operation counters, readable as a snapshot (and as JSON through the C API).
 
 use super::core::Client;
+use super::location_cache::LocationCacheStats;
 use crate::device::{DeviceInfo, DeviceStats};
 use crate::stream::StreamMetrics;
 use crate::transfer::{CopyPaths, TransferMetrics};
@@ -37,6 +38,8 @@ pub struct ClientMetrics {
     pub device: DeviceStats,
     /// This client's SSD tier (`None`: it has none).
     pub ssd: Option<SsdTierMetrics>,
+    /// This client's location cache (`docs/location-cache.md`).
+    pub location_cache: LocationCacheStats,
 }
 
 /// A client's SSD tier (`docs/ssd-tier.md`): what it holds (record files, and the bytes of
@@ -80,6 +83,7 @@ impl Client {
             device_info: crate::device::runtime().info(),
             device: DeviceStats::snapshot(),
             ssd: self.core.disk_stats(),
+            location_cache: self.core.locations.stats(),
         }
     }
 }

@@ -3,6 +3,10 @@
 
 use super::core::Client;
 use super::plan::{self, Buf, Fragment, ReadJob};
+use super::read::Lookup;
+
+/// Per buffer, per key, per fragment: bytes read or the error.
+type RangeResults = Vec<Vec<Vec<Result<u64>>>>;
 use crate::error::{fail, ErrorCode, Result};
 use std::collections::{HashMap, HashSet};
 
@@ -95,6 +99,30 @@ impl Client {
         buffers: &[Buf],
         request: &RangeRequest<'_>,
     ) -> Vec<Vec<Vec<Result<u64>>>> {
+        // SAFETY: as this function's contract.
+        let (results, stale) = unsafe { self.ranges_with(buffers, request, Lookup::Cache) };
+        if stale.is_empty() {
+            return results;
+        }
+        // A read failed with a cached answer: the whole request again, every key fresh.
+        for key in &stale {
+            self.core.locations.forget(key);
+        }
+        // SAFETY: as this function's contract.
+        unsafe { self.ranges_with(buffers, request, Lookup::Master) }.0
+    }
+
+    /// [`Client::get_into_ranges_raw`] with answers looked up as `lookup` says; also returns
+    /// the keys of cells that failed with an answer of the location cache.
+    ///
+    /// # Safety
+    /// As [`Client::get_into_ranges_raw`].
+    unsafe fn ranges_with(
+        &self,
+        buffers: &[Buf],
+        request: &RangeRequest<'_>,
+        lookup: Lookup,
+    ) -> (RangeResults, Vec<String>) {
         let core = &self.core;
         let n = request.keys.len();
         let top_ok = buffers.len() == n
@@ -103,22 +131,24 @@ impl Client {
             && request.sizes.len() == n;
         let bad = || vec![Err(ErrorCode::InvalidParams)];
         if let Err(e) = core.check_open() {
-            return request
+            let refused = request
                 .keys
                 .iter()
                 .map(|row| row.iter().map(|_| vec![Err(e)]).collect())
                 .collect();
+            return (refused, Vec::new());
         }
         if !top_ok {
             let _ = fail::<()>(
                 ErrorCode::InvalidParams,
                 "get_into_ranges: top-level lengths differ",
             );
-            return request
+            let refused = request
                 .keys
                 .iter()
                 .map(|row| row.iter().map(|_| bad()).collect())
                 .collect();
+            return (refused, Vec::new());
         }
         let mut unique: Vec<&str> = Vec::new();
         let mut slot: HashMap<&str, usize> = HashMap::new();
@@ -129,7 +159,7 @@ impl Client {
             });
         }
         let overlapping = request.overlapping(buffers);
-        let answers = core.query(&unique);
+        let answers = core.query_with(&unique, lookup);
         let mut results: Vec<Vec<Vec<Result<u64>>>> = Vec::with_capacity(n);
         let mut jobs = Vec::new();
         let mut job_at = Vec::new();
@@ -209,6 +239,20 @@ impl Client {
                 }
             }
         }
-        results
+        let mut stale: Vec<String> = Vec::new();
+        for (i, row) in results.iter().enumerate() {
+            for (j, cell) in row.iter().enumerate() {
+                let Some(key) = request.keys[i].get(j) else {
+                    continue;
+                };
+                let cached = slot
+                    .get(key.as_str())
+                    .is_some_and(|&s| answers[s].as_ref().is_ok_and(|l| l.cached));
+                if cached && cell.iter().any(|c| c.is_err()) && !stale.contains(key) {
+                    stale.push(key.clone());
+                }
+            }
+        }
+        (results, stale)
     }
 }

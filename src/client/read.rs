@@ -8,13 +8,27 @@ use super::plan::{self, per_key, Buf, ReadJob};
 use crate::error::{fail, ErrorCode, Result};
 use crate::transfer::TransferOp;
 use crate::types::{QueryResult, ReplicaDescriptor};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A key's answer from the master together with the moment its lease runs out.
+/// Where [`ClientCore::query_with`] looks first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Lookup {
+    /// The location cache, then the master for what it cannot serve.
+    Cache,
+    /// The master only (a retry after a stale hit; calls that need a fresh lease).
+    Master,
+}
+
+/// A key's answer from the master (or the location cache) together with the moment its read
+/// lease runs out.
 #[derive(Clone, Debug)]
 pub(super) struct Leased {
-    pub query: QueryResult,
+    pub query: Arc<QueryResult>,
     pub deadline: Instant,
+    /// Served by the location cache: a read that fails with it is tried again with a fresh
+    /// answer ([`ClientCore::stale_keys`]).
+    pub cached: bool,
 }
 
 impl Leased {
@@ -104,10 +118,11 @@ impl Client {
         if let Err(e) = self.core.check_open() {
             return vec![Err(e); keys.len()];
         }
+        // Always asked of the master: the caller reads on its own, under a fresh lease.
         self.core
-            .query(keys)
+            .query_with(keys, Lookup::Master)
             .into_iter()
-            .map(|answer| answer.map(|leased| leased.query))
+            .map(|answer| answer.map(|leased| Arc::unwrap_or_clone(leased.query)))
             .collect()
     }
 
@@ -123,20 +138,87 @@ impl Client {
 }
 
 impl ClientCore {
-    /// One master query for all keys; each answer carries its lease deadline, measured from
-    /// before the request was sent.
+    /// Every key's answer: from the location cache where it may serve one, the others with
+    /// one master query; each carries its read lease deadline, measured from before the
+    /// request was sent.
     pub(super) fn query<K: AsRef<str>>(&self, keys: &[K]) -> Vec<Result<Leased>> {
-        let started = Instant::now();
-        let names = keys.iter().map(|k| k.as_ref().to_string()).collect();
-        per_key(self.master.batch_get_replica_list(names), keys.len())
+        self.query_with(keys, Lookup::Cache)
+    }
+
+    /// [`Self::query`], with the cache consulted only for [`Lookup::Cache`] (answers are
+    /// cached either way when the cache is on).
+    pub(super) fn query_with<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        lookup: Lookup,
+    ) -> Vec<Result<Leased>> {
+        let cache = &self.locations;
+        let mut answers: Vec<Option<Result<Leased>>> = vec![None; keys.len()];
+        let mut asked = Vec::with_capacity(keys.len());
+        let now = Instant::now();
+        for (i, key) in keys.iter().enumerate() {
+            let hit = match lookup {
+                Lookup::Cache => cache.lookup(key.as_ref(), now),
+                Lookup::Master => None,
+            };
+            match hit {
+                Some((query, deadline)) => {
+                    answers[i] = Some(Ok(Leased {
+                        query,
+                        deadline,
+                        cached: true,
+                    }))
+                }
+                None => asked.push(i),
+            }
+        }
+        if !asked.is_empty() {
+            let seen = cache.snapshot();
+            let started = Instant::now();
+            let names: Vec<String> = asked
+                .iter()
+                .map(|&i| keys[i].as_ref().to_string())
+                .collect();
+            let replies = match cache.enabled() {
+                true => self.master.batch_get_locations(self.id, names),
+                false => self.master.batch_get_replica_list(names),
+            };
+            for (&i, reply) in asked.iter().zip(per_key(replies, asked.len())) {
+                answers[i] = Some(reply.map(|query| {
+                    let query = Arc::new(query);
+                    cache.insert(keys[i].as_ref(), Arc::clone(&query), started, seen);
+                    Leased {
+                        deadline: started + Duration::from_millis(query.lease_ttl_ms),
+                        query,
+                        cached: false,
+                    }
+                }));
+            }
+        }
+        answers
             .into_iter()
-            .map(|answer| {
-                answer.map(|query| Leased {
-                    deadline: started + Duration::from_millis(query.lease_ttl_ms),
-                    query,
-                })
-            })
+            .map(|a| a.unwrap_or(Err(ErrorCode::InternalError)))
             .collect()
+    }
+
+    /// The keys whose read failed with an answer of the location cache (each is dropped from
+    /// it): the caller reads them again with [`Lookup::Master`]. A stale descriptor fails its
+    /// read (another epoch, a gone segment, a lease over), it never returns other bytes.
+    pub(super) fn stale_keys<T>(
+        &self,
+        answers: &[Result<Leased>],
+        results: &[Result<T>],
+    ) -> Vec<usize> {
+        let stale: Vec<usize> = answers
+            .iter()
+            .zip(results)
+            .enumerate()
+            .filter(|(_, (answer, result))| {
+                result.is_err() && answer.as_ref().is_ok_and(|leased| leased.cached)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        stale
     }
 
     /// Replicas in the order to try them: memory replicas before disk ones, ours first
@@ -167,6 +249,34 @@ impl ClientCore {
             return vec![Err(ErrorCode::InvalidParams); n];
         }
         let answers = self.query(keys);
+        let mut results = self.get_answered(&answers, &bufs, exact);
+        let stale = self.stale_keys(&answers, &results);
+        if !stale.is_empty() {
+            for &i in &stale {
+                self.locations.forget(keys[i].as_ref());
+            }
+            let again: Vec<&str> = stale.iter().map(|&i| keys[i].as_ref()).collect();
+            let fresh = self.query_with(&again, Lookup::Master);
+            let bufs_again: Vec<Vec<Buf>> = stale.iter().map(|&i| bufs[i].clone()).collect();
+            for (&i, result) in stale
+                .iter()
+                .zip(self.get_answered(&fresh, &bufs_again, exact))
+            {
+                results[i] = result;
+            }
+        }
+        self.count_reads(&results);
+        results
+    }
+
+    /// Reads each answered key into its buffers (`answers[i]` for `bufs[i]`).
+    fn get_answered(
+        &self,
+        answers: &[Result<Leased>],
+        bufs: &[Vec<Buf>],
+        exact: bool,
+    ) -> Vec<Result<u64>> {
+        let n = answers.len();
         let mut results: Vec<Result<u64>> = Vec::with_capacity(n);
         let mut jobs = Vec::new();
         let mut job_index = Vec::new();
@@ -198,7 +308,6 @@ impl ClientCore {
                 (Ok(()), _) => results[i],
             };
         }
-        self.count_reads(&results);
         results
     }
 

@@ -446,7 +446,7 @@ impl ClientCore {
             .collect();
         let tokens = which.iter().map(|&(_, token)| token).collect();
         let answer = if commit {
-            self.master.batch_put_end(self.id, names, tokens)
+            self.put_end_after_revocations(names, tokens)
         } else {
             self.master.batch_put_revoke(self.id, names, tokens)
         };

@@ -14,8 +14,8 @@ use crate::error::Result;
 use crate::rpc::interface::rpc_interface;
 use crate::types::{
     ClientId, DiskMount, DiskMountAnswer, DiskMountPage, DiskReport, DiskTask, P2pOwner, P2pRoute,
-    PingResponse, PinnedObject, QueryResult, ReplicateConfig, Segment, SegmentId, WriteGrant,
-    WriteToken,
+    PingResponse, PinnedObject, QueryResult, ReplicateConfig, RevocationBatch, Segment, SegmentId,
+    WriteGrant, WriteToken,
 };
 
 rpc_interface! {
@@ -60,6 +60,20 @@ rpc_interface! {
     fn batch_upsert_start(client: ClientId, keys: Vec<String>, sizes: Vec<u64>, config: ReplicateConfig) -> Result<Vec<Result<WriteGrant>>>;
     /// Readable replicas of each key; grants each a read lease.
     fn batch_get_replica_list(keys: Vec<String>) -> Result<Vec<Result<QueryResult>>>;
+    /// As `batch_get_replica_list`, for a client with a location cache: while `client` keeps
+    /// its `cache_revocations` poll open, each answer also makes it a holder of a cached lease
+    /// (`cache_ttl_ms`, from before the request was sent), revoked before any write of the
+    /// key is acknowledged (`docs/location-cache.md`); otherwise `cache_ttl_ms` is 0.
+    fn batch_get_locations(client: ClientId, keys: Vec<String>) -> Result<Vec<Result<QueryResult>>>;
+    /// A location cache's long poll: acknowledges every revocation up to `acked` of master
+    /// life `incarnation` (another life's acknowledgement is ignored), then answers the
+    /// revocations not delivered yet, waiting up to 100 ms for one.
+    fn cache_revocations(client: ClientId, incarnation: u64, acked: u64) -> Result<RevocationBatch>;
+    /// Waits up to 100 ms until the revocations of `keys` (every revocation issued so far
+    /// when empty) are acknowledged or past their holders' leases, and the master's start
+    /// grace is over: `true` when they are (a write or removal may be acknowledged), `false`
+    /// when still pending (call again).
+    fn await_revocations(keys: Vec<String>) -> Result<bool>;
     /// Whether each key has a readable replica; grants a lease to those that do.
     fn batch_exist_key(keys: Vec<String>) -> Result<Vec<Result<bool>>>;
     /// Removes keys (`OBJECT_HAS_LEASE` under lease unless `force`).

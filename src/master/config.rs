@@ -73,7 +73,29 @@ pub struct MasterConfig {
     /// (`--promotion_admission_threshold`, upstream's default 2; 0 counts as 1).
     #[serde(default = "default_promotion_threshold")]
     pub promotion_admission_threshold: u32,
+    /// How long a client may serve a key's replica list from its location cache
+    /// (`--location_cache_lease_ms`, `docs/location-cache.md`); capped by the read lease. 0:
+    /// no client caches anything, and writes never wait for revocations.
+    #[serde(default = "default_location_cache_lease_ms")]
+    pub location_cache_lease_ms: u64,
+    /// For this long after the master starts, every write waits before it is acknowledged
+    /// (`--location_cache_start_grace_ms`): clients of an earlier life of the master (before a
+    /// restart or a failover) may still serve cached answers that long (they stop once their
+    /// revocation poll has not succeeded for [`crate::types::LOCATION_CACHE_FRESH_MS`]). 0 for
+    /// an in-process master (its clients start with it); the binary defaults to
+    /// [`DEFAULT_LOCATION_CACHE_START_GRACE_MS`].
+    #[serde(default)]
+    pub location_cache_start_grace_ms: u64,
 }
+
+/// `--location_cache_lease_ms` default.
+fn default_location_cache_lease_ms() -> u64 {
+    2_000
+}
+
+/// `mooncake_master`'s `--location_cache_start_grace_ms` default: a cache holder's freshness
+/// window and the time its last poll may have taken.
+pub const DEFAULT_LOCATION_CACHE_START_GRACE_MS: u64 = crate::types::LOCATION_CACHE_FRESH_MS + 200;
 
 /// Upstream's `--promotion_admission_threshold` default.
 fn default_promotion_threshold() -> u32 {
@@ -103,6 +125,8 @@ impl Default for MasterConfig {
             offload_at_put: false,
             promotion_on_hit: false,
             promotion_admission_threshold: default_promotion_threshold(),
+            location_cache_lease_ms: default_location_cache_lease_ms(),
+            location_cache_start_grace_ms: 0,
         }
     }
 }
@@ -179,6 +203,11 @@ impl MasterConfig {
     /// Read lease length.
     pub fn lease_ttl(&self) -> Duration {
         Duration::from_millis(self.default_kv_lease_ttl_ms)
+    }
+
+    /// The location-cache lease: `location_cache_lease_ms`, at most the read lease.
+    pub fn location_cache_lease(&self) -> Duration {
+        Duration::from_millis(self.location_cache_lease_ms).min(self.lease_ttl())
     }
 }
 

@@ -55,7 +55,20 @@ impl MasterService {
     pub(super) fn take_object(&self, shard: &mut Shard, key: &str) -> Option<ObjectMeta> {
         let mut meta = shard.remove(key)?;
         self.forget_committed(key, &mut meta);
+        if !meta.cache_holders.is_empty() {
+            self.revoke_cached(key, &mut meta, Instant::now());
+        }
         Some(meta)
+    }
+
+    /// Sends revocations to the clients caching `key`'s replica list (they are forgotten as
+    /// holders); whether any was sent.
+    pub(super) fn revoke_cached(&self, key: &str, meta: &mut ObjectMeta, now: Instant) -> bool {
+        if meta.cache_holders.is_empty() {
+            return false;
+        }
+        self.cache_leases
+            .revoke(key, std::mem::take(&mut meta.cache_holders), now)
     }
 
     /// Journals that the committed value of `key` is gone (before it is rewritten or its
@@ -270,6 +283,8 @@ impl MasterService {
                 journaled: true,
                 disk: on_disk,
                 demoting: None,
+                cache_holders: Vec::new(),
+                revoking: false,
             };
             self.objects.shard(&key).insert(key, meta);
             restored.objects += 1;

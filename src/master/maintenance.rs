@@ -51,6 +51,7 @@ impl MasterService {
         for client in expired {
             self.retire_client(client);
         }
+        self.cache_leases.sweep(now);
         for tier in self.disks.expire_awaited(now) {
             tracing::warn!(%tier, "SSD tier not mounted again in time; its objects are gone");
             // Copies a mount that started meanwhile confirmed stay.

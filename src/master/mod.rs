@@ -4,6 +4,9 @@
 //! It imports no client-side part (client, p2p, node, stream, standalone, ffi).
 
 mod api;
+#[cfg(test)]
+mod cache_lease_tests;
+mod cache_leases;
 mod config;
 mod deferred;
 mod disk_tiers;
@@ -42,7 +45,7 @@ mod tests;
 pub use api::{
     ForwardMaster, MasterApi, MasterInterface, MasterRequest, MasterResponse, RemoteMaster,
 };
-pub use config::MasterConfig;
+pub use config::{MasterConfig, DEFAULT_LOCATION_CACHE_START_GRACE_MS};
 pub(crate) use journal::Follower;
 pub use journal::{JournalFile, JournalMetrics, JournalOptions};
 pub use metrics::{DiskTierMetrics, MasterMetrics, SegmentMetrics};

@@ -3,6 +3,7 @@
 //! Thread-safety: 1024 `parking_lot::Mutex` shards selected by key hash. At most one shard
 //! lock is held at a time (see the lock order in `service.rs`).
 
+use super::cache_leases::Holder;
 use super::journal::{ObjectRecord, ReplicaRecord};
 use crate::alloc::Allocation;
 use crate::spin::deadline;
@@ -105,6 +106,12 @@ pub(crate) struct ObjectMeta {
     /// The demotion task copying the committed value to disk, if one is in flight (the
     /// object is then not evictable; a new write ends it).
     pub demoting: Option<u64>,
+    /// Clients that may serve this object's replica list from their location cache, and
+    /// until when (`docs/location-cache.md`); no heap allocation while empty.
+    pub cache_holders: Vec<Holder>,
+    /// The write in progress was started while location caches had to be revoked (or
+    /// might have: the master's start grace): it may end only once they are.
+    pub revoking: bool,
 }
 
 impl ObjectMeta {
@@ -135,6 +142,8 @@ impl ObjectMeta {
             journaled: false,
             disk: None,
             demoting: None,
+            cache_holders: Vec::new(),
+            revoking: false,
         };
         meta.apply_soft_pin_action(config, default_soft_pin);
         meta
@@ -273,6 +282,7 @@ impl ObjectMeta {
             size: self.size,
             replicas,
             lease_ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+            cache_ttl_ms: 0,
         })
     }
 

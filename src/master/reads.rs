@@ -36,6 +36,27 @@ impl MasterService {
         self.read_with(key, |_, query| query)
     }
 
+    /// `GetLocations` for one key: as [`Self::query`]; when `cacheable` (caching is on and
+    /// `client` polls for revocations) `client` also becomes a holder of the key's cached
+    /// lease, which the answer's `cache_ttl_ms` states.
+    pub(super) fn query_cached(
+        &self,
+        client: ClientId,
+        key: &str,
+        cacheable: bool,
+    ) -> Result<QueryResult> {
+        self.read_with(key, |meta, mut query| {
+            if cacheable {
+                let lease = self.config.location_cache_lease();
+                let now = Instant::now();
+                self.cache_leases
+                    .hold(&mut meta.cache_holders, client, now + lease, now);
+                query.cache_ttl_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+            }
+            query
+        })
+    }
+
     /// `ExistKey` for one key: `true` (and a lease) if readable, `false` if absent or not
     /// readable yet. Errors: `INVALID_PARAMS` (empty key).
     pub(super) fn exists(&self, key: &str) -> Result<bool> {

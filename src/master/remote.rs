@@ -29,9 +29,11 @@ pub const MASTER_SCAN_METHODS: &[&str] = &["remove_all", "remove_by_regex"];
 /// waiting for a removal to be safe waits for, so it must not queue behind such a call.
 pub const MASTER_WAIT_METHODS: &[&str] = &["journal_files", "journal_read"];
 
-/// The SSD tier owners' long poll for work (`disk_tasks`, one per owner, up to 100 ms each):
-/// served on the poll threads, never taking a wait thread from a standby.
-pub const MASTER_POLL_METHODS: &[&str] = &["disk_tasks"];
+/// Long polls of many clients, up to 100 ms each: the SSD tier owners' poll for work
+/// (`disk_tasks`), the location caches' poll for revocations (`cache_revocations`) and a
+/// writer's wait for them (`await_revocations`): served on the poll threads, never holding a
+/// shard nor taking a wait thread from a standby.
+pub const MASTER_POLL_METHODS: &[&str] = &["disk_tasks", "cache_revocations", "await_revocations"];
 
 /// Connects to the master at `addr` ("host:port") with timeouts from the environment and
 /// returns it as a [`MasterApi`]. Errors as [`RpcMasterClient::connect`].

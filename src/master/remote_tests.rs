@@ -113,6 +113,7 @@ impl MasterApi for Fixture {
                         token: WriteToken(i as u64 + 100),
                         replicas: vec![replica(size, i)],
                         write_ttl_ms: 1000,
+                        revoking: i == 0,
                     })
                 }
             })
@@ -151,6 +152,43 @@ impl MasterApi for Fixture {
             .iter()
             .map(|_| Err(ErrorCode::ObjectNotFound))
             .collect())
+    }
+    fn batch_get_locations(
+        &self,
+        client: ClientId,
+        keys: Vec<String>,
+    ) -> Result<Vec<Result<QueryResult>>> {
+        self.record("batch_get_locations");
+        Ok(keys
+            .iter()
+            .map(|_| {
+                Ok(QueryResult {
+                    size: client.lo,
+                    replicas: Vec::new(),
+                    lease_ttl_ms: 10_000,
+                    cache_ttl_ms: 2_000,
+                })
+            })
+            .collect())
+    }
+    fn cache_revocations(
+        &self,
+        _: ClientId,
+        incarnation: u64,
+        acked: u64,
+    ) -> Result<RevocationBatch> {
+        self.record("cache_revocations");
+        Ok(RevocationBatch {
+            incarnation: incarnation + 1,
+            revocations: vec![Revocation {
+                seq: acked + 1,
+                key: "k".into(),
+            }],
+        })
+    }
+    fn await_revocations(&self, keys: Vec<String>) -> Result<bool> {
+        self.record("await_revocations");
+        Ok(keys.is_empty())
     }
     fn batch_exist_key(&self, keys: Vec<String>) -> Result<Vec<Result<bool>>> {
         self.record("batch_exist_key");
@@ -342,6 +380,27 @@ fn methods_round_trip_including_per_entry_results() {
         (7, "seg")
     );
     assert_eq!(started[1], Err(ErrorCode::ObjectAlreadyExists));
+    assert!(grant.revoking);
+
+    let located = master
+        .batch_get_locations(client, vec!["k".into()])
+        .unwrap();
+    let query = located[0].as_ref().unwrap();
+    assert_eq!(
+        (query.size, query.lease_ttl_ms, query.cache_ttl_ms),
+        (42, 10_000, 2_000)
+    );
+    let batch = master.cache_revocations(client, 6, 9).unwrap();
+    assert_eq!(
+        (
+            batch.incarnation,
+            batch.revocations[0].seq,
+            batch.revocations[0].key.as_str()
+        ),
+        (7, 10, "k")
+    );
+    assert_eq!(master.await_revocations(vec![]), Ok(true));
+    assert_eq!(master.await_revocations(vec!["k".into()]), Ok(false));
 
     let removed = master
         .batch_remove(vec!["a".into(), "bad".into(), "c".into()], true)

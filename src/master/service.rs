@@ -15,6 +15,7 @@
 //! Bytes are released by dropping the last `Arc<Allocation>`: replicas, pins and deferred
 //! frees each hold one, so a range is reused only when all of them are gone.
 
+use super::cache_leases::CacheLeases;
 use super::config::MasterConfig;
 use super::deferred::DeferredFrees;
 use super::disk_tiers::DiskTiers;
@@ -33,7 +34,7 @@ use crate::spin::deadline;
 use crate::types::{
     ClientId, ClientStatus, DeploymentMode, DiskMount, DiskMountAnswer, DiskMountPage, DiskReport,
     DiskTask, P2pOwner, P2pRoute, PingResponse, PinnedObject, QueryResult, ReplicateConfig,
-    Segment, SegmentId, WriteGrant, WriteToken, STORE_VERSION,
+    RevocationBatch, Segment, SegmentId, WriteGrant, WriteToken, STORE_VERSION,
 };
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -80,6 +81,8 @@ pub struct MasterService {
     pub(super) restored: Restored,
     /// When this master started (the P2P route grace counts from it).
     pub(super) started_at: Instant,
+    /// Location-cache holders' revocation queues (`docs/location-cache.md`).
+    pub(super) cache_leases: CacheLeases,
     pub(super) workers: Workers,
 }
 
@@ -137,6 +140,10 @@ impl MasterService {
         segments: SegmentRegistry,
         journal: Option<Arc<Journal>>,
     ) -> MasterService {
+        let cache_leases = CacheLeases::new(
+            config.location_cache_lease(),
+            Duration::from_millis(config.location_cache_start_grace_ms),
+        );
         MasterService {
             config,
             // 0 names no master (an owner that cannot vouch for its keys sends it).
@@ -155,6 +162,7 @@ impl MasterService {
             next_write: AtomicU64::new(fastrand::u64(1..1 << 62)),
             next_replica_id: AtomicU64::new(1),
             started_at: Instant::now(),
+            cache_leases,
             workers: Workers::default(),
             journal,
             token_reserve: Mutex::new(TokenReserve::default()),
@@ -455,6 +463,30 @@ impl MasterApi for MasterService {
 
     fn batch_get_replica_list(&self, keys: Vec<String>) -> Result<Vec<Result<QueryResult>>> {
         each(keys, |key| self.query(&key))
+    }
+
+    fn batch_get_locations(
+        &self,
+        client: ClientId,
+        keys: Vec<String>,
+    ) -> Result<Vec<Result<QueryResult>>> {
+        let cacheable = self.cache_leases.is_polling(client);
+        each(keys, |key| self.query_cached(client, &key, cacheable))
+    }
+
+    fn cache_revocations(
+        &self,
+        client: ClientId,
+        incarnation: u64,
+        acked: u64,
+    ) -> Result<RevocationBatch> {
+        Ok(self.cache_leases.poll(client, incarnation, acked))
+    }
+
+    fn await_revocations(&self, keys: Vec<String>) -> Result<bool> {
+        Ok(self
+            .cache_leases
+            .wait(&keys, super::cache_leases::AWAIT_SLICE))
     }
 
     fn batch_exist_key(&self, keys: Vec<String>) -> Result<Vec<Result<bool>>> {

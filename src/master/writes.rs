@@ -64,6 +64,7 @@ impl MasterService {
             token: meta.write,
             replicas: meta.processing_descriptors(),
             write_ttl_ms: u64::try_from(ttl).unwrap_or(u64::MAX),
+            revoking: meta.revoking,
         }
     }
 
@@ -78,15 +79,18 @@ impl MasterService {
         replicas: Vec<Replica>,
         config: &ReplicateConfig,
     ) -> WriteGrant {
-        let meta = ObjectMeta::new(
+        let now = Instant::now();
+        let mut meta = ObjectMeta::new(
             self.next_write_token(),
             size,
             client,
             replicas,
             config,
             self.default_soft_pin(),
-            Instant::now(),
+            now,
         );
+        // A new key has no holders here, but may have some of an earlier master life.
+        meta.revoking = self.cache_leases.in_grace(now);
         let grant = self.grant(&meta);
         shard.insert(key.to_string(), meta);
         grant
@@ -161,8 +165,10 @@ impl MasterService {
                 if meta.pins > 0 {
                     return fail(ErrorCode::ObjectReplicaBusy, format!("{key} is pinned"));
                 }
+                // Not in place while holders of an earlier master life may still read it.
                 let in_place = meta.size == size
                     && !meta.has_lease(now)
+                    && !self.cache_leases.in_grace(now)
                     && !meta.replicas.is_empty()
                     && meta.replicas.iter().all(|r| r.allocation.is_live());
                 let fresh = match in_place {
@@ -185,6 +191,8 @@ impl MasterService {
                     meta.size = size;
                 }
                 meta.restart_write(client, self.next_write_token(), now);
+                meta.revoking =
+                    self.revoke_cached(key, meta, now) || self.cache_leases.in_grace(now);
                 meta.apply_soft_pin_action(config, self.default_soft_pin());
                 let grant = self.grant(meta);
                 drop(shard);
@@ -235,12 +243,23 @@ impl MasterService {
     }
 
     /// `PutEnd` for one key: write `token`'s object becomes readable, unleased. Idempotent
-    /// once complete. Errors: see [`Self::written_by`].
+    /// once complete. Errors: see [`Self::written_by`]; `REVOCATION_PENDING` (nothing
+    /// changes) while location caches holding the old value have neither acknowledged their
+    /// revocation nor reached the end of their lease (`await_revocations`, then end again).
     pub(super) fn put_end(&self, client: ClientId, key: &str, token: WriteToken) -> Result<()> {
         check_key(key)?;
         let now = Instant::now();
         let mut shard = self.objects.shard(key);
         let meta = Self::written_by(&mut shard, client, key, token)?;
+        if meta.write_started().is_some() && meta.revoking {
+            if !self.cache_leases.wait(&[key.to_string()], Duration::ZERO) {
+                return fail(
+                    ErrorCode::RevocationPending,
+                    format!("{key}: location caches still hold the old value"),
+                );
+            }
+            meta.revoking = false;
+        }
         if meta.write_started().is_some() {
             meta.complete(now);
             self.journal_commit(key, meta, now);
