@@ -365,3 +365,156 @@ impl LocationCache {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{BufferDescriptor, ReplicaDescriptor, ReplicaStatus};
+
+    fn answer(size: u64, cache_ttl_ms: u64) -> Arc<QueryResult> {
+        Arc::new(QueryResult {
+            size,
+            replicas: vec![ReplicaDescriptor {
+                id: 1,
+                buffer: BufferDescriptor {
+                    size,
+                    buffer_address: 0x1000,
+                    protocol: "tcp".into(),
+                    transport_endpoint: "127.0.0.1:1".into(),
+                    epoch: 9,
+                },
+                status: ReplicaStatus::Complete,
+                disk: None,
+            }],
+            lease_ttl_ms: 10_000,
+            cache_ttl_ms,
+        })
+    }
+
+    fn fresh_cache(entries: usize) -> LocationCache {
+        let cache = LocationCache::new(true, entries, 1 << 30);
+        cache.mark_fresh(Instant::now());
+        cache
+    }
+
+    fn revocation(seq: u64, key: &str) -> Revocation {
+        Revocation {
+            seq,
+            key: key.into(),
+        }
+    }
+
+    #[test]
+    fn a_hit_needs_a_fresh_poll_and_a_running_cached_lease() {
+        let cache = LocationCache::new(true, 100, 1 << 20);
+        let sent = Instant::now();
+        cache.insert("k", answer(7, 1_000), sent, cache.snapshot());
+        assert!(
+            cache.lookup("k", sent).is_none(),
+            "no poll has succeeded yet"
+        );
+        cache.mark_fresh(sent);
+        let (query, lease_until) = cache.lookup("k", sent).expect("a hit");
+        assert_eq!(query.size, 7);
+        assert_eq!(lease_until, sent + Duration::from_millis(10_000));
+        // Served until the cached lease less a sixteenth; the poll must be fresh too.
+        let late = sent + Duration::from_millis(1_000 - 1_000 / 16);
+        cache.mark_fresh(late);
+        assert!(cache.lookup("k", late).is_none(), "past the cached lease");
+        let stale_poll = late + Duration::from_millis(LOCATION_CACHE_FRESH_MS);
+        cache.insert("j", answer(1, 60_000), late, cache.snapshot());
+        assert!(cache.lookup("j", stale_poll).is_none(), "poll not fresh");
+        let stats = cache.stats();
+        assert_eq!(
+            (stats.hits, stats.misses, stats.expiries, stats.entries),
+            (1, 3, 1, 1)
+        );
+    }
+
+    #[test]
+    fn an_answer_overtaken_by_its_keys_revocation_or_a_clear_is_not_kept() {
+        let cache = fresh_cache(100);
+        let now = Instant::now();
+        let before = cache.snapshot();
+        assert_eq!(cache.revoke(&[revocation(1, "k")], 0), 1);
+        cache.insert("k", answer(1, 1_000), now, before);
+        cache.insert("other", answer(2, 1_000), now, before);
+        assert!(cache.lookup("k", now).is_none());
+        assert!(cache.lookup("other", now).is_some());
+        // An answer asked after the revocation is kept.
+        cache.insert("k", answer(3, 1_000), now, cache.snapshot());
+        assert_eq!(cache.lookup("k", now).unwrap().0.size, 3);
+        // A revocation drops the entry.
+        assert_eq!(cache.revoke(&[revocation(2, "k")], 1), 2);
+        assert!(cache.lookup("k", now).is_none());
+        // A clear drops everything, stops hits and refuses answers asked before it.
+        let before = cache.snapshot();
+        cache.clear();
+        cache.mark_fresh(now);
+        cache.insert("late", answer(4, 1_000), now, before);
+        assert!(cache.lookup("late", now).is_none());
+        assert!(cache.lookup("other", now).is_none());
+        // Uncacheable answers are never kept.
+        cache.insert("never", answer(5, 0), now, cache.snapshot());
+        assert!(cache.lookup("never", now).is_none());
+        let stats = cache.stats();
+        assert_eq!(
+            (stats.revocations, stats.clears, stats.refused_inserts),
+            (1, 1, 2)
+        );
+    }
+
+    #[test]
+    fn a_revocation_log_that_forgot_an_answers_window_refuses_it() {
+        let cache = fresh_cache(100);
+        let before = cache.snapshot();
+        let flood: Vec<Revocation> = (1..=LOG_LEN as u64 + 10)
+            .map(|seq| revocation(seq, &format!("x{seq}")))
+            .collect();
+        cache.revoke(&flood, 0);
+        cache.insert("k", answer(1, 1_000), Instant::now(), before);
+        assert!(cache.lookup("k", Instant::now()).is_none());
+    }
+
+    #[test]
+    fn the_least_recently_used_entries_go_first() {
+        let cache = fresh_cache(SHARDS); // one entry per shard
+        let now = Instant::now();
+        let keys: Vec<String> = (0..200).map(|i| format!("key-{i}")).collect();
+        for key in &keys {
+            cache.insert(key, answer(1, 1_000), now, cache.snapshot());
+        }
+        assert!(cache.stats().entries <= SHARDS as u64);
+        // Bytes bound too.
+        let small = LocationCache::new(true, 1_000, SHARDS * 200);
+        small.mark_fresh(now);
+        for key in &keys {
+            small.insert(key, answer(1, 1_000), now, small.snapshot());
+        }
+        let per_entry = 96 + "127.0.0.1:1".len() + "key-100".len();
+        assert!(small.stats().entries <= (SHARDS * 200 / per_entry) as u64 + SHARDS as u64);
+        // A referenced entry gets a second chance over an unreferenced one.
+        let two = fresh_cache(2 * SHARDS);
+        let same_shard: Vec<String> = keys
+            .iter()
+            .filter(|k| two.hasher.hash_one(k.as_str()) as usize % SHARDS == 0)
+            .take(3)
+            .cloned()
+            .collect();
+        two.insert(&same_shard[0], answer(1, 1_000), now, two.snapshot());
+        two.insert(&same_shard[1], answer(1, 1_000), now, two.snapshot());
+        assert!(two.lookup(&same_shard[0], now).is_some());
+        two.insert(&same_shard[2], answer(1, 1_000), now, two.snapshot());
+        assert!(two.lookup(&same_shard[0], now).is_some(), "used: kept");
+        assert!(two.lookup(&same_shard[1], now).is_none(), "unused: evicted");
+    }
+
+    #[test]
+    fn a_disabled_cache_never_serves() {
+        let cache = LocationCache::new(false, 100, 1 << 20);
+        cache.mark_fresh(Instant::now());
+        cache.insert("k", answer(1, 1_000), Instant::now(), cache.snapshot());
+        assert!(cache.lookup("k", Instant::now()).is_none());
+        assert_eq!(cache.stats().entries, 0);
+    }
+}
