@@ -691,7 +691,8 @@ pub fn etcd_master_addr(members: &[EtcdMember]) -> String {
 }
 
 /// A TCP proxy on a loopback port forwarding to `127.0.0.1:<target>`, that can cut every
-/// connection and refuse new ones (a partition of whoever connects through it) and heal.
+/// connection and refuse new ones (a partition of whoever connects through it) and heal, and
+/// that may hold every chunk it forwards for a fixed delay (a slow network).
 pub struct TcpProxy {
     pub port: u16,
     cut: Arc<std::sync::atomic::AtomicBool>,
@@ -701,6 +702,12 @@ pub struct TcpProxy {
 impl TcpProxy {
     /// Starts forwarding to `target`.
     pub fn start(target: u16) -> TcpProxy {
+        TcpProxy::start_delayed(target, Duration::ZERO)
+    }
+
+    /// Starts forwarding to `target`, each chunk `delay` after it arrived (both ways).
+    pub fn start_delayed(target: u16, delay: Duration) -> TcpProxy {
+        use std::io::{Read, Write};
         use std::sync::atomic::Ordering;
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -723,7 +730,13 @@ impl TcpProxy {
                 for pair in pairs {
                     if let (Ok(mut from), Ok(mut to)) = pair {
                         std::thread::spawn(move || {
-                            let _ = std::io::copy(&mut from, &mut to);
+                            let mut chunk = vec![0u8; 64 << 10];
+                            while let Ok(n @ 1..) = from.read(&mut chunk) {
+                                std::thread::sleep(delay);
+                                if to.write_all(&chunk[..n]).is_err() {
+                                    break;
+                                }
+                            }
                             let _ = to.shutdown(std::net::Shutdown::Both);
                         });
                     }
