@@ -99,7 +99,7 @@ fn hits_skip_the_master_and_writes_by_other_clients_are_seen_at_once() {
         assert_eq!(read(&reader, "k", 8192).unwrap(), v1);
     }
     let mut a = vec![0u8; 8192];
-    let mut b = vec![0u8; 100];
+    let mut b = [0u8; 100];
     assert_eq!(
         reader.batch_get_into(&["k", "j"], &mut [&mut a[..], &mut b[..]]),
         vec![Ok(8192), Ok(100)]
