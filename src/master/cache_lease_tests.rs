@@ -91,12 +91,17 @@ fn an_upsert_of_a_held_key_ends_only_after_the_holder_acknowledged() {
         .unwrap();
     assert_eq!(master.await_revocations(vec!["k".into()]), Ok(true));
     end_write(&master, writer, "k", grant.token).unwrap();
-    let metrics = master
-        .cache_leases
-        .counters
-        .revocations_acked
-        .load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(metrics, 1);
+    let metrics = master.metrics();
+    assert_eq!(
+        (
+            metrics.location_cache.revocations_sent,
+            metrics.location_cache.revocations_acked
+        ),
+        (1, 1)
+    );
+    assert!(metrics.prometheus_text().contains(
+        "mooncake_master_location_cache_revocations_acked_total{cluster=\"mooncake_cluster\"} 1"
+    ));
 }
 
 #[test]
@@ -122,12 +127,7 @@ fn a_holder_that_never_answers_delays_a_write_by_at_most_its_lease() {
         "waited {waited:?} for a 300 ms lease"
     );
     end_write(&master, writer, "k", grant.token).unwrap();
-    let expired = master
-        .cache_leases
-        .counters
-        .revocations_expired
-        .load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(expired, 1);
+    assert_eq!(master.metrics().location_cache.revocations_expired, 1);
 }
 
 #[test]

@@ -22,6 +22,7 @@
 //! the grant path, each client's queue behind its own mutex; waits sleep on one condvar that
 //! every acknowledgement notifies.
 
+use super::metrics::LocationCacheMetrics;
 use crate::types::{ClientId, Revocation, RevocationBatch};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};
@@ -72,7 +73,7 @@ struct Queue {
     last_poll_ms: u64,
 }
 
-/// Counters of the location-cache leases (`/metrics`).
+/// Counters of the location-cache leases (`/metrics`, see [`LocationCacheMetrics`]).
 #[derive(Debug, Default)]
 pub(crate) struct CacheLeaseCounters {
     pub holders_granted: AtomicU64,
@@ -318,6 +319,20 @@ impl CacheLeases {
                 .any(|p| p.issued <= horizon && (keys.is_empty() || keys.contains(&p.key)));
         }
         pending
+    }
+
+    /// A snapshot of the counters.
+    pub(crate) fn metrics(&self) -> LocationCacheMetrics {
+        let c = &self.counters;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LocationCacheMetrics {
+            holders_granted: load(&c.holders_granted),
+            revocations_sent: load(&c.revocations_sent),
+            revocations_acked: load(&c.revocations_acked),
+            revocations_expired: load(&c.revocations_expired),
+            writes_waited: load(&c.writes_waited),
+            write_wait_us: load(&c.write_wait_us),
+        }
     }
 
     /// Forgets the queues of clients that stopped polling [`IDLE_QUEUE`] ago, unless a

@@ -97,6 +97,68 @@ pub struct MasterMetrics {
     pub journal: Option<crate::master::JournalMetrics>,
     /// The SSD tier's counters.
     pub disk: DiskTierMetrics,
+    /// The location caches' leases (`docs/location-cache.md`).
+    pub location_cache: LocationCacheMetrics,
+}
+
+/// Location-cache leases at the master (`docs/location-cache.md`). Plain data.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LocationCacheMetrics {
+    /// Cached leases granted (a client became or stayed a holder of a key).
+    pub holders_granted: u64,
+    /// Revocations sent to holders.
+    pub revocations_sent: u64,
+    /// Revocations the holders acknowledged.
+    pub revocations_acked: u64,
+    /// Revocations a writer stopped waiting for because the holder's cached lease ran out
+    /// (a holder that did not answer in time: partitioned, stopped or slow).
+    pub revocations_expired: u64,
+    /// `await_revocations` calls that had to wait, and their total wait in microseconds.
+    pub writes_waited: u64,
+    pub write_wait_us: u64,
+}
+
+impl LocationCacheMetrics {
+    fn series(&self) -> Vec<(&'static str, &'static str, &'static str, u64)> {
+        vec![
+            (
+                "location_cache_holders_granted_total",
+                "counter",
+                "Cached location leases granted",
+                self.holders_granted,
+            ),
+            (
+                "location_cache_revocations_sent_total",
+                "counter",
+                "Location cache revocations sent",
+                self.revocations_sent,
+            ),
+            (
+                "location_cache_revocations_acked_total",
+                "counter",
+                "Location cache revocations acknowledged",
+                self.revocations_acked,
+            ),
+            (
+                "location_cache_revocations_expired_total",
+                "counter",
+                "Location cache revocations that ran out unacknowledged",
+                self.revocations_expired,
+            ),
+            (
+                "location_cache_writes_waited_total",
+                "counter",
+                "Revocation waits that had to wait",
+                self.writes_waited,
+            ),
+            (
+                "location_cache_write_wait_us_total",
+                "counter",
+                "Microseconds writers waited for revocations",
+                self.write_wait_us,
+            ),
+        ]
+    }
 }
 
 /// The SSD tier as the master sees it (`docs/ssd-tier.md`). Plain data.
@@ -382,6 +444,7 @@ impl MasterMetrics {
             scalars.extend(journal.series());
         }
         scalars.extend(self.disk.series());
+        scalars.extend(self.location_cache.series());
         for (name, kind, help, value) in scalars {
             let _ = writeln!(out, "# HELP mooncake_master_{name} {help}");
             let _ = writeln!(out, "# TYPE mooncake_master_{name} {kind}");

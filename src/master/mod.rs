@@ -48,7 +48,7 @@ pub use api::{
 pub use config::{MasterConfig, DEFAULT_LOCATION_CACHE_START_GRACE_MS};
 pub(crate) use journal::Follower;
 pub use journal::{JournalFile, JournalMetrics, JournalOptions};
-pub use metrics::{DiskTierMetrics, MasterMetrics, SegmentMetrics};
+pub use metrics::{DiskTierMetrics, LocationCacheMetrics, MasterMetrics, SegmentMetrics};
 pub use remote::{
     connect_master, connect_pinger, RemoteMasterApi, RpcMasterClient, MASTER_POLL_METHODS,
     MASTER_SCAN_METHODS, MASTER_WAIT_METHODS,

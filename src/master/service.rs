@@ -271,6 +271,7 @@ impl MasterService {
                 promotions_failed: load(&self.counters.promotions_failed),
                 promotions_skipped: load(&self.counters.promotions_skipped),
             },
+            location_cache: self.cache_leases.metrics(),
         }
     }
 
