@@ -30,8 +30,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long one `cache_revocations` poll waits for a revocation before answering empty.
+/// How long one `cache_revocations` poll waits for a revocation before answering empty, while
+/// the polling clients are at most half the server's poll threads (with more, each waits
+/// proportionally less, down to [`MIN_POLL_WAIT`], so a waiting poll never sits behind parked
+/// ones for long).
 pub(crate) const POLL_WAIT: Duration = Duration::from_millis(100);
+const MIN_POLL_WAIT: Duration = Duration::from_millis(5);
 /// How long one `await_revocations` call waits before answering "still pending".
 pub(crate) const AWAIT_SLICE: Duration = Duration::from_millis(100);
 /// A client counts as polling while its last poll ended (or started) this recently.
@@ -199,6 +203,16 @@ impl CacheLeases {
         sent
     }
 
+    /// How long a poll may park now (see [`POLL_WAIT`]).
+    fn poll_wait(&self) -> Duration {
+        let pollers = self.clients.read().len().max(1) as u32;
+        let share = (crate::rpc::server::POLL_THREADS / 2) as u32;
+        match pollers <= share {
+            true => POLL_WAIT,
+            false => (POLL_WAIT * share / pollers).max(MIN_POLL_WAIT),
+        }
+    }
+
     /// Whether a write must wait before its acknowledgement even without a revocation: the
     /// grace after this master's start is not over (holders of an earlier life are unknown).
     pub(crate) fn in_grace(&self, now: Instant) -> bool {
@@ -215,7 +229,7 @@ impl CacheLeases {
     /// answers the revocations not yet delivered, waiting up to [`POLL_WAIT`] for one.
     pub(crate) fn poll(&self, client: ClientId, incarnation: u64, acked: u64) -> RevocationBatch {
         let queue = self.queue_or_new(client);
-        let deadline = Instant::now() + POLL_WAIT;
+        let deadline = Instant::now() + self.poll_wait();
         {
             let mut q = queue.lock();
             q.last_poll_ms = self.now_ms();

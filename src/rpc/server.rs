@@ -63,9 +63,9 @@ pub const WAIT_THREADS: usize = 4;
 const WAIT_QUEUE: usize = 16;
 /// Threads running the calls of [`ServerOptions::poll_methods`] (none without such methods):
 /// that many long polls wait at once; more queue (up to [`POLL_QUEUE`], then refused).
-pub const POLL_THREADS: usize = 16;
+pub const POLL_THREADS: usize = 64;
 /// Long polls queued for a poll thread; more are refused `TASK_PENDING_LIMIT_EXCEEDED`.
-const POLL_QUEUE: usize = 256;
+const POLL_QUEUE: usize = 1024;
 
 /// Limits of an RPC server; see the module documentation. Plain value, `Copy`. The master
 /// binary sets each from the flag named on its field.

@@ -3,7 +3,7 @@
 //! compared with each other: call cost vs bytes, session vs pinning calls, pipeline vs ideal).
 //!
 //! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load | --tcp | --same-host | --rdma
-//! | --journal | --failover | --ssd | --auth]
+//! | --journal | --failover | --ssd | --auth | --location-cache]
 //! [--only NAME | --profile NAME]`, or `mc_bench --standalone [--json] [--quick]` (a dummy's
 //! get through its real client against memcpy, `standalone.rs`) (`--tcp`: only the memcpy
 //! limit and the TCP scenarios between two processes; `--same-host`: only the same-host
@@ -15,7 +15,8 @@
 //! group on a real etcd, clients' wait when the leader is SIGKILLed, `failover.rs`; `--ssd`: the
 //! SSD tier's disk gets and demotions against `fio` on the same directory and its DRAM-hit
 //! cost, `ssd.rs`; `--auth`: gets and new connections with a cluster key against without,
-//! `auth.rs`; `--load`: only the
+//! `auth.rs`; `--location-cache`: hot and cold gets with the location cache against their
+//! limits, and upserts of cached keys, `location_cache.rs`; `--load`: only the
 //! master load test, `load.rs`, about 30 s; `--device`: only the memcpy
 //! limit, the embedded host scenarios and the device scenarios, which need a GPU and are
 //! skipped cleanly without one; `--stream`: only the memcpy limit and the on-stream
@@ -34,6 +35,7 @@ mod interleave;
 mod journal;
 mod limits;
 mod load;
+mod location_cache;
 mod p2p;
 mod rdma;
 mod redis;
@@ -107,6 +109,15 @@ fn main() {
         let mut report = Report::new(json, interleave::Selection::default());
         let quick = args.iter().any(|a| a == "--quick");
         if let Err(message) = ssd::run(&mut report, quick) {
+            eprintln!("mc_bench: {message}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--location-cache") {
+        let mut report = Report::new(json, interleave::Selection::default());
+        let quick = args.iter().any(|a| a == "--quick");
+        if let Err(message) = location_cache::run(&mut report, quick) {
             eprintln!("mc_bench: {message}");
             std::process::exit(1);
         }

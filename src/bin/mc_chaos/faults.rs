@@ -13,6 +13,9 @@ use crate::{report, Settings};
 use mooncake_rs::client::{Client, SetupConfig};
 use std::time::Duration;
 
+/// How long the fault proxies' delay mode holds every chunk.
+pub(crate) const DELAY: Duration = Duration::from_millis(200);
+
 /// Every fault kind, in report order.
 pub const KINDS: &[&str] = &[
     "kill_worker",
@@ -261,8 +264,8 @@ impl Cluster {
         let mut master = Proc::new("master", sibling("mooncake_master"), master_args, env())
             .ready_on_port(master_port);
         master.start()?;
-        let peer_proxy =
-            Proxy::start(owner_ports[PROXIED_OWNER]).map_err(|e| format!("peer proxy: {e}"))?;
+        let peer_proxy = Proxy::start(owner_ports[PROXIED_OWNER], DELAY)
+            .map_err(|e| format!("peer proxy: {e}"))?;
         let names = owner_ports
             .iter()
             .map(|p| format!("127.0.0.1:{p}"))
@@ -311,7 +314,7 @@ impl Cluster {
             directory.refresh(index)?;
             owners.push(owner);
         }
-        let proxy = Proxy::start(master_port).map_err(|e| format!("proxy: {e}"))?;
+        let proxy = Proxy::start(master_port, DELAY).map_err(|e| format!("proxy: {e}"))?;
         let netns = Namespace::create();
         let p2p_host = match &netns {
             Ok(ns) => ns.host_ip.clone(),

@@ -66,7 +66,8 @@ impl HaCell {
             incarnations: Vec::new(),
         };
         for index in 0..2 {
-            let proxy = Proxy::start(etcd_port).map_err(|e| format!("etcd proxy: {e}"))?;
+            let proxy = Proxy::start(etcd_port, crate::faults::DELAY)
+                .map_err(|e| format!("etcd proxy: {e}"))?;
             let (port, metrics) = (ports[2 + 2 * index], ports[3 + 2 * index]);
             let args = vec![
                 format!("--rpc_port={port}"),

@@ -13,7 +13,7 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     Pass = 0,
-    /// 200 ms before every forwarded chunk.
+    /// The proxy's delay (see [`Proxy::start`]) before every forwarded chunk.
     Delay = 1,
     /// Single-byte writes (the first 512 bytes of each chunk, a pause every 8).
     Trickle = 2,
@@ -23,6 +23,8 @@ pub enum Mode {
 
 struct Shared {
     mode: AtomicU8,
+    /// What [`Mode::Delay`] holds every chunk for, in µs (set at start).
+    delay_us: AtomicU64,
     stop: AtomicBool,
     open: Mutex<Vec<TcpStream>>,
     /// Bytes written to either side so far.
@@ -54,13 +56,15 @@ fn abort_on_close(stream: &TcpStream) {
 }
 
 impl Proxy {
-    /// Listens on a free port and forwards to 127.0.0.1:`target`.
-    pub fn start(target: u16) -> std::io::Result<Proxy> {
+    /// Listens on a free port and forwards to 127.0.0.1:`target`; [`Mode::Delay`] holds
+    /// every chunk for `delay`.
+    pub fn start(target: u16, delay: Duration) -> std::io::Result<Proxy> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let port = listener.local_addr()?.port();
         listener.set_nonblocking(true)?;
         let shared = Arc::new(Shared {
             mode: AtomicU8::new(Mode::Pass as u8),
+            delay_us: AtomicU64::new(u64::try_from(delay.as_micros()).unwrap_or(u64::MAX)),
             stop: AtomicBool::new(false),
             open: Mutex::new(Vec::new()),
             forwarded: AtomicU64::new(0),
@@ -156,7 +160,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
         let ok = match mode(shared) {
             Mode::Pass => to.write_all(&chunk[..n]).is_ok(),
             Mode::Delay => {
-                std::thread::sleep(Duration::from_millis(200));
+                std::thread::sleep(Duration::from_micros(
+                    shared.delay_us.load(Ordering::SeqCst),
+                ));
                 to.write_all(&chunk[..n]).is_ok()
             }
             Mode::Trickle => {
