@@ -18,7 +18,9 @@ const RETRY_AFTER: Duration = Duration::from_millis(100);
 /// The running poll; [`RevocationPoll::stop`] (or drop) ends it within one poll's wait.
 pub(super) struct RevocationPoll {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    /// Detached at stop: the thread ends after its current poll (up to 100 ms) on its own,
+    /// so a teardown never waits for it.
+    _thread: Option<JoinHandle<()>>,
 }
 
 impl RevocationPoll {
@@ -36,15 +38,15 @@ impl RevocationPoll {
             .spawn(move || run(client, &*master, &cache, &stopped))
             .map_err(|e| tracing::warn!(error = %e, "location cache poll not started; no hits"))
             .ok();
-        RevocationPoll { stop, thread }
+        RevocationPoll {
+            stop,
+            _thread: thread,
+        }
     }
 
-    /// Stops the poll and waits for its thread.
+    /// Stops the poll: its thread makes no further call once its current one returns.
     pub(super) fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
