@@ -63,14 +63,25 @@ struct Entry {
     lease_until: Instant,
     bytes: usize,
     referenced: bool,
+    /// Its slot in the shard's clock (a slot with another mark is a leftover).
+    mark: u64,
 }
 
 #[derive(Default)]
 struct Shard {
     map: HashMap<String, Entry>,
-    /// Keys in insertion order for the clock (may name keys since removed).
-    clock: VecDeque<String>,
+    /// (key, mark) in insertion order for the clock; a slot whose mark is not its entry's
+    /// (the key was dropped, and maybe cached again since) is skipped and compacted away.
+    clock: VecDeque<(String, u64)>,
+    next_mark: u64,
     bytes: usize,
+}
+
+impl Shard {
+    /// Whether `slot` is the live clock slot of its key.
+    fn is_live(&self, slot: &(String, u64)) -> bool {
+        self.map.get(&slot.0).is_some_and(|e| e.mark == slot.1)
+    }
 }
 
 /// What a request saw before it was sent: the cache generation and the last revocation.
@@ -246,6 +257,15 @@ impl LocationCache {
                 .map(|r| DESCRIPTOR_BYTES + r.buffer.transport_endpoint.len())
                 .sum::<usize>();
         let mut shard = self.shard(key).lock();
+        let shard = &mut *shard;
+        let mark = match shard.map.get(key) {
+            Some(old) => old.mark,
+            None => {
+                shard.next_mark += 1;
+                shard.clock.push_back((key.to_string(), shard.next_mark));
+                shard.next_mark
+            }
+        };
         let old = shard.map.insert(
             key.to_string(),
             Entry {
@@ -254,14 +274,14 @@ impl LocationCache {
                 lease_until,
                 bytes,
                 referenced: false,
+                mark,
             },
         );
-        match old {
-            Some(old) => shard.bytes -= old.bytes,
-            None => shard.clock.push_back(key.to_string()),
+        if let Some(old) = old {
+            shard.bytes -= old.bytes;
         }
         shard.bytes += bytes;
-        self.evict(&mut shard);
+        self.evict(shard);
         drop(log);
     }
 
@@ -273,26 +293,27 @@ impl LocationCache {
             && turns > 0
         {
             turns -= 1;
-            let Some(key) = shard.clock.pop_front() else {
+            let Some(slot) = shard.clock.pop_front() else {
                 break;
             };
-            match shard.map.get_mut(&key) {
+            if !shard.is_live(&slot) {
+                continue;
+            }
+            match shard.map.get_mut(&slot.0) {
                 Some(entry) if entry.referenced => {
                     entry.referenced = false;
-                    shard.clock.push_back(key);
+                    shard.clock.push_back(slot);
                 }
-                Some(_) => {
-                    let gone = shard.map.remove(&key).map_or(0, |e| e.bytes);
+                _ => {
+                    let gone = shard.map.remove(&slot.0).map_or(0, |e| e.bytes);
                     shard.bytes -= gone;
                 }
-                None => {}
             }
         }
-        // Keys removed by revocations linger in the clock: compact it when they dominate.
+        // Slots of dropped keys linger in the clock: compact it when they dominate.
         if shard.clock.len() > 2 * shard.map.len() + 64 {
-            let map = &shard.map;
             let mut clock = std::mem::take(&mut shard.clock);
-            clock.retain(|k| map.contains_key(k));
+            clock.retain(|slot| shard.is_live(slot));
             shard.clock = clock;
         }
     }
@@ -516,5 +537,34 @@ mod tests {
         cache.insert("k", answer(1, 1_000), Instant::now(), cache.snapshot());
         assert!(cache.lookup("k", Instant::now()).is_none());
         assert_eq!(cache.stats().entries, 0);
+    }
+}
+
+#[cfg(test)]
+mod clock_tests {
+    use super::*;
+
+    /// A key cached, expired and cached again, over and over, leaves a bounded clock (it
+    /// once grew by one slot per round, and every insert then scanned it whole: gets that
+    /// missed every time slowed from 59 to 92 µs in 2.4 s).
+    #[test]
+    fn a_key_cached_again_after_expiring_keeps_one_clock_slot() {
+        let cache = LocationCache::new(true, 1_000, 1 << 30);
+        let start = Instant::now();
+        let answer = Arc::new(QueryResult {
+            size: 1,
+            replicas: Vec::new(),
+            lease_ttl_ms: 10_000,
+            cache_ttl_ms: 1,
+        });
+        for round in 0..1_000u64 {
+            let sent = start + Duration::from_millis(2 * round);
+            cache.mark_fresh(sent);
+            cache.insert("k", Arc::clone(&answer), sent, cache.snapshot());
+            // Past its 1 ms lease: dropped as expired.
+            assert!(cache.lookup("k", sent + Duration::from_millis(1)).is_none());
+        }
+        let slots: usize = cache.shards.iter().map(|s| s.lock().clock.len()).sum();
+        assert!(slots <= 2 + 64 + 1, "{slots} clock slots for one key");
     }
 }

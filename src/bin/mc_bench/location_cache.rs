@@ -294,12 +294,14 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
 
     // Every get a miss: a master whose cached lease is 1 ms, 1 000 keys read in turn.
     let cold_pool = Pool::start(1)?;
-    let cold_on = client(&cold_pool.master(), true)?;
-    let cold_off = client(&cold_pool.master(), false)?;
+    let writer = client(&cold_pool.master(), false)?;
     let cold = keys("cold-64k", 1_000);
     for key in &cold {
-        put(&cold_on, key, 64 * KIB, &cold_pool.same_host.1)?;
+        put(&writer, key, 64 * KIB, &cold_pool.same_host.1)?;
     }
+    writer.teardown();
+    let cold_on = client(&cold_pool.master(), true)?;
+    let cold_off = client(&cold_pool.master(), false)?;
     judge(
         report,
         &Judged {
