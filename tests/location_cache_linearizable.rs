@@ -17,8 +17,7 @@
 
 mod common;
 
-use common::{signal_child, Master, TcpProxy};
-use mooncake_rs::client::{Client, SetupConfig};
+use common::{local_client, signal_child, Master, TcpProxy};
 use mooncake_rs::error::ErrorCode;
 use mooncake_rs::types::ReplicateConfig;
 use std::collections::HashMap;
@@ -65,17 +64,6 @@ fn value(key: u64, version: u64) -> Vec<u8> {
         out.push((x >> 56) as u8);
     }
     out
-}
-
-fn client(master: &str, segment: u64) -> Client {
-    Client::setup(SetupConfig {
-        local_hostname: "127.0.0.1".into(),
-        global_segment_size: segment,
-        local_buffer_size: 1 << 20,
-        master_server_addr: master.into(),
-        ..SetupConfig::default()
-    })
-    .expect("client setup")
 }
 
 /// What a logged operation left (or found) under its key.
@@ -125,7 +113,7 @@ fn parse(line: &str) -> Option<(String, Op)> {
 /// The writer: versions 1.. of every key, then upserts (and now and then a forced removal)
 /// of random keys until `RUN` is over. Logs every acknowledged write.
 fn writer(master: &str) {
-    let client = client(master, 128 << 20);
+    let client = local_client(master, 128 << 20, 1 << 20);
     let config = ReplicateConfig::default();
     let mut out = std::io::stdout().lock();
     let mut version = 0u64;
@@ -169,7 +157,7 @@ fn writer(master: &str) {
 /// A reader: random keys until `RUN` is over or `MAX_READS`; logs every outcome, and
 /// reports bytes that are no write's as `BAD`.
 fn reader(master: &str) {
-    let client = client(master, 0);
+    let client = local_client(master, 0, 1 << 20);
     let mut out = std::io::stdout().lock();
     let mut buf = vec![0u8; VALUE_LEN];
     let until = Instant::now() + RUN;
@@ -345,8 +333,10 @@ fn no_get_returns_a_value_older_than_an_acknowledged_write() {
     );
     let writes_total: usize = writes.values().map(Vec::len).sum();
     assert!(writes_total > 50, "only {writes_total} writes");
-    assert!(reads_total > 1_000, "only {reads_total} reads");
-    assert!(hits_total > 0, "the readers never hit their caches");
+    // Misses cost a 60 ms round trip through the proxy, hits microseconds: a run on a busy
+    // machine (freshness lost while a reader waits for a core) reads less, never nothing.
+    assert!(reads_total > 300, "only {reads_total} reads");
+    assert!(hits_total > 100, "only {hits_total} cache hits");
     // A stopped holder delays a write by at most one cached lease (plus scheduling).
     assert!(
         slowest_write_while_stopped < (CACHE_LEASE_MS + 700) * 1_000_000,

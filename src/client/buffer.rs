@@ -4,7 +4,7 @@
 use super::core::{Client, ClientCore};
 use super::counters::ClientCounters;
 use super::plan::{self, Buf, ReadJob};
-use super::read::{Leased, Lookup};
+use super::read::Leased;
 use crate::error::{fail, ErrorCode, Result};
 use crate::node::LocalAlloc;
 
@@ -56,19 +56,7 @@ impl Client {
         if let Err(e) = core.check_open() {
             return keys.iter().map(|_| Err(e)).collect();
         }
-        let answers = core.query(keys);
-        let mut results = core.read_into_buffers(&answers);
-        let stale = core.stale_keys(&answers, &results);
-        if !stale.is_empty() {
-            for &i in &stale {
-                core.locations.forget(keys[i].as_ref());
-            }
-            let again: Vec<&str> = stale.iter().map(|&i| keys[i].as_ref()).collect();
-            let fresh = core.query_with(&again, Lookup::Master);
-            for (&i, result) in stale.iter().zip(core.read_into_buffers(&fresh)) {
-                results[i] = result;
-            }
-        }
+        let results = core.read_answered(keys, |answers, _| core.read_into_buffers(answers));
         let sizes: Vec<Result<u64>> = results
             .iter()
             .map(|r| r.as_ref().map(|h| h.len() as u64).map_err(|e| *e))

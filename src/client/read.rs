@@ -248,32 +248,45 @@ impl ClientCore {
             );
             return vec![Err(ErrorCode::InvalidParams); n];
         }
-        let answers = self.query(keys);
-        let mut results = self.get_answered(&answers, &bufs, exact);
-        let stale = self.stale_keys(&answers, &results);
-        if !stale.is_empty() {
-            for &i in &stale {
-                self.locations.forget(keys[i].as_ref());
-            }
-            let again: Vec<&str> = stale.iter().map(|&i| keys[i].as_ref()).collect();
-            let fresh = self.query_with(&again, Lookup::Master);
-            let bufs_again: Vec<Vec<Buf>> = stale.iter().map(|&i| bufs[i].clone()).collect();
-            for (&i, result) in stale
-                .iter()
-                .zip(self.get_answered(&fresh, &bufs_again, exact))
-            {
-                results[i] = result;
-            }
-        }
+        let results = self.read_answered(keys, |answers, which| {
+            self.get_answered(answers, &bufs, which, exact)
+        });
         self.count_reads(&results);
         results
     }
 
-    /// Reads each answered key into its buffers (`answers[i]` for `bufs[i]`).
+    /// Reads `keys` with `read` (given answers, and which keys they are, by index), answered
+    /// from the location cache where it may serve; reads that failed with a cached answer are
+    /// made once more with fresh answers from the master ([`Self::stale_keys`]).
+    pub(super) fn read_answered<K: AsRef<str>, T>(
+        &self,
+        keys: &[K],
+        read: impl Fn(&[Result<Leased>], &[usize]) -> Vec<Result<T>>,
+    ) -> Vec<Result<T>> {
+        let all: Vec<usize> = (0..keys.len()).collect();
+        let answers = self.query(keys);
+        let mut results = read(&answers, &all);
+        let stale = self.stale_keys(&answers, &results);
+        if stale.is_empty() {
+            return results;
+        }
+        for &i in &stale {
+            self.locations.forget(keys[i].as_ref());
+        }
+        let again: Vec<&str> = stale.iter().map(|&i| keys[i].as_ref()).collect();
+        let fresh = self.query_with(&again, Lookup::Master);
+        for (&i, result) in stale.iter().zip(read(&fresh, &stale)) {
+            results[i] = result;
+        }
+        results
+    }
+
+    /// Reads each answered key into its buffers (`answers[j]` into `bufs[which[j]]`).
     fn get_answered(
         &self,
         answers: &[Result<Leased>],
         bufs: &[Vec<Buf>],
+        which: &[usize],
         exact: bool,
     ) -> Vec<Result<u64>> {
         let n = answers.len();
@@ -282,7 +295,7 @@ impl ClientCore {
         let mut job_index = Vec::new();
         for (i, answer) in answers.iter().enumerate() {
             let prepared = match answer {
-                Ok(leased) => plan::check_capacity(&bufs[i], leased.query.size, exact)
+                Ok(leased) => plan::check_capacity(&bufs[which[i]], leased.query.size, exact)
                     .map(|()| leased.query.size),
                 Err(e) => Err(*e),
             };
@@ -290,7 +303,7 @@ impl ClientCore {
                 job_index.push(i);
                 jobs.push(ReadJob {
                     replicas: self.ordered(&leased.query),
-                    fragments: plan::truncate(plan::contiguous(&bufs[i]), *size),
+                    fragments: plan::truncate(plan::contiguous(&bufs[which[i]]), *size),
                 });
             }
             results.push(prepared);

@@ -169,11 +169,7 @@ fn served(dir: Option<&Path>) -> Result<(Arc<MasterService>, mooncake_rs::rpc::R
             std::thread::sleep(Duration::from_millis(500));
         }
     });
-    let rpc = mooncake_rs::master::remote::serve(
-        "127.0.0.1:0".parse().map_err(|_| "addr")?,
-        service.clone(),
-    )
-    .map_err(|e| format!("rpc server: {e}"))?;
+    let rpc = crate::scenarios::serve_master(service.clone())?;
     Ok((service, rpc))
 }
 

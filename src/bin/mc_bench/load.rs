@@ -110,11 +110,7 @@ pub fn run(report: &mut Report) -> Result<(), String> {
             .collect();
         put(&*service, owner, keys)?;
     }
-    let rpc = mooncake_rs::master::remote::serve(
-        "127.0.0.1:0".parse().map_err(|_| "addr")?,
-        service.clone(),
-    )
-    .map_err(|e| format!("rpc server: {e}"))?;
+    let rpc = crate::scenarios::serve_master(service.clone())?;
     let addr = rpc.local_addr().to_string();
     let idle_master = connect(&addr, LOAD_LIMIT)?;
     let mut idle = (0..2000)

@@ -129,11 +129,7 @@ impl Pool {
             location_cache_lease_ms: lease_ms,
             ..MasterConfig::default()
         });
-        let rpc = mooncake_rs::master::remote::serve(
-            "127.0.0.1:0".parse().map_err(|_| "addr")?,
-            service.clone(),
-        )
-        .map_err(|e| format!("rpc server: {e}"))?;
+        let rpc = crate::scenarios::serve_master(service.clone())?;
         let master = rpc.local_addr().to_string();
         let delayed = proxy::Proxy::start(rpc.local_addr().port(), Duration::from_millis(1))
             .map_err(|e| e.to_string())?;

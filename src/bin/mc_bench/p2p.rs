@@ -124,11 +124,7 @@ pub fn run(report: &mut Report, rounds: Rounds) -> Result<(), String> {
         deployment_mode: DeploymentMode::P2p,
         ..MasterConfig::default()
     });
-    let rpc = mooncake_rs::master::remote::serve(
-        "127.0.0.1:0".parse().map_err(|_| "addr")?,
-        service.clone(),
-    )
-    .map_err(|e| format!("rpc server: {e}"))?;
+    let rpc = crate::scenarios::serve_master(service.clone())?;
     let master = rpc.local_addr().to_string();
     let (owner, line) = spawn_child(&["--serve-p2p-owner", &master])?;
     let (owner_name, owner_rpc) = line.split_once(' ').ok_or("owner READY line")?;

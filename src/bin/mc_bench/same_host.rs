@@ -22,11 +22,7 @@ const ROUND_BYTES: usize = 32 * MIB;
 /// Runs the scenarios; `rounds` interleaved rounds per size.
 pub fn run(report: &mut Report, rounds: usize) -> Result<(), String> {
     let service = MasterService::new(MasterConfig::default());
-    let rpc = mooncake_rs::master::remote::serve(
-        "127.0.0.1:0".parse().map_err(|_| "addr")?,
-        service.clone(),
-    )
-    .map_err(|e| format!("rpc server: {e}"))?;
+    let rpc = crate::scenarios::serve_master(service.clone())?;
     let master = rpc.local_addr().to_string();
     let (peer, peer_name) = spawn_child_env(
         &["--serve-segment", &master, "1 GB"],

@@ -93,6 +93,14 @@ pub(crate) fn spawn_child_env(
     Ok((Peer(child), name))
 }
 
+/// Serves `service` over TCP on a free loopback port (the bench's in-process masters).
+pub(crate) fn serve_master(
+    service: std::sync::Arc<mooncake_rs::master::MasterService>,
+) -> Result<mooncake_rs::rpc::RpcServer, String> {
+    let addr = "127.0.0.1:0".parse().map_err(|_| "addr")?;
+    mooncake_rs::master::remote::serve(addr, service).map_err(|e| format!("rpc server: {e}"))
+}
+
 pub(crate) fn gbps(bytes: u64, seconds: f64) -> f64 {
     bytes as f64 / seconds / 1e9
 }
@@ -396,11 +404,7 @@ fn over_tcp(report: &mut Report, rounds: Rounds, mut redis: Option<Redis>) -> Re
     let duration = rounds.duration;
     let mut raw = RawTcp::connect().map_err(|e| format!("raw tcp: {e}"))?;
     let service = MasterService::new(MasterConfig::default());
-    let rpc = mooncake_rs::master::remote::serve(
-        "127.0.0.1:0".parse().map_err(|_| "addr")?,
-        service.clone(),
-    )
-    .map_err(|e| format!("rpc server: {e}"))?;
+    let rpc = crate::scenarios::serve_master(service.clone())?;
     let master = rpc.local_addr().to_string();
     let (peer, peer_name) = spawn_peer(&master, "512 MB")?;
     let client = Client::setup(SetupConfig {

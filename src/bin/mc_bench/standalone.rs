@@ -112,11 +112,7 @@ where
 pub fn run(report: &mut Report, rounds: Rounds) -> Result<(), String> {
     let duration = rounds.duration;
     let service = MasterService::new(MasterConfig::default());
-    let rpc = mooncake_rs::master::remote::serve(
-        "127.0.0.1:0".parse().map_err(|_| "addr")?,
-        service.clone(),
-    )
-    .map_err(|e| format!("rpc server: {e}"))?;
+    let rpc = crate::scenarios::serve_master(service.clone())?;
     let master = rpc.local_addr().to_string();
     let (_real, name) = spawn_child(&["--serve-real-client", &master, "512 MB"])?;
     let client = Client::setup_dummy(0, 16 * MIB as u64, &name).map_err(|e| {
