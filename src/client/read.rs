@@ -209,7 +209,7 @@ impl ClientCore {
         answers: &[Result<Leased>],
         results: &[Result<T>],
     ) -> Vec<usize> {
-        let stale: Vec<usize> = answers
+        answers
             .iter()
             .zip(results)
             .enumerate()
@@ -217,8 +217,7 @@ impl ClientCore {
                 result.is_err() && answer.as_ref().is_ok_and(|leased| leased.cached)
             })
             .map(|(i, _)| i)
-            .collect();
-        stale
+            .collect()
     }
 
     /// Replicas in the order to try them: memory replicas before disk ones, ours first
