@@ -209,3 +209,95 @@ fn a_client_with_the_cache_off_asks_the_master_every_time() {
     reader.teardown();
     owner.teardown();
 }
+
+/// Reads `key` (`value`) with `reader` every 5 ms for `leases` cached leases of `lease_ms`:
+/// the change of the reader's location-cache counters and its master calls meanwhile.
+fn read_hot_key(
+    reader: &Client,
+    key: &str,
+    value: &[u8],
+    lease_ms: u64,
+    leases: u64,
+) -> (mooncake_rs::client::LocationCacheStats, u64) {
+    let before = reader.metrics();
+    let until = Instant::now() + Duration::from_millis(lease_ms * leases);
+    for _ in 0..100_000 {
+        if Instant::now() >= until {
+            break;
+        }
+        assert!(read(reader, key, value.len()).unwrap() == value);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let after = reader.metrics();
+    let (b, a) = (before.location_cache, after.location_cache);
+    let delta = mooncake_rs::client::LocationCacheStats {
+        hits: a.hits - b.hits,
+        misses: a.misses - b.misses,
+        renewals: a.renewals - b.renewals,
+        renewals_refused: a.renewals_refused - b.renewals_refused,
+        ..a
+    };
+    (delta, after.master_calls - before.master_calls)
+}
+
+#[test]
+fn a_hot_key_is_renewed_ahead_of_expiry_and_never_misses_again() {
+    let _serial = serial();
+    let lease_ms = 400;
+    let master = caching_master(lease_ms);
+    let server = serve(master.clone());
+    let addr = server.local_addr().to_string();
+    let owner = local_client(&addr, 16 << 20, 1 << 20);
+    let reader = local_client(&addr, 0, 1 << 20);
+    let value = pattern(4096, 3);
+    owner
+        .put("hot", &value, &ReplicateConfig::default())
+        .unwrap();
+    assert!(cached(&reader, "hot", value.len()));
+    let (stats, master_calls) = read_hot_key(&reader, "hot", &value, lease_ms, 6);
+    assert!(stats.hits > 200, "{stats:?}");
+    // Each cached lease is renewed in its second half; a renewal that loses a race with
+    // the entry's end costs one miss at most now and then.
+    assert!(stats.renewals >= 4, "{stats:?}");
+    assert!(stats.misses <= 2, "{stats:?}");
+    assert_eq!(master_calls, stats.misses);
+    assert_eq!(stats.renewals_refused, 0);
+    let renewals = master.metrics().location_cache.renewals;
+    assert!(renewals >= stats.renewals, "{renewals}");
+    reader.teardown();
+    owner.teardown();
+}
+
+#[test]
+fn renewals_are_refused_under_memory_pressure_and_the_key_is_asked_again() {
+    let _serial = serial();
+    let lease_ms = 400;
+    // Every byte in use is above the high watermark; soft-pinned objects are never evicted.
+    let master = MasterService::new(MasterConfig {
+        location_cache_lease_ms: lease_ms,
+        eviction_high_watermark_ratio: 0.0,
+        allow_evict_soft_pinned_objects: false,
+        ..MasterConfig::default()
+    });
+    let server = serve(master.clone());
+    let addr = server.local_addr().to_string();
+    let owner = local_client(&addr, 16 << 20, 1 << 20);
+    let reader = local_client(&addr, 0, 1 << 20);
+    let value = pattern(4096, 4);
+    let pinned = ReplicateConfig {
+        soft_pin_action: mooncake_rs::types::SoftPinAction::Enable,
+        ..ReplicateConfig::default()
+    };
+    owner.put("hot", &value, &pinned).unwrap();
+    assert!(cached(&reader, "hot", value.len()));
+    let (stats, _) = read_hot_key(&reader, "hot", &value, lease_ms, 6);
+    assert!(stats.renewals_refused >= 3, "{stats:?}");
+    assert_eq!(stats.renewals, 0, "{stats:?}");
+    // Each cached lease ends: one miss per lease, answered and cached as usual.
+    assert!(stats.misses >= 3, "{stats:?}");
+    assert!(stats.hits > 100, "{stats:?}");
+    let at_master = master.metrics().location_cache;
+    assert!(at_master.renewals_refused >= stats.renewals_refused);
+    reader.teardown();
+    owner.teardown();
+}

@@ -12,10 +12,16 @@
 //! - misses are never cached; the whole cache is dropped on a poll failure, a new master life
 //!   (incarnation), a view change and this client's remount.
 //!
+//! Hot keys are renewed off the hot path: a hit in the second half of an entry's cached
+//! lease queues the key once ([`LocationCache::take_renewals`]); the client's renewal thread
+//! asks the master for those keys in one batch (`renew_locations`) and caches the answers
+//! under the same rules as any other.
+//!
 //! Bounded in entries and bytes (`MC_LOCATION_CACHE_ENTRIES`, `MC_LOCATION_CACHE_BYTES`),
 //! least recently used first (a second-chance clock per shard). Thread-safe: shards behind
-//! their own mutexes; a hit takes one shard lock; inserts and revocations also take the
-//! revocation log's lock (always before a shard's).
+//! their own mutexes; a hit takes one shard lock (and, once per entry, the renewal queue's
+//! after it); inserts and revocations also take the revocation log's lock (always before a
+//! shard's).
 
 use crate::types::{QueryResult, Revocation, LOCATION_CACHE_FRESH_MS};
 use parking_lot::Mutex;
@@ -30,6 +36,8 @@ const SHARDS: usize = 16;
 const LOG_LEN: usize = 4096;
 /// Estimated bytes of one replica descriptor besides its strings.
 const DESCRIPTOR_BYTES: usize = 96;
+/// Keys waiting for renewal at most (more hot keys than this renew later, on a miss).
+const MAX_RENEWALS_QUEUED: usize = 4096;
 
 /// Counters of one client's location cache (`ClientMetrics::location_cache`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -52,6 +60,11 @@ pub struct LocationCacheStats {
     pub refused_inserts: u64,
     /// Hits whose read failed and were asked again of the master.
     pub stale_retries: u64,
+    /// Hot entries renewed ahead of their expiry (answers of `renew_locations` cached).
+    pub renewals: u64,
+    /// Renewals the master refused (its segments above the eviction high watermark): those
+    /// entries expire and the key's next get asks the master.
+    pub renewals_refused: u64,
 }
 
 /// A cached answer.
@@ -61,6 +74,10 @@ struct Entry {
     serve_until: Instant,
     /// The read lease of the answer: a read must end by then (its bytes are kept that long).
     lease_until: Instant,
+    /// A hit from then on queues the key for renewal (half the cached lease).
+    renew_from: Instant,
+    /// Queued for renewal already (once per entry).
+    renewal_queued: bool,
     bytes: usize,
     referenced: bool,
     /// Its slot in the shard's clock (a slot with another mark is a leftover).
@@ -114,6 +131,8 @@ pub(super) struct LocationCache {
     origin: Instant,
     /// Send time (ns after `origin`) of the last poll that succeeded; 0: none yet.
     fresh_since_ns: AtomicU64,
+    /// Hot keys to renew (see the module documentation), at most [`MAX_RENEWALS_QUEUED`].
+    renewals: Mutex<Vec<String>>,
     stats: StatsCounters,
 }
 
@@ -126,6 +145,8 @@ struct StatsCounters {
     clears: AtomicU64,
     refused_inserts: AtomicU64,
     stale_retries: AtomicU64,
+    renewals: AtomicU64,
+    renewals_refused: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64, n: u64) {
@@ -144,6 +165,7 @@ impl LocationCache {
             log: Mutex::new(RevocationLog::default()),
             origin: Instant::now(),
             fresh_since_ns: AtomicU64::new(0),
+            renewals: Mutex::new(Vec::new()),
             stats: StatsCounters::default(),
         }
     }
@@ -197,6 +219,13 @@ impl LocationCache {
                 match shard.map.get_mut(key) {
                     Some(entry) if now < entry.serve_until => {
                         entry.referenced = true;
+                        if now >= entry.renew_from && !entry.renewal_queued {
+                            let mut queue = self.renewals.lock();
+                            if queue.len() < MAX_RENEWALS_QUEUED {
+                                entry.renewal_queued = true;
+                                queue.push(key.to_string());
+                            }
+                        }
                         Some((Arc::clone(&entry.query), entry.lease_until))
                     }
                     Some(_) => {
@@ -238,6 +267,7 @@ impl LocationCache {
         }
         let cached = Duration::from_millis(query.cache_ttl_ms);
         let serve_until = sent + cached - cached / 16;
+        let renew_from = sent + cached / 2;
         let lease_until = sent + Duration::from_millis(query.lease_ttl_ms);
         let log = self.log.lock();
         let overtaken = log.generation != seen.generation
@@ -272,6 +302,8 @@ impl LocationCache {
                 query,
                 serve_until,
                 lease_until,
+                renew_from,
+                renewal_queued: false,
                 bytes,
                 referenced: false,
                 mark,
@@ -318,6 +350,20 @@ impl LocationCache {
         }
     }
 
+    /// Up to `max` keys queued for renewal by hits (oldest first), taken off the queue.
+    pub(super) fn take_renewals(&self, max: usize) -> Vec<String> {
+        let mut queue = self.renewals.lock();
+        let taken = max.min(queue.len());
+        let rest = queue.split_off(taken);
+        std::mem::replace(&mut *queue, rest)
+    }
+
+    /// Counts renewal answers: `renewed` cached, `refused` by the master.
+    pub(super) fn count_renewals(&self, renewed: u64, refused: u64) {
+        bump(&self.stats.renewals, renewed);
+        bump(&self.stats.renewals_refused, refused);
+    }
+
     /// Drops `key` (a read of its cached answer failed; the caller asks the master again).
     pub(super) fn forget(&self, key: &str) {
         let mut shard = self.shard(key).lock();
@@ -361,6 +407,7 @@ impl LocationCache {
         log.floor = 0;
         log.recent.clear();
         self.fresh_since_ns.store(0, Ordering::Release);
+        self.renewals.lock().clear();
         for shard in &self.shards {
             let mut shard = shard.lock();
             shard.map.clear();
@@ -383,6 +430,8 @@ impl LocationCache {
             clears: get(&self.stats.clears),
             refused_inserts: get(&self.stats.refused_inserts),
             stale_retries: get(&self.stats.stale_retries),
+            renewals: get(&self.stats.renewals),
+            renewals_refused: get(&self.stats.renewals_refused),
         }
     }
 }
@@ -450,6 +499,41 @@ mod tests {
             (stats.hits, stats.misses, stats.expiries, stats.entries),
             (1, 3, 1, 1)
         );
+    }
+
+    #[test]
+    fn hits_in_the_second_half_of_a_cached_lease_queue_one_renewal() {
+        let cache = fresh_cache(100);
+        let hit = |key: &str, at: Instant| {
+            cache.mark_fresh(at);
+            cache.lookup(key, at).is_some()
+        };
+        let ms = Duration::from_millis;
+        let sent = Instant::now();
+        cache.insert("hot", answer(1, 1_000), sent, cache.snapshot());
+        assert!(hit("hot", sent + ms(499)));
+        assert!(cache.take_renewals(16).is_empty(), "not half way yet");
+        for _ in 0..3 {
+            assert!(hit("hot", sent + ms(500)));
+        }
+        assert_eq!(cache.take_renewals(16), vec!["hot".to_string()]);
+        assert!(hit("hot", sent + ms(600)));
+        assert!(cache.take_renewals(16).is_empty(), "queued once per entry");
+        // The renewed answer is a new entry: its own second half queues it again.
+        let renewed = sent + ms(600);
+        cache.insert("hot", answer(1, 1_000), renewed, cache.snapshot());
+        assert!(hit("hot", renewed + ms(100)));
+        assert!(cache.take_renewals(16).is_empty());
+        assert!(hit("hot", renewed + ms(500)));
+        assert_eq!(cache.take_renewals(16), vec!["hot".to_string()]);
+        // At most `max` per take, oldest first; a clear forgets the rest.
+        for key in ["a", "b", "c"] {
+            cache.insert(key, answer(1, 1_000), renewed, cache.snapshot());
+            assert!(hit(key, renewed + ms(500)));
+        }
+        assert_eq!(cache.take_renewals(2), vec!["a".to_string(), "b".into()]);
+        cache.clear();
+        assert!(cache.take_renewals(16).is_empty());
     }
 
     #[test]

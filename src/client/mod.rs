@@ -16,6 +16,7 @@ mod counters;
 mod disk_read;
 mod dummy;
 mod location_cache;
+mod location_renewal;
 mod metrics;
 mod on_stream;
 mod on_stream_put;

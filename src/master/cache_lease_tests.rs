@@ -212,3 +212,51 @@ fn writes_wait_out_the_start_grace_of_a_master() {
     assert!(!grant.revoking);
     end_write(&master, writer, "m", grant.token).unwrap();
 }
+
+#[test]
+fn renewals_are_granted_as_lookups_and_refused_above_the_eviction_watermark() {
+    let (master, _) = held_master(2_000);
+    let reader = Uuid::random();
+    first_poll(&master, reader);
+    let renewed = one(master.renew_locations(reader, vec!["k".into()])).unwrap();
+    assert_eq!((renewed.size, renewed.cache_ttl_ms), (100, 2_000));
+    assert_eq!(
+        one(master.renew_locations(reader, vec!["absent".into()])),
+        Err(ErrorCode::ObjectNotFound)
+    );
+
+    // A soft-pinned object (never evicted) fills three quarters of a segment whose high
+    // watermark is one half: renewals are refused and grant nothing.
+    let config = MasterConfig {
+        default_kv_lease_ttl_ms: 10_000,
+        location_cache_lease_ms: 2_000,
+        eviction_high_watermark_ratio: 0.5,
+        allow_evict_soft_pinned_objects: false,
+        ..slow_writes()
+    };
+    let (full, writer, _) = setup(config, 1 << 20);
+    let pinned = crate::types::ReplicateConfig {
+        soft_pin_action: crate::types::SoftPinAction::Enable,
+        ..Default::default()
+    };
+    one(full.batch_put_start(writer, vec!["big".into()], vec![3 << 18], pinned)).unwrap();
+    end(&full, writer, "big").unwrap();
+    first_poll(&full, reader);
+    let granted_before = full.metrics().location_cache.holders_granted;
+    assert_eq!(
+        full.renew_locations(reader, vec!["big".into(), "absent".into()]),
+        Ok(vec![Err(ErrorCode::TryAgain), Err(ErrorCode::TryAgain)])
+    );
+    let metrics = full.metrics().location_cache;
+    assert_eq!(
+        (
+            metrics.renewals,
+            metrics.renewals_refused,
+            metrics.holders_granted
+        ),
+        (2, 2, granted_before)
+    );
+    // A plain lookup still answers (and may be cached): only renewals are refused.
+    let looked_up = one(full.batch_get_locations(reader, vec!["big".into()])).unwrap();
+    assert_eq!(looked_up.cache_ttl_ms, 2_000);
+}

@@ -88,6 +88,9 @@ pub(crate) struct CacheLeaseCounters {
     /// Writes that waited for at least one revocation, and their total wait.
     pub writes_waited: AtomicU64,
     pub write_wait_us: AtomicU64,
+    /// Keys asked for in `renew_locations`, and those refused under memory pressure.
+    pub renewals: AtomicU64,
+    pub renewals_refused: AtomicU64,
 }
 
 /// The master's location-cache lease table. See the module documentation.
@@ -335,6 +338,16 @@ impl CacheLeases {
         pending
     }
 
+    /// Counts `keys` renewal requests, all refused when `refused`.
+    pub(crate) fn count_renewals(&self, keys: u64, refused: bool) {
+        self.counters.renewals.fetch_add(keys, Ordering::Relaxed);
+        if refused {
+            self.counters
+                .renewals_refused
+                .fetch_add(keys, Ordering::Relaxed);
+        }
+    }
+
     /// A snapshot of the counters.
     pub(crate) fn metrics(&self) -> LocationCacheMetrics {
         let c = &self.counters;
@@ -346,6 +359,8 @@ impl CacheLeases {
             revocations_expired: load(&c.revocations_expired),
             writes_waited: load(&c.writes_waited),
             write_wait_us: load(&c.write_wait_us),
+            renewals: load(&c.renewals),
+            renewals_refused: load(&c.renewals_refused),
         }
     }
 

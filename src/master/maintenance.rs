@@ -138,14 +138,26 @@ impl MasterService {
     }
 
     /// Runs an eviction round if usage is above the high watermark or an allocation failed.
+    /// Bytes in use in the mounted segments and their total. Demotions in flight free their
+    /// ranges soon: they count as free already.
+    fn segment_usage(&self) -> (u64, u64) {
+        let (used, total) = self.segments.usage();
+        (used.saturating_sub(self.disks.demoting_bytes()), total)
+    }
+
+    /// Whether the mounted segments are above the eviction high watermark (memory pressure:
+    /// location-cache renewals are refused).
+    pub(super) fn under_memory_pressure(&self) -> bool {
+        let (used, total) = self.segment_usage();
+        total > 0 && used as f64 / total as f64 > self.config.eviction_high_watermark_ratio
+    }
+
     fn evict_if_needed(&self, now: Instant) {
         let requested = self.need_eviction.swap(false, Ordering::Relaxed);
-        let (used, total) = self.segments.usage();
+        let (used, total) = self.segment_usage();
         if total == 0 {
             return;
         }
-        // Demotions in flight free their ranges soon: they count as free already.
-        let used = used.saturating_sub(self.disks.demoting_bytes());
         let used_ratio = used as f64 / total as f64;
         let hwm = self.config.eviction_high_watermark_ratio;
         let ratio = self.config.eviction_ratio;

@@ -116,6 +116,10 @@ pub struct LocationCacheMetrics {
     /// `await_revocations` calls that had to wait, and their total wait in microseconds.
     pub writes_waited: u64,
     pub write_wait_us: u64,
+    /// Keys clients asked to renew ahead of their cached lease's end (`renew_locations`),
+    /// and those refused because the segments were above the eviction high watermark.
+    pub renewals: u64,
+    pub renewals_refused: u64,
 }
 
 impl LocationCacheMetrics {
@@ -156,6 +160,18 @@ impl LocationCacheMetrics {
                 "counter",
                 "Microseconds writers waited for revocations",
                 self.write_wait_us,
+            ),
+            (
+                "location_cache_renewals_total",
+                "counter",
+                "Keys location caches asked to renew ahead of expiry",
+                self.renewals,
+            ),
+            (
+                "location_cache_renewals_refused_total",
+                "counter",
+                "Renewals refused above the eviction high watermark",
+                self.renewals_refused,
             ),
         ]
     }

@@ -171,6 +171,14 @@ impl MasterApi for Fixture {
             })
             .collect())
     }
+    fn renew_locations(
+        &self,
+        _client: ClientId,
+        keys: Vec<String>,
+    ) -> Result<Vec<Result<QueryResult>>> {
+        self.record("renew_locations");
+        Ok(keys.iter().map(|_| Err(ErrorCode::TryAgain)).collect())
+    }
     fn cache_revocations(
         &self,
         _: ClientId,
@@ -389,6 +397,13 @@ fn methods_round_trip_including_per_entry_results() {
     assert_eq!(
         (query.size, query.lease_ttl_ms, query.cache_ttl_ms),
         (42, 10_000, 2_000)
+    );
+    let renewed = master
+        .renew_locations(client, vec!["k".into(), "j".into()])
+        .unwrap();
+    assert_eq!(
+        renewed,
+        vec![Err(ErrorCode::TryAgain), Err(ErrorCode::TryAgain)]
     );
     let batch = master.cache_revocations(client, 6, 9).unwrap();
     assert_eq!(

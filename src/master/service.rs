@@ -475,6 +475,19 @@ impl MasterApi for MasterService {
         each(keys, |key| self.query_cached(client, &key, cacheable))
     }
 
+    fn renew_locations(
+        &self,
+        client: ClientId,
+        keys: Vec<String>,
+    ) -> Result<Vec<Result<QueryResult>>> {
+        let refused = self.under_memory_pressure();
+        self.cache_leases.count_renewals(keys.len() as u64, refused);
+        match refused {
+            true => each(keys, |_| Err(ErrorCode::TryAgain)),
+            false => self.batch_get_locations(client, keys),
+        }
+    }
+
     fn cache_revocations(
         &self,
         client: ClientId,

@@ -593,12 +593,12 @@ pub fn run(settings: &Settings) -> i32 {
             }
         }
     }
-    let (same_host_bytes, dummy_bytes) = traffic_totals(&events);
+    let (same_host_bytes, dummy_bytes, cache_hits) = traffic_totals(&events);
     let (dummy_calls, dummy_ok) = dummy_calls(&events);
     println!(
         "mc_chaos: workers moved {same_host_bytes} bytes through mapped same-host segments; \
          real clients moved {dummy_bytes} bytes for dummies, whose {dummy_calls} calls \
-         ({dummy_ok} ok) are in the table"
+         ({dummy_ok} ok) are in the table; location caches answered {cache_hits} lookups"
     );
     // Owner PROXIED_OWNER serves over TCP only: with no other owner nothing is mapped.
     if same_host_bytes == 0 && settings.owners > 1 {
@@ -634,23 +634,30 @@ pub fn run(settings: &Settings) -> i32 {
     }
 }
 
-/// The same-host and dummy bytes of every journal's last [`journal::Event::Traffic`] (each
-/// incarnation's totals), added up.
-fn traffic_totals(events: &[Tagged]) -> (u64, u64) {
-    let mut last: std::collections::HashMap<&str, (u64, u64)> = Default::default();
+/// The same-host bytes, dummy bytes and location-cache hits of every journal's last
+/// [`journal::Event::Traffic`] (each incarnation's totals), added up.
+fn traffic_totals(events: &[Tagged]) -> (u64, u64, u64) {
+    let mut last: std::collections::HashMap<&str, (u64, u64, u64)> = Default::default();
     for tagged in events {
         if let journal::Event::Traffic {
             same_host_bytes,
             dummy_bytes,
+            cache_hits,
             ..
         } = tagged.event
         {
             let seen = last.entry(&tagged.source).or_default();
-            *seen = (seen.0.max(same_host_bytes), seen.1.max(dummy_bytes));
+            *seen = (
+                seen.0.max(same_host_bytes),
+                seen.1.max(dummy_bytes),
+                seen.2.max(cache_hits),
+            );
         }
     }
     last.values()
-        .fold((0, 0), |(s, d), (same, dummy)| (s + same, d + dummy))
+        .fold((0, 0, 0), |(s, d, h), (same, dummy, hits)| {
+            (s + same, d + dummy, h + hits)
+        })
 }
 
 /// Calls the dummies journaled (reads, write ends, removes) and how many succeeded.

@@ -61,12 +61,14 @@ pub enum Event {
         rc: i32,
     },
     /// The worker's data-path totals so far (this incarnation): bytes it moved through
-    /// mapped same-host segments, and (a dummy) bytes its real client moved for it.
+    /// mapped same-host segments, (a dummy) bytes its real client moved for it, and reads
+    /// its location cache answered without the master.
     /// Written every few seconds, so a killed worker leaves most of its traffic counted.
     Traffic {
         at: u64,
         same_host_bytes: u64,
         dummy_bytes: u64,
+        cache_hits: u64,
     },
 }
 
@@ -115,7 +117,8 @@ impl Event {
                 at,
                 same_host_bytes,
                 dummy_bytes,
-            } => format!("T {at} {same_host_bytes} {dummy_bytes}\n"),
+                cache_hits,
+            } => format!("T {at} {same_host_bytes} {dummy_bytes} {cache_hits}\n"),
         }
     }
 
@@ -189,13 +192,14 @@ impl Event {
             }
             "T" => {
                 let w: Vec<&str> = line.trim_end().split(' ').collect();
-                let [_, at, same_host_bytes, dummy_bytes] = w[..] else {
+                let [_, at, same_host_bytes, dummy_bytes, cache_hits] = w[..] else {
                     return None;
                 };
                 Event::Traffic {
                     at: at.parse().ok()?,
                     same_host_bytes: same_host_bytes.parse().ok()?,
                     dummy_bytes: dummy_bytes.parse().ok()?,
+                    cache_hits: cache_hits.parse().ok()?,
                 }
             }
             _ => return None,
@@ -277,6 +281,7 @@ mod tests {
                 at: 7,
                 same_host_bytes: 1 << 40,
                 dummy_bytes: 12,
+                cache_hits: 3,
             },
         ];
         for event in events {

@@ -241,6 +241,7 @@ impl Worker {
             same_host_bytes: metrics.transfer.same_host_read_bytes
                 + metrics.transfer.same_host_write_bytes,
             dummy_bytes: dummy.zero_copy_bytes + dummy.staged_bytes,
+            cache_hits: metrics.location_cache.hits,
         })
     }
 
