@@ -191,8 +191,8 @@ fn reader(master: &str) {
     let stats = client.metrics().location_cache;
     writeln!(
         out,
-        "LIN STATS {} {} {} {}",
-        stats.hits, stats.misses, stats.revocations, stats.clears
+        "LIN STATS {} {} {} {} {}",
+        stats.hits, stats.misses, stats.revocations, stats.clears, stats.renewals
     )
     .unwrap();
     out.flush().unwrap();
@@ -304,12 +304,15 @@ fn no_get_returns_a_value_older_than_an_acknowledged_write() {
         }
     }
     let mut all_violations = Vec::new();
-    let (mut reads_total, mut hits_total, mut bad) = (0usize, 0u64, Vec::new());
+    let (mut reads_total, mut hits_total, mut renewals_total) = (0usize, 0u64, 0u64);
+    let mut bad = Vec::new();
     for reader in readers {
         let mut reads: HashMap<u64, Vec<Op>> = HashMap::new();
         for line in collect(reader) {
             if let Some(stats) = line.strip_prefix("LIN STATS ") {
-                hits_total += stats.split(' ').next().unwrap().parse::<u64>().unwrap();
+                let counts: Vec<u64> = stats.split(' ').map(|n| n.parse().unwrap()).collect();
+                hits_total += counts[0];
+                renewals_total += counts[4];
                 continue;
             }
             match parse(&line) {
@@ -344,8 +347,8 @@ fn no_get_returns_a_value_older_than_an_acknowledged_write() {
         slowest_write_while_stopped / 1_000_000
     );
     eprintln!(
-        "checked {reads_total} reads ({hits_total} cache hits) against {writes_total} writes; \
-         slowest write while a reader was stopped: {} ms",
+        "checked {reads_total} reads ({hits_total} cache hits, {renewals_total} renewals) against \
+         {writes_total} writes; slowest write while a reader was stopped: {} ms",
         slowest_write_while_stopped / 1_000_000
     );
 }
