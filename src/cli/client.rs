@@ -28,7 +28,8 @@ pub(super) struct Flags {
     /// Master address `host:port`.
     #[arg(long = "master_server_address", default_value = "127.0.0.1:50051")]
     master_server_address: String,
-    /// This client's host name; the segment name is `host:port`.
+    /// This client's host name; the segment name is `host:port` (`--host` may carry the port:
+    /// `ip:port`).
     #[arg(long = "host", default_value = "127.0.0.1")]
     host: String,
     /// Data port; 0 picks one in [MC_STORE_CLIENT_MIN_PORT, MC_STORE_CLIENT_MAX_PORT].
@@ -85,6 +86,9 @@ pub(super) struct Flags {
     /// flag; README, "TLS"): master connections use TLS. Empty: `MC_TLS_CA_FILE`, else none.
     #[arg(long = "tls_ca_file", default_value = "")]
     tls_ca_file: String,
+    /// Upstream's tenant of this client; only `default` (one tenant per pool here).
+    #[arg(long = "tenant_id", default_value = "default")]
+    tenant_id: String,
     /// P2P: default transfer direction, forward or reverse.
     #[arg(long = "p2p_transfer_direction_mode", default_value = "reverse", value_parser = ["forward", "reverse"])]
     p2p_transfer_direction_mode: String,
@@ -129,10 +133,8 @@ fn run_p2p(flags: Flags, local_hostname: String) -> Result<(), String> {
 
 fn run(flags: Flags) -> Result<(), String> {
     let size = |text: &str| parse_size(text).map_err(|e| format!("bad size '{text}': {e}"));
-    let local_hostname = match flags.port {
-        0 => flags.host.clone(),
-        port => format!("{}:{port}", flags.host),
-    };
+    let local_hostname = segment_name(&flags.host, flags.port)?;
+    check_tenant(&flags.tenant_id)?;
     let _ = flags.threads;
     super::use_cluster_key(&flags.cluster_key_file)?;
     super::use_tls_ca(&flags.tls_ca_file)?;
@@ -179,5 +181,69 @@ impl Program for Flags {
 
     fn run(self) -> Result<(), String> {
         run(self)
+    }
+}
+
+/// The segment name (`local_hostname`) of `--host` and `--port` (0: none given). `--host` may
+/// carry the port itself (`ip:port`, `[v6]:port`, as upstream accepts); a bare IPv6 address
+/// gets brackets. Errors: an empty host, or a port in `--host` that `--port` contradicts.
+fn segment_name(host: &str, port: u16) -> Result<String, String> {
+    if host.is_empty() {
+        return Err("--host is empty".into());
+    }
+    let bare_v6 = host.parse::<std::net::Ipv6Addr>().is_ok();
+    let named_port = match host.rsplit_once(':') {
+        Some((_, tail)) if !bare_v6 => tail.parse::<u16>().ok(),
+        _ => None,
+    };
+    match (named_port, port) {
+        (_, 0) => Ok(host.to_string()),
+        (Some(named), port) if named == port => Ok(host.to_string()),
+        (Some(named), port) => Err(format!(
+            "--host={host} names port {named} and --port={port} another; give one"
+        )),
+        (None, port) if bare_v6 => Ok(format!("[{host}]:{port}")),
+        (None, port) => Ok(format!("{host}:{port}")),
+    }
+}
+
+/// Upstream's `--tenant_id`: this pool has one tenant, `default`. Errors: any other.
+fn check_tenant(tenant: &str) -> Result<(), String> {
+    match tenant {
+        "default" => Ok(()),
+        other => Err(format!(
+            "--tenant_id={other}: multi-tenant pools are not supported; only the default tenant"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_segment_name_takes_the_port_from_host_or_port_never_both() {
+        assert_eq!(segment_name("127.0.0.1", 0).unwrap(), "127.0.0.1");
+        assert_eq!(segment_name("127.0.0.1", 5000).unwrap(), "127.0.0.1:5000");
+        assert_eq!(segment_name("10.0.0.1:6000", 0).unwrap(), "10.0.0.1:6000");
+        assert_eq!(
+            segment_name("10.0.0.1:6000", 6000).unwrap(),
+            "10.0.0.1:6000"
+        );
+        let both = segment_name("10.0.0.1:6000", 7000).unwrap_err();
+        assert!(both.contains("6000") && both.contains("7000"), "{both}");
+        assert_eq!(segment_name("::1", 5000).unwrap(), "[::1]:5000");
+        assert_eq!(segment_name("[::1]:5000", 0).unwrap(), "[::1]:5000");
+        assert!(segment_name("", 5000).is_err());
+    }
+
+    #[test]
+    fn upstreams_tenant_flag_is_accepted_for_the_default_tenant_only() {
+        let flags = Flags::try_parse_from(["mooncake_client", "--tenant_id=default"]).unwrap();
+        assert!(check_tenant(&flags.tenant_id).is_ok());
+        let flags = Flags::try_parse_from(["mooncake_client"]).unwrap();
+        assert!(check_tenant(&flags.tenant_id).is_ok());
+        let other = check_tenant("team-a").unwrap_err();
+        assert!(other.contains("team-a"), "{other}");
     }
 }
