@@ -17,3 +17,9 @@ pub fn _run_master(py: Python<'_>, argv: Vec<String>) -> i32 {
 pub fn _run_client(py: Python<'_>, argv: Vec<String>) -> i32 {
     py.detach(|| mooncake_rs::cli::run_client(argv))
 }
+
+/// `mooncake_http_metadata_server` with `argv` (argv[0] included): the process exit code.
+#[pyfunction]
+pub fn _run_metadata_server(py: Python<'_>, argv: Vec<String>) -> i32 {
+    py.detach(|| mooncake_rs::cli::run_metadata_server(argv))
+}

@@ -52,6 +52,7 @@ fn mooncake_store(m: &Bound<'_, PyModule>) -> PyResult<()> {
     enums::add_enums(m)?;
     m.add_function(wrap_pyfunction!(cli::_run_master, m)?)?;
     m.add_function(wrap_pyfunction!(cli::_run_client, m)?)?;
+    m.add_function(wrap_pyfunction!(cli::_run_metadata_server, m)?)?;
     let teardown = wrap_pyfunction!(store::_teardown_all, m)?;
     m.add_function(teardown.clone())?;
     m.py()

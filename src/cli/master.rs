@@ -8,7 +8,6 @@ use crate::master::{
     JournalOptions, MasterConfig, MasterInterface, MasterService, RemoteMaster,
     DEFAULT_LOCATION_CACHE_START_GRACE_MS,
 };
-use crate::metadata::{metadata_handler, MetadataStore};
 use crate::rpc::server::{ServerLimits, ServerOptions};
 use crate::rpc::stats::RpcStats;
 use crate::rpc::{HttpRequest, HttpResponse, HttpServer, RpcServer};
@@ -17,8 +16,6 @@ use crate::types::DeploymentMode;
 /// The default of `--p2p_route_grace_ms`: [`crate::p2p::MASTER_ROUTE_GRACE`].
 const DEFAULT_P2P_ROUTE_GRACE_MS: u64 = crate::p2p::MASTER_ROUTE_GRACE.as_millis() as u64;
 use clap::Parser;
-use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -243,14 +240,6 @@ fn parse_ms(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("duration '{text}' too large"))
 }
 
-fn socket(host: &str, port: u16) -> Result<SocketAddr, String> {
-    (host, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {host}:{port}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("no address for {host}:{port}"))
-}
-
 fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
     let config = MasterConfig {
         default_kv_lease_ttl_ms: parse_ms(&flags.default_kv_lease_ttl)?,
@@ -354,24 +343,10 @@ fn parse_etcd_endpoints(text: &str) -> Result<EtcdEndpoints, String> {
     Ok(EtcdEndpoints(crate::ha::etcd::endpoints(text)))
 }
 
-/// The TLS of the RPC port and the metadata service: `--tls_cert_file` with `--tls_key_file`,
-/// or none; `Err` (for stderr) when only one is named or they do not load.
-fn server_tls(flags: &Flags) -> Result<Option<Arc<rustls::ServerConfig>>, String> {
-    match (flags.tls_cert_file.trim(), flags.tls_key_file.trim()) {
-        ("", "") => Ok(None),
-        ("", _) | (_, "") => {
-            Err("--tls_cert_file and --tls_key_file must be given together".into())
-        }
-        (cert, key) => crate::auth::tls::server_config(Path::new(cert), Path::new(key))
-            .map(Some)
-            .map_err(|e| format!("TLS: {e}: {}", crate::error::last_error_message())),
-    }
-}
-
 fn run(flags: Flags) -> Result<(), String> {
     super::use_cluster_key(&flags.cluster_key_file)?;
     super::use_tls_ca(&flags.tls_ca_file)?;
-    let tls = server_tls(&flags)?;
+    let tls = super::server_tls(&flags.tls_cert_file, &flags.tls_key_file)?;
     let trusts = crate::auth::tls::process_client_config().map_err(|e| format!("TLS: {e}"))?;
     if flags.enable_ha && tls.is_some() && trusts.is_none() {
         // A standby copies the leader's journal over the master's RPC port, TLS-only then.
@@ -431,7 +406,7 @@ fn run(flags: Flags) -> Result<(), String> {
         };
         Some(
             HttpServer::start(
-                socket(&flags.metrics_host, flags.metrics_port)?,
+                super::socket(&flags.metrics_host, flags.metrics_port)?,
                 Arc::new(handler),
             )
             .map_err(|e| format!("cannot serve metrics on port {}: {e}", flags.metrics_port))?,
@@ -439,35 +414,26 @@ fn run(flags: Flags) -> Result<(), String> {
     } else {
         None
     };
-    let _metadata = if flags.enable_http_metadata_server {
-        let handler = metadata_handler(Arc::new(MetadataStore::default()));
-        let addr = socket(
+    let _metadata = match flags.enable_http_metadata_server {
+        true => Some(super::serve_metadata(
             &flags.http_metadata_server_host,
             flags.http_metadata_server_port,
-        )?;
-        let key = crate::auth::process_key().map_err(|e| format!("cluster key: {e}"))?;
-        crate::auth::warn_if_open(addr, crate::auth::ROLE_METADATA, key.as_ref());
-        let role = crate::auth::ROLE_METADATA;
-        Some(
-            HttpServer::start_with(addr, handler, role, key, tls).map_err(|e| {
-                format!(
-                    "cannot serve metadata on port {}: {e}",
-                    flags.http_metadata_server_port
-                )
-            })?,
-        )
-    } else {
-        None
+            tls,
+        )?),
+        false => None,
     };
     let api = served.api();
-    let rpc =
-        RpcServer::serve_with::<MasterInterface>(socket(&flags.rpc_address, port)?, api, options)
-            .map_err(|e| {
-            format!(
-                "cannot start the RPC server on {}:{port}: {e}",
-                flags.rpc_address
-            )
-        })?;
+    let rpc = RpcServer::serve_with::<MasterInterface>(
+        super::socket(&flags.rpc_address, port)?,
+        api,
+        options,
+    )
+    .map_err(|e| {
+        format!(
+            "cannot start the RPC server on {}:{port}: {e}",
+            flags.rpc_address
+        )
+    })?;
     let _ = rpc_stats.set(rpc.stats());
     let member = match &*served {
         Served::Ha(role) => Some(start_member(

@@ -1,13 +1,19 @@
-//! The `mooncake_master` and `mooncake_client` programs as library functions, so the binaries
-//! and the Python wheel's console scripts (`mooncake.store._run_master(sys.argv)`) run the same
-//! code. Flags use Mooncake's names; glog's logging flags are accepted too ([`glog`]).
+//! The `mooncake_master`, `mooncake_client` and `mooncake_http_metadata_server` programs as
+//! library functions, so the binaries and the Python wheel's console scripts
+//! (`mooncake.store._run_master(sys.argv)`) run the same code. Flags use Mooncake's names; glog's logging flags are accepted too ([`glog`]).
 
 mod client;
 mod glog;
 mod master;
+mod metadata_server;
 
+use crate::metadata::{metadata_handler, MetadataStore};
+use crate::rpc::HttpServer;
 use clap::Parser;
 use std::ffi::OsString;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+use std::sync::Arc;
 
 /// Runs `mooncake_master` with `args` (`args[0]` is the program name, as in `argv`): serves
 /// until SIGINT/SIGTERM and returns the exit code. 0 after a signal, and for `--help` /
@@ -38,6 +44,19 @@ where
     T: Into<OsString> + Clone,
 {
     run::<client::Flags, I, T>(args)
+}
+
+/// Runs `mooncake_http_metadata_server` with `args` (`args[0]` is the program name): serves
+/// Mooncake's HTTP metadata service (as `mooncake_master --enable_http_metadata_server`, on its
+/// own) on `--host`/`--port` (0.0.0.0:8080, upstream's defaults), prints `READY host:port` on
+/// stdout once listening, and serves until SIGINT/SIGTERM. Exit codes, blocking, signals and
+/// logging as [`run_master`].
+pub fn run_metadata_server<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    run::<metadata_server::Flags, I, T>(args)
 }
 
 /// One program: its flags, its name for messages and log files, and its body.
@@ -105,4 +124,44 @@ fn use_tls_ca(path: &str) -> Result<(), String> {
         path => crate::auth::tls::use_ca_file(std::path::Path::new(path)),
     };
     used.map_err(|e| format!("TLS: {e}: {}", crate::error::last_error_message()))
+}
+
+/// The address of `host:port` (the first one it resolves to); `Err` is the message for stderr.
+fn socket(host: &str, port: u16) -> Result<SocketAddr, String> {
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}:{port}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("no address for {host}:{port}"))
+}
+
+/// A server's TLS from `--tls_cert_file` and `--tls_key_file` (both empty: none); `Err` (for
+/// stderr) when only one is named or they do not load.
+fn server_tls(cert: &str, key: &str) -> Result<Option<Arc<rustls::ServerConfig>>, String> {
+    match (cert.trim(), key.trim()) {
+        ("", "") => Ok(None),
+        ("", _) | (_, "") => {
+            Err("--tls_cert_file and --tls_key_file must be given together".into())
+        }
+        (cert, key) => crate::auth::tls::server_config(Path::new(cert), Path::new(key))
+            .map(Some)
+            .map_err(|e| format!("TLS: {e}: {}", crate::error::last_error_message())),
+    }
+}
+
+/// Serves Mooncake's HTTP metadata service (an empty store) on `host:port`, with the
+/// process's cluster key (writes and descriptor reads need it) and `tls` when given; warns
+/// when a non-loopback address has no key. `Err` is the message for stderr.
+fn serve_metadata(
+    host: &str,
+    port: u16,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> Result<HttpServer, String> {
+    let handler = metadata_handler(Arc::new(MetadataStore::default()));
+    let addr = socket(host, port)?;
+    let key = crate::auth::process_key().map_err(|e| format!("cluster key: {e}"))?;
+    let role = crate::auth::ROLE_METADATA;
+    crate::auth::warn_if_open(addr, role, key.as_ref());
+    HttpServer::start_with(addr, handler, role, key, tls)
+        .map_err(|e| format!("cannot serve metadata on port {port}: {e}"))
 }
