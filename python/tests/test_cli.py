@@ -1,8 +1,10 @@
 """The console scripts run our binaries inside the extension (spec §1.2)."""
 
+import selectors
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -32,14 +34,25 @@ def test_master_refuses_an_unknown_flag():
     assert r.returncode != 0
 
 
+def ready_line(process):
+    """The first stdout line of `process`, waiting at most TIMEOUT_S."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            if selector.select(timeout=deadline - time.monotonic()):
+                return process.stdout.readline().decode()
+    raise AssertionError(f"no line from the server within {TIMEOUT_S} s")
+
+
 def test_http_metadata_server_serves_upstreams_routes_until_sigterm():
     server = subprocess.Popen(
         [sys.executable, "-m", "mooncake.http_metadata_server", "--host", "127.0.0.1",
          "--port", "0", "--log-level", "WARNING"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
-        line = server.stdout.readline().decode()
-        assert line.startswith("READY 127.0.0.1:"), (line, server.stderr.read(4096))
+        line = ready_line(server)
+        assert line.startswith("READY 127.0.0.1:"), line
         url = f"http://{line.split()[1]}/metadata?key="
 
         def call(method, key, body=None):
@@ -67,11 +80,13 @@ def test_http_metadata_server_serves_upstreams_routes_until_sigterm():
 def test_http_metadata_server_refuses_a_bad_port_and_a_taken_one():
     r = run_entry("mooncake.http_metadata_server", "--port", "70000")
     assert r.returncode == 2, r.stderr
+    r = run_entry("mooncake.http_metadata_server", "--log-level", "DEBUG", "--minloglevel=1")
+    assert r.returncode == 2 and "not both" in r.stderr, r.stderr
     blocker = subprocess.Popen(
         [sys.executable, "-m", "mooncake.http_metadata_server", "--host", "127.0.0.1",
          "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
-        port = blocker.stdout.readline().decode().split(":")[-1].strip()
+        port = ready_line(blocker).split(":")[-1].strip()
         r = run_entry("mooncake.http_metadata_server", "--host", "127.0.0.1", "--port", port)
         assert r.returncode == 1, r.stderr
         assert "cannot serve metadata" in r.stderr

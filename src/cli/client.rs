@@ -185,16 +185,21 @@ impl Program for Flags {
 }
 
 /// The segment name (`local_hostname`) of `--host` and `--port` (0: none given). `--host` may
-/// carry the port itself (`ip:port`, `[v6]:port`, as upstream accepts); a bare IPv6 address
-/// gets brackets. Errors: an empty host, or a port in `--host` that `--port` contradicts.
+/// carry the port itself (`ip:port`, as upstream accepts); a bare IPv6 address is taken whole
+/// (the segment name is then `v6:port`, split at its last colon). Errors: an empty host, a
+/// host whose part after its last colon is not a port, or a port in `--host` that `--port`
+/// contradicts.
 fn segment_name(host: &str, port: u16) -> Result<String, String> {
     if host.is_empty() {
         return Err("--host is empty".into());
     }
-    let bare_v6 = host.parse::<std::net::Ipv6Addr>().is_ok();
     let named_port = match host.rsplit_once(':') {
-        Some((_, tail)) if !bare_v6 => tail.parse::<u16>().ok(),
-        _ => None,
+        _ if host.parse::<std::net::Ipv6Addr>().is_ok() => None,
+        Some((_, tail)) => match tail.parse::<u16>() {
+            Ok(named) => Some(named),
+            Err(_) => return Err(format!("--host={host}: '{tail}' is not a port")),
+        },
+        None => None,
     };
     match (named_port, port) {
         (_, 0) => Ok(host.to_string()),
@@ -202,7 +207,6 @@ fn segment_name(host: &str, port: u16) -> Result<String, String> {
         (Some(named), port) => Err(format!(
             "--host={host} names port {named} and --port={port} another; give one"
         )),
-        (None, port) if bare_v6 => Ok(format!("[{host}]:{port}")),
         (None, port) => Ok(format!("{host}:{port}")),
     }
 }
@@ -232,9 +236,12 @@ mod tests {
         );
         let both = segment_name("10.0.0.1:6000", 7000).unwrap_err();
         assert!(both.contains("6000") && both.contains("7000"), "{both}");
-        assert_eq!(segment_name("::1", 5000).unwrap(), "[::1]:5000");
-        assert_eq!(segment_name("[::1]:5000", 0).unwrap(), "[::1]:5000");
+        // A bare IPv6 address is a host (as before: the stack splits at the last colon).
+        assert_eq!(segment_name("::1", 5000).unwrap(), "::1:5000");
+        assert_eq!(segment_name("::1", 0).unwrap(), "::1");
         assert!(segment_name("", 5000).is_err());
+        let bad = segment_name("localhost:abc", 5000).unwrap_err();
+        assert!(bad.contains("'abc' is not a port"), "{bad}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The `mooncake_master`, `mooncake_client` and `mooncake_http_metadata_server` programs as
-//! library functions, so the binaries and the Python wheel's console scripts
-//! (`mooncake.store._run_master(sys.argv)`) run the same code. Flags use Mooncake's names; glog's logging flags are accepted too ([`glog`]).
+//! library functions, so the binaries (`src/bin/`: the first two) and the Python wheel's
+//! console scripts (`mooncake.store._run_master(sys.argv)`, all three) run the same code.
+//! Flags use Mooncake's names; glog's logging flags are accepted too ([`glog`]).
 
 mod client;
 mod glog;

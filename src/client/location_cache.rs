@@ -65,6 +65,9 @@ pub struct LocationCacheStats {
     /// Renewals the master refused (its segments above the eviction high watermark): those
     /// entries expire and the key's next get asks the master.
     pub renewals_refused: u64,
+    /// Keys of renewal calls that failed (the master unreachable, or one that does not know
+    /// `renew_locations`): those entries expire too.
+    pub renewals_failed: u64,
 }
 
 /// A cached answer.
@@ -147,6 +150,7 @@ struct StatsCounters {
     stale_retries: AtomicU64,
     renewals: AtomicU64,
     renewals_refused: AtomicU64,
+    renewals_failed: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64, n: u64) {
@@ -260,10 +264,17 @@ impl LocationCache {
 
     /// Caches `query` for `key` (its request was sent at `sent`) for its `cache_ttl_ms` less
     /// a sixteenth, unless it is not cacheable or a revocation of `key` or a clear came after
-    /// `seen` was taken (then the answer is used once, not kept).
-    pub(super) fn insert(&self, key: &str, query: Arc<QueryResult>, sent: Instant, seen: Snapshot) {
+    /// `seen` was taken (then the answer is used once, not kept). Returns whether it was
+    /// cached.
+    pub(super) fn insert(
+        &self,
+        key: &str,
+        query: Arc<QueryResult>,
+        sent: Instant,
+        seen: Snapshot,
+    ) -> bool {
         if !self.enabled || query.cache_ttl_ms == 0 {
-            return;
+            return false;
         }
         let cached = Duration::from_millis(query.cache_ttl_ms);
         let serve_until = sent + cached - cached / 16;
@@ -278,7 +289,7 @@ impl LocationCache {
                 .any(|(seq, k)| *seq > seen.seq && k == key);
         if overtaken {
             bump(&self.stats.refused_inserts, 1);
-            return;
+            return false;
         }
         let bytes = key.len()
             + query
@@ -315,6 +326,7 @@ impl LocationCache {
         shard.bytes += bytes;
         self.evict(shard);
         drop(log);
+        true
     }
 
     /// Drops least recently used entries (second chance) until `shard` fits its bounds.
@@ -350,18 +362,26 @@ impl LocationCache {
         }
     }
 
-    /// Up to `max` keys queued for renewal by hits (oldest first), taken off the queue.
+    /// Up to `max` keys queued for renewal by hits (oldest first), taken off the queue, less
+    /// those no longer cached (revoked, dropped or evicted since they were queued).
     pub(super) fn take_renewals(&self, max: usize) -> Vec<String> {
-        let mut queue = self.renewals.lock();
-        let taken = max.min(queue.len());
-        let rest = queue.split_off(taken);
-        std::mem::replace(&mut *queue, rest)
+        let mut taken = {
+            let mut queue = self.renewals.lock();
+            let count = max.min(queue.len());
+            let rest = queue.split_off(count);
+            std::mem::replace(&mut *queue, rest)
+        };
+        // The queue's lock is released: a hit takes a shard's lock before the queue's.
+        taken.retain(|key| self.shard(key).lock().map.contains_key(key));
+        taken
     }
 
-    /// Counts renewal answers: `renewed` cached, `refused` by the master.
-    pub(super) fn count_renewals(&self, renewed: u64, refused: u64) {
+    /// Counts renewals: `renewed` cached, `refused` by the master, `failed` in calls that
+    /// failed.
+    pub(super) fn count_renewals(&self, renewed: u64, refused: u64, failed: u64) {
         bump(&self.stats.renewals, renewed);
         bump(&self.stats.renewals_refused, refused);
+        bump(&self.stats.renewals_failed, failed);
     }
 
     /// Drops `key` (a read of its cached answer failed; the caller asks the master again).
@@ -432,6 +452,7 @@ impl LocationCache {
             stale_retries: get(&self.stats.stale_retries),
             renewals: get(&self.stats.renewals),
             renewals_refused: get(&self.stats.renewals_refused),
+            renewals_failed: get(&self.stats.renewals_failed),
         }
     }
 }
@@ -526,12 +547,15 @@ mod tests {
         assert!(cache.take_renewals(16).is_empty());
         assert!(hit("hot", renewed + ms(500)));
         assert_eq!(cache.take_renewals(16), vec!["hot".to_string()]);
-        // At most `max` per take, oldest first; a clear forgets the rest.
-        for key in ["a", "b", "c"] {
+        // At most `max` per take, oldest first; a key revoked since it was queued is not
+        // renewed; a clear forgets the rest.
+        for key in ["a", "b", "c", "d"] {
             cache.insert(key, answer(1, 1_000), renewed, cache.snapshot());
             assert!(hit(key, renewed + ms(500)));
         }
         assert_eq!(cache.take_renewals(2), vec!["a".to_string(), "b".into()]);
+        cache.revoke(&[revocation(1, "c")], 0);
+        assert_eq!(cache.take_renewals(1), Vec::<String>::new());
         cache.clear();
         assert!(cache.take_renewals(16).is_empty());
     }

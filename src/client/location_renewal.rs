@@ -18,16 +18,21 @@ const TICK: Duration = Duration::from_millis(50);
 /// Keys renewed in one request at most.
 const MAX_BATCH: usize = 1024;
 
-/// Renews `client`'s hot keys from `master` into `cache` until `stop`.
+/// Renews `client`'s hot keys from `master` into `cache` until `stop`: the body of the
+/// client's `mc-cache-renew` thread. Sends batches back to back while keys are queued, else
+/// looks again after [`TICK`]; returns within one call (the RPC timeout at most) plus one
+/// tick after `stop` is set.
 pub(super) fn run(
     client: ClientId,
     master: &dyn MasterApi,
     cache: &LocationCache,
     stop: &AtomicBool,
 ) {
+    let mut warned = false;
     while !stop.load(Ordering::Acquire) {
         let keys = cache.take_renewals(MAX_BATCH);
-        if keys.is_empty() {
+        // Checked again: a torn-down client must not become a holder once more.
+        if keys.is_empty() || stop.load(Ordering::Acquire) {
             std::thread::sleep(TICK);
             continue;
         }
@@ -36,22 +41,28 @@ pub(super) fn run(
         let answers = match master.renew_locations(client, keys.clone()) {
             Ok(answers) => answers,
             Err(error) => {
-                tracing::debug!(%error, keys = keys.len(), "location renewal failed");
+                // Entries then run out and their keys miss: nothing is served wrongly.
+                if !warned {
+                    tracing::warn!(
+                        %error,
+                        "location cache renewal failed; hot keys miss once per cached lease \
+                         until it works"
+                    );
+                    warned = true;
+                }
+                cache.count_renewals(0, 0, keys.len() as u64);
                 continue;
             }
         };
         let (mut renewed, mut refused) = (0, 0);
         for (key, answer) in keys.iter().zip(answers) {
             match answer {
-                Ok(query) => {
-                    renewed += u64::from(query.cache_ttl_ms > 0);
-                    cache.insert(key, Arc::new(query), sent, seen);
-                }
+                Ok(query) => renewed += u64::from(cache.insert(key, Arc::new(query), sent, seen)),
                 Err(ErrorCode::TryAgain) => refused += 1,
                 // Gone or not readable: its revocation is on its way.
                 Err(_) => {}
             }
         }
-        cache.count_renewals(renewed, refused);
+        cache.count_renewals(renewed, refused, 0);
     }
 }

@@ -65,11 +65,6 @@ rpc_interface! {
     /// (`cache_ttl_ms`, from before the request was sent), revoked before any write of the
     /// key is acknowledged (`docs/location-cache.md`); otherwise `cache_ttl_ms` is 0.
     fn batch_get_locations(client: ClientId, keys: Vec<String>) -> Result<Vec<Result<QueryResult>>>;
-    /// A location cache's renewal of hot keys it serves from its cache, ahead of their
-    /// expiry: as `batch_get_locations`, except that while the mounted segments are above
-    /// the eviction high watermark every key answers `TRY_AGAIN` and nothing is granted (no
-    /// read lease, no cached lease), so cached leases never keep objects from eviction.
-    fn renew_locations(client: ClientId, keys: Vec<String>) -> Result<Vec<Result<QueryResult>>>;
     /// A location cache's long poll: acknowledges every revocation up to `acked` of master
     /// life `incarnation` (another life's acknowledgement is ignored), then answers the
     /// revocations not delivered yet, waiting up to 100 ms for one.
@@ -158,4 +153,11 @@ rpc_interface! {
     /// SSD tier: what `client` did. Per report whether the master accepts it; a refused
     /// demotion's record must be deleted.
     fn disk_report(client: ClientId, reports: Vec<DiskReport>) -> Result<Vec<bool>>;
+    /// A location cache's renewal of hot keys it serves from its cache, ahead of their
+    /// expiry: as `batch_get_locations`, except that while the mounted segments are above
+    /// the eviction high watermark every key answers `TRY_AGAIN` and nothing is granted (no
+    /// read lease, no cached lease): renewals never extend a lease under memory pressure
+    /// (a get that misses is still answered and leased as any get). Last in this list:
+    /// a method's place is its number on the wire, so new methods go at the end.
+    fn renew_locations(client: ClientId, keys: Vec<String>) -> Result<Vec<Result<QueryResult>>>;
 }

@@ -137,7 +137,6 @@ impl MasterService {
         Counters::add(&self.counters.evicted_bytes, meta.allocated_bytes());
     }
 
-    /// Runs an eviction round if usage is above the high watermark or an allocation failed.
     /// Bytes in use in the mounted segments and their total. Demotions in flight free their
     /// ranges soon: they count as free already.
     fn segment_usage(&self) -> (u64, u64) {
@@ -152,6 +151,7 @@ impl MasterService {
         total > 0 && used as f64 / total as f64 > self.config.eviction_high_watermark_ratio
     }
 
+    /// Runs an eviction round if usage is above the high watermark or an allocation failed.
     fn evict_if_needed(&self, now: Instant) {
         let requested = self.need_eviction.swap(false, Ordering::Relaxed);
         let (used, total) = self.segment_usage();
