@@ -260,3 +260,49 @@ fn renewals_are_granted_as_lookups_and_refused_above_the_eviction_watermark() {
     let looked_up = one(full.batch_get_locations(reader, vec!["big".into()])).unwrap();
     assert_eq!(looked_up.cache_ttl_ms, 2_000);
 }
+
+#[test]
+fn a_write_that_preempts_a_revoking_write_still_waits_for_the_revocation() {
+    let (master, writer) = held_master(5_000);
+    let reader = Uuid::random();
+    let batch = first_poll(&master, reader);
+    one(master.batch_get_locations(reader, vec!["k".into()])).unwrap();
+    let first = upsert(&master, writer, "k", 100).unwrap();
+    assert!(first.revoking);
+    // Another client's upsert pre-empts the first write: a new object of the same key,
+    // whose old value the reader may still serve until it acknowledges.
+    let other = Uuid::random();
+    let second = upsert(&master, other, "k", 200).unwrap();
+    assert!(second.revoking, "the pre-empting write must wait too");
+    assert_eq!(
+        end_write(&master, other, "k", second.token),
+        Err(ErrorCode::RevocationPending)
+    );
+    let delivered = master
+        .cache_revocations(reader, batch.incarnation, 0)
+        .unwrap();
+    let acked = delivered.revocations.iter().map(|r| r.seq).max().unwrap();
+    master
+        .cache_revocations(reader, batch.incarnation, acked)
+        .unwrap();
+    assert_eq!(end_write(&master, other, "k", second.token), Ok(()));
+}
+
+#[test]
+fn a_new_object_of_a_key_whose_revocation_is_pending_waits_for_it() {
+    let (master, writer) = held_master(5_000);
+    let reader = Uuid::random();
+    first_poll(&master, reader);
+    one(master.batch_get_locations(reader, vec!["k".into()])).unwrap();
+    // A forced removal revokes; a put of the key right after (by a client that did not wait)
+    // must not be acknowledged while the reader may still serve the removed value.
+    assert_eq!(one(master.batch_remove(vec!["k".into()], true)), Ok(()));
+    let grant =
+        one(master.batch_put_start(writer, vec!["k".into()], vec![100], Default::default()))
+            .unwrap();
+    assert!(grant.revoking);
+    assert_eq!(
+        end_write(&master, writer, "k", grant.token),
+        Err(ErrorCode::RevocationPending)
+    );
+}

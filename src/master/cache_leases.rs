@@ -104,6 +104,11 @@ pub(crate) struct CacheLeases {
     incarnation: u64,
     started: Instant,
     clients: RwLock<HashMap<ClientId, Arc<Mutex<Queue>>>>,
+    /// Keys with revocations sent, until the last of their holders' leases: a new object of
+    /// such a key (a write that pre-empts another, a put after a removal or an eviction) must
+    /// wait for them as the write that sent them does. Pruned when looked up and by
+    /// [`Self::sweep`].
+    outstanding: Mutex<HashMap<String, Instant>>,
     issued: AtomicU64,
     /// Notified on every acknowledgement and every new revocation.
     changed: Condvar,
@@ -121,6 +126,7 @@ impl CacheLeases {
             incarnation: fastrand::u64(1..),
             started: Instant::now(),
             clients: RwLock::new(HashMap::new()),
+            outstanding: Mutex::new(HashMap::new()),
             issued: AtomicU64::new(0),
             changed: Condvar::new(),
             changed_lock: Mutex::new(()),
@@ -184,6 +190,16 @@ impl CacheLeases {
     /// Returns whether any was sent (the writer must then wait, see [`Self::wait`]).
     pub(crate) fn revoke(&self, key: &str, holders: Vec<Holder>, now: Instant) -> bool {
         let mut sent = false;
+        let last = holders
+            .iter()
+            .map(|h| h.until)
+            .filter(|&until| until > now)
+            .max();
+        if let Some(last) = last {
+            let mut outstanding = self.outstanding.lock();
+            let until = outstanding.entry(key.to_string()).or_insert(last);
+            *until = (*until).max(last);
+        }
         for holder in holders.into_iter().filter(|h| h.until > now) {
             let queue = self.queue_or_new(holder.client);
             let mut queue = queue.lock();
@@ -288,6 +304,21 @@ impl CacheLeases {
         }
     }
 
+    /// Whether a revocation of `key` may still be unacknowledged at `now` (one was sent and
+    /// its holders' leases have not all ended): a new write of the key must then wait
+    /// ([`Self::wait`]) before it is acknowledged. O(1).
+    pub(crate) fn may_be_pending(&self, key: &str, now: Instant) -> bool {
+        let mut outstanding = self.outstanding.lock();
+        match outstanding.get(key) {
+            Some(&until) if until > now => true,
+            Some(_) => {
+                outstanding.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+
     /// Whether revocations of `keys` (every revocation issued so far when `keys` is empty)
     /// are all acknowledged or past their holder's lease, and the start grace is over. Waits
     /// up to `slice` for that; `true` once it is so.
@@ -367,6 +398,7 @@ impl CacheLeases {
     /// Forgets the queues of clients that stopped polling [`IDLE_QUEUE`] ago, unless a
     /// revocation sent to one is still within its holder's lease (writers wait for those).
     pub(crate) fn sweep(&self, now: Instant) {
+        self.outstanding.lock().retain(|_, until| *until > now);
         let now_ms = self.now_ms();
         let idle = IDLE_QUEUE.as_millis() as u64;
         self.clients.write().retain(|_, queue| {

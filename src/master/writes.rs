@@ -89,8 +89,11 @@ impl MasterService {
             self.default_soft_pin(),
             now,
         );
-        // A new key has no holders here, but may have some of an earlier master life.
-        meta.revoking = self.cache_leases.in_grace(now);
+        // A new object has no holders yet, but its key may: revocations of an earlier object
+        // of the key (pre-empted, removed, evicted) still unacknowledged, or holders of an
+        // earlier master life.
+        meta.revoking =
+            self.cache_leases.in_grace(now) || self.cache_leases.may_be_pending(key, now);
         let grant = self.grant(&meta);
         shard.insert(key.to_string(), meta);
         grant
@@ -191,8 +194,9 @@ impl MasterService {
                     meta.size = size;
                 }
                 meta.restart_write(client, self.next_write_token(), now);
-                meta.revoking =
-                    self.revoke_cached(key, meta, now) || self.cache_leases.in_grace(now);
+                meta.revoking = self.revoke_cached(key, meta, now)
+                    || self.cache_leases.in_grace(now)
+                    || self.cache_leases.may_be_pending(key, now);
                 meta.apply_soft_pin_action(config, self.default_soft_pin());
                 let grant = self.grant(meta);
                 drop(shard);
