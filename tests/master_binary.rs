@@ -176,6 +176,83 @@ fn mooncake_client_with_logtostderr_serves_and_exits_0() {
     clean_exit(peer);
 }
 
+/// Upstream's client HTTP server (`--enable_http_server`, `--http_port`): `/health`,
+/// `/metrics` as Prometheus text, `/metrics/summary`, 404 elsewhere; and upstream's
+/// `--start_offload_rpc_server=false` refused for an owner with an SSD tier.
+#[test]
+fn mooncake_client_serves_upstreams_http_routes() {
+    let master = Master::start(&[]);
+    let http_port = free_port();
+    let mut args = peer_args(&master.addr(), "8 MB", "P2PHANDSHAKE");
+    args.push("--enable_http_server".into());
+    args.push(format!("--http_port={http_port}"));
+    let mut peer = Launched::spawn(env!("CARGO_BIN_EXE_mooncake_client"), &args);
+    let line = peer.first_line();
+    assert!(
+        line.starts_with("READY 127.0.0.1"),
+        "{line:?}: {}",
+        peer.stderr()
+    );
+    let health = http_get(http_port, "/health");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(
+        health.ends_with(r#"{"status":"healthy","code":0}"#),
+        "{health}"
+    );
+    let metrics = http_get(http_port, "/metrics");
+    assert!(metrics.contains("text/plain; version=0.0.4"), "{metrics}");
+    let body = metrics.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let samples: Vec<(&str, f64)> = body
+        .lines()
+        .map(|l| {
+            let (name, value) = l.split_once(' ').unwrap_or_else(|| panic!("{l:?}"));
+            (name, value.parse().unwrap_or_else(|_| panic!("{l:?}")))
+        })
+        .collect();
+    let sample = |name: &str| samples.iter().find(|(n, _)| *n == name).map(|s| s.1);
+    assert_eq!(
+        sample("mooncake_client_objects_written"),
+        Some(0.0),
+        "{body}"
+    );
+    assert_eq!(
+        sample("mooncake_client_location_cache_enabled"),
+        Some(1.0),
+        "{body}"
+    );
+    assert!(
+        sample("mooncake_client_master_calls").is_some_and(|n| n >= 1.0),
+        "{body}"
+    );
+    assert!(samples
+        .iter()
+        .all(|(n, _)| n.starts_with("mooncake_client_")));
+    let summary = http_get(http_port, "/metrics/summary");
+    assert!(summary.contains("objects written: 0"), "{summary}");
+    assert!(http_get(http_port, "/nope").starts_with("HTTP/1.1 404"));
+    clean_exit(peer);
+
+    // Refused before the directory is opened (it is never created).
+    let dir = std::env::temp_dir().join(format!("mc-write-only-owner-{}", std::process::id()));
+    let mut args = peer_args(&master.addr(), "8 MB", "P2PHANDSHAKE");
+    args.extend([
+        "--enable_offload".into(),
+        format!("--ssd_offload_path={}", dir.display()),
+        "--start_offload_rpc_server=false".into(),
+    ]);
+    let out = Command::new(env!("CARGO_BIN_EXE_mooncake_client"))
+        .args(&args)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--start_offload_rpc_server=false"),
+        "{stderr}"
+    );
+    assert!(!dir.exists());
+}
+
 #[test]
 fn the_library_entry_points_return_exit_codes() {
     use mooncake_rs::cli::{run_client, run_master};

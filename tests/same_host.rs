@@ -351,7 +351,7 @@ fn a_remount_makes_the_old_mapping_unusable_and_never_yields_old_or_foreign_byte
 fn a_killed_peer_is_dropped_and_its_restart_mapped_afresh() {
     let master = Master::start(&[]);
     let port = free_port();
-    let flags = [format!("--port={port}")];
+    let flags = [format!("--host=127.0.0.1:{port}")];
     let mut peer = PeerClient::start_same_host(&master.addr(), "32 MB", &flags);
     let client = local_client(&master.addr(), 0, 0);
     let value = pattern(MIB, 3);

@@ -16,7 +16,8 @@ const MIB: usize = 1 << 20;
 /// The dummies' and the real client's TTL in these tests.
 const TTL_MS: u64 = 1000;
 
-/// A real client on `port` with a 64 MiB segment; returns it and its segment name.
+/// A real client serving dummies on `port` (`--port`, as upstream's) with a 64 MiB segment;
+/// returns it and its segment name (whose data port it picks).
 fn real_client(master: &str, port: u16) -> (Launched, String) {
     std::env::set_var("MC_DUMMY_TTL_MS", TTL_MS.to_string());
     let mut launched = Launched::spawn(
@@ -56,7 +57,9 @@ fn a_dummy_runs_every_family_through_the_real_client() {
     let master = Master::start(&[]);
     let port = free_ports(1)[0];
     let (_real, name) = real_client(&master.addr(), port);
-    let client = dummy(&name);
+    // Upstream's way: the dummy names the real client's service port, not its segment.
+    assert_ne!(name, format!("127.0.0.1:{port}"));
+    let client = dummy(&format!("127.0.0.1:{port}"));
     assert!(client.is_dummy());
     assert_eq!(client.get_hostname(), "");
     assert_eq!(client.health_check(), 0);
@@ -317,8 +320,9 @@ fn a_stopped_or_killed_dummy_is_dropped_with_its_mappings() {
 fn a_dummy_survives_a_real_client_restart() {
     let master = Master::start(&[]);
     let port = free_ports(1)[0];
-    let (mut real, name) = real_client(&master.addr(), port);
-    let client = dummy(&name);
+    let (mut real, _) = real_client(&master.addr(), port);
+    // The service port outlives the restart (the data port is picked anew).
+    let client = dummy(&format!("127.0.0.1:{port}"));
     let value = pattern(MIB, 3);
     let put = client.put_from("before", &value, &cfg());
     assert_eq!(put, Ok(()), "{}", mooncake_rs::error::last_error_message());

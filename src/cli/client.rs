@@ -20,7 +20,8 @@ use std::io::Write;
 #[command(
     name = "mooncake_client",
     version,
-    about = "Mooncake Store standalone client (mooncake-rs)"
+    about = "Mooncake Store standalone client (mooncake-rs)",
+    args_override_self = true
 )]
 pub(super) struct Flags {
     #[command(flatten)]
@@ -28,12 +29,15 @@ pub(super) struct Flags {
     /// Master address `host:port`.
     #[arg(long = "master_server_address", default_value = "127.0.0.1:50051")]
     master_server_address: String,
-    /// This client's host name; the segment name is `host:port` (`--host` may carry the port:
-    /// `ip:port`).
+    /// The address peers reach this client's data port at: the segment name is `host` and
+    /// a port picked in [MC_STORE_CLIENT_MIN_PORT, MC_STORE_CLIENT_MAX_PORT], or `ip:port` to
+    /// choose it. (Upstream's default is 0.0.0.0, which names no reachable address.)
     #[arg(long = "host", default_value = "127.0.0.1")]
     host: String,
-    /// Data port; 0 picks one in [MC_STORE_CLIENT_MIN_PORT, MC_STORE_CLIENT_MAX_PORT].
-    #[arg(long = "port", default_value_t = 0)]
+    /// The real client service port (upstream's): dummies of this host attach with
+    /// `setup_dummy(…, "host:<port>")`, on `@mooncake_client_<port>.sock` (and with the
+    /// segment name); 0: only with the segment name.
+    #[arg(long = "port", default_value_t = 50052)]
     port: u16,
     /// `P2PHANDSHAKE` or `http://host:port/metadata`.
     #[arg(long = "metadata_server", default_value = "P2PHANDSHAKE")]
@@ -41,8 +45,8 @@ pub(super) struct Flags {
     /// Segment size contributed to the pool, e.g. `4 GB`.
     #[arg(long = "global_segment_size", default_value = "4 GB")]
     global_segment_size: String,
-    /// Local buffer size.
-    #[arg(long = "local_buffer_size", default_value = "16 MB")]
+    /// Local buffer size (this process's own staging; dummies bring their own).
+    #[arg(long = "local_buffer_size", default_value = "0")]
     local_buffer_size: String,
     /// Transport protocol.
     #[arg(long = "protocol", default_value = "tcp")]
@@ -92,6 +96,24 @@ pub(super) struct Flags {
     /// P2P: default transfer direction, forward or reverse.
     #[arg(long = "p2p_transfer_direction_mode", default_value = "reverse", value_parser = ["forward", "reverse"])]
     p2p_transfer_direction_mode: String,
+    /// Upstream's switch for serving reads of the SSD tier to other clients: always on here
+    /// (the master lists an owner's disk copies to every reader); `false` with
+    /// `--enable_offload` is refused.
+    #[arg(long = "start_offload_rpc_server", default_value = "true", num_args = 0..=1, default_missing_value = "true")]
+    start_offload_rpc_server: bool,
+    /// Serve `/health`, `/metrics` and `/metrics/summary` over HTTP on `--http_port`.
+    #[arg(long = "enable_http_server", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    enable_http_server: bool,
+    /// Port of the HTTP server (with `--enable_http_server`).
+    #[arg(long = "http_port", default_value_t = 9300)]
+    http_port: u16,
+    /// Upstream's arena allocator for its mmap buffers; accepted, no effect here (a segment
+    /// is one mapping, allocated once).
+    #[arg(long = "use_mmap_arena_allocator", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    use_mmap_arena_allocator: bool,
+    /// Upstream's arena pool size (with `--use_mmap_arena_allocator`); accepted, no effect.
+    #[arg(long = "mmap_arena_pool_size", default_value_t = 8 << 30)]
+    mmap_arena_pool_size: u64,
 }
 
 fn run_p2p(flags: Flags, local_hostname: String) -> Result<(), String> {
@@ -133,9 +155,20 @@ fn run_p2p(flags: Flags, local_hostname: String) -> Result<(), String> {
 
 fn run(flags: Flags) -> Result<(), String> {
     let size = |text: &str| parse_size(text).map_err(|e| format!("bad size '{text}': {e}"));
-    let local_hostname = segment_name(&flags.host, flags.port)?;
+    let local_hostname = segment_host(&flags.host)?;
     check_tenant(&flags.tenant_id)?;
-    let _ = flags.threads;
+    if flags.enable_offload && !flags.start_offload_rpc_server {
+        return Err(
+            "--start_offload_rpc_server=false: an owner always serves reads of its SSD tier \
+             (write-only owners are not supported)"
+                .into(),
+        );
+    }
+    let _ = (
+        flags.threads,
+        flags.use_mmap_arena_allocator,
+        flags.mmap_arena_pool_size,
+    );
     super::use_cluster_key(&flags.cluster_key_file)?;
     super::use_tls_ca(&flags.tls_ca_file)?;
     if flags.deployment_mode == "P2P" {
@@ -156,17 +189,28 @@ fn run(flags: Flags) -> Result<(), String> {
     .map_err(|e| format!("setup failed: {e}: {}", crate::error::last_error_message()))?;
     // Dummies of this host attach on @mooncake_client_<port>.sock (not with an in-process
     // master, which they could not reach).
-    let dummies = match client.serve_dummies(flags.master_server_address.trim()) {
+    let dummies = match client.serve_dummies(flags.master_server_address.trim(), flags.port) {
         Ok(server) => Some(server),
         Err(e) => {
             tracing::warn!(error = %e, detail = %crate::error::last_error_message(), "not serving dummies");
             None
         }
     };
+    let http = match flags.enable_http_server {
+        true => match super::client_http::serve(client.clone(), flags.http_port) {
+            Ok(server) => Some(server),
+            Err(e) => {
+                client.teardown();
+                return Err(e);
+            }
+        },
+        false => None,
+    };
     let mut out = std::io::stdout();
     let _ = writeln!(out, "READY {}", client.get_hostname());
     let _ = out.flush();
     crate::wait_for_termination();
+    drop(http);
     drop(dummies);
     client.teardown();
     Ok(())
@@ -184,30 +228,19 @@ impl Program for Flags {
     }
 }
 
-/// The segment name (`local_hostname`) of `--host` and `--port` (0: none given). `--host` may
-/// carry the port itself (`ip:port`, as upstream accepts); a bare IPv6 address is taken whole
-/// (the segment name is then `v6:port`, split at its last colon). Errors: an empty host, a
-/// host whose part after its last colon is not a port, or a port in `--host` that `--port`
-/// contradicts.
-fn segment_name(host: &str, port: u16) -> Result<String, String> {
+/// The segment name (`local_hostname`) `--host` asks for: a host (a data port is picked) or
+/// `ip:port` (that data port, as upstream accepts); a bare IPv6 address is a host. Errors: an
+/// empty host, or one whose part after its last colon is not a port.
+fn segment_host(host: &str) -> Result<String, String> {
     if host.is_empty() {
         return Err("--host is empty".into());
     }
-    let named_port = match host.rsplit_once(':') {
-        _ if host.parse::<std::net::Ipv6Addr>().is_ok() => None,
-        Some((_, tail)) => match tail.parse::<u16>() {
-            Ok(named) => Some(named),
-            Err(_) => return Err(format!("--host={host}: '{tail}' is not a port")),
-        },
-        None => None,
-    };
-    match (named_port, port) {
-        (_, 0) => Ok(host.to_string()),
-        (Some(named), port) if named == port => Ok(host.to_string()),
-        (Some(named), port) => Err(format!(
-            "--host={host} names port {named} and --port={port} another; give one"
-        )),
-        (None, port) => Ok(format!("{host}:{port}")),
+    match host.rsplit_once(':') {
+        _ if host.parse::<std::net::Ipv6Addr>().is_ok() => Ok(host.to_string()),
+        Some((_, tail)) if tail.parse::<u16>().is_err() => {
+            Err(format!("--host={host}: '{tail}' is not a port"))
+        }
+        _ => Ok(host.to_string()),
     }
 }
 
@@ -226,22 +259,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_segment_name_takes_the_port_from_host_or_port_never_both() {
-        assert_eq!(segment_name("127.0.0.1", 0).unwrap(), "127.0.0.1");
-        assert_eq!(segment_name("127.0.0.1", 5000).unwrap(), "127.0.0.1:5000");
-        assert_eq!(segment_name("10.0.0.1:6000", 0).unwrap(), "10.0.0.1:6000");
-        assert_eq!(
-            segment_name("10.0.0.1:6000", 6000).unwrap(),
-            "10.0.0.1:6000"
-        );
-        let both = segment_name("10.0.0.1:6000", 7000).unwrap_err();
-        assert!(both.contains("6000") && both.contains("7000"), "{both}");
-        // A bare IPv6 address is a host (as before: the stack splits at the last colon).
-        assert_eq!(segment_name("::1", 5000).unwrap(), "::1:5000");
-        assert_eq!(segment_name("::1", 0).unwrap(), "::1");
-        assert!(segment_name("", 5000).is_err());
-        let bad = segment_name("localhost:abc", 5000).unwrap_err();
+    fn the_data_port_comes_from_host_only() {
+        assert_eq!(segment_host("127.0.0.1").unwrap(), "127.0.0.1");
+        assert_eq!(segment_host("10.0.0.1:6000").unwrap(), "10.0.0.1:6000");
+        // A bare IPv6 address is a host.
+        assert_eq!(segment_host("::1").unwrap(), "::1");
+        assert!(segment_host("").is_err());
+        let bad = segment_host("localhost:abc").unwrap_err();
         assert!(bad.contains("'abc' is not a port"), "{bad}");
+    }
+
+    #[test]
+    fn defaults_are_upstreams_and_a_repeated_flag_takes_the_last_value() {
+        let flags = Flags::try_parse_from(["mooncake_client"]).unwrap();
+        assert_eq!(flags.port, 50052);
+        assert_eq!(flags.local_buffer_size, "0");
+        assert_eq!(flags.master_server_address, "127.0.0.1:50051");
+        assert_eq!(flags.global_segment_size, "4 GB");
+        assert!(flags.start_offload_rpc_server && !flags.enable_http_server);
+        assert_eq!(flags.http_port, 9300);
+        // As gflags: the last of a repeated flag wins.
+        let flags = Flags::try_parse_from([
+            "mooncake_client",
+            "--host=127.0.0.1",
+            "--host=10.0.0.1:7000",
+        ])
+        .unwrap();
+        assert_eq!(flags.host, "10.0.0.1:7000");
+        // Upstream's remaining client flags parse.
+        let upstream = [
+            "mooncake_client",
+            "--start_offload_rpc_server=true",
+            "--enable_http_server=true",
+            "--http_port=9400",
+            "--use_mmap_arena_allocator=false",
+            "--mmap_arena_pool_size=1073741824",
+        ];
+        let flags = Flags::try_parse_from(upstream).unwrap();
+        assert!(flags.enable_http_server && flags.http_port == 9400);
     }
 
     #[test]

@@ -41,8 +41,10 @@ pub(super) struct Flags {
     /// RPC I/O shard threads (0 = 16); a call blocks only its own shard's connections.
     #[arg(long = "rpc_thread_num", alias = "max_threads", default_value_t = 0)]
     rpc_thread_num: u32,
-    /// Seconds a connection may stay without a request before it is closed (at least 1).
-    #[arg(long = "rpc_conn_timeout_seconds", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Seconds a connection may stay without a request before it is closed; 0: never (as
+    /// upstream, whose default that is; ours closes idle ones so that a vanished peer's
+    /// connection does not hold one of `--rpc_max_connections` for ever).
+    #[arg(long = "rpc_conn_timeout_seconds", default_value_t = 300)]
     rpc_conn_timeout_seconds: u64,
     /// Milliseconds a request frame may take to arrive after its first byte (mooncake-rs flag).
     #[arg(long = "rpc_read_timeout_ms", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -275,12 +277,18 @@ fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
     Ok(config)
 }
 
+/// `--rpc_conn_timeout_seconds=0`: idle connections are kept (a century stands for never).
+const NO_IDLE_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// The RPC server's limits from the flags (clap has checked their ranges).
 fn limits_from(flags: &Flags) -> ServerLimits {
     let size = |value: u64| usize::try_from(value).unwrap_or(usize::MAX);
     ServerLimits {
         max_connections: size(flags.rpc_max_connections),
-        idle_timeout: Duration::from_secs(flags.rpc_conn_timeout_seconds),
+        idle_timeout: match flags.rpc_conn_timeout_seconds {
+            0 => NO_IDLE_TIMEOUT,
+            seconds => Duration::from_secs(seconds),
+        },
         read_timeout: Duration::from_millis(flags.rpc_read_timeout_ms),
         max_request_bytes: size(flags.rpc_max_request_bytes),
         max_request_items: size(flags.rpc_max_request_items),
@@ -542,5 +550,23 @@ mod tests {
         assert_eq!(promoting.promotion_admission_threshold, 3);
         assert!(!config(&[]).promotion_on_hit);
         assert_eq!(config(&[]).promotion_admission_threshold, 2);
+    }
+
+    /// Upstream's `--rpc_conn_timeout_seconds=0` (its default): idle connections are kept.
+    #[test]
+    fn a_zero_connection_timeout_keeps_idle_connections() {
+        let limits = |args: &[&str]| {
+            let argv = std::iter::once("mooncake_master").chain(args.iter().copied());
+            limits_from(&Flags::try_parse_from(argv).expect("flags parse"))
+        };
+        assert_eq!(limits(&[]).idle_timeout, Duration::from_secs(300));
+        assert_eq!(
+            limits(&["--rpc_conn_timeout_seconds=5"]).idle_timeout,
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            limits(&["--rpc_conn_timeout_seconds=0"]).idle_timeout,
+            NO_IDLE_TIMEOUT
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! Flags use Mooncake's names; glog's logging flags are accepted too ([`glog`]).
 
 mod client;
+mod client_http;
 mod glog;
 mod master;
 mod metadata_server;

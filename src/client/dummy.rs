@@ -82,22 +82,46 @@ impl Client {
 }
 
 impl Client {
-    /// Serves dummies of this host on `@mooncake_client_<port>.sock` (the port of this
-    /// client's segment name), telling them to reach the master at `master_address`. The
-    /// server runs until the returned value is dropped.
+    /// Serves dummies of this host, telling them to reach the master at `master_address`, on
+    /// `@mooncake_client_<port>.sock` for `service_port` (upstream's real client service
+    /// port, `mooncake_client --port`, which dummies name in `setup_dummy(…, "host:port")`;
+    /// 0: none) and for the port of this client's segment name (so a dummy may also name the
+    /// segment). When the service port's socket is taken (another real client of this host
+    /// serves it) it is left out with a warning. The server runs until the returned value is
+    /// dropped.
     ///
     /// Errors: `INVALID_PARAMS` on a dummy or a client without a data port, or when the
-    /// socket name is taken; `INTERNAL_ERROR` when the acceptor thread cannot start.
-    pub fn serve_dummies(&self, master_address: &str) -> Result<crate::standalone::DummyServer> {
+    /// segment name's socket is taken; `INTERNAL_ERROR` when the acceptor thread cannot
+    /// start.
+    pub fn serve_dummies(
+        &self,
+        master_address: &str,
+        service_port: u16,
+    ) -> Result<crate::standalone::DummyServer> {
         if self.is_dummy() {
             return fail(ErrorCode::InvalidParams, "a dummy cannot serve dummies");
         }
-        let port = port_of(&self.core.hostname)?;
-        crate::standalone::DummyServer::start(
-            &socket_name(port),
-            Arc::clone(&self.core.engine),
-            &self.core.hostname,
-            master_address,
-        )
+        let own = socket_name(port_of(&self.core.hostname)?);
+        let start = |names: &[&str]| {
+            crate::standalone::DummyServer::start(
+                names,
+                Arc::clone(&self.core.engine),
+                &self.core.hostname,
+                master_address,
+            )
+        };
+        let service = socket_name(service_port);
+        if service_port == 0 || service == own {
+            return start(&[&own]);
+        }
+        start(&[&service, &own]).or_else(|_| {
+            tracing::warn!(
+                detail = %crate::error::last_error_message(),
+                "dummies cannot attach on port {service_port} (@{service}); they attach with \
+                 this client's segment name {}",
+                self.core.hostname
+            );
+            start(&[&own])
+        })
     }
 }

@@ -145,20 +145,21 @@ pub struct DummyServer {
 }
 
 impl DummyServer {
-    /// Listens on the abstract socket `name` and serves dummies with `engine` (whose segment
-    /// name is `own_name`); dummies are told to reach the master at `master_address`.
+    /// Listens on the abstract sockets `names` (one or more; a dummy may attach on any) and
+    /// serves dummies with `engine` (whose segment name is `own_name`); dummies are told to
+    /// reach the master at `master_address`.
     ///
-    /// Errors: `INVALID_PARAMS` when the name is taken (another real client on this port);
-    /// `INTERNAL_ERROR` when the thread cannot start.
+    /// Errors: `INVALID_PARAMS` when no name is given or one is taken (another real client on
+    /// that port); `INTERNAL_ERROR` when the thread cannot start.
     pub fn start(
-        name: &str,
+        names: &[&str],
         engine: Arc<TransferEngine>,
         own_name: &str,
         master_address: &str,
     ) -> Result<DummyServer> {
         let limits = Limits::from_env();
         let key = crate::auth::process_key()?;
-        Self::start_with(name, engine, own_name, master_address, limits, key)
+        Self::start_with(names, engine, own_name, master_address, limits, key)
     }
 
     /// [`Self::start`] with a dummy TTL of `ttl` instead of [`super::ttl`].
@@ -174,30 +175,39 @@ impl DummyServer {
             ttl,
             ..Limits::from_env()
         };
-        Self::start_with(name, engine, own_name, master_address, limits, None)
+        Self::start_with(&[name], engine, own_name, master_address, limits, None)
     }
 
     /// [`Self::start`] with `limits` instead of the environment's and `cluster_key` (every
     /// dummy connection proves it first) instead of the process's key.
     pub(super) fn start_with(
-        name: &str,
+        names: &[&str],
         engine: Arc<TransferEngine>,
         own_name: &str,
         master_address: &str,
         limits: Limits,
         cluster_key: Option<Arc<KeyRing>>,
     ) -> Result<DummyServer> {
-        let listener = SocketAddr::from_abstract_name(name.as_bytes())
-            .and_then(|addr| UnixListener::bind_addr(&addr));
-        let listener = match listener {
-            Ok(listener) => listener,
-            Err(e) => {
-                return fail(
-                    ErrorCode::InvalidParams,
-                    format!("cannot serve dummies on @{name}: {e}"),
-                )
+        if names.is_empty() {
+            return fail(
+                ErrorCode::InvalidParams,
+                "no socket name to serve dummies on",
+            );
+        }
+        let mut listeners = Vec::with_capacity(names.len());
+        for name in names {
+            let listener = SocketAddr::from_abstract_name(name.as_bytes())
+                .and_then(|addr| UnixListener::bind_addr(&addr));
+            match listener {
+                Ok(listener) => listeners.push(listener),
+                Err(e) => {
+                    return fail(
+                        ErrorCode::InvalidParams,
+                        format!("cannot serve dummies on @{name}: {e}"),
+                    )
+                }
             }
-        };
+        }
         let shared = Arc::new(Shared {
             engine,
             own_name: own_name.to_string(),
@@ -212,7 +222,7 @@ impl DummyServer {
         let accept_shared = Arc::clone(&shared);
         let acceptor = std::thread::Builder::new()
             .name("mc-dummy-accept".into())
-            .spawn(move || accept_loop(&accept_shared, &listener));
+            .spawn(move || accept_loop(&accept_shared, &listeners));
         match acceptor {
             Ok(handle) => Ok(DummyServer {
                 shared,
@@ -370,61 +380,73 @@ impl LinkHolds {
 
 /// Accepts until stopped, polling the listener every 200 ms for the stop flag (and to reap
 /// the threads of dummies that are gone).
-fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
-    while !shared.stop.load(Ordering::Acquire) {
-        reap_ended(shared);
-        let mut poll = libc::pollfd {
+fn accept_loop(shared: &Arc<Shared>, listeners: &[UnixListener]) {
+    let mut polls: Vec<libc::pollfd> = listeners
+        .iter()
+        .map(|listener| libc::pollfd {
             fd: listener.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let ready = unsafe { libc::poll(&mut poll, 1, 200) };
+        })
+        .collect();
+    while !shared.stop.load(Ordering::Acquire) {
+        reap_ended(shared);
+        // SAFETY: `polls` holds `polls.len()` valid pollfds of listeners alive for the loop.
+        let ready = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, 200) };
         if ready <= 0 {
             continue;
         }
-        let Ok((stream, _)) = listener.accept() else {
-            continue;
-        };
-        let peer = match crate::shm::check_peer_user(&stream) {
-            Ok(pid) => pid,
-            Err(e) => {
-                tracing::warn!(error = %e, "a dummy of another user: refused");
-                shared
-                    .counters
-                    .other_user_refused
-                    .fetch_add(1, Ordering::Relaxed);
-                continue;
+        for (listener, poll) in listeners.iter().zip(&mut polls) {
+            if std::mem::take(&mut poll.revents) != 0 {
+                if let Ok((stream, _)) = listener.accept() {
+                    admit(shared, stream);
+                }
             }
-        };
-        // Each served connection costs two threads and two descriptors.
-        let served = shared.served.lock().len();
-        if served >= shared.limits.connections {
-            tracing::warn!(
-                served,
-                "dummy connection refused: MC_DUMMY_MAX_CONNECTIONS reached"
-            );
+        }
+    }
+}
+
+/// Serves a dummy's new connection `stream` on a thread of its own, unless it is another
+/// user's or `MC_DUMMY_MAX_CONNECTIONS` are served already (counted, closed unserved).
+fn admit(shared: &Arc<Shared>, stream: UnixStream) {
+    let peer = match crate::shm::check_peer_user(&stream) {
+        Ok(pid) => pid,
+        Err(e) => {
+            tracing::warn!(error = %e, "a dummy of another user: refused");
             shared
                 .counters
-                .connections_refused
+                .other_user_refused
                 .fetch_add(1, Ordering::Relaxed);
-            continue;
+            return;
         }
-        let socket = match stream.try_clone() {
-            Ok(socket) => socket,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot duplicate a dummy's socket: refused");
-                continue;
-            }
-        };
-        let dummy_shared = Arc::clone(shared);
-        let spawned = std::thread::Builder::new()
-            .name("mc-dummy".into())
-            .spawn(move || serve(&dummy_shared, stream, peer));
-        match spawned {
-            Ok(thread) => shared.served.lock().push(Served { socket, thread }),
-            Err(e) => tracing::warn!(error = %e, "no thread for a dummy: refused"),
+    };
+    // Each served connection costs two threads and two descriptors.
+    let served = shared.served.lock().len();
+    if served >= shared.limits.connections {
+        tracing::warn!(
+            served,
+            "dummy connection refused: MC_DUMMY_MAX_CONNECTIONS reached"
+        );
+        shared
+            .counters
+            .connections_refused
+            .fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let socket = match stream.try_clone() {
+        Ok(socket) => socket,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot duplicate a dummy's socket: refused");
+            return;
         }
+    };
+    let dummy_shared = Arc::clone(shared);
+    let spawned = std::thread::Builder::new()
+        .name("mc-dummy".into())
+        .spawn(move || serve(&dummy_shared, stream, peer));
+    match spawned {
+        Ok(thread) => shared.served.lock().push(Served { socket, thread }),
+        Err(e) => tracing::warn!(error = %e, "no thread for a dummy: refused"),
     }
 }
 

@@ -113,7 +113,7 @@ fn a_hostile_dummy_gets_invalid_params_and_the_real_client_keeps_serving() {
         .register(private.addr(), private.len(), false)
         .unwrap();
     let name = format!("mc-rs-test-{}-hostile.sock", std::process::id());
-    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let server = DummyServer::start(&[&name], Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
 
     let mut s = connect(&name);
     // Nothing before hello.
@@ -234,7 +234,7 @@ fn a_hostile_dummy_gets_invalid_params_and_the_real_client_keeps_serving() {
 fn a_transfer_read_after_its_deadline_is_refused_and_lands_nothing() {
     let (engine, segment) = engine_with_segment();
     let name = format!("mc-rs-test-{}-deadline.sock", std::process::id());
-    let _server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let _server = DummyServer::start(&[&name], Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
     let mut s = connect(&name);
     let mut hello = Writer::default();
     hello.u32(VERSION).u32(1).u64(1);
@@ -298,7 +298,7 @@ fn sockets_named(name: &str) -> usize {
 fn shutdown_ends_connected_dummies_and_keeps_no_socket() {
     let (engine, _segment) = engine_with_segment();
     let name = format!("mc-rs-test-{}-shutdown.sock", std::process::id());
-    let mut server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let mut server = DummyServer::start(&[&name], Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
     let mut s = connect(&name);
     let mut hello = Writer::default();
     hello.u32(VERSION).u32(1).u64(1);
@@ -633,7 +633,7 @@ fn a_dummys_own_blocks_are_not_the_callers_to_free() {
 fn a_frame_with_more_than_one_descriptor_drops_the_connection() {
     let (engine, _segment) = engine_with_segment();
     let name = format!("mc-rs-test-{}-fdflood.sock", std::process::id());
-    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let server = DummyServer::start(&[&name], Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
     let mut s = connect(&name);
     s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     let mut hello = Writer::default();
@@ -761,7 +761,7 @@ fn a_wire_requests_encoded_length_is_what_it_encodes() {
 fn a_dummy_of_another_user_is_closed_on_unserved() {
     let (engine, _segment) = engine_with_segment();
     let name = format!("mc-rs-test-{}-other-user.sock", std::process::id());
-    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let server = DummyServer::start(&[&name], Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
     // Served, even a ping before hello gets an answer (INVALID_PARAMS), as this user's does.
     let mut ours = connect(&name);
     assert_eq!(
@@ -792,7 +792,7 @@ fn closed_by_server(s: &mut UnixStream) -> bool {
 fn connections_past_the_cap_are_closed_unserved() {
     let (engine, _segment) = engine_with_segment();
     let name = format!("mc-rs-test-{}-conn-cap.sock", std::process::id());
-    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let server = DummyServer::start(&[&name], Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
     let cap = crate::env::DUMMY_MAX_CONNECTIONS.get() as usize;
     let ping = Writer::default();
     let mut served: Vec<UnixStream> = (0..cap).map(|_| connect(&name)).collect();
@@ -858,7 +858,7 @@ fn a_frame_trickled_byte_by_byte_is_dropped_one_ttl_after_its_first_byte() {
 fn a_map_past_the_mapped_bytes_limit_is_refused() {
     let (engine, _segment) = engine_with_segment();
     let name = format!("mc-rs-test-{}-big-map.sock", std::process::id());
-    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let server = DummyServer::start(&[&name], Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
     let mut s = connect(&name);
     let mut hello = Writer::default();
     hello.u32(VERSION).u32(1).u64(1);
@@ -887,7 +887,7 @@ fn a_map_past_the_mapped_bytes_limit_is_refused() {
 fn the_mapping_limit_counts_every_link_of_one_process() {
     let (engine, _segment) = engine_with_segment();
     let name = format!("mc-rs-test-{}-links.sock", std::process::id());
-    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let server = DummyServer::start(&[&name], Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
     let cap = crate::env::DUMMY_MAX_MAPPINGS.get();
     let file = SealedMemfd::create("links", 4096).unwrap();
     // Two links of this process, each saying another pid: together past the cap.
@@ -928,7 +928,7 @@ fn a_hole_punched_in_a_dummys_block_fails_its_transfers_not_the_real_client() {
     const FAIL: i32 = -800;
     let (engine, segment) = engine_with_segment();
     let name = format!("mc-rs-test-{}-punched.sock", std::process::id());
-    let server = DummyServer::start(&name, Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
+    let server = DummyServer::start(&[&name], Arc::clone(&engine), OWN, "127.0.0.1:1").unwrap();
     let mut s = connect(&name);
     let mut hello = Writer::default();
     hello.u32(VERSION).u32(1).u64(1);
@@ -977,7 +977,8 @@ fn a_keyed_real_client_serves_only_dummies_that_prove_its_key() {
     let name = format!("mc-rs-test-{}-keyed.sock", std::process::id());
     let limits = super::server::Limits::from_env();
     let server =
-        DummyServer::start_with(&name, engine, OWN, "127.0.0.1:1", limits, Some(ring(1))).unwrap();
+        DummyServer::start_with(&[&name], engine, OWN, "127.0.0.1:1", limits, Some(ring(1)))
+            .unwrap();
     let ttl = super::ttl();
     let link = DummyLink::connect_with(&name, ttl, Some(ring(1))).unwrap();
     let mut buf = vec![0u8; 4096];

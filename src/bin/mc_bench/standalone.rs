@@ -51,7 +51,7 @@ pub fn serve_real_client(args: &[String]) -> i32 {
             return 1;
         }
     };
-    let server = match client.serve_dummies(master) {
+    let server = match client.serve_dummies(master, 0) {
         Ok(server) => server,
         Err(e) => {
             eprintln!("cannot serve dummies: {e}");

@@ -283,8 +283,7 @@ impl Cluster {
         for (index, port) in owner_ports.iter().enumerate() {
             let mut args = vec![
                 format!("--master_server_address=127.0.0.1:{master_port}"),
-                "--host=127.0.0.1".into(),
-                format!("--port={port}"),
+                format!("--host=127.0.0.1:{port}"),
                 format!("--global_segment_size={}", settings.segment),
                 "--local_buffer_size=0".into(),
                 format!("--metadata_server={}", directory.url()),

@@ -26,6 +26,7 @@
 //! a failed check deletes a record.
 
 mod dir_sync;
+mod read_buf;
 mod record;
 mod spare_mark;
 
@@ -171,16 +172,28 @@ pub(crate) struct StoredObject {
     pub len: u64,
 }
 
-/// A verified record read from disk; owns its buffer, [`bytes`](Self::bytes) borrows it.
+/// A verified record read from disk; owns its buffer (given back to the thread's pool,
+/// [`read_buf`], when dropped), [`bytes`](Self::bytes) borrows it.
 pub(crate) struct ReadRecord {
-    buf: AlignedBuf,
+    /// Always `Some` until dropped.
+    buf: Option<AlignedBuf>,
     len: usize,
 }
 
 impl ReadRecord {
     /// The payload (exactly the stored length), without a copy.
     pub(crate) fn bytes(&self) -> &[u8] {
-        &self.buf.as_slice()[BLOCK..BLOCK + self.len]
+        self.buf
+            .as_ref()
+            .map_or(&[], |buf| &buf.as_slice()[BLOCK..BLOCK + self.len])
+    }
+}
+
+impl Drop for ReadRecord {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            read_buf::give_back(buf);
+        }
     }
 }
 
@@ -420,7 +433,7 @@ impl DiskStore {
         *state.reading.entry(path.clone()).or_default() += 1;
         drop(state);
         let total = file_len(len) as usize;
-        let read = AlignedBuf::new(total).map(|mut buf| {
+        let read = read_buf::take(total).map(|mut buf| {
             let file = self.open_file(&path, OpenOptions::new().read(true));
             let read = file.and_then(|f| f.read_exact_at(&mut buf.as_mut_slice()[..total], 0));
             read.map(|()| buf)
@@ -436,13 +449,14 @@ impl DiskStore {
             }
             Err(e) => return self.io_error(ErrorCode::FileReadFail, &path, e),
         };
+        let header = decode_header(buf.as_slice());
         let record = ReadRecord {
-            buf,
+            buf: Some(buf),
             len: len as usize,
         };
         let same = |h: Header| h.key == key && h.generation == generation && h.len == len;
         let crc = crc32c::crc32c(record.bytes());
-        if !decode_header(record.buf.as_slice()).is_ok_and(|h| h.payload_crc == crc && same(h)) {
+        if !header.is_ok_and(|h| h.payload_crc == crc && same(h)) {
             return self.corrupted(&path, key, generation);
         }
         self.state.lock().stats.reads += 1;
