@@ -7,9 +7,9 @@
 //! released; the class is safe to use from many threads at once and is subclassable.
 
 use crate::convert::{self, INVALID};
-use crate::http::ClientHttpServer;
 use crate::setup_args;
 use mooncake_rs::client::Client;
+use mooncake_rs::client::ClientHttpServer;
 use parking_lot::{Mutex, RwLock};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -142,7 +142,7 @@ impl Store {
             let client = Client::setup(request.config)?;
             let http = request
                 .http_port
-                .and_then(|port| ClientHttpServer::start(port, &client));
+                .and_then(|port| crate::http::start(port, &client));
             Ok(Live {
                 client,
                 _http: http,

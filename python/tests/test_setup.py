@@ -261,6 +261,23 @@ def test_dict_bool_grammar_true(fresh, master, word):
     assert wait_until(lambda: http_health_ok(port), 10.0)
 
 
+def test_client_http_server_answers_upstreams_routes(fresh, master):
+    port = free_port()
+    assert fresh.setup(setup_dict(master, enable_client_http_server=True,
+                                  client_http_port=port)) == 0
+    assert wait_until(lambda: http_health_ok(port), 10.0)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+        assert r.read() == b'{"status":"healthy","code":0}'
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        samples = dict(line.split(" ") for line in r.read().decode().splitlines())
+    assert samples["mooncake_client_objects_written"] == "0"
+    assert samples["mooncake_client_location_cache_enabled"] == "1"
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics/summary", timeout=5) as r:
+        assert b"objects written: 0" in r.read()
+    fresh.close()
+    assert not http_health_ok(port)
+
+
 @pytest.mark.parametrize("word", ["0", "false", "No", "off", "disable", "maybe", False])
 def test_dict_bool_grammar_false_or_default(fresh, master, word):
     port = free_port()

@@ -11,7 +11,7 @@
 
 use super::glog::GlogFlags;
 use super::Program;
-use crate::client::{parse_size, ssd_offload_dir, Client, SetupConfig};
+use crate::client::{parse_size, ssd_offload_dir, Client, ClientHttpServer, SetupConfig};
 use crate::p2p::{P2pClient, P2pSetupConfig, TransferDirection};
 use clap::Parser;
 use std::io::Write;
@@ -197,11 +197,15 @@ fn run(flags: Flags) -> Result<(), String> {
         }
     };
     let http = match flags.enable_http_server {
-        true => match super::client_http::serve(client.clone(), flags.http_port) {
+        true => match ClientHttpServer::start(&client, flags.http_port) {
             Ok(server) => Some(server),
             Err(e) => {
                 client.teardown();
-                return Err(e);
+                return Err(format!(
+                    "cannot serve HTTP on port {}: {e}: {}",
+                    flags.http_port,
+                    crate::error::last_error_message()
+                ));
             }
         },
         false => None,

@@ -4,7 +4,6 @@
 //! Flags use Mooncake's names; glog's logging flags are accepted too ([`glog`]).
 
 mod client;
-mod client_http;
 mod glog;
 mod master;
 mod metadata_server;

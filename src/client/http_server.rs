@@ -1,5 +1,6 @@
-//! `mooncake_client --enable_http_server`: upstream's client HTTP server, on
-//! `--http_port` (9300) of every interface, with upstream's three routes:
+//! Upstream's client HTTP server (`mooncake_client --enable_http_server --http_port`, Python
+//! `setup(..., enable_client_http_server=True, client_http_port=P)`), on port P of every
+//! interface, with upstream's three routes:
 //!
 //! - `GET /health`: `{"status":"healthy","code":0}` with 200, else `not_initialized` (1) or
 //!   `master_unreachable` (2) with 503 (the codes of `health_check`);
@@ -12,31 +13,52 @@
 //! Anything else is 404. Served on its own threads ([`HttpServer`]); the handlers only read
 //! counters.
 
-use crate::client::{health, Client, ClientMetrics};
+use super::metrics::ClientMetrics;
+use super::{health, Client};
+use crate::error::{fail, ErrorCode, Result};
 use crate::rpc::{HttpRequest, HttpResponse, HttpServer};
 use serde_json::Value;
 use std::fmt::Write;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// Serves `client`'s routes on `0.0.0.0:port` until the returned server is dropped. `Err`
-/// is the message for stderr (port taken, bad port).
-pub(super) fn serve(client: Client, port: u16) -> Result<HttpServer, String> {
-    if port == 0 {
-        return Err("--http_port must be 1..65535".into());
+/// A running client HTTP server; it holds a handle on its client and stops when dropped.
+pub struct ClientHttpServer {
+    _server: HttpServer,
+}
+
+impl ClientHttpServer {
+    /// Serves `client`'s routes on `0.0.0.0:port` until dropped.
+    ///
+    /// Errors: `INVALID_PARAMS` for port 0; the listener's error when the port cannot be
+    /// bound.
+    pub fn start(client: &Client, port: u16) -> Result<ClientHttpServer> {
+        if port == 0 {
+            return fail(
+                ErrorCode::InvalidParams,
+                "the client HTTP port must be 1..65535",
+            );
+        }
+        let client = client.clone();
+        let handler = move |request: &HttpRequest| respond(request, &client);
+        let addr = SocketAddr::from(([0, 0, 0, 0], port));
+        let server = HttpServer::start(addr, Arc::new(handler))?;
+        Ok(ClientHttpServer { _server: server })
     }
-    let handler =
-        move |request: &HttpRequest| match (request.method.as_str(), request.path.as_str()) {
-            ("GET", "/health") => health_response(client.health_check()),
-            ("GET", "/metrics") => HttpResponse::new(
-                200,
-                "text/plain; version=0.0.4",
-                prometheus_text(&client.metrics()),
-            ),
-            ("GET", "/metrics/summary") => HttpResponse::text(200, summary(&client.metrics())),
-            _ => HttpResponse::text(404, "not found\n"),
-        };
-    HttpServer::start(super::socket("0.0.0.0", port)?, Arc::new(handler))
-        .map_err(|e| format!("cannot serve the client HTTP server on port {port}: {e}"))
+}
+
+/// The answer to `request`.
+fn respond(request: &HttpRequest, client: &Client) -> HttpResponse {
+    match (request.method.as_str(), request.path.as_str()) {
+        ("GET", "/health") => health_response(client.health_check()),
+        ("GET", "/metrics") => HttpResponse::new(
+            200,
+            "text/plain; version=0.0.4",
+            prometheus_text(&client.metrics()),
+        ),
+        ("GET", "/metrics/summary") => HttpResponse::text(200, summary(&client.metrics())),
+        _ => HttpResponse::text(404, "not found\n"),
+    }
 }
 
 /// `/health`'s answer for health code `code`.
