@@ -142,13 +142,15 @@ static inline pid_t start_peer_on(const char *client_bin, const char *master_add
                                   const char *device, char *name, size_t cap, int *stdout_fd) {
     char master_flag[128], segment_flag[64], host_flag[128], protocol_flag[64], device_flag[128];
     char buffer_flag[] = "--local_buffer_size=0";
+    /* No service port: tests start several peers at once; dummies attach by segment name. */
+    char port_flag[] = "--port=0";
     snprintf(master_flag, sizeof master_flag, "--master_server_address=%s", master_addr);
     snprintf(segment_flag, sizeof segment_flag, "--global_segment_size=%s", segment);
     snprintf(host_flag, sizeof host_flag, "--host=%s", host);
     snprintf(protocol_flag, sizeof protocol_flag, "--protocol=%s", protocol);
     snprintf(device_flag, sizeof device_flag, "--device_name=%s", device);
-    char *argv[] = {(char *)client_bin, master_flag, host_flag, segment_flag, buffer_flag,
-                    protocol_flag, device_flag, NULL};
+    char *argv[] = {(char *)client_bin, master_flag, host_flag, port_flag, segment_flag,
+                    buffer_flag, protocol_flag, device_flag, NULL};
     pid_t pid = spawn(argv, stdout_fd);
     if (pid > 0 && read_ready_line(*stdout_fd, name, cap, 20.0) == 0) return pid;
     stop_child(pid, SIGKILL, 5.0);

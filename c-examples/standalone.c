@@ -120,7 +120,8 @@ int main(int argc, char **argv) {
     EXPECT_EQ(master > 0, 1);
     char master_addr[64];
     snprintf(master_addr, sizeof master_addr, "127.0.0.1:%d", rpc_port);
-    /* The real client: it owns the segment and serves dummies on @mooncake_client_<port>.sock. */
+    /* The real client: it owns the segment and serves dummies on @mooncake_client_<port>.sock,
+     * <port> being its data port (the one in its segment name), as it runs with --port=0. */
     char real_name[256] = "";
     int real_out = -1;
     pid_t real = master > 0 ? start_peer(client_bin, master_addr, "64 MB", real_name,

@@ -67,6 +67,7 @@ impl Owner {
         let mut args = vec![
             format!("--master_server_address={master}"),
             format!("--host={host}"),
+            "--port=0".into(),
             format!("--global_segment_size={segment}"),
             "--local_buffer_size=0".into(),
             "--protocol=rdma".into(),

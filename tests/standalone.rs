@@ -316,6 +316,29 @@ fn a_stopped_or_killed_dummy_is_dropped_with_its_mappings() {
     assert_eq!(after.mapped_bytes, alone.mapped_bytes, "{after:?}");
 }
 
+/// Upstream's rule: one real client per service port. A second one on the same `--port` is
+/// refused at start with a message naming the port, and the first keeps serving dummies.
+#[test]
+fn a_second_real_client_on_the_same_port_is_refused() {
+    let master = Master::start(&[]);
+    let port = free_ports(1)[0];
+    let (_first, _) = real_client(&master.addr(), port);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mooncake_client"))
+        .args([
+            format!("--master_server_address={}", master.addr()),
+            format!("--port={port}"),
+            "--global_segment_size=16 MB".into(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("--port={port}")), "{stderr}");
+    let client = dummy(&format!("127.0.0.1:{port}"));
+    let value = pattern(4096, 9);
+    assert_eq!(client.put_from("still-served", &value, &cfg()), Ok(()));
+}
+
 #[test]
 fn a_dummy_survives_a_real_client_restart() {
     let master = Master::start(&[]);

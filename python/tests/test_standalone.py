@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import MIB, unique_key
+from conftest import MIB, free_port, unique_key
 
 READY_TIMEOUT_S = 30.0
 
@@ -25,10 +25,13 @@ def client_command():
 
 @pytest.fixture(scope="module")
 def real_client(master):
-    """A real client with a 64 MiB segment serving dummies; yields its segment name."""
+    """A real client with a 64 MiB segment serving dummies on a free service port (upstream's
+    --port); yields the address dummies name, 127.0.0.1:<that port>."""
+    port = free_port()
     args = client_command() + [
         f"--master_server_address={master.address}",
         "--host=127.0.0.1",
+        f"--port={port}",
         "--global_segment_size=64 MB",
         "--local_buffer_size=0",
         "--metadata_server=P2PHANDSHAKE",
@@ -45,7 +48,7 @@ def real_client(master):
                     break
                 line += chunk
         assert line.startswith(b"READY "), f"mooncake_client said {line!r}"
-        yield line.decode().split()[1]
+        yield f"127.0.0.1:{port}"
     finally:
         process.terminate()
         try:

@@ -13,6 +13,7 @@ use super::glog::GlogFlags;
 use super::Program;
 use crate::client::{parse_size, ssd_offload_dir, Client, ClientHttpServer, SetupConfig};
 use crate::p2p::{P2pClient, P2pSetupConfig, TransferDirection};
+use crate::standalone::DummyServer;
 use clap::Parser;
 use std::io::Write;
 
@@ -77,7 +78,7 @@ pub(super) struct Flags {
     p2p_key_lease_scan_interval_ms: u64,
     /// Turn the SSD tier on (upstream's flag): its directory is `--ssd_offload_path`, or
     /// `MOONCAKE_OFFLOAD_FILE_STORAGE_PATH` (`docs/ssd-tier.md`).
-    #[arg(long = "enable_offload", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long = "enable_offload", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = super::glog::gflags_bool)]
     enable_offload: bool,
     /// The SSD tier's directory (with `--enable_offload`).
     #[arg(long = "ssd_offload_path", default_value = "")]
@@ -99,17 +100,17 @@ pub(super) struct Flags {
     /// Upstream's switch for serving reads of the SSD tier to other clients: always on here
     /// (the master lists an owner's disk copies to every reader); `false` with
     /// `--enable_offload` is refused.
-    #[arg(long = "start_offload_rpc_server", default_value = "true", num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long = "start_offload_rpc_server", default_value = "true", num_args = 0..=1, default_missing_value = "true", value_parser = super::glog::gflags_bool)]
     start_offload_rpc_server: bool,
     /// Serve `/health`, `/metrics` and `/metrics/summary` over HTTP on `--http_port`.
-    #[arg(long = "enable_http_server", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long = "enable_http_server", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = super::glog::gflags_bool)]
     enable_http_server: bool,
     /// Port of the HTTP server (with `--enable_http_server`).
     #[arg(long = "http_port", default_value_t = 9300)]
     http_port: u16,
     /// Upstream's arena allocator for its mmap buffers; accepted, no effect here (a segment
     /// is one mapping, allocated once).
-    #[arg(long = "use_mmap_arena_allocator", default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long = "use_mmap_arena_allocator", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = super::glog::gflags_bool)]
     use_mmap_arena_allocator: bool,
     /// Upstream's arena pool size (with `--use_mmap_arena_allocator`); accepted, no effect.
     #[arg(long = "mmap_arena_pool_size", default_value_t = 8 << 30)]
@@ -172,8 +173,14 @@ fn run(flags: Flags) -> Result<(), String> {
     super::use_cluster_key(&flags.cluster_key_file)?;
     super::use_tls_ca(&flags.tls_ca_file)?;
     if flags.deployment_mode == "P2P" {
+        if flags.enable_http_server {
+            return Err(
+                "--enable_http_server: a P2P owner (--deployment_mode=P2P) serves none".into(),
+            );
+        }
         return run_p2p(flags, local_hostname);
     }
+    let service_port = reserve_service_port(&local_hostname, flags.port)?;
     let client = Client::setup(SetupConfig {
         local_hostname,
         metadata_server: flags.metadata_server.clone(),
@@ -187,28 +194,12 @@ fn run(flags: Flags) -> Result<(), String> {
         cluster_key_file: flags.cluster_key_file.clone(),
     })
     .map_err(|e| format!("setup failed: {e}: {}", crate::error::last_error_message()))?;
-    // Dummies of this host attach on @mooncake_client_<port>.sock (not with an in-process
-    // master, which they could not reach).
-    let dummies = match client.serve_dummies(flags.master_server_address.trim(), flags.port) {
-        Ok(server) => Some(server),
+    let (dummies, http) = match serve(&client, &flags) {
+        Ok(servers) => servers,
         Err(e) => {
-            tracing::warn!(error = %e, detail = %crate::error::last_error_message(), "not serving dummies");
-            None
+            client.teardown();
+            return Err(e);
         }
-    };
-    let http = match flags.enable_http_server {
-        true => match ClientHttpServer::start(&client, flags.http_port) {
-            Ok(server) => Some(server),
-            Err(e) => {
-                client.teardown();
-                return Err(format!(
-                    "cannot serve HTTP on port {}: {e}: {}",
-                    flags.http_port,
-                    crate::error::last_error_message()
-                ));
-            }
-        },
-        false => None,
     };
     let mut out = std::io::stdout();
     let _ = writeln!(out, "READY {}", client.get_hostname());
@@ -217,7 +208,69 @@ fn run(flags: Flags) -> Result<(), String> {
     drop(http);
     drop(dummies);
     client.teardown();
+    drop(service_port);
     Ok(())
+}
+
+/// Starts what a real client serves besides its segment: dummies of this host on
+/// `@mooncake_client_<--port>.sock` and under its segment name's port (an in-process master's
+/// dummies are refused when they attach: they could not reach it), and the HTTP server when
+/// asked. `Err` (for stderr) when either cannot start; nothing is left running then.
+fn serve(
+    client: &Client,
+    flags: &Flags,
+) -> Result<(DummyServer, Option<ClientHttpServer>), String> {
+    let detail = crate::error::last_error_message;
+    let dummies = client
+        .serve_dummies(flags.master_server_address.trim(), flags.port)
+        .map_err(|e| format!("cannot serve dummies: {e}: {}", detail()))?;
+    let http = match flags.enable_http_server {
+        true => Some(
+            ClientHttpServer::start(client, flags.http_port).map_err(|e| {
+                format!(
+                    "cannot serve HTTP on port {}: {e}: {}",
+                    flags.http_port,
+                    detail()
+                )
+            })?,
+        ),
+        false => None,
+    };
+    Ok((dummies, http))
+}
+
+/// Holds TCP port `port` (`--port`) on the address of `segment` (`--host`) for the process's
+/// life, as upstream's real client holds it with its RPC server: bound, never listening (a
+/// connection is refused), without `SO_REUSEADDR`, so a second real client with the same
+/// `--port` fails at start and no client picks the port as its data port (a name clash of
+/// their dummy sockets). None for port 0, or when the segment name carries that port itself
+/// (its data listener holds it).
+///
+/// Errors (for stderr): the port is taken, or the host does not resolve.
+fn reserve_service_port(segment: &str, port: u16) -> Result<Option<socket2::Socket>, String> {
+    let (host, data_port) = match segment.rsplit_once(':') {
+        _ if segment.parse::<std::net::Ipv6Addr>().is_ok() => (segment, None),
+        Some((host, tail)) => (host, tail.parse::<u16>().ok()),
+        None => (segment, None),
+    };
+    if port == 0 || data_port == Some(port) {
+        return Ok(None);
+    }
+    let addr = super::socket(host.trim_matches(|c| c == '[' || c == ']'), port)?;
+    let taken = |e: std::io::Error| {
+        format!(
+            "--port={port}: TCP port {port} on {host} is taken ({e}); another mooncake_client of \
+             this host? Give each its own --port (0: none)"
+        )
+    };
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )
+    .map_err(taken)?;
+    socket.bind(&addr.into()).map_err(taken)?;
+    Ok(Some(socket))
 }
 
 impl Program for Flags {
@@ -296,7 +349,7 @@ mod tests {
             "--start_offload_rpc_server=true",
             "--enable_http_server=true",
             "--http_port=9400",
-            "--use_mmap_arena_allocator=false",
+            "--use_mmap_arena_allocator=0",
             "--mmap_arena_pool_size=1073741824",
         ];
         let flags = Flags::try_parse_from(upstream).unwrap();

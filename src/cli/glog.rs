@@ -111,7 +111,7 @@ impl GlogFlags {
 }
 
 /// gflags' boolean values, case-insensitive: true/t/yes/y/1 and false/f/no/n/0.
-fn gflags_bool(text: &str) -> Result<bool, String> {
+pub(super) fn gflags_bool(text: &str) -> Result<bool, String> {
     match text.to_ascii_lowercase().as_str() {
         "true" | "t" | "yes" | "y" | "1" => Ok(true),
         "false" | "f" | "no" | "n" | "0" => Ok(false),

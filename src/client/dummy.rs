@@ -86,13 +86,11 @@ impl Client {
     /// `@mooncake_client_<port>.sock` for `service_port` (upstream's real client service
     /// port, `mooncake_client --port`, which dummies name in `setup_dummy(…, "host:port")`;
     /// 0: none) and for the port of this client's segment name (so a dummy may also name the
-    /// segment). When the service port's socket is taken (another real client of this host
-    /// serves it) it is left out with a warning. The server runs until the returned value is
-    /// dropped.
+    /// segment). The server runs until the returned value is dropped.
     ///
-    /// Errors: `INVALID_PARAMS` on a dummy or a client without a data port, or when the
-    /// segment name's socket is taken; `INTERNAL_ERROR` when the acceptor thread cannot
-    /// start.
+    /// Errors: `INVALID_PARAMS` on a dummy or a client without a data port, or when a socket
+    /// name is taken (another real client of this host serves it; the message names it);
+    /// `INTERNAL_ERROR` when the acceptor thread cannot start.
     pub fn serve_dummies(
         &self,
         master_address: &str,
@@ -102,26 +100,16 @@ impl Client {
             return fail(ErrorCode::InvalidParams, "a dummy cannot serve dummies");
         }
         let own = socket_name(port_of(&self.core.hostname)?);
-        let start = |names: &[&str]| {
-            crate::standalone::DummyServer::start(
-                names,
-                Arc::clone(&self.core.engine),
-                &self.core.hostname,
-                master_address,
-            )
-        };
         let service = socket_name(service_port);
-        if service_port == 0 || service == own {
-            return start(&[&own]);
-        }
-        start(&[&service, &own]).or_else(|_| {
-            tracing::warn!(
-                detail = %crate::error::last_error_message(),
-                "dummies cannot attach on port {service_port} (@{service}); they attach with \
-                 this client's segment name {}",
-                self.core.hostname
-            );
-            start(&[&own])
-        })
+        let names: &[&str] = match service_port {
+            0 => &[&own],
+            _ => &[&service, &own],
+        };
+        crate::standalone::DummyServer::start(
+            names,
+            Arc::clone(&self.core.engine),
+            &self.core.hostname,
+            master_address,
+        )
     }
 }

@@ -145,7 +145,8 @@ pub struct DummyServer {
 }
 
 impl DummyServer {
-    /// Listens on the abstract sockets `names` (one or more; a dummy may attach on any) and
+    /// Listens on the abstract sockets `names` (one or more, repeats ignored; a dummy may
+    /// attach on any) and
     /// serves dummies with `engine` (whose segment name is `own_name`); dummies are told to
     /// reach the master at `master_address`.
     ///
@@ -195,7 +196,10 @@ impl DummyServer {
             );
         }
         let mut listeners = Vec::with_capacity(names.len());
-        for name in names {
+        for (i, name) in names.iter().enumerate() {
+            if names[..i].contains(name) {
+                continue;
+            }
             let listener = SocketAddr::from_abstract_name(name.as_bytes())
                 .and_then(|addr| UnixListener::bind_addr(&addr));
             match listener {

@@ -4,7 +4,7 @@
 use super::server::DummyServer;
 use super::wire::{parse_header, Kind, Reader, WireRequest, Writer, VERSION};
 use crate::device::MappedRegion;
-use crate::error::ErrorCode;
+use crate::error::{last_error_message, ErrorCode};
 use crate::shm::{send_with_fds, SealedMemfd};
 use crate::transfer::{DirectResolver, EngineConfig, TransferEngine};
 use std::io::Read;
@@ -292,6 +292,41 @@ fn sockets_named(name: &str) -> usize {
                 .is_some_and(|inode| inodes.contains(inode))
         })
         .count()
+}
+
+/// A server on two names (a real client's service port and its segment's port) answers a
+/// hello on each, a repeated name is bound once, a taken name fails naming it, and shutdown
+/// releases every name.
+#[test]
+fn a_server_on_two_names_serves_both_and_releases_both() {
+    let (engine, _segment) = engine_with_segment();
+    let first = format!("mc-rs-test-{}-name-a.sock", std::process::id());
+    let second = format!("mc-rs-test-{}-name-b.sock", std::process::id());
+    let mut server = DummyServer::start(
+        &[&first, &second, &first],
+        Arc::clone(&engine),
+        OWN,
+        "127.0.0.1:1",
+    )
+    .unwrap();
+    for name in [&first, &second] {
+        let mut s = connect(name);
+        let mut hello = Writer::default();
+        hello.u32(VERSION).u32(1).u64(1);
+        let (code, message, _) = call(&mut s, Kind::Hello as u8, &hello, None);
+        assert_eq!(code, 0, "{name}: {message}");
+    }
+    let taken = DummyServer::start(&[&second], Arc::clone(&engine), OWN, "127.0.0.1:1");
+    assert!(taken.is_err());
+    assert!(
+        last_error_message().contains(&second),
+        "{}",
+        last_error_message()
+    );
+    assert!(DummyServer::start(&[], Arc::clone(&engine), OWN, "127.0.0.1:1").is_err());
+    server.shutdown();
+    assert_eq!(sockets_named(&first), 0);
+    assert_eq!(sockets_named(&second), 0);
 }
 
 #[test]

@@ -221,6 +221,8 @@ pub fn peer_args(master: &str, segment: &str, metadata_server: &str) -> Vec<Stri
     vec![
         format!("--master_server_address={master}"),
         "--host=127.0.0.1".into(),
+        // No service port: tests run many at once (one may be added; the last one wins).
+        "--port=0".into(),
         format!("--global_segment_size={segment}"),
         "--local_buffer_size=0".into(),
         format!("--metadata_server={metadata_server}"),
@@ -394,7 +396,7 @@ impl PeerClient {
     }
 
     /// Starts a peer that offers its segment to same-host clients (`MC_SAME_HOST=1`), with
-    /// the extra flags `args` (e.g. `--port=N`).
+    /// the extra flags `args` (e.g. `--host=127.0.0.1:N` for a fixed data port).
     pub fn start_same_host(master: &str, segment: &str, args: &[String]) -> PeerClient {
         PeerClient::spawn(
             master,

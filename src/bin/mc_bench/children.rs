@@ -71,11 +71,13 @@ pub fn master_process(port: u16, extra: &[String]) -> Result<Process, String> {
     }
 }
 
-/// A `mooncake_client` with `args` and `env`, once it printed its `READY <name>` line; with
-/// that name.
+/// A `mooncake_client` with `args` (without a service port unless `args` names one) and
+/// `env`, once it printed its `READY <name>` line; with that name.
 pub fn client_process(args: &[String], env: &[(&str, &str)]) -> Result<(Process, String), String> {
     use std::io::BufRead;
     let mut child = Command::new(sibling("mooncake_client")?)
+        // No service port (several run at once); `args` may name one (the last one wins).
+        .arg("--port=0")
         .args(args)
         .envs(env.iter().copied())
         .stdout(Stdio::piped())

@@ -196,6 +196,7 @@ fn peer(addr: &str, scratch: &Path) -> Result<Process, String> {
     let child = Command::new(sibling("mooncake_client")?)
         .arg(format!("--master_server_address={addr}"))
         .arg("--host=127.0.0.1")
+        .arg("--port=0")
         .arg("--global_segment_size=256 MB")
         .arg("--local_buffer_size=0")
         .env("MC_SAME_HOST", "0")

@@ -286,6 +286,8 @@ impl Cluster {
                 format!("--host=127.0.0.1:{port}"),
                 format!("--global_segment_size={}", settings.segment),
                 "--local_buffer_size=0".into(),
+                // Dummies attach by segment name; no service port (it would clash across owners).
+                "--port=0".into(),
                 format!("--metadata_server={}", directory.url()),
             ];
             // The proxied owner serves only over TCP (through its data proxy): same-host

@@ -104,6 +104,8 @@ impl HaCell {
             "--host=127.0.0.1".into(),
             format!("--global_segment_size={segment}"),
             "--local_buffer_size=0".into(),
+            // Dummies attach by segment name; no service port (it would clash across owners).
+            "--port=0".into(),
             "--metadata_server=P2PHANDSHAKE".into(),
         ];
         cell.owner = Proc::new(
