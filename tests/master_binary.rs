@@ -297,6 +297,38 @@ fn unknown_flags_and_bad_values_exit_with_code_2() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// Upstream's `--rpc_interface` binds the RPC port on that interface's IPv4 address, and
+/// `--rpc_enable_tcp_no_delay=false` (ours always sets it) is refused.
+#[test]
+fn rpc_interface_binds_the_interfaces_address() {
+    // 10.255.255.1 is no address of this host: binding it would fail.
+    let [rpc_port, metrics] = free_ports(2)[..] else {
+        unreachable!("free_ports(2) returns two ports")
+    };
+    let args = [
+        "--rpc_address=10.255.255.1".to_string(),
+        "--rpc_interface=lo".into(),
+        format!("--rpc_port={rpc_port}"),
+        "--metrics_host=127.0.0.1".into(),
+        format!("--metrics_port={metrics}"),
+    ];
+    let master = serving_master(rpc_port, &args);
+    assert_serves(rpc_port);
+    clean_exit(master);
+    let out = Command::new(MASTER)
+        .args([
+            format!("--rpc_port={}", free_port()),
+            "--rpc_address=127.0.0.1".into(),
+            "--enable_metric_reporting=false".into(),
+            "--rpc_enable_tcp_no_delay=false".into(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("rpc_enable_tcp_no_delay"), "{stderr}");
+}
+
 #[test]
 fn invalid_configuration_is_refused_clearly() {
     let out = Command::new(env!("CARGO_BIN_EXE_mooncake_master"))

@@ -38,6 +38,12 @@ pub(super) struct Flags {
     /// Address the RPC server binds.
     #[arg(long = "rpc_address", default_value = "0.0.0.0")]
     rpc_address: String,
+    /// A network interface whose IPv4 address replaces `--rpc_address` (upstream's flag).
+    #[arg(long = "rpc_interface", default_value = "")]
+    rpc_interface: String,
+    /// Upstream's switch for TCP_NODELAY on RPC connections: always on here; `false` is refused.
+    #[arg(long = "rpc_enable_tcp_no_delay", default_value = "true", num_args = 0..=1, default_missing_value = "true", value_parser = super::glog::gflags_bool)]
+    rpc_enable_tcp_no_delay: bool,
     /// RPC I/O shard threads (0 = 16); a call blocks only its own shard's connections.
     #[arg(long = "rpc_thread_num", alias = "max_threads", default_value_t = 0)]
     rpc_thread_num: u32,
@@ -329,6 +335,39 @@ impl Served {
     }
 }
 
+/// The IPv4 address of network interface `name` (`--rpc_interface`). `Err` (for stderr) when
+/// no interface of that name has one.
+fn interface_ipv4(name: &str) -> Result<std::net::Ipv4Addr, String> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Err(format!(
+            "--rpc_interface={name}: cannot list interfaces: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let mut found = None;
+    let mut at = list;
+    while !at.is_null() && found.is_none() {
+        // SAFETY: `at` is a node of the list getifaddrs returned, alive until freeifaddrs.
+        let entry = unsafe { &*at };
+        // SAFETY: `ifa_name` is a NUL-terminated string of the same list.
+        let named =
+            unsafe { std::ffi::CStr::from_ptr(entry.ifa_name) }.to_bytes() == name.as_bytes();
+        let addr = entry.ifa_addr;
+        // SAFETY: a non-null `ifa_addr` points at a sockaddr of the family it names; an
+        // AF_INET one is a sockaddr_in.
+        if named && !addr.is_null() && i32::from(unsafe { (*addr).sa_family }) == libc::AF_INET {
+            let v4 = unsafe { &*(addr as *const libc::sockaddr_in) };
+            found = Some(std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)));
+        }
+        at = entry.ifa_next;
+    }
+    // SAFETY: the list came from getifaddrs and is not used after this.
+    unsafe { libc::freeifaddrs(list) };
+    found.ok_or_else(|| format!("--rpc_interface={name}: no such interface with an IPv4 address"))
+}
+
 /// The address an HA master publishes while it leads.
 fn advertise(flags: &Flags, port: u16) -> String {
     if !flags.ha_advertise_address.is_empty() {
@@ -351,7 +390,15 @@ fn parse_etcd_endpoints(text: &str) -> Result<EtcdEndpoints, String> {
     Ok(EtcdEndpoints(crate::ha::etcd::endpoints(text)))
 }
 
-fn run(flags: Flags) -> Result<(), String> {
+fn run(mut flags: Flags) -> Result<(), String> {
+    if !flags.rpc_enable_tcp_no_delay {
+        return Err(
+            "--rpc_enable_tcp_no_delay=false: RPC connections always use TCP_NODELAY".into(),
+        );
+    }
+    if !flags.rpc_interface.is_empty() {
+        flags.rpc_address = interface_ipv4(&flags.rpc_interface)?.to_string();
+    }
     super::use_cluster_key(&flags.cluster_key_file)?;
     super::use_tls_ca(&flags.tls_ca_file)?;
     let tls = super::server_tls(&flags.tls_cert_file, &flags.tls_key_file)?;
@@ -550,6 +597,21 @@ mod tests {
         assert_eq!(promoting.promotion_admission_threshold, 3);
         assert!(!config(&[]).promotion_on_hit);
         assert_eq!(config(&[]).promotion_admission_threshold, 2);
+    }
+
+    #[test]
+    fn rpc_interface_names_an_interfaces_ipv4_address() {
+        assert_eq!(interface_ipv4("lo"), Ok(std::net::Ipv4Addr::LOCALHOST));
+        let missing = interface_ipv4("no-such-if0").unwrap_err();
+        assert!(missing.contains("no-such-if0"), "{missing}");
+        let argv = [
+            "mooncake_master",
+            "--rpc_interface=lo",
+            "--rpc_enable_tcp_no_delay=1",
+        ];
+        let flags = Flags::try_parse_from(argv).expect("flags parse");
+        assert!(flags.rpc_enable_tcp_no_delay);
+        assert_eq!(flags.rpc_interface, "lo");
     }
 
     /// Upstream's `--rpc_conn_timeout_seconds=0` (its default): idle connections are kept.
