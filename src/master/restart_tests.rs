@@ -152,12 +152,20 @@ fn an_owner_with_fresh_memory_loses_its_replicas_and_one_that_never_comes_back_t
 #[test]
 fn a_range_is_reused_only_after_its_removal_is_durable_so_a_removed_key_never_returns() {
     let dir = TempDir::new("restart-reuse");
-    let master = open(&dir, fast_config());
+    // Eviction off: a full segment would otherwise evict "old" before the remover runs.
+    let no_eviction = MasterConfig {
+        eviction_high_watermark_ratio: 1.0,
+        eviction_ratio: 0.0,
+        ..fast_config()
+    };
+    let master = open(&dir, no_eviction.clone());
     let owner = Uuid::random();
     // Room for exactly one 4 KiB object.
     let seg = segment("h1", 4096);
     master.mount_segment(owner, seg.clone()).unwrap();
     put(&master, owner, "old", 4096);
+    // A loaded machine may start the remover this late.
+    std::thread::sleep(Duration::from_millis(100));
     let journal = master.journal.clone().unwrap();
     // Hold the flusher between its sync and the release of the gate.
     let held = journal.hold_release();
@@ -189,7 +197,7 @@ fn a_range_is_reused_only_after_its_removal_is_durable_so_a_removed_key_never_re
     let token = super::tests::current_token(&master, "new");
     one(master.batch_put_end(owner, vec!["new".into()], vec![token])).unwrap();
     drop((master, journal));
-    let master = open(&dir, fast_config());
+    let master = open(&dir, no_eviction);
     master
         .reattach_segment(owner, seg.epoch, with_epoch(&seg, seg.epoch + 1))
         .unwrap();
