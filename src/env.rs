@@ -271,6 +271,27 @@ pub(crate) const STORE_CLIENT_MIN_PORT: Knob =
 /// caller raises it to `MC_STORE_CLIENT_MIN_PORT` (silently); unparsable: the default.
 pub(crate) const STORE_CLIENT_MAX_PORT: Knob =
     Knob::new("MC_STORE_CLIENT_MAX_PORT", 14_300, 0, 65_535).quiet();
+/// `MC_MIN_RPC_PORT`: lowest port a `mooncake.engine.TransferEngine` listens on (upstream's
+/// name). Default 15000, at most 65535 (silently); unparsable: the default (silently).
+pub(crate) const MIN_RPC_PORT: Knob = Knob::new("MC_MIN_RPC_PORT", 15_000, 1, 65_535).quiet();
+/// `MC_MAX_RPC_PORT`: highest such port. Default 17000, at most 65535; the caller raises it to
+/// `MC_MIN_RPC_PORT` (silently); unparsable: the default.
+pub(crate) const MAX_RPC_PORT: Knob = Knob::new("MC_MAX_RPC_PORT", 17_000, 1, 65_535).quiet();
+/// `MC_TRANSFER_TIMEOUT`: seconds before a `TransferEngine` batch is reported timed out
+/// (upstream's name and bounds, plus one nanosecond per byte). Default 30, at least 5.
+pub(crate) const TE_TRANSFER_TIMEOUT_S: Knob =
+    Knob::new("MC_TRANSFER_TIMEOUT", 30, 5, WEEK_MS / 1000);
+/// `MC_FORCE_TCP`: a switch; on, a `TransferEngine` initialised with `protocol="rdma"` uses TCP.
+pub(crate) const FORCE_TCP: Var = Var {
+    name: "MC_FORCE_TCP",
+    default: "0",
+};
+/// `MC_FORCE_HCA`: a switch; on, a `TransferEngine` initialised with `protocol="rdma"` fails
+/// when no RDMA device opens, instead of falling back to TCP.
+pub(crate) const FORCE_HCA: Var = Var {
+    name: "MC_FORCE_HCA",
+    default: "0",
+};
 /// `MC_STORE_CLIENT_SETUP_RETRIES`: random ports tried before setup fails. Default 20, at
 /// least 1 (silently); unparsable: the default.
 pub(crate) const STORE_CLIENT_SETUP_RETRIES: Knob =
@@ -547,6 +568,9 @@ pub(crate) const KNOBS: &[&Knob] = &[
     &STORE_CLIENT_MIN_PORT,
     &STORE_CLIENT_MAX_PORT,
     &STORE_CLIENT_SETUP_RETRIES,
+    &MIN_RPC_PORT,
+    &MAX_RPC_PORT,
+    &TE_TRANSFER_TIMEOUT_S,
     &TRANSFER_TIMEOUT_MS,
     &TCP_LANES_PER_PEER,
     &TRANSFER_MAX_CONNECTIONS,
@@ -585,6 +609,8 @@ pub(crate) const KNOBS: &[&Knob] = &[
 /// Every text or switch variable defined here (`docs/configuration.md` has a row for each).
 #[cfg_attr(not(test), allow(dead_code))] // read by the tests
 pub(crate) const VARS: &[&Var] = &[
+    &FORCE_TCP,
+    &FORCE_HCA,
     &LOG,
     &METADATA_CLUSTER_ID,
     &STORE_CLUSTER_ID,

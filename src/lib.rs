@@ -55,6 +55,7 @@ pub mod stream;
 #[cfg(test)]
 mod test_util;
 pub mod transfer;
+pub mod transfer_api;
 pub mod types;
 
 pub use error::{ErrorCode, Result};

@@ -111,6 +111,8 @@ pub struct TransferEngine {
     peers: PeerMaps,
     /// Serves our segment to same-host peers (only with a listener and `MC_SAME_HOST=1`).
     exporter: Option<Exporter>,
+    /// The cluster key this engine's connections prove, if any.
+    cluster_key: Option<Arc<KeyRing>>,
 }
 
 impl TransferEngine {
@@ -203,7 +205,7 @@ impl TransferEngine {
             settings.same_host_retry,
             settings.same_host_handshake,
             Arc::clone(&metrics),
-            key,
+            key.clone(),
         );
         Ok(Arc::new(TransferEngine {
             local_name: config.local_name,
@@ -220,6 +222,7 @@ impl TransferEngine {
             delegate: OnceLock::new(),
             peers,
             exporter,
+            cluster_key: key,
         }))
     }
 
@@ -385,6 +388,30 @@ impl TransferEngine {
     /// mount) or that mount is being remounted: its pages must not be copied directly.
     pub(crate) fn hold_mount(&self, addr: usize, len: usize, epoch: u64) -> Option<MountHold> {
         self.registry.hold(addr as u64, len as u64, epoch).ok()
+    }
+
+    /// `(base, len)` of every range peers may address (registered remotely accessible), in
+    /// address order.
+    pub fn remote_ranges(&self) -> Vec<(u64, u64)> {
+        self.registry.remote_ranges()
+    }
+
+    /// Asks the data server of segment `endpoint` which ranges it serves: `(base, len)` in
+    /// address order. Our own segment is answered here.
+    ///
+    /// Errors: `TRANSFER_FAIL` when the endpoint does not resolve, the peer cannot be reached
+    /// within `MC_TRANSFER_TIMEOUT_MS`, or refuses the query (a Mooncake C++ peer);
+    /// `AUTH_FAILED` when the peer refused this engine's cluster key.
+    pub fn peer_ranges(&self, endpoint: &str) -> Result<Vec<(u64, u64)>> {
+        if endpoint == self.local_name {
+            return Ok(self.remote_ranges());
+        }
+        let peer = match self.resolver.resolve(endpoint) {
+            Ok(peer) => peer,
+            Err(_) => return fail(ErrorCode::TransferFail, last_error_message()),
+        };
+        let key = self.cluster_key.as_deref();
+        super::tcp::segment_query::query(peer, key, self.settings.io_timeout)
     }
 
     /// The registered range containing `addr`, if any.

@@ -261,6 +261,13 @@ impl Registry {
         }
     }
 
+    /// `(base, len)` of every remotely accessible range, in address order.
+    pub(crate) fn remote_ranges(&self) -> Vec<(u64, u64)> {
+        let regions = self.regions.read();
+        let accessible = regions.values().filter(|r| r.remote_accessible);
+        accessible.map(|r| (r.base as u64, r.len as u64)).collect()
+    }
+
     /// Live mount holds, over all regions.
     pub(crate) fn holds(&self) -> u64 {
         self.holds.lock().live.values().sum()

@@ -46,6 +46,7 @@
 //! reference to it is ever formed here, since other connections and local copies access it
 //! concurrently.
 
+use super::segment_query::{encode_reply, is_segment_query};
 use super::socket::{recv_into, send_parts, set_abortive_close, RawPart};
 use super::wire::{is_rdma_connect, Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
 use crate::auth::{self, KeyRing};
@@ -337,6 +338,10 @@ async fn serve_requests(conn: &mut BufReader<TcpStream>, context: &ServeContext)
             let (raw, deadline) = next_header(conn, context).await?;
             if is_rdma_connect(&raw) {
                 return Err(serve_rdma_handshake(conn, context, deadline).await);
+            }
+            if is_segment_query(&raw) {
+                let reply = encode_reply(&context.registry.remote_ranges());
+                return before(deadline, conn.get_mut().write_all(&reply)).await;
             }
             let header = match admit(&context.registry, &raw) {
                 Ok(header) => header,
