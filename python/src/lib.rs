@@ -6,6 +6,7 @@ mod buffer;
 mod cli;
 mod config;
 mod convert;
+mod engine;
 mod enums;
 mod http;
 mod memory;
@@ -32,9 +33,12 @@ upsert families, replica descriptors, and seed 000's on-stream calls), Replicate
 enums, BufferHandle, HostStream, HostEvent, Ticket, dummy mode (setup_dummy: a worker of a
 standalone mooncake_client on this host) and MooncakeHostMemAllocator.
 
+The transfer engine's own API (mooncake.engine.TransferEngine) is the submodule `engine`,
+imported as mooncake.engine.
+
 Not built (absent, so getattr(..., None) probes see that): the tensor APIs, copy/move
 tasks and batch_replica_clear, segment mounting helpers, BufferPool, NVMe-oF
-and Engram helpers, mooncake.engine. See docs/python.md of mooncake-rs.";
+and Engram helpers. See docs/python.md of mooncake-rs.";
 
 #[pymodule(name = "store")]
 fn mooncake_store(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -50,6 +54,9 @@ fn mooncake_store(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<replicas::PyMemoryDescriptor>()?;
     m.add_class::<replicas::PyDescriptor>()?;
     enums::add_enums(m)?;
+    let engine_module = PyModule::new(m.py(), "engine")?;
+    engine::add_to(&engine_module)?;
+    m.add_submodule(&engine_module)?;
     m.add_function(wrap_pyfunction!(cli::_run_master, m)?)?;
     m.add_function(wrap_pyfunction!(cli::_run_client, m)?)?;
     m.add_function(wrap_pyfunction!(cli::_run_metadata_server, m)?)?;

@@ -399,17 +399,15 @@ impl TransferEngine {
     /// Asks the data server of segment `endpoint` which ranges it serves: `(base, len)` in
     /// address order. Our own segment is answered here.
     ///
-    /// Errors: `TRANSFER_FAIL` when the endpoint does not resolve, the peer cannot be reached
+    /// Errors: the resolver's when the endpoint does not resolve; `TRANSFER_FAIL` when the
+    /// peer cannot be reached
     /// within `MC_TRANSFER_TIMEOUT_MS`, or refuses the query (a Mooncake C++ peer);
     /// `AUTH_FAILED` when the peer refused this engine's cluster key.
     pub fn peer_ranges(&self, endpoint: &str) -> Result<Vec<(u64, u64)>> {
         if endpoint == self.local_name {
             return Ok(self.remote_ranges());
         }
-        let peer = match self.resolver.resolve(endpoint) {
-            Ok(peer) => peer,
-            Err(_) => return fail(ErrorCode::TransferFail, last_error_message()),
-        };
+        let peer = self.resolver.resolve(endpoint)?;
         let key = self.cluster_key.as_deref();
         super::tcp::segment_query::query(peer, key, self.settings.io_timeout)
     }

@@ -10,7 +10,7 @@
 //! Thread-safety: one mutex and condition variable around the table. Dropping the table
 //! stops taking work and joins the workers once the submitted batches ran.
 
-use crate::error::{fail, ErrorCode, Result};
+use crate::error::{fail, last_error_message, set_last_error_message, ErrorCode, Result};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::thread::JoinHandle;
@@ -35,9 +35,12 @@ pub enum BatchState {
     TimedOut,
 }
 
+/// A batch's outcome once it ran: its error code and the message its failure recorded.
+type Outcome = std::result::Result<(), (ErrorCode, String)>;
+
 struct Entry {
     deadline: Instant,
-    outcome: Option<Result<()>>,
+    outcome: Option<Outcome>,
 }
 
 #[derive(Default)]
@@ -68,7 +71,7 @@ impl AsyncBatches {
                 .name(format!("mc-te-async-{index}"))
                 .spawn(move || {
                     for (id, work) in jobs {
-                        let outcome = work();
+                        let outcome = work().map_err(|code| (code, last_error_message()));
                         let (lock, changed) = &*table;
                         if let Some(entry) = lock.lock().batches.get_mut(&id) {
                             entry.outcome = Some(outcome);
@@ -121,7 +124,8 @@ impl AsyncBatches {
         Ok(id)
     }
 
-    /// Where batch `id` stands; frees it when it ended.
+    /// Where batch `id` stands; frees it when it ended (a failed batch's message becomes this
+    /// thread's last error message).
     ///
     /// Errors: `INVALID_PARAMS` for an id that is not a live batch (never issued, or freed).
     pub(crate) fn check(&self, id: u64) -> Result<BatchState> {
@@ -131,7 +135,10 @@ impl AsyncBatches {
         };
         let state = match &entry.outcome {
             Some(Ok(())) => BatchState::Done,
-            Some(Err(_)) => BatchState::Failed,
+            Some(Err((_, message))) => {
+                set_last_error_message(format!("batch {id} failed: {message}"));
+                BatchState::Failed
+            }
             None if Instant::now() >= entry.deadline => return Ok(BatchState::TimedOut),
             None => return Ok(BatchState::Pending),
         };
@@ -158,8 +165,8 @@ impl AsyncBatches {
             for (id, entry) in entries {
                 match &entry.outcome {
                     Some(Ok(())) => {}
-                    Some(Err(code)) => {
-                        verdict = Some(fail(*code, format!("batch {id} failed")));
+                    Some(Err((code, message))) => {
+                        verdict = Some(fail(*code, format!("batch {id} failed: {message}")));
                         break;
                     }
                     None if now >= entry.deadline => {

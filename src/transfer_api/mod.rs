@@ -216,7 +216,8 @@ impl TransferEndpoint {
                 for &(done, _) in &ranges[..index] {
                     let _ = self.engine.unregister(done);
                 }
-                return fail(code, message);
+                crate::error::set_last_error_message(message);
+                return Err(code);
             }
         }
         self.publish()
@@ -250,7 +251,10 @@ impl TransferEndpoint {
             }
         }
         match first {
-            Some((code, message)) => fail(code, message),
+            Some((code, message)) => {
+                crate::error::set_last_error_message(message);
+                Err(code)
+            }
             None => Ok(()),
         }
     }
@@ -298,7 +302,7 @@ impl TransferEndpoint {
             Ok(()) => drop(region),
             Err(code) => {
                 std::mem::forget(region);
-                return fail(code, last_error_message());
+                return Err(code);
             }
         }
         self.publish()
@@ -394,6 +398,60 @@ impl TransferEndpoint {
         }
     }
 
+    /// Whether `[addr, addr+len)` overlaps memory registered with this endpoint.
+    pub fn overlaps_registered(&self, addr: usize, len: usize) -> bool {
+        let end = addr.saturating_add(len);
+        self.engine.region_containing(addr).is_some()
+            || self
+                .engine
+                .remote_ranges()
+                .iter()
+                .any(|&(base, _)| (addr..end).contains(&(base as usize)))
+    }
+
+    /// Whether a range registered with this endpoint starts at `addr`.
+    pub fn is_registered_base(&self, addr: usize) -> bool {
+        self.engine
+            .region_containing(addr)
+            .is_some_and(|region| region.base == addr)
+    }
+
+    /// Copies `bytes` to `addr` of this process (upstream's `write_bytes_to_buffer`).
+    /// Errors: `INVALID_PARAMS` when the range is not inside registered memory.
+    pub fn write_local(&self, addr: usize, bytes: &[u8]) -> Result<()> {
+        let part = TransferPart {
+            local: addr,
+            remote: 0,
+            len: bytes.len() as u64,
+        };
+        let _guard = self.use_ranges("-", &[part])?;
+        // SAFETY: the range lies inside registered memory (valid by the registrant's
+        // contract), held registered by the guard; `bytes` is a distinct Rust slice.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
+        Ok(())
+    }
+
+    /// `len` bytes at `addr` of this process (upstream's `read_bytes_from_buffer`).
+    /// Errors: `INVALID_PARAMS` when the range is not inside registered memory.
+    pub fn read_local(&self, addr: usize, len: usize) -> Result<Vec<u8>> {
+        let part = TransferPart {
+            local: addr,
+            remote: 0,
+            len: len as u64,
+        };
+        let _guard = self.use_ranges("-", &[part])?;
+        // SAFETY: as in `write_local`.
+        Ok(unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec())
+    }
+
+    /// Whether segment `segment_name` answers a segment query (upstream's `send_probe`).
+    /// Errors: as [`TransferEngine::peer_ranges`].
+    pub fn probe(&self, segment_name: &str) -> Result<()> {
+        self.engine
+            .peer_ranges(segment_name.trim_start_matches('/'))
+            .map(drop)
+    }
+
     /// Checks the parts (target named, local ranges registered) and marks their ranges in use.
     fn use_ranges(&self, target: &str, parts: &[TransferPart]) -> Result<UseGuard> {
         if target.is_empty() {
@@ -474,7 +532,7 @@ fn rdma_devices(protocol: &str, device_name: &str) -> Result<Option<RdmaDevices>
         "rdma" if env::FORCE_TCP.flag() => Ok(None),
         "rdma" => match RdmaDevices::open(device_name) {
             Ok(devices) => Ok(Some(devices)),
-            Err(code) if env::FORCE_HCA.flag() => fail(code, last_error_message()),
+            Err(code) if env::FORCE_HCA.flag() => Err(code),
             Err(_) => {
                 tracing::warn!(detail = %last_error_message(), "no RDMA device: the transfer engine uses TCP");
                 Ok(None)
@@ -512,7 +570,8 @@ unsafe fn run(
     // SAFETY: forwarded from the caller.
     let outcomes = unsafe { engine.transfer(&requests) };
     match outcomes.into_iter().find_map(|o| o.err()) {
-        Some(code) => fail(code, last_error_message()),
+        // The engine recorded the failed part's message.
+        Some(code) => Err(code),
         None => Ok(()),
     }
 }

@@ -204,6 +204,24 @@ fn bad_arguments_get_error_codes_and_move_nothing() {
         );
     }
     assert_eq!(initiator.unregister(12345), Err(ErrorCode::InvalidParams));
+    let base = local.as_ptr() as usize;
+    assert!(initiator.is_registered_base(base) && !initiator.is_registered_base(base + 1));
+    assert!(
+        initiator.overlaps_registered(base - 8, 16) && initiator.overlaps_registered(base + 8, 1)
+    );
+    assert!(!initiator.overlaps_registered(base - 8, 8));
+    assert_eq!(
+        initiator.write_local(base + 4090, b"abcdefgh"),
+        Err(ErrorCode::InvalidParams)
+    );
+    initiator.write_local(base + 10, b"abc").unwrap();
+    assert_eq!(initiator.read_local(base + 10, 3), Ok(b"abc".to_vec()));
+    assert_eq!(
+        initiator.read_local(base + 4000, 200),
+        Err(ErrorCode::InvalidParams)
+    );
+    assert_eq!(initiator.probe(&name), Ok(()));
+    assert_eq!(initiator.probe("127.0.0.1:1"), Err(ErrorCode::TransferFail));
     assert_eq!(initiator.batch_state(999), Err(ErrorCode::InvalidParams));
     assert_eq!(
         initiator.first_buffer_address("127.0.0.1:1").err(),
