@@ -117,9 +117,16 @@ impl PyTransferEngine {
         }
     }
 
-    /// Runs one sync transfer of `parts` (GIL released); 0 or -1.
-    fn run(&self, py: Python<'_>, target: &str, op: TransferOp, parts: Vec<TransferPart>) -> i32 {
-        let Some(endpoint) = self.live("transfer") else {
+    /// Runs one sync transfer of `parts` (GIL released); 0 or -1 (also for `None`: lists
+    /// that did not zip).
+    fn run(
+        &self,
+        py: Python<'_>,
+        target: &str,
+        op: TransferOp,
+        parts: Option<Vec<TransferPart>>,
+    ) -> i32 {
+        let (Some(endpoint), Some(parts)) = (self.live("transfer"), parts) else {
             return -1;
         };
         // SAFETY: the local ranges are registered with the endpoint, which the caller keeps
@@ -128,15 +135,15 @@ impl PyTransferEngine {
         status("transfer", outcome)
     }
 
-    /// Submits `parts` (GIL released); the batch id, or 0.
+    /// Submits `parts` (GIL released); the batch id, or 0 (also for `None`).
     fn submit(
         &self,
         py: Python<'_>,
         target: &str,
         op: TransferOp,
-        parts: Vec<TransferPart>,
+        parts: Option<Vec<TransferPart>>,
     ) -> u64 {
-        let Some(endpoint) = self.live("transfer_submit") else {
+        let (Some(endpoint), Some(parts)) = (self.live("transfer_submit"), parts) else {
             return 0;
         };
         // SAFETY: as in `run`; the caller keeps the buffers until the batch ended.
@@ -173,12 +180,12 @@ fn parts(buffers: &[U64], peers: &[U64], lengths: &[U64]) -> Option<Vec<Transfer
     )
 }
 
-fn one(buffer: U64, peer: U64, length: U64) -> Vec<TransferPart> {
-    vec![TransferPart {
+fn one(buffer: U64, peer: U64, length: U64) -> Option<Vec<TransferPart>> {
+    Some(vec![TransferPart {
         local: buffer.usize(),
         remote: peer.0,
         len: length.0,
-    }]
+    }])
 }
 
 #[pymethods]
@@ -431,10 +438,12 @@ impl PyTransferEngine {
         transport_hint: &str,
     ) -> i32 {
         let _ = transport_hint;
-        match parts(&buffers, &peer_buffer_addresses, &lengths) {
-            Some(parts) => self.run(py, target_hostname, TransferOp::Write, parts),
-            None => -1,
-        }
+        self.run(
+            py,
+            target_hostname,
+            TransferOp::Write,
+            parts(&buffers, &peer_buffer_addresses, &lengths),
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
@@ -448,10 +457,12 @@ impl PyTransferEngine {
         transport_hint: &str,
     ) -> i32 {
         let _ = transport_hint;
-        match parts(&buffers, &peer_buffer_addresses, &lengths) {
-            Some(parts) => self.run(py, target_hostname, TransferOp::Read, parts),
-            None => -1,
-        }
+        self.run(
+            py,
+            target_hostname,
+            TransferOp::Read,
+            parts(&buffers, &peer_buffer_addresses, &lengths),
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, notify = None, transport_hint = ""))]
@@ -472,10 +483,12 @@ impl PyTransferEngine {
         if refuse_notify(notify.as_ref()) {
             return Ok(-1);
         }
-        Ok(match parts(&buffers, &peer_buffer_addresses, &lengths) {
-            Some(parts) => self.run(py, target_hostname, op, parts),
-            None => -1,
-        })
+        Ok(self.run(
+            py,
+            target_hostname,
+            op,
+            parts(&buffers, &peer_buffer_addresses, &lengths),
+        ))
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
@@ -489,10 +502,12 @@ impl PyTransferEngine {
         transport_hint: &str,
     ) -> u64 {
         let _ = transport_hint;
-        match parts(&buffers, &peer_buffer_addresses, &lengths) {
-            Some(parts) => self.submit(py, target_hostname, TransferOp::Write, parts),
-            None => 0,
-        }
+        self.submit(
+            py,
+            target_hostname,
+            TransferOp::Write,
+            parts(&buffers, &peer_buffer_addresses, &lengths),
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
@@ -506,10 +521,12 @@ impl PyTransferEngine {
         transport_hint: &str,
     ) -> u64 {
         let _ = transport_hint;
-        match parts(&buffers, &peer_buffer_addresses, &lengths) {
-            Some(parts) => self.submit(py, target_hostname, TransferOp::Read, parts),
-            None => 0,
-        }
+        self.submit(
+            py,
+            target_hostname,
+            TransferOp::Read,
+            parts(&buffers, &peer_buffer_addresses, &lengths),
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, transport_hint = ""))]
@@ -526,10 +543,12 @@ impl PyTransferEngine {
     ) -> PyResult<u64> {
         let _ = transport_hint;
         let op = self::opcode(opcode)?;
-        Ok(match parts(&buffers, &peer_buffer_addresses, &lengths) {
-            Some(parts) => self.submit(py, target_hostname, op, parts),
-            None => 0,
-        })
+        Ok(self.submit(
+            py,
+            target_hostname,
+            op,
+            parts(&buffers, &peer_buffer_addresses, &lengths),
+        ))
     }
 
     #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint = ""))]

@@ -21,3 +21,12 @@ def test_readme_quick_start_runs(master):
     run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("b'hello' localhost:")
+
+
+def test_readme_pd_disaggregation_example_runs():
+    section = README.read_text().split("### PD disaggregation", 1)[1]
+    match = re.search(r"```python\n(.*?)\n```", section, re.S)
+    assert match, "README's PD disaggregation section has no python block"
+    run = subprocess.run([sys.executable, "-c", match.group(1)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr

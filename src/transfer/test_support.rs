@@ -155,3 +155,34 @@ pub(crate) fn limited_server(
     .unwrap();
     (server, metrics)
 }
+
+/// An in-memory stream for handshake tests: reads replay `reply`, writes are kept in `sent`.
+pub(crate) struct CannedStream {
+    reply: std::io::Cursor<Vec<u8>>,
+    pub(crate) sent: Vec<u8>,
+}
+
+impl CannedStream {
+    pub(crate) fn new(reply: Vec<u8>) -> CannedStream {
+        CannedStream {
+            reply: std::io::Cursor::new(reply),
+            sent: Vec::new(),
+        }
+    }
+}
+
+impl std::io::Read for CannedStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.reply.read(buf)
+    }
+}
+
+impl std::io::Write for CannedStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.sent.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -151,18 +151,7 @@ impl ManagedBuffers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transfer::{DirectResolver, EngineConfig};
-
-    fn engine() -> Arc<TransferEngine> {
-        TransferEngine::new(EngineConfig {
-            local_name: "managed-test".into(),
-            listener: None,
-            resolver: Arc::new(DirectResolver),
-            memcpy_enabled: true,
-            rdma: None,
-        })
-        .unwrap()
-    }
+    use crate::transfer::test_support::embedded_engine as engine;
 
     #[test]
     fn small_pieces_share_a_pool_and_a_large_one_gets_its_own() {

@@ -165,27 +165,7 @@ fn read<S: Read>(stream: &mut S, buf: &mut [u8]) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    /// A reply read back through `exchange` from an in-memory stream.
-    struct Canned {
-        reply: std::io::Cursor<Vec<u8>>,
-        sent: Vec<u8>,
-    }
-
-    impl Read for Canned {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            self.reply.read(buf)
-        }
-    }
-
-    impl Write for Canned {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.sent.extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::transfer::test_support::CannedStream;
 
     #[test]
     fn the_reply_round_trips_and_a_refusal_is_named() {
@@ -209,10 +189,7 @@ mod tests {
                 epoch: 0,
             },
         ];
-        let mut canned = Canned {
-            reply: std::io::Cursor::new(encode_reply(&theirs, &regions)),
-            sent: Vec::new(),
-        };
+        let mut canned = CannedStream::new(encode_reply(&theirs, &regions));
         let ours = Endpoint {
             qpn: 5,
             ..Endpoint::default()
@@ -229,10 +206,7 @@ mod tests {
         assert!(regions[0].contains(0x7f00_0000_0000, 1 << 30));
         assert!(!regions[0].contains(0x7f00_0000_0000 + 1, 1 << 30));
         assert!(!regions[1].contains(u64::MAX, 2));
-        let mut refused = Canned {
-            reply: std::io::Cursor::new(Status::AddrRejected.encode().to_vec()),
-            sent: Vec::new(),
-        };
+        let mut refused = CannedStream::new(Status::AddrRejected.encode().to_vec());
         let problem = exchange(&mut refused, &ours, 0).unwrap_err();
         assert!(problem.contains("does not serve RDMA"), "{problem}");
     }

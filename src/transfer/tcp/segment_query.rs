@@ -124,40 +124,12 @@ pub(crate) fn query(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Replays `reply` and records what was sent.
-    struct Canned {
-        reply: std::io::Cursor<Vec<u8>>,
-        sent: Vec<u8>,
-    }
-
-    impl Read for Canned {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            self.reply.read(buf)
-        }
-    }
-
-    impl Write for Canned {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.sent.extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    fn canned(reply: Vec<u8>) -> Canned {
-        Canned {
-            reply: std::io::Cursor::new(reply),
-            sent: Vec::new(),
-        }
-    }
+    use crate::transfer::test_support::CannedStream;
 
     #[test]
     fn a_reply_round_trips_and_the_request_is_a_bare_header() {
         let ranges = vec![(0x1000, 64), (0x7f00_0000_0000, 1 << 30)];
-        let mut stream = canned(encode_reply(&ranges));
+        let mut stream = CannedStream::new(encode_reply(&ranges));
         assert_eq!(exchange(&mut stream), Ok(ranges));
         assert_eq!(stream.sent.len(), HEADER_LEN);
         let mut raw = [0u8; HEADER_LEN];
@@ -168,16 +140,16 @@ mod tests {
 
     #[test]
     fn refusals_short_and_oversized_replies_are_errors() {
-        let mut refused = canned(Status::AddrRejected.encode().to_vec());
+        let mut refused = CannedStream::new(Status::AddrRejected.encode().to_vec());
         assert!(exchange(&mut refused).unwrap_err().contains("refused"));
         let mut short = encode_reply(&[(1, 2)]);
         short.truncate(short.len() - 1);
-        assert!(exchange(&mut canned(short)).is_err());
+        assert!(exchange(&mut CannedStream::new(short)).is_err());
         let mut huge = Status::Ok.encode().to_vec();
         huge.extend_from_slice(&(MAX_RANGES + 1).to_le_bytes());
-        assert!(exchange(&mut canned(huge))
+        assert!(exchange(&mut CannedStream::new(huge))
             .unwrap_err()
             .contains("announced"));
-        assert!(exchange(&mut canned(b"garbage!".to_vec())).is_err());
+        assert!(exchange(&mut CannedStream::new(b"garbage!".to_vec())).is_err());
     }
 }
