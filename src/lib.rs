@@ -7,8 +7,9 @@
 //! - [`cli`], [`ffi`]: the binaries' flags and process life; the C surface (`mc_*` and
 //!   Mooncake's `mooncake_store_*`): argument checks, the panic boundary, handles. Nothing below
 //!   names `ffi`.
-//! - [`client`], [`p2p`]: the centralized client (Mooncake's RealClient) and the P2P (V3)
-//!   client (owner and accessor flows). May use everything below.
+//! - [`client`], [`p2p`], [`transfer_api`]: the centralized client (Mooncake's RealClient), the
+//!   P2P (V3) client (owner and accessor flows) and the transfer engine on its own (upstream's
+//!   `mooncake.engine.TransferEngine`). May use everything below.
 //! - `node`: one process handle's plumbing shared by both clients (setup config, engine
 //!   bootstrap, local buffer, own segment, the master link and its single liveness loop).
 //!   Never names `client` or `p2p`.

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 /// The floors, top first. A part may name parts on its own floor or below, never above.
 const FLOORS: &[&[&str]] = &[
     &["cli", "ffi"],
-    &["client", "p2p"],
+    &["client", "p2p", "transfer_api"],
     &["node"],
     &["stream", "standalone", "ha"],
     &["master", "metadata", "storage"],
