@@ -238,7 +238,7 @@ def test_bad_arguments_get_upstreams_codes_and_never_crash():
     assert fresh.transfer_submit_write("x", 1, 1, 1) == 0
     assert fresh.transfer_check_status(1) == -1
     assert fresh.get_notifies() == []
-    assert TransferEngine().initialize("127.0.0.1", "etcd://127.0.0.1:2379", "tcp", "") == -1
+    assert TransferEngine().initialize("127.0.0.1", "redis://127.0.0.1:6379", "tcp", "") == -1
     assert TransferEngine().initialize("127.0.0.1", "P2PHANDSHAKE", "xgmi", "") == -1
 
     e = engine()

@@ -58,7 +58,7 @@ pub(super) struct ClientCore {
     pub(super) streams: StreamEngine,
     pub(super) counters: ClientCounters,
     closed: AtomicBool,
-    metadata: Option<crate::metadata::HttpMetadataClient>,
+    metadata: Option<crate::metadata::MetadataClient>,
     /// A dummy's link to its real client (see `dummy.rs`); `None` for a real client.
     pub(super) dummy: Option<Arc<DummyLink>>,
     /// Replica lists served without asking the master (`docs/location-cache.md`).

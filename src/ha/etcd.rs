@@ -137,6 +137,18 @@ impl Etcd {
         }))
     }
 
+    /// Sets `key` = `value` (no lease).
+    pub fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        let mut client = self.client()?;
+        self.run("put", client.put(key, value, None)).map(drop)
+    }
+
+    /// Deletes `key` (absent is fine).
+    pub fn delete(&self, key: &str) -> Result<()> {
+        let mut client = self.client()?;
+        self.run("delete", client.delete(key, None)).map(drop)
+    }
+
     /// A lease of `ttl` (whole seconds, at least 1); returns its id.
     pub fn grant(&self, ttl: Duration) -> Result<i64> {
         let mut client = self.client()?;
@@ -215,5 +227,20 @@ impl Etcd {
         self.keeper.lock().take();
         self.run("lease revoke", client.lease_revoke(lease))
             .map(drop)
+    }
+}
+
+/// etcd as the store of Mooncake's transfer metadata (upstream's `etcd://` metadata server).
+impl crate::metadata::MetadataBackend for Etcd {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(Etcd::get(self, key)?.map(|versioned| versioned.value.into_bytes()))
+    }
+
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        Etcd::put(self, key, value)
+    }
+
+    fn remove(&self, key: &str) -> Result<()> {
+        self.delete(key)
     }
 }

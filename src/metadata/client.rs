@@ -14,75 +14,30 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Talks to a metadata server at a base URL such as `http://host:8080/metadata`. Stateless
-/// apart from its configuration; thread-safe; each call is one blocking HTTP request, over a
-/// connection that first proves the cluster key when the client has one.
-pub(crate) struct HttpMetadataClient {
+/// Where the metadata documents live: a key-value store (the HTTP metadata service here, etcd
+/// through `crate::ha`). Implementations are thread-safe; each call is one blocking request.
+pub(crate) trait MetadataBackend: Send + Sync {
+    /// The value of `key`, `None` if the store has none.
+    ///
+    /// Errors: the store's transport errors (`RPC_FAIL`, `RPC_TIMEOUT`, `AUTH_FAILED`,
+    /// `ETCD_OPERATION_ERROR`).
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>>;
+    /// Stores `value` under `key`. Errors as `get`.
+    fn put(&self, key: &str, value: &[u8]) -> Result<()>;
+    /// Removes `key` (absent is fine). Errors as `get`.
+    fn remove(&self, key: &str) -> Result<()>;
+}
+
+/// Mooncake's HTTP metadata service at a base URL such as `http://host:8080/metadata`, over
+/// connections that first prove the cluster key when there is one.
+struct HttpBackend {
     base_url: String,
-    prefix: String,
     timeouts: Timeouts,
     cluster_key: Option<Arc<KeyRing>>,
 }
 
-impl HttpMetadataClient {
-    /// A client for `base_url`, with keys prefixed by `MC_METADATA_CLUSTER_ID` when set and
-    /// the `MC_RPC_*` timeouts.
-    ///
-    /// Errors: `INVALID_PARAMS` if `base_url` is not an `http://` or `https://` URL.
-    pub(crate) fn new(base_url: &str) -> Result<HttpMetadataClient> {
-        let cluster_id = env::METADATA_CLUSTER_ID.get();
-        HttpMetadataClient::with_cluster_id(base_url, cluster_id.as_deref(), Timeouts::from_env())
-    }
-
-    /// As [`HttpMetadataClient::new`], with an explicit cluster id (`None` or empty: none)
-    /// and timeouts; the process's cluster key, if any ([`auth::process_key`]).
-    ///
-    /// Errors: as `new`; `AUTH_FAILED` when the process's key file cannot be loaded.
-    pub(crate) fn with_cluster_id(
-        base_url: &str,
-        cluster_id: Option<&str>,
-        timeouts: Timeouts,
-    ) -> Result<HttpMetadataClient> {
-        let scheme = base_url.starts_with("http://") || base_url.starts_with("https://");
-        if !scheme || base_url.contains('?') {
-            return fail(
-                ErrorCode::InvalidParams,
-                format_args!("bad metadata URL {base_url}"),
-            );
-        }
-        let prefix = match cluster_id.map(|id| id.trim_matches('/')) {
-            Some(id) if !id.is_empty() => format!("mooncake/{id}/"),
-            _ => "mooncake/".to_owned(),
-        };
-        Ok(HttpMetadataClient {
-            base_url: base_url.to_owned(),
-            prefix,
-            timeouts,
-            cluster_key: auth::process_key()?,
-        })
-    }
-
-    /// This client with `key` (or none) instead of the process's.
-    #[cfg(test)]
-    pub(crate) fn with_cluster_key(mut self, key: Option<Arc<KeyRing>>) -> HttpMetadataClient {
-        self.cluster_key = key;
-        self
-    }
-
-    /// The key of segment `name`'s descriptor (`mooncake/[cluster/]ram/<name>`).
-    pub(crate) fn ram_key(&self, name: &str) -> String {
-        format!("{}ram/{name}", self.prefix)
-    }
-
-    /// The key of segment `name`'s RPC endpoint (`mooncake/[cluster/]rpc_meta/<name>`).
-    pub(crate) fn rpc_meta_key(&self, name: &str) -> String {
-        format!("{}rpc_meta/{name}", self.prefix)
-    }
-
-    /// The value of `key`, `None` if the server has none.
-    ///
-    /// Errors: `RPC_FAIL` / `RPC_TIMEOUT` on transport failures or an unexpected status.
-    pub(crate) fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+impl MetadataBackend for HttpBackend {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let reply = self.send("GET", key, &[])?;
         match reply.status {
             200 => Ok(Some(reply.body)),
@@ -94,55 +49,16 @@ impl HttpMetadataClient {
         }
     }
 
-    /// Stores `value` under `key`. Errors as [`HttpMetadataClient::get`].
-    pub(crate) fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
         self.expect_ok("PUT", key, value)
     }
 
-    /// Removes `key` (absent is fine). Errors as [`HttpMetadataClient::get`].
-    pub(crate) fn remove(&self, key: &str) -> Result<()> {
+    fn remove(&self, key: &str) -> Result<()> {
         self.expect_ok("DELETE", key, &[])
     }
+}
 
-    /// Publishes segment `name`: its TCP descriptor under [`Self::ram_key`] and its RPC
-    /// endpoint under [`Self::rpc_meta_key`]. Errors as [`HttpMetadataClient::get`].
-    pub(crate) fn publish_segment(&self, name: &str, segment: &SegmentDescriptor) -> Result<()> {
-        let ram = RamEntry {
-            name: name.to_owned(),
-            protocol: "tcp".to_owned(),
-            tcp_data_port: segment.tcp_data_port,
-            tcp_proto_version: TCP_PROTO_VERSION,
-            timestamp: timestamp(),
-            buffers: segment.buffers.clone(),
-        };
-        let rpc_meta = RpcMetaEntry {
-            ip_or_host_name: segment.host.clone(),
-            rpc_port: segment.rpc_port,
-        };
-        self.put(&self.ram_key(name), &to_json(&ram)?)?;
-        self.put(&self.rpc_meta_key(name), &to_json(&rpc_meta)?)
-    }
-
-    /// Removes both entries of segment `name`. Errors as [`HttpMetadataClient::get`].
-    pub(crate) fn remove_segment(&self, name: &str) -> Result<()> {
-        self.remove(&self.ram_key(name))?;
-        self.remove(&self.rpc_meta_key(name))
-    }
-
-    /// Reads and parses the JSON document at `key`.
-    ///
-    /// Errors: `SEGMENT_NOT_FOUND` if absent, `RPC_FAIL` if malformed, else as `get`.
-    fn get_json<T: DeserializeOwned>(&self, key: &str) -> Result<T> {
-        let Some(body) = self.get(key)? else {
-            return fail(
-                ErrorCode::SegmentNotFound,
-                format_args!("no metadata at {key}"),
-            );
-        };
-        serde_json::from_slice(&body)
-            .or_else(|err| fail(ErrorCode::RpcFail, format_args!("metadata at {key}: {err}")))
-    }
-
+impl HttpBackend {
     /// Sends a request that must answer 200 (or 404 for a `DELETE` of an absent key).
     fn expect_ok(&self, method: &str, key: &str, body: &[u8]) -> Result<()> {
         let status = self.send(method, key, body)?.status;
@@ -165,6 +81,148 @@ impl HttpMetadataClient {
     }
 }
 
+/// Publishes and reads segment documents under Mooncake's key layout in a
+/// [`MetadataBackend`]. Stateless apart from its configuration; thread-safe.
+pub(crate) struct MetadataClient {
+    prefix: String,
+    backend: Arc<dyn MetadataBackend>,
+}
+
+impl MetadataClient {
+    /// A client of the HTTP metadata service at `base_url`, with keys prefixed by
+    /// `MC_METADATA_CLUSTER_ID` when set and the `MC_RPC_*` timeouts.
+    ///
+    /// Errors: `INVALID_PARAMS` if `base_url` is not an `http://` or `https://` URL.
+    pub(crate) fn new(base_url: &str) -> Result<MetadataClient> {
+        let cluster_id = env::METADATA_CLUSTER_ID.get();
+        MetadataClient::with_cluster_id(base_url, cluster_id.as_deref(), Timeouts::from_env())
+    }
+
+    /// As [`MetadataClient::new`], with an explicit cluster id (`None` or empty: none) and
+    /// timeouts; the process's cluster key, if any ([`auth::process_key`]).
+    ///
+    /// Errors: as `new`; `AUTH_FAILED` when the process's key file cannot be loaded.
+    pub(crate) fn with_cluster_id(
+        base_url: &str,
+        cluster_id: Option<&str>,
+        timeouts: Timeouts,
+    ) -> Result<MetadataClient> {
+        MetadataClient::http(base_url, cluster_id, timeouts, auth::process_key()?)
+    }
+
+    /// An HTTP client proving `cluster_key` (or none). Errors as `new`.
+    fn http(
+        base_url: &str,
+        cluster_id: Option<&str>,
+        timeouts: Timeouts,
+        cluster_key: Option<Arc<KeyRing>>,
+    ) -> Result<MetadataClient> {
+        let scheme = base_url.starts_with("http://") || base_url.starts_with("https://");
+        if !scheme || base_url.contains('?') {
+            return fail(
+                ErrorCode::InvalidParams,
+                format_args!("bad metadata URL {base_url}"),
+            );
+        }
+        let backend = HttpBackend {
+            base_url: base_url.to_owned(),
+            timeouts,
+            cluster_key,
+        };
+        Ok(MetadataClient::on(Arc::new(backend), cluster_id))
+    }
+
+    /// A client of `backend`, with keys prefixed by `cluster_id` (`None` or empty: none).
+    pub(crate) fn on(
+        backend: Arc<dyn MetadataBackend>,
+        cluster_id: Option<&str>,
+    ) -> MetadataClient {
+        let prefix = match cluster_id.map(|id| id.trim_matches('/')) {
+            Some(id) if !id.is_empty() => format!("mooncake/{id}/"),
+            _ => "mooncake/".to_owned(),
+        };
+        MetadataClient { prefix, backend }
+    }
+
+    /// A second client on the same backend and prefix.
+    pub(crate) fn share(&self) -> MetadataClient {
+        MetadataClient {
+            prefix: self.prefix.clone(),
+            backend: Arc::clone(&self.backend),
+        }
+    }
+
+    /// An HTTP client proving `key` (or none) instead of the process's key.
+    #[cfg(test)]
+    pub(crate) fn keyed(base_url: &str, key: Option<Arc<KeyRing>>) -> Result<MetadataClient> {
+        MetadataClient::http(base_url, None, Timeouts::default(), key)
+    }
+
+    /// The key of segment `name`'s descriptor (`mooncake/[cluster/]ram/<name>`).
+    pub(crate) fn ram_key(&self, name: &str) -> String {
+        format!("{}ram/{name}", self.prefix)
+    }
+
+    /// The key of segment `name`'s RPC endpoint (`mooncake/[cluster/]rpc_meta/<name>`).
+    pub(crate) fn rpc_meta_key(&self, name: &str) -> String {
+        format!("{}rpc_meta/{name}", self.prefix)
+    }
+
+    /// The value of `key`, `None` if the store has none. Errors: the backend's.
+    pub(crate) fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.backend.get(key)
+    }
+
+    /// Stores `value` under `key`. Errors: the backend's.
+    pub(crate) fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.backend.put(key, value)
+    }
+
+    /// Removes `key` (absent is fine). Errors: the backend's.
+    pub(crate) fn remove(&self, key: &str) -> Result<()> {
+        self.backend.remove(key)
+    }
+
+    /// Publishes segment `name`: its TCP descriptor under [`Self::ram_key`] and its RPC
+    /// endpoint under [`Self::rpc_meta_key`]. Errors as [`MetadataClient::get`].
+    pub(crate) fn publish_segment(&self, name: &str, segment: &SegmentDescriptor) -> Result<()> {
+        let ram = RamEntry {
+            name: name.to_owned(),
+            protocol: "tcp".to_owned(),
+            tcp_data_port: segment.tcp_data_port,
+            tcp_proto_version: TCP_PROTO_VERSION,
+            timestamp: timestamp(),
+            buffers: segment.buffers.clone(),
+        };
+        let rpc_meta = RpcMetaEntry {
+            ip_or_host_name: segment.host.clone(),
+            rpc_port: segment.rpc_port,
+        };
+        self.put(&self.ram_key(name), &to_json(&ram)?)?;
+        self.put(&self.rpc_meta_key(name), &to_json(&rpc_meta)?)
+    }
+
+    /// Removes both entries of segment `name`. Errors as [`MetadataClient::get`].
+    pub(crate) fn remove_segment(&self, name: &str) -> Result<()> {
+        self.remove(&self.ram_key(name))?;
+        self.remove(&self.rpc_meta_key(name))
+    }
+
+    /// Reads and parses the JSON document at `key`.
+    ///
+    /// Errors: `SEGMENT_NOT_FOUND` if absent, `RPC_FAIL` if malformed, else as `get`.
+    fn get_json<T: DeserializeOwned>(&self, key: &str) -> Result<T> {
+        let Some(body) = self.get(key)? else {
+            return fail(
+                ErrorCode::SegmentNotFound,
+                format_args!("no metadata at {key}"),
+            );
+        };
+        serde_json::from_slice(&body)
+            .or_else(|err| fail(ErrorCode::RpcFail, format_args!("metadata at {key}: {err}")))
+    }
+}
+
 fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
     serde_json::to_vec(value).or_else(|err| fail(ErrorCode::InternalError, err))
 }
@@ -177,7 +235,7 @@ fn timestamp() -> String {
     format!("{}.{:06}", now.as_secs(), now.subsec_micros())
 }
 
-/// Bounds of a [`HttpMetadataResolver`]'s cache. Plain values.
+/// Bounds of a [`MetadataResolver`]'s cache. Plain values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CacheLimits {
     /// Most cached segments (at least 1); caching another evicts the oldest answer.
@@ -208,29 +266,29 @@ struct Cached {
 /// Resolves segment names to the socket address of their TCP data port (host from
 /// `rpc_meta`, port from the descriptor), caching answers within [`CacheLimits`]: at most
 /// `entries` segments (the oldest answer is evicted first), each for at most `ttl`.
-/// Thread-safe. The transfer engine calls [`HttpMetadataResolver::invalidate`] (through
+/// Thread-safe. The transfer engine calls [`MetadataResolver::invalidate`] (through
 /// [`SegmentResolver`](crate::transfer::SegmentResolver)) after a transfer to the segment
 /// failed at the connection level, so the next resolve asks the metadata server again.
-pub(crate) struct HttpMetadataResolver {
-    client: HttpMetadataClient,
+pub(crate) struct MetadataResolver {
+    client: MetadataClient,
     limits: CacheLimits,
     cache: RwLock<HashMap<String, Cached>>,
 }
 
-impl HttpMetadataResolver {
+impl MetadataResolver {
     /// A resolver asking through `client`, with the cache limits from the environment
     /// ([`CacheLimits::from_env`]).
-    pub(crate) fn new(client: HttpMetadataClient) -> HttpMetadataResolver {
-        HttpMetadataResolver::with_cache_limits(client, CacheLimits::from_env())
+    pub(crate) fn new(client: MetadataClient) -> MetadataResolver {
+        MetadataResolver::with_cache_limits(client, CacheLimits::from_env())
     }
 
     /// A resolver asking through `client`, caching within `limits` (`entries` 0 counts as
     /// 1).
     pub(crate) fn with_cache_limits(
-        client: HttpMetadataClient,
+        client: MetadataClient,
         limits: CacheLimits,
-    ) -> HttpMetadataResolver {
-        HttpMetadataResolver {
+    ) -> MetadataResolver {
+        MetadataResolver {
             client,
             limits: CacheLimits {
                 entries: limits.entries.max(1),
@@ -268,7 +326,7 @@ impl HttpMetadataResolver {
     }
 
     /// Asks the metadata server for the data address of `segment_name`. Errors as
-    /// [`HttpMetadataResolver::resolve`].
+    /// [`MetadataResolver::resolve`].
     fn look_up(&self, segment_name: &str) -> Result<SocketAddr> {
         let meta: RpcMetaEntry = self
             .client
@@ -308,13 +366,13 @@ impl HttpMetadataResolver {
     }
 }
 
-impl crate::transfer::SegmentResolver for HttpMetadataResolver {
+impl crate::transfer::SegmentResolver for MetadataResolver {
     fn resolve(&self, segment_name: &str) -> Result<SocketAddr> {
-        HttpMetadataResolver::resolve(self, segment_name)
+        MetadataResolver::resolve(self, segment_name)
     }
 
     fn invalidate(&self, segment_name: &str) {
-        HttpMetadataResolver::invalidate(self, segment_name);
+        MetadataResolver::invalidate(self, segment_name);
     }
 }
 
@@ -350,7 +408,7 @@ mod tests {
     fn publishes_mooncake_documents_under_the_cluster_prefix() {
         let (_server, store, url) = server();
         let client =
-            HttpMetadataClient::with_cluster_id(&url, Some("c1"), Timeouts::default()).unwrap();
+            MetadataClient::with_cluster_id(&url, Some("c1"), Timeouts::default()).unwrap();
         client
             .publish_segment("node:1", &descriptor(15002))
             .unwrap();
@@ -374,9 +432,9 @@ mod tests {
         client.remove_segment("node:1").unwrap();
         client.remove_segment("node:1").unwrap();
         assert!(store.is_empty());
-        let plain = HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap();
+        let plain = MetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap();
         assert_eq!(plain.ram_key("a"), "mooncake/ram/a");
-        assert!(HttpMetadataClient::new("ftp://x").is_err());
+        assert!(MetadataClient::new("ftp://x").is_err());
     }
 
     /// A keyed metadata service answers only clients that prove its key: one without a key,
@@ -392,11 +450,7 @@ mod tests {
         let role = auth::ROLE_METADATA;
         let server = HttpServer::start_with(addr, handler, role, Some(test_ring(7)), None).unwrap();
         let url = format!("http://{}/metadata", server.local_addr());
-        let client = |key| {
-            HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default())
-                .unwrap()
-                .with_cluster_key(key)
-        };
+        let client = |key| MetadataClient::keyed(&url, key).unwrap();
         let refused_before = auth::counters().refused_total();
 
         client(Some(test_ring(7)))
@@ -425,17 +479,17 @@ mod tests {
         assert!(store.get("mooncake/ram/seg").is_some());
         assert!(store.get("mooncake/ram/evil").is_none());
         assert!(auth::counters().refused_total() >= refused_before + 4);
-        let resolver = HttpMetadataResolver::new(client(Some(test_ring(7))));
+        let resolver = MetadataResolver::new(client(Some(test_ring(7))));
         assert_eq!(resolver.resolve("seg").unwrap().port(), 16001);
     }
 
     #[test]
     fn resolves_caches_and_invalidates() {
         let (_server, store, url) = server();
-        let client = HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap();
+        let client = MetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap();
         client.publish_segment("seg", &descriptor(16001)).unwrap();
-        let resolver = HttpMetadataResolver::new(
-            HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap(),
+        let resolver = MetadataResolver::new(
+            MetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap(),
         );
         let expected = SocketAddr::from(([127, 0, 0, 1], 16001));
         assert_eq!(resolver.resolve("seg").unwrap(), expected);
@@ -460,7 +514,7 @@ mod tests {
     #[test]
     fn cache_is_bounded_and_refreshed() {
         let (_server, _store, url) = server();
-        let client = HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap();
+        let client = MetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap();
         for i in 0..10 {
             client
                 .publish_segment(&format!("seg{i}"), &descriptor(17000 + i))
@@ -470,8 +524,8 @@ mod tests {
             entries: 3,
             ttl: Duration::from_secs(3600),
         };
-        let resolver = HttpMetadataResolver::with_cache_limits(
-            HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap(),
+        let resolver = MetadataResolver::with_cache_limits(
+            MetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap(),
             limits,
         );
         for i in 0..10 {
@@ -491,8 +545,8 @@ mod tests {
         assert_eq!(resolver.resolve("seg9").unwrap().port(), 17009);
         assert_eq!(resolver.resolve("seg6").unwrap().port(), 18006);
 
-        let fresh = HttpMetadataResolver::with_cache_limits(
-            HttpMetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap(),
+        let fresh = MetadataResolver::with_cache_limits(
+            MetadataClient::with_cluster_id(&url, None, Timeouts::default()).unwrap(),
             CacheLimits {
                 entries: 3,
                 ttl: Duration::from_millis(100),

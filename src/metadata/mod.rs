@@ -1,6 +1,7 @@
 //! Mooncake's HTTP metadata service: the key-value store the master mounts on
 //! `--http_metadata_server_port` ([`store`]) and the client side that publishes and resolves
-//! transfer-engine segments through it ([`client`]).
+//! transfer-engine segments through it, or through another key-value store behind
+//! [`MetadataBackend`] (etcd, `crate::ha::etcd`) ([`client`]).
 //!
 //! Keys follow Mooncake's transfer metadata layout: `mooncake/[<cluster_id>/]ram/<segment>`
 //! holds the segment descriptor JSON and `mooncake/[<cluster_id>/]rpc_meta/<segment>` the
@@ -11,7 +12,7 @@ pub(crate) mod store;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use client::{HttpMetadataClient, HttpMetadataResolver};
+pub(crate) use client::{MetadataBackend, MetadataClient, MetadataResolver};
 pub(crate) use store::{metadata_handler, MetadataStore};
 
 use serde::{Deserialize, Serialize};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 #[test]
 fn republished_peer_is_reached_after_one_failed_attempt() {
     use crate::metadata::{
-        metadata_handler, BufferEntry, HttpMetadataClient, HttpMetadataResolver, MetadataStore,
+        metadata_handler, BufferEntry, MetadataClient, MetadataResolver, MetadataStore,
         SegmentDescriptor,
     };
     use crate::rpc::http::HttpServer;
@@ -21,7 +21,7 @@ fn republished_peer_is_reached_after_one_failed_attempt() {
     )
     .unwrap();
     let url = format!("http://{}/metadata", http.local_addr());
-    let metadata = || HttpMetadataClient::with_cluster_id(&url, None, Default::default()).unwrap();
+    let metadata = || MetadataClient::with_cluster_id(&url, None, Default::default()).unwrap();
     let mut segment = pattern(4096, 11);
     let expected = segment.clone();
     let base = addr_of(&segment);
@@ -44,7 +44,7 @@ fn republished_peer_is_reached_after_one_failed_attempt() {
     let client = TransferEngine::new(EngineConfig {
         local_name: "embedded:3".into(),
         listener: None,
-        resolver: Arc::new(HttpMetadataResolver::new(metadata())),
+        resolver: Arc::new(MetadataResolver::new(metadata())),
         memcpy_enabled: true,
         rdma: None,
     })

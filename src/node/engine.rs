@@ -8,7 +8,7 @@
 use super::config::{MetadataMode, SetupConfig};
 use crate::env;
 use crate::error::{fail, ErrorCode, Result};
-use crate::metadata::{BufferEntry, HttpMetadataClient, HttpMetadataResolver, SegmentDescriptor};
+use crate::metadata::{BufferEntry, MetadataClient, MetadataResolver, SegmentDescriptor};
 use crate::standalone::DummyLink;
 use crate::transfer::rdma::RdmaDevices;
 use crate::transfer::{DirectResolver, EngineConfig, SegmentResolver, TransferEngine};
@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 /// A started engine: the handle's final segment name (`host:port` once a port was chosen),
 /// the engine, and the HTTP metadata client when the metadata mode has one.
-pub(crate) type StartedEngine = (String, Arc<TransferEngine>, Option<HttpMetadataClient>);
+pub(crate) type StartedEngine = (String, Arc<TransferEngine>, Option<MetadataClient>);
 
 /// Starts the transfer engine of a client set up with `config`: in embedded mode without a
 /// listener; otherwise on the data port of `local_hostname` (see [`bind_endpoint`]), with the
@@ -42,8 +42,8 @@ pub(crate) fn start_engine(
     let (resolver, metadata): (Arc<dyn SegmentResolver>, _) = match metadata_mode {
         MetadataMode::P2pHandshake => (Arc::new(DirectResolver), None),
         MetadataMode::Http(url) => (
-            Arc::new(HttpMetadataResolver::new(HttpMetadataClient::new(url)?)),
-            Some(HttpMetadataClient::new(url)?),
+            Arc::new(MetadataResolver::new(MetadataClient::new(url)?)),
+            Some(MetadataClient::new(url)?),
         ),
     };
     let rdma = match config.uses_rdma() {
@@ -154,7 +154,7 @@ fn bind(host: &str, port: u16) -> Result<TcpListener> {
 ///
 /// Errors: the metadata client's (`RPC_FAIL` and friends when the service cannot be reached).
 pub(crate) fn publish_endpoint(
-    metadata: Option<&HttpMetadataClient>,
+    metadata: Option<&MetadataClient>,
     hostname: &str,
     engine: &TransferEngine,
     segment: Option<&Segment>,

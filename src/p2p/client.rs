@@ -73,7 +73,7 @@ struct Inner {
     direction: TransferDirection,
     workers: Workers,
     closed: AtomicBool,
-    metadata: Option<crate::metadata::HttpMetadataClient>,
+    metadata: Option<crate::metadata::MetadataClient>,
 }
 
 impl P2pClient {

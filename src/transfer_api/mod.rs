@@ -17,7 +17,8 @@ pub use batches::BatchState;
 
 use crate::env;
 use crate::error::{fail, last_error_message, ErrorCode, Result};
-use crate::metadata::{BufferEntry, HttpMetadataClient, HttpMetadataResolver, SegmentDescriptor};
+use crate::ha::etcd::{self, Etcd};
+use crate::metadata::{BufferEntry, MetadataClient, MetadataResolver, SegmentDescriptor};
 use crate::transfer::rdma::RdmaDevices;
 use crate::transfer::{
     DirectResolver, EngineConfig, SegmentResolver, TransferEngine, TransferOp, TransferRequest,
@@ -47,7 +48,8 @@ pub struct EndpointConfig {
     /// `host`, `host:port`, `[v6]:port`: the address peers reach (a port given here is used
     /// only with a metadata service, where this string is the segment name verbatim).
     pub local_hostname: String,
-    /// `P2PHANDSHAKE` or `http://host:port/metadata`.
+    /// `P2PHANDSHAKE`, `http://host:port/metadata`, or etcd (`etcd://host:port[,host:port]`
+    /// or a bare `host:port`).
     pub metadata_server: String,
     /// For `metadata_server` without a scheme (upstream's `initialize_ext`); `None`: etcd.
     pub metadata_type: Option<String>,
@@ -97,7 +99,7 @@ pub struct TransferEndpoint {
     name: String,
     host: String,
     port: u16,
-    metadata: Option<HttpMetadataClient>,
+    metadata: Option<MetadataClient>,
     uses: Arc<LocalUses>,
     managed: ManagedBuffers,
     batches: Option<AsyncBatches>,
@@ -127,16 +129,21 @@ impl TransferEndpoint {
             Ok(addr) => addr.port(),
             Err(e) => return fail(ErrorCode::InternalError, format!("listener address: {e}")),
         };
-        let (name, resolver, client): (_, Arc<dyn SegmentResolver>, _) = match &metadata {
-            Metadata::P2pHandshake => (
-                naming::endpoint_name(&host, port),
-                Arc::new(DirectResolver),
-                None,
-            ),
-            Metadata::Http(url) => (
+        let client = match &metadata {
+            Metadata::P2pHandshake => None,
+            Metadata::Http(url) => Some(MetadataClient::new(url)?),
+            Metadata::Etcd(endpoints) => {
+                let timeout = Duration::from_millis(env::RPC_TIMEOUT_MS.get());
+                let etcd = Etcd::connect(&etcd::endpoints(endpoints), timeout)?;
+                let cluster_id = env::METADATA_CLUSTER_ID.get();
+                Some(MetadataClient::on(Arc::new(etcd), cluster_id.as_deref()))
+            }
+        };
+        let (name, resolver): (_, Arc<dyn SegmentResolver>) = match &client {
+            None => (naming::endpoint_name(&host, port), Arc::new(DirectResolver)),
+            Some(client) => (
                 config.local_hostname.trim().to_string(),
-                Arc::new(HttpMetadataResolver::new(HttpMetadataClient::new(url)?)),
-                Some(HttpMetadataClient::new(url)?),
+                Arc::new(MetadataResolver::new(client.share())),
             ),
         };
         let engine = TransferEngine::new(EngineConfig {

@@ -13,13 +13,15 @@ pub(crate) enum Metadata {
     P2pHandshake,
     /// An HTTP metadata service (upstream's `http://host:port/metadata`).
     Http(String),
+    /// etcd: its endpoints, comma- or semicolon-separated (`etcd://` stripped).
+    Etcd(String),
 }
 
 /// Reads `metadata_server` as upstream's `initialize` does (`metadata_type`: `initialize_ext`'s
 /// scheme for a server string without one; `None`: `etcd`, upstream's default).
 ///
-/// Errors: `INVALID_PARAMS` for an empty string, and for etcd or redis servers (not served
-/// here: the message says what is).
+/// Errors: `INVALID_PARAMS` for an empty string and for redis servers (not served here: the
+/// message says what is).
 pub(crate) fn metadata(server: &str, metadata_type: Option<&str>) -> Result<Metadata> {
     let server = server.trim();
     if server == P2P_HANDSHAKE {
@@ -35,12 +37,15 @@ pub(crate) fn metadata(server: &str, metadata_type: Option<&str>) -> Result<Meta
     if url.starts_with("http://") || url.starts_with("https://") {
         return Ok(Metadata::Http(url));
     }
+    if let Some(endpoints) = url.strip_prefix("etcd://").filter(|e| !e.trim().is_empty()) {
+        return Ok(Metadata::Etcd(endpoints.to_string()));
+    }
     fail(
         ErrorCode::InvalidParams,
         format!(
-            "metadata server {url:?} is not supported here; use P2PHANDSHAKE or an HTTP \
-             metadata service (http://host:port/metadata, e.g. mooncake_master's \
-             --enable_http_metadata_server)"
+            "metadata server {url:?} is not supported here; use P2PHANDSHAKE, etcd \
+             (etcd://host:port or a bare host:port) or an HTTP metadata service \
+             (http://host:port/metadata, e.g. mooncake_master's --enable_http_metadata_server)"
         ),
     )
 }
@@ -139,7 +144,16 @@ mod tests {
             metadata("127.0.0.1:8080/metadata", Some("http")),
             Ok(Metadata::Http("http://127.0.0.1:8080/metadata".into()))
         );
-        for refused in ["", "127.0.0.1:2379", "etcd://h:2379", "redis://h:6379"] {
+        assert_eq!(
+            metadata("127.0.0.1:2379", None),
+            Ok(Metadata::Etcd("127.0.0.1:2379".into())),
+            "a bare host:port is etcd, as upstream"
+        );
+        assert_eq!(
+            metadata("etcd://h1:2379,h2:2379", None),
+            Ok(Metadata::Etcd("h1:2379,h2:2379".into()))
+        );
+        for refused in ["", "redis://h:6379", "etcd://", "ftp://h"] {
             assert_eq!(
                 metadata(refused, None),
                 Err(ErrorCode::InvalidParams),

@@ -232,7 +232,10 @@ fn bad_arguments_get_error_codes_and_move_nothing() {
         initiator.first_buffer_address(empty.segment_name()),
         Err(ErrorCode::SegmentNotFound)
     );
-    for (metadata, protocol) in [("etcd://127.0.0.1:2379", "tcp"), ("P2PHANDSHAKE", "nvlink")] {
+    for (metadata, protocol) in [
+        ("redis://127.0.0.1:6379", "tcp"),
+        ("P2PHANDSHAKE", "nvlink"),
+    ] {
         let mut bad = config(metadata, "127.0.0.1");
         bad.protocol = protocol.into();
         assert_eq!(
