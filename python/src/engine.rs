@@ -135,6 +135,26 @@ impl PyTransferEngine {
         status("transfer", outcome)
     }
 
+    /// After a transfer that returned `moved`: when it succeeded and names a notification,
+    /// sends it to `target` (GIL released) and returns 0 once the peer acknowledged it, else
+    /// -1; `moved` otherwise.
+    fn then_notify(
+        &self,
+        py: Python<'_>,
+        moved: i32,
+        target: &str,
+        notify: Option<TransferNotify>,
+    ) -> i32 {
+        let (0, Some(note)) = (moved, notify) else {
+            return moved;
+        };
+        let Some(endpoint) = self.live("notify") else {
+            return -1;
+        };
+        let sent = py.detach(|| endpoint.notify(target, &note.name, &note.msg));
+        status("notify", sent)
+    }
+
     /// Submits `parts` (GIL released); the batch id, or 0 (also for `None`).
     fn submit(
         &self,
@@ -416,15 +436,13 @@ impl PyTransferEngine {
     ) -> PyResult<i32> {
         let _ = transport_hint;
         let op = self::opcode(opcode)?;
-        if refuse_notify(notify.as_ref()) {
-            return Ok(-1);
-        }
-        Ok(self.run(
+        let moved = self.run(
             py,
             target_hostname,
             op,
             one(buffer, peer_buffer_address, length),
-        ))
+        );
+        Ok(self.then_notify(py, moved, target_hostname, notify))
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
@@ -480,15 +498,13 @@ impl PyTransferEngine {
     ) -> PyResult<i32> {
         let _ = transport_hint;
         let op = self::opcode(opcode)?;
-        if refuse_notify(notify.as_ref()) {
-            return Ok(-1);
-        }
-        Ok(self.run(
+        let moved = self.run(
             py,
             target_hostname,
             op,
             parts(&buffers, &peer_buffer_addresses, &lengths),
-        ))
+        );
+        Ok(self.then_notify(py, moved, target_hostname, notify))
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
@@ -643,19 +659,16 @@ impl PyTransferEngine {
         status("send_probe", py.detach(|| endpoint.probe(peer_server_name)))
     }
 
-    /// Notifications peers sent: none (notifications are not built here; a transfer with
-    /// `notify` fails).
+    /// The notifications peers sent since the last call, oldest first (at most 4096 kept).
     fn get_notifies(&self) -> Vec<TransferNotify> {
-        Vec::new()
+        let Some(endpoint) = self.live("get_notifies") else {
+            return Vec::new();
+        };
+        let taken = endpoint.take_notifications().into_iter();
+        taken
+            .map(|(name, msg)| TransferNotify { name, msg })
+            .collect()
     }
-}
-
-/// A transfer naming a notification is refused (-1, logged): notifications are not built.
-fn refuse_notify(notify: Option<&TransferNotify>) -> bool {
-    if notify.is_some() {
-        tracing::error!("TransferEngine notifications are not supported by mooncake-rs");
-    }
-    notify.is_some()
 }
 
 /// Adds `TransferEngine`, `TransferOpcode` (and its members `Read`, `Write`) and

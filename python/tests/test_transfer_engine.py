@@ -263,7 +263,14 @@ def test_bad_arguments_get_upstreams_codes_and_never_crash():
         e.transfer_sync_write(seg, -1, remote.ctypes.data, 8)
     note = TransferNotify("me", "done")
     assert (note.name, note.msg) == ("me", "done")
-    assert e.transfer_sync(seg, local.ctypes.data, remote.ctypes.data, 8, Write, note) == -1, "notify is not built"
+    assert e.transfer_sync(seg, local.ctypes.data, remote.ctypes.data, 8, Write, note) == 0
+    assert e.batch_transfer_sync(seg, [local.ctypes.data], [remote.ctypes.data], [8], Read,
+                                 TransferNotify("me", "read")) == 0
+    got = peer.get_notifies()
+    assert [(n.name, n.msg) for n in got] == [("me", "done"), ("me", "read")]
+    assert peer.get_notifies() == []
+    assert e.transfer_sync(seg, stray.ctypes.data, remote.ctypes.data, 8, Write, note) == -1
+    assert peer.get_notifies() == [], "no notification after a failed transfer"
     failed = e.transfer_submit_write(seg, local.ctypes.data, stray.ctypes.data, 8)
     assert failed != 0
     deadline = time.monotonic() + 30

@@ -10,6 +10,7 @@ use super::resolver::SegmentResolver;
 use super::same_host::{Exporter, MappedPeer, PeerMaps};
 use super::settings::Settings;
 use super::staging::{Staging, STAGE_CHUNK};
+use super::tcp::control::{self, Inbox};
 use super::tcp::pool::ConnectionPool;
 use super::tcp::server::Server;
 use super::transport::Opcode;
@@ -113,6 +114,8 @@ pub struct TransferEngine {
     exporter: Option<Exporter>,
     /// The cluster key this engine's connections prove, if any.
     cluster_key: Option<Arc<KeyRing>>,
+    /// Notifications peers sent to our server.
+    inbox: Arc<Inbox>,
 }
 
 impl TransferEngine {
@@ -168,6 +171,7 @@ impl TransferEngine {
                 )
             }
         };
+        let inbox = Arc::new(Inbox::default());
         let server = match config.listener {
             Some(listener) => {
                 let started = Server::start(
@@ -177,6 +181,7 @@ impl TransferEngine {
                     Arc::clone(&metrics),
                     settings,
                     key.clone(),
+                    Arc::clone(&inbox),
                 );
                 if started.is_err() {
                     executor.stop();
@@ -223,6 +228,7 @@ impl TransferEngine {
             peers,
             exporter,
             cluster_key: key,
+            inbox,
         }))
     }
 
@@ -409,7 +415,27 @@ impl TransferEngine {
         }
         let peer = self.resolver.resolve(endpoint)?;
         let key = self.cluster_key.as_deref();
-        super::tcp::segment_query::query(peer, key, self.settings.io_timeout)
+        control::query(peer, key, self.settings.io_timeout)
+    }
+
+    /// Sends notification `(name, message)` to the data server of segment `endpoint` and
+    /// waits for its acknowledgement; our own segment's is kept here.
+    ///
+    /// Errors: as [`peer_ranges`](Self::peer_ranges); `INVALID_PARAMS` for more than 1 MiB.
+    pub fn notify(&self, endpoint: &str, name: &str, message: &str) -> Result<()> {
+        if endpoint == self.local_name {
+            self.inbox.push(name.to_string(), message.to_string());
+            return Ok(());
+        }
+        let peer = self.resolver.resolve(endpoint)?;
+        let key = self.cluster_key.as_deref();
+        control::notify(peer, key, self.settings.io_timeout, name, message)
+    }
+
+    /// The notifications peers sent to this engine's server since the last call, oldest first
+    /// (at most 4096 are kept; older ones are dropped with a warning).
+    pub fn take_notifications(&self) -> Vec<(String, String)> {
+        self.inbox.take()
     }
 
     /// The registered range containing `addr`, if any.

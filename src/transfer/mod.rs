@@ -39,11 +39,13 @@ pub(crate) use same_host::hung_up;
 pub use tcp::wire;
 
 /// The fuzz crate's entry to the handshake decoders: the same-host hello and welcome, the RDMA
-/// handshake's request payload and its reply as the initiator reads it. Not an API.
+/// handshake's request payload and its reply as the initiator reads it, and a notification's
+/// payload. Not an API.
 #[doc(hidden)]
 pub fn fuzz_handshakes(data: &[u8]) {
     same_host::fuzz_handshake(data);
     rdma::fuzz_handshake(data);
+    let _ = tcp::control::decode_notify(data);
 }
 
 /// Parts (and connections) a TCP request of `len` bytes to one peer is split into by an

@@ -151,6 +151,7 @@ pub(crate) fn limited_server(
         Arc::clone(&metrics),
         settings,
         None,
+        Arc::default(),
     )
     .unwrap();
     (server, metrics)

@@ -451,6 +451,20 @@ impl TransferEndpoint {
         Ok(unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec())
     }
 
+    /// Sends notification `(name, message)` to segment `target` and waits for its
+    /// acknowledgement (upstream's `TransferNotify`, sent after the transfer it goes with).
+    /// Errors: as [`TransferEngine::notify`].
+    pub fn notify(&self, target: &str, name: &str, message: &str) -> Result<()> {
+        self.engine
+            .notify(target.trim_start_matches('/'), name, message)
+    }
+
+    /// The notifications peers sent since the last call, oldest first (upstream's
+    /// `get_notifies`).
+    pub fn take_notifications(&self) -> Vec<(String, String)> {
+        self.engine.take_notifications()
+    }
+
     /// Whether segment `segment_name` answers a segment query (upstream's `send_probe`).
     /// Errors: as [`TransferEngine::peer_ranges`].
     pub fn probe(&self, segment_name: &str) -> Result<()> {

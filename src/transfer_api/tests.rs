@@ -221,6 +221,25 @@ fn bad_arguments_get_error_codes_and_move_nothing() {
         Err(ErrorCode::InvalidParams)
     );
     assert_eq!(initiator.probe(&name), Ok(()));
+    initiator.notify(&name, "prefill", "kv ready").unwrap();
+    initiator.notify(&name, "prefill", "").unwrap();
+    assert_eq!(
+        target.take_notifications(),
+        vec![
+            ("prefill".into(), "kv ready".into()),
+            ("prefill".into(), String::new())
+        ]
+    );
+    assert!(target.take_notifications().is_empty(), "drained");
+    let huge = "x".repeat(1 << 20);
+    assert_eq!(
+        initiator.notify(&name, "n", &huge),
+        Err(ErrorCode::InvalidParams)
+    );
+    assert_eq!(
+        initiator.notify("127.0.0.1:1", "n", "m"),
+        Err(ErrorCode::TransferFail)
+    );
     assert_eq!(initiator.probe("127.0.0.1:1"), Err(ErrorCode::TransferFail));
     assert_eq!(initiator.batch_state(999), Err(ErrorCode::InvalidParams));
     assert_eq!(

@@ -1,10 +1,10 @@
 //! The TCP transport (Mooncake's TCP v2 framing): `wire` (headers and status frames),
 //! `server` (serving peers' requests into registered memory), `pool` (outgoing connections,
-//! pipelined slices), `segment_query` (which ranges a peer serves) and `socket` (socket
-//! options and vectored I/O shared by both ends).
+//! pipelined slices), `control` (requests that move no registered bytes: the segment query and
+//! notifications) and `socket` (socket options and vectored I/O shared by both ends).
 
+pub(crate) mod control;
 pub(crate) mod pool;
-pub(crate) mod segment_query;
 pub(crate) mod server;
 mod socket;
 pub mod wire;

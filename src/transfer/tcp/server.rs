@@ -46,7 +46,7 @@
 //! reference to it is ever formed here, since other connections and local copies access it
 //! concurrently.
 
-use super::segment_query::{encode_reply, is_segment_query};
+use super::control::{self, is_notify, is_segment_query, Inbox};
 use super::socket::{recv_into, send_parts, set_abortive_close, RawPart};
 use super::wire::{is_rdma_connect, Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
 use crate::auth::{self, KeyRing};
@@ -98,6 +98,8 @@ struct ServeContext {
     slots: Slots,
     /// The key a connection proves before its first request is read, if any.
     cluster_key: Option<Arc<KeyRing>>,
+    /// Where peers' notifications are kept.
+    inbox: Arc<Inbox>,
 }
 
 /// The connections held, in total and per peer IP address, against their caps.
@@ -177,6 +179,7 @@ impl Server {
         metrics: Arc<Metrics>,
         settings: Settings,
         cluster_key: Option<Arc<KeyRing>>,
+        inbox: Arc<Inbox>,
     ) -> Result<Server> {
         let setup = || -> io::Result<(Runtime, SocketAddr)> {
             let addr = listener.local_addr()?;
@@ -198,6 +201,7 @@ impl Server {
                 idle_timeout: settings.idle_timeout,
                 slots: Slots::new(&settings),
                 cluster_key,
+                inbox,
             });
             runtime.spawn(accept_loop(listener, context));
             Ok((runtime, addr))
@@ -340,8 +344,11 @@ async fn serve_requests(conn: &mut BufReader<TcpStream>, context: &ServeContext)
                 return Err(serve_rdma_handshake(conn, context, deadline).await);
             }
             if is_segment_query(&raw) {
-                let reply = encode_reply(&context.registry.remote_ranges());
+                let reply = control::encode_reply(&context.registry.remote_ranges());
                 return before(deadline, conn.get_mut().write_all(&reply)).await;
+            }
+            if is_notify(&raw) {
+                return serve_notify(conn, context, &raw, deadline).await;
             }
             let header = match admit(&context.registry, &raw) {
                 Ok(header) => header,
@@ -363,6 +370,38 @@ async fn serve_requests(conn: &mut BufReader<TcpStream>, context: &ServeContext)
             return stop;
         }
     }
+}
+
+/// Takes a notification (the header was read): reads its payload, keeps it in the inbox and
+/// acknowledges it. An oversized or malformed one is refused and ends the connection.
+async fn serve_notify(
+    conn: &mut BufReader<TcpStream>,
+    context: &ServeContext,
+    raw: &[u8; HEADER_LEN],
+    deadline: Instant,
+) -> std::result::Result<(), Stop> {
+    let mut size = [0u8; 8];
+    size.copy_from_slice(&raw[..8]);
+    let size = u64::from_le_bytes(size);
+    let refuse = |why: String| Refusal {
+        v2: true,
+        status: Status::AddrRejected,
+        why,
+    };
+    if size > control::MAX_NOTIFY_BYTES {
+        let why = format!("a notification of {size} bytes");
+        reject(conn.get_mut(), context, refuse(why)).await;
+        return Err(Stop::Refused);
+    }
+    let mut payload = vec![0u8; size as usize];
+    before(deadline, conn.read_exact(&mut payload)).await?;
+    let Some((name, message)) = control::decode_notify(&payload) else {
+        let why = "a malformed notification".to_string();
+        reject(conn.get_mut(), context, refuse(why)).await;
+        return Err(Stop::Refused);
+    };
+    context.inbox.push(name, message);
+    before(deadline, conn.get_mut().write_all(&Status::Ok.encode())).await
 }
 
 /// Answers an RDMA handshake (the header was read): reads the initiator's endpoint, connects

@@ -46,7 +46,8 @@ fn server_speaks_v1_and_refuses_malformed_requests() {
     for bad in [
         {
             let mut h = header(Opcode::Read, 16, true);
-            h[16] = 0x83;
+            // No such opcode (0x02-0x04 are ours: RDMA handshake, segment query, notification).
+            h[16] = 0x8f;
             h
         },
         header(Opcode::Read, 0, true),
