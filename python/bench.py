@@ -23,7 +23,14 @@ round i of C, measured back to back). The paired median gives the verdict (PASS 
 the target), as it cancels the load drift of a shared machine; each side's spread (min..max
 over rounds) and the paired ratios' spread are printed beside it.
 
-Usage: ``python python/bench.py [--quick] [--json] [--master-bin PATH] [--lib PATH]``.
+With ``--engine`` it measures ``mooncake.engine.TransferEngine`` instead (issue 34):
+``transfer_sync_write`` of 4 MiB and ``batch_transfer_sync_write`` of 64 x 64 KiB from the
+Python module against the same transfers run back to back inside the Rust engine
+(``TransferEngine._transfer_repeat``, 8 per call, GIL released: the limit without Python's
+per-call cost), between two engines of this process over TCP on 127.0.0.1 with P2P handshake
+names, alternating rounds as above. Target: python/rust >= 0.95 (paired median).
+
+Usage: ``python python/bench.py [--quick] [--json] [--engine] [--master-bin PATH] [--lib PATH]``.
 Exit status: 0 after a complete run (PASS or BELOW), 1 on a wrong byte or a failed call or
 set-up, 2 on bad arguments.
 """
@@ -370,6 +377,12 @@ SCENARIOS = [
     Scenario("get_into 4 MiB", 4 * MIB, 1, 0.95),
     Scenario("batch_get_into 32 x 4 KiB", 4 * KIB, 32, 0.8),
 ]
+ENGINE_SCENARIOS = [
+    Scenario("transfer_sync_write 4 MiB", 4 * MIB, 1, 0.95),
+    Scenario("batch write 64 x 64 KiB", 64 * KIB, 64, 0.95),
+]
+# Transfers per call of the Rust side (TransferEngine._transfer_repeat).
+ENGINE_REPEAT = 8
 
 
 @dataclass
@@ -394,8 +407,9 @@ class Side:
         }
 
 
-def timed_round(op, duration_s):
-    """Calls ``op`` until ``duration_s`` passed (at least once); (calls, seconds)."""
+def timed_round(op, duration_s, per_call=1):
+    """Calls ``op`` until ``duration_s`` passed (at least once); (operations, seconds), where
+    each call counts ``per_call`` operations."""
     calls = 0
     start = time.perf_counter()
     deadline = start + duration_s
@@ -405,7 +419,7 @@ def timed_round(op, duration_s):
         calls += 1
         now = time.perf_counter()
         if now >= deadline:
-            return calls, now - start
+            return calls * per_call, now - start
 
 
 def verify(label, op, array, expected):
@@ -463,8 +477,9 @@ def run_scenario(scenario, owner, readers, rounds, duration_s):
 
 def result_of(scenario, sides):
     """Each side's summary and the ratios: of the best rounds, of the medians, and the
-    median of the paired ratios (round i of python over round i of C, measured back to back
-    under the same machine load), which gives the verdict."""
+    median of the paired ratios (round i of python over round i of the limit -- the C API, or
+    the Rust engine -- measured back to back under the same machine load), which gives the
+    verdict."""
     py, c = (side.summary(scenario.bytes_per_op) for side in sides)
     paired = [p / q for p, q in zip(*(side.ops_per_s() for side in sides))]
     ratio_paired = statistics.median(paired)
@@ -473,7 +488,7 @@ def result_of(scenario, sides):
         "bytes_per_op": scenario.bytes_per_op,
         "target": scenario.target,
         "python": py,
-        "c": c,
+        "limit": c,
         "ratio_best": py["best_ops_per_s"] / c["best_ops_per_s"],
         "ratio_median": py["median_ops_per_s"] / c["median_ops_per_s"],
         "ratios_paired": paired,
@@ -482,19 +497,92 @@ def result_of(scenario, sides):
     }
 
 
-def print_summary(results):
+def run_engine_scenario(scenario, initiator, segment, src, dst, rounds, duration_s):
+    """One TransferEngine scenario: the Python call against ``ENGINE_REPEAT`` of the same
+    transfers inside the Rust engine, verified once each, alternating rounds."""
+    from mooncake.engine import Write
+
+    size, count = scenario.object_size, scenario.count
+    srcs = [src.ctypes.data + i * size for i in range(count)]
+    dsts = [dst.ctypes.data + i * size for i in range(count)]
+    lens = [size] * count
+    n = scenario.bytes_per_op
+    if count == 1:
+        def py_op():
+            return initiator.transfer_sync_write(segment, srcs[0], dsts[0], size) == 0
+    else:
+        def py_op():
+            return initiator.batch_transfer_sync_write(segment, srcs, dsts, lens) == 0
+
+    def rust_op():
+        return initiator._transfer_repeat(segment, srcs, dsts, lens, Write, ENGINE_REPEAT) == 0
+
+    sides = []
+    for label, op, per_call in (("python", py_op, 1), ("rust", rust_op, ENGINE_REPEAT)):
+        verify(f"{scenario.name} ({label})", op, dst[:n], src[:n])
+        warm_up(op)
+        sides.append((Side(label), op, per_call))
+    for index in range(1, rounds + 1):
+        for side, op, per_call in sides:
+            side.rounds.append(timed_round(op, duration_s, per_call))
+            print_round(scenario, index, side.label, *side.rounds[-1])
+    return result_of(scenario, [side for side, _, _ in sides])
+
+
+def run_engine(args, command):
+    """The ``--engine`` run: two engines of this process, TCP on 127.0.0.1."""
+    here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(here)]
+    try:
+        from mooncake.engine import TransferEngine
+    except ImportError as e:
+        raise BenchError(f"cannot import mooncake.engine: {e}") from e
+    rounds, duration_s = QUICK if args.quick else FULL
+    facts = {
+        "nproc": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    print("command:", command)
+    print("machine:", " ".join(f"{k}={v}" for k, v in facts.items()))
+    print(f"plan: {rounds} rounds per side, {duration_s} s each, alternating python, rust "
+          f"({ENGINE_REPEAT} transfers per call)", flush=True)
+    target, initiator = TransferEngine(), TransferEngine()
+    for engine in (target, initiator):
+        if engine.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") != 0:
+            raise BenchError("TransferEngine.initialize failed")
+    size = max(s.bytes_per_op for s in ENGINE_SCENARIOS)
+    src = np.random.default_rng(34).integers(0, 256, size, dtype=np.uint8)
+    dst = np.zeros(size, dtype=np.uint8)
+    if initiator.register_memory(src.ctypes.data, size) != 0 or \
+            target.register_memory(dst.ctypes.data, size) != 0:
+        raise BenchError("register_memory failed")
+    segment = target.get_local_segment_name()
+    results = [run_engine_scenario(s, initiator, segment, src, dst, rounds, duration_s)
+               for s in ENGINE_SCENARIOS]
+    facts["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
+    print_summary(results, limit="rust")
+    print("machine at end: loadavg_1m", facts["loadavg_1m_end"])
+    if args.json:
+        print(json.dumps({"command": command, "machine": facts,
+                          "rounds": rounds, "round_s": duration_s, "results": results}))
+
+
+def print_summary(results, limit="C"):
     print()
     print(f"{'scenario':<26} {'side':<6} {'best ops/s':>11} {'GB/s':>7} {'median ops/s':>13} "
           f"{'GB/s':>7} {'spread ops/s (min..max)':>25}")
     for r in results:
-        for label, key in (("python", "python"), ("C", "c")):
+        for label, key in (("python", "python"), (limit, "limit")):
             s, per_op = r[key], r["bytes_per_op"]
             spread = f"{s['min_ops_per_s']:.1f}..{s['max_ops_per_s']:.1f}"
             print(f"{r['scenario']:<26} {label:<6} {s['best_ops_per_s']:>11.1f} "
                   f"{gb(s['best_ops_per_s'], per_op):>7.3f} {s['median_ops_per_s']:>13.1f} "
                   f"{gb(s['median_ops_per_s'], per_op):>7.3f} {spread:>25}")
     print()
-    print(f"{'python/C':<26} {'best':>6} {'median':>7} {'paired median':>14} "
+    print(f"{'python/' + limit:<26} {'best':>6} {'median':>7} {'paired median':>14} "
           f"{'paired spread':>14} {'target':>7}  verdict (paired median >= target)")
     for r in results:
         spread = f"{min(r['ratios_paired']):.2f}..{max(r['ratios_paired']):.2f}"
@@ -510,6 +598,8 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true",
                    help=f"{QUICK[0]} rounds of {QUICK[1]} s per side and scenario (~20 s)")
     p.add_argument("--json", action="store_true", help="also print the results as one JSON line")
+    p.add_argument("--engine", action="store_true",
+                   help="measure mooncake.engine.TransferEngine against the Rust engine instead")
     p.add_argument("--master-bin", default=default_master_bin(),
                    help="mooncake_master to start (default: %(default)s)")
     p.add_argument("--lib", default=str(REPO_ROOT / "target/release/libmooncake_rs.so"),
@@ -570,7 +660,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     try:
-        run(args, shlex.join([sys.executable, sys.argv[0]] + argv))
+        command = shlex.join([sys.executable, sys.argv[0]] + argv)
+        (run_engine if args.engine else run)(args, command)
     except BenchError as e:
         print(f"bench.py: FAILED: {e}", file=sys.stderr)
         return 1

@@ -650,6 +650,35 @@ impl PyTransferEngine {
         }
     }
 
+    /// Benchmark helper of `python/bench.py` (ours): the same sync transfer `times` times in
+    /// Rust with the GIL released, the limit a Python caller's `batch_transfer_sync` is
+    /// measured against. 0, or -1 at the first failure.
+    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, times))]
+    #[allow(clippy::too_many_arguments)]
+    fn _transfer_repeat(
+        &self,
+        py: Python<'_>,
+        target_hostname: &str,
+        buffers: Vec<U64>,
+        peer_buffer_addresses: Vec<U64>,
+        lengths: Vec<U64>,
+        opcode: &Bound<'_, PyAny>,
+        times: u32,
+    ) -> PyResult<i32> {
+        let op = self::opcode(opcode)?;
+        let parts = parts(&buffers, &peer_buffer_addresses, &lengths);
+        let (Some(endpoint), Some(parts)) = (self.live("_transfer_repeat"), parts) else {
+            return Ok(-1);
+        };
+        let outcome = py.detach(|| {
+            (0..times).try_for_each(|_| {
+                // SAFETY: as in `run`.
+                unsafe { endpoint.transfer(target_hostname, op, &parts) }
+            })
+        });
+        Ok(status("_transfer_repeat", outcome))
+    }
+
     /// Whether the peer answers: 0, or -1.
     #[pyo3(signature = (peer_server_name))]
     fn send_probe(&self, py: Python<'_>, peer_server_name: &str) -> i32 {

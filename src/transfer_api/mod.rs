@@ -15,6 +15,7 @@ mod naming;
 
 pub use batches::BatchState;
 
+use crate::device::memcpy_safe;
 use crate::env;
 use crate::error::{fail, last_error_message, ErrorCode, Result};
 use crate::ha::etcd::{self, Etcd};
@@ -182,6 +183,11 @@ impl TransferEndpoint {
     /// Whether remote transfers go by RDMA.
     pub fn uses_rdma(&self) -> bool {
         self.engine.uses_rdma()
+    }
+
+    /// The engine's transfer counters (bytes by path: TCP, RDMA, local).
+    pub fn metrics(&self) -> crate::transfer::TransferMetrics {
+        self.engine.metrics()
     }
 
     /// Registers `[addr, addr+len)` for transfers: as their local side, and for peers to read
@@ -423,8 +429,9 @@ impl TransferEndpoint {
             .is_some_and(|region| region.base == addr)
     }
 
-    /// Copies `bytes` to `addr` of this process (upstream's `write_bytes_to_buffer`).
-    /// Errors: `INVALID_PARAMS` when the range is not inside registered memory.
+    /// Copies `bytes` to `addr` of this process (upstream's `write_bytes_to_buffer`), host or
+    /// device memory. Errors: `INVALID_PARAMS` when the range is not inside registered memory;
+    /// `TRANSFER_FAIL` when the device runtime refuses the copy.
     pub fn write_local(&self, addr: usize, bytes: &[u8]) -> Result<()> {
         let part = TransferPart {
             local: addr,
@@ -434,12 +441,14 @@ impl TransferEndpoint {
         let _guard = self.use_ranges("-", &[part])?;
         // SAFETY: the range lies inside registered memory (valid by the registrant's
         // contract), held registered by the guard; `bytes` is a distinct Rust slice.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
-        Ok(())
+        let copied = unsafe { memcpy_safe(addr as *mut u8, bytes.as_ptr(), bytes.len()) };
+        copied
+            .map(drop)
+            .or_else(|e| fail(ErrorCode::TransferFail, e))
     }
 
-    /// `len` bytes at `addr` of this process (upstream's `read_bytes_from_buffer`).
-    /// Errors: `INVALID_PARAMS` when the range is not inside registered memory.
+    /// `len` bytes at `addr` of this process (upstream's `read_bytes_from_buffer`), host or
+    /// device memory. Errors as [`write_local`](Self::write_local).
     pub fn read_local(&self, addr: usize, len: usize) -> Result<Vec<u8>> {
         let part = TransferPart {
             local: addr,
@@ -447,8 +456,12 @@ impl TransferEndpoint {
             len: len as u64,
         };
         let _guard = self.use_ranges("-", &[part])?;
-        // SAFETY: as in `write_local`.
-        Ok(unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec())
+        let mut out = vec![0u8; len];
+        // SAFETY: as in `write_local`; `out` is ours, `len` bytes.
+        let copied = unsafe { memcpy_safe(out.as_mut_ptr(), addr as *const u8, len) };
+        copied
+            .map(|_| out)
+            .or_else(|e| fail(ErrorCode::TransferFail, e))
     }
 
     /// Sends notification `(name, message)` to segment `target` and waits for its

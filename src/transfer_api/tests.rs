@@ -313,9 +313,8 @@ fn managed_buffers_are_reachable_by_peers_and_checked_on_free() {
         initiator
             .transfer(target.segment_name(), TransferOp::Write, &parts)
             .unwrap();
-        assert!(std::slice::from_raw_parts(theirs as *const u8, 1 << 16)
-            .iter()
-            .all(|&b| b == 9));
+        let landed = target.read_local(theirs, 1 << 16).unwrap();
+        assert!(landed.iter().all(|&b| b == 9));
     }
     assert_eq!(
         target.first_buffer_address(initiator.segment_name()),

@@ -138,11 +138,7 @@ pub(crate) fn exchange<S: Read + Write>(
     }
     let mut table = vec![0u8; count as usize * RANGE_LEN];
     read(stream, &mut table)?;
-    let word = |bytes: &[u8]| {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(bytes);
-        u64::from_le_bytes(word)
-    };
+    let word = |bytes: &[u8]| u64::from_le_bytes(bytes.try_into().unwrap_or_default());
     Ok(table
         .chunks_exact(RANGE_LEN)
         .map(|entry| (word(&entry[..8]), word(&entry[8..])))
@@ -251,8 +247,7 @@ mod tests {
         let mut stream = CannedStream::new(encode_reply(&ranges));
         assert_eq!(exchange(&mut stream), Ok(ranges));
         assert_eq!(stream.sent.len(), HEADER_LEN);
-        let mut raw = [0u8; HEADER_LEN];
-        raw.copy_from_slice(&stream.sent);
+        let raw: [u8; HEADER_LEN] = stream.sent[..].try_into().unwrap();
         assert!(is_segment_query(&raw));
         assert_eq!(&raw[..16], &[0u8; 16]);
     }
@@ -275,8 +270,7 @@ mod tests {
     #[test]
     fn a_notification_round_trips_and_malformed_payloads_are_refused() {
         let encoded = encode_notify("prefill-3", "kv ready");
-        let mut raw = [0u8; HEADER_LEN];
-        raw.copy_from_slice(&encoded[..HEADER_LEN]);
+        let raw: [u8; HEADER_LEN] = encoded[..HEADER_LEN].try_into().unwrap();
         assert!(is_notify(&raw) && !is_segment_query(&raw));
         assert_eq!(
             u64::from_le_bytes(raw[..8].try_into().unwrap()) as usize,

@@ -380,9 +380,7 @@ async fn serve_notify(
     raw: &[u8; HEADER_LEN],
     deadline: Instant,
 ) -> std::result::Result<(), Stop> {
-    let mut size = [0u8; 8];
-    size.copy_from_slice(&raw[..8]);
-    let size = u64::from_le_bytes(size);
+    let size = u64::from_le_bytes(raw[..8].try_into().unwrap_or_default());
     let refuse = |why: String| Refusal {
         v2: true,
         status: Status::AddrRejected,
