@@ -531,12 +531,7 @@ def run_engine_scenario(scenario, initiator, segment, src, dst, rounds, duration
 
 def run_engine(args, command):
     """The ``--engine`` run: two engines of this process, TCP on 127.0.0.1."""
-    here = str(Path(__file__).resolve().parent)
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(here)]
-    try:
-        from mooncake.engine import TransferEngine
-    except ImportError as e:
-        raise BenchError(f"cannot import mooncake.engine: {e}") from e
+    TransferEngine = import_installed("mooncake.engine").TransferEngine
     rounds, duration_s = QUICK if args.quick else FULL
     facts = {
         "nproc": os.cpu_count(),
@@ -620,15 +615,21 @@ def machine_facts(lib, module):
     }
 
 
-def run(args, command):
-    # python/mooncake (the sources, without the built extension) beside this script would
-    # shadow the installed package: import from the environment instead.
+def import_installed(name):
+    """Module ``name`` of the installed package: python/mooncake (the sources, without the
+    built extension) beside this script would shadow it, so this directory leaves sys.path."""
+    import importlib
+
     here = str(Path(__file__).resolve().parent)
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(here)]
     try:
-        import mooncake.store as module
+        return importlib.import_module(name)
     except ImportError as e:
-        raise BenchError(f"cannot import mooncake.store: {e}") from e
+        raise BenchError(f"cannot import {name}: {e}") from e
+
+
+def run(args, command):
+    module = import_installed("mooncake.store")
     lib = load_c_api(args.lib)
     rounds, duration_s = QUICK if args.quick else FULL
     facts = machine_facts(lib, module)
