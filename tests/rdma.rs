@@ -1308,37 +1308,85 @@ fn a_bad_name_in_a_device_list_is_named_at_setup() {
     }
 }
 
-/// `mooncake.engine.TransferEngine`'s endpoint with `protocol = "rdma"`: two endpoints named by
-/// P2P handshake on the VM's address, random writes and reads (sync, batch, async) checked
-/// byte for byte, every byte by RDMA, none over TCP; a remote range the peer never registered
-/// is refused.
-#[test]
-fn transfer_engine_endpoints_move_their_bytes_by_rdma() {
-    use mooncake_rs::transfer_api::{EndpointConfig, TransferEndpoint, TransferPart};
-    let Some((device, host)) = vm() else { return };
-    let start = || {
-        TransferEndpoint::start(&EndpointConfig {
-            local_hostname: host.clone(),
+/// An endpoint of `mooncake.engine.TransferEngine` on RDMA (P2P handshake name on the VM's
+/// address, `protocol = "rdma"`).
+fn rdma_endpoint(device: &str, host: &str) -> mooncake_rs::transfer_api::TransferEndpoint {
+    let endpoint = mooncake_rs::transfer_api::TransferEndpoint::start(
+        &mooncake_rs::transfer_api::EndpointConfig {
+            local_hostname: host.into(),
             metadata_server: "P2PHANDSHAKE".into(),
             metadata_type: None,
             protocol: "rdma".into(),
-            device_name: device.clone(),
-        })
-        .unwrap()
-    };
-    let (target, initiator) = (start(), start());
-    assert!(target.uses_rdma() && initiator.uses_rdma());
+            device_name: device.into(),
+        },
+    )
+    .unwrap();
+    assert!(endpoint.uses_rdma());
+    endpoint
+}
+
+/// The target process of `transfer_engine_endpoints_move_their_bytes_by_rdma` (this test binary
+/// started again with `MC_TE_TARGET=1`): registers 4 MiB, prints `TE-TARGET <segment> <address>`
+/// and serves until its stdin closes.
+fn serve_as_transfer_engine_target(device: &str, host: &str) {
+    use std::io::Read;
+    let target = rdma_endpoint(device, host);
+    let memory = vec![0u8; 4 * MIB];
+    // SAFETY: `memory` outlives the endpoint, dropped first below.
+    unsafe { target.register(memory.as_ptr() as usize, memory.len()) }.unwrap();
+    println!(
+        "TE-TARGET {} {}",
+        target.segment_name(),
+        memory.as_ptr() as usize
+    );
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    drop(target);
+}
+
+/// `mooncake.engine.TransferEngine`'s endpoint on RDMA between two processes: a target process
+/// that registers memory and serves, an initiator writing random spans (sync, batch, async) and
+/// reading each back byte for byte; every byte by RDMA, none over TCP; a remote range the
+/// target never registered is refused.
+#[test]
+fn transfer_engine_endpoints_move_their_bytes_by_rdma() {
+    use mooncake_rs::transfer_api::TransferPart;
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let Some((device, host)) = vm() else { return };
+    if std::env::var_os("MC_TE_TARGET").is_some() {
+        return serve_as_transfer_engine_target(&device, &host);
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "transfer_engine_endpoints_move_their_bytes_by_rdma",
+            "--nocapture",
+        ])
+        .env("MC_TE_TARGET", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let announced = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| line.strip_prefix("TE-TARGET ").map(str::to_string))
+        .expect("the target process announces itself");
+    // The rest of its output (the test harness's lines) is drained, so it never writes into a
+    // closed pipe.
+    let drain = std::thread::spawn(move || lines.map_while(Result::ok).count());
+    let (name, remote) = announced.split_once(' ').unwrap();
+    let (name, remote) = (name.to_string(), remote.parse::<u64>().unwrap());
+    let initiator = rdma_endpoint(&device, &host);
     const SIZE: usize = 4 * MIB;
-    let remote = vec![0u8; SIZE];
     let mut source = pattern(SIZE, 34);
     let sink = vec![0u8; SIZE];
-    // SAFETY: the buffers outlive both endpoints' use of them (the endpoints drop first).
+    // SAFETY: the buffers outlive the endpoint's use of them (it drops first).
     unsafe {
-        target.register(remote.as_ptr() as usize, SIZE).unwrap();
         initiator.register(source.as_ptr() as usize, SIZE).unwrap();
         initiator.register(sink.as_ptr() as usize, SIZE).unwrap();
     }
-    let name = target.segment_name().to_string();
     let before = initiator.metrics();
     let (mut written, mut read) = (0u64, 0u64);
     let mut rng = fastrand::Rng::with_seed(34);
@@ -1350,7 +1398,7 @@ fn transfer_engine_endpoints_move_their_bytes_by_rdma() {
             .for_each(|b| *b = b.wrapping_add(round as u8 + 1));
         let part = |local: &[u8]| TransferPart {
             local: local.as_ptr() as usize + at,
-            remote: remote.as_ptr() as u64 + at as u64,
+            remote: remote + at as u64,
             len: len as u64,
         };
         // SAFETY: registered buffers alive for the test.
@@ -1374,25 +1422,27 @@ fn transfer_engine_endpoints_move_their_bytes_by_rdma() {
         assert!(sink[at..at + len] == source[at..at + len], "round {round}");
     }
     moved_by_rdma(&before, &initiator.metrics(), written, read);
-    assert_eq!(
-        initiator.first_buffer_address(&name),
-        Ok(remote.as_ptr() as u64)
-    );
-    let stray = [0u8; 64];
+    assert_eq!(initiator.first_buffer_address(&name), Ok(remote));
     let bad = TransferPart {
         local: source.as_ptr() as usize,
-        remote: stray.as_ptr() as u64,
+        remote: remote + SIZE as u64 - 32,
         len: 64,
     };
     // SAFETY: as above.
     let id = unsafe { initiator.submit(&name, TransferOp::Write, vec![bad]) }.unwrap();
     assert!(
         initiator.wait_batches(&[id]).is_err(),
-        "not registered at the target"
+        "past the target's registration"
     );
     assert_eq!(
         initiator.batch_state(id),
         Err(ErrorCode::InvalidParams),
         "freed"
     );
+    drop(child.stdin.take());
+    assert!(
+        child.wait().unwrap().success(),
+        "the target process ends cleanly"
+    );
+    drain.join().unwrap();
 }
