@@ -137,7 +137,11 @@ def _dtype_code(torch, dtype):
 
 
 def _is_tensor(obj):
-    return "Tensor" in type(obj).__name__
+    return isinstance(obj, _torch().Tensor)
+
+
+# Largest buffer a ``*_from`` / ``*_into`` call takes (the 48-bit address space).
+_MAX_BUFFER = 1 << 48
 
 
 def _raw(address, length):
@@ -149,9 +153,9 @@ def serialize_tensor(tensor, global_shape=None, layout_kind=LAYOUT_FULL, axes=()
     """(header bytes, data address, data bytes, owner) of a CPU tensor; ``owner`` keeps the
     data alive (a contiguous copy when the tensor is not contiguous). ``ValueError`` for
     anything else (upstream's ``_serialize_tensor``)."""
-    torch = _torch()
     if not _is_tensor(tensor) or tensor.device.type != "cpu":
         raise ValueError("unsupported tensor for Mooncake tensor serialization")
+    torch = _torch()
     owner = tensor.contiguous()
     code = _dtype_code(torch, owner.dtype)
     if code is None or owner.dim() > MAX_DIMS:
@@ -204,9 +208,13 @@ def _write(store, key, tensor, config, upsert, global_shape=None, layout_kind=LA
 
 
 def _batch(keys, values, one):
-    if not keys or len(keys) != len(values):
-        return [INVALID_PARAMS] * max(len(keys), 1)
+    if len(keys) != len(values):
+        return [INVALID_PARAMS] * len(keys)
     return [one(k, v) for k, v in zip(keys, values)]
+
+
+def _same_lengths(keys, *lists):
+    return all(len(x) == len(keys) for x in lists)
 
 
 def _check_publish(config):
@@ -258,19 +266,23 @@ def batch_get_tensor(store, keys):
 
 
 def get_tensor_into(store, key, buffer_ptr, size):
+    if not 0 < buffer_ptr < _MAX_BUFFER:
+        return None
     n = store.get_into(key, buffer_ptr, size)
     return None if n < 0 else to_tensor(_raw(buffer_ptr, n))
 
 
 def batch_get_tensor_into(store, keys, buffer_ptrs, sizes):
-    if not keys or not len(keys) == len(buffer_ptrs) == len(sizes):
-        return [INVALID_PARAMS] * max(len(keys), 1)
+    if not _same_lengths(keys, buffer_ptrs, sizes):
+        return [INVALID_PARAMS] * len(keys)
     got = store.batch_get_into(keys, buffer_ptrs, sizes)
     return [None if n < 0 else to_tensor(_raw(p, n)) for n, p in zip(got, buffer_ptrs)]
 
 
 def _valid_buffer(buffer_ptr, size):
-    return buffer_ptr != 0 and parse_header(_raw(buffer_ptr, size)) is not None
+    if not 0 < buffer_ptr < _MAX_BUFFER or not METADATA_SIZE <= size < _MAX_BUFFER:
+        return False
+    return parse_header(_raw(buffer_ptr, size)) is not None
 
 
 def put_tensor_from(store, key, buffer_ptr, size):
@@ -286,14 +298,14 @@ def upsert_tensor_from(store, key, buffer_ptr, size):
 
 
 def batch_put_tensor_from(store, keys, buffer_ptrs, sizes):
-    if not keys or not len(keys) == len(buffer_ptrs) == len(sizes):
-        return [INVALID_PARAMS] * max(len(keys), 1)
+    if not _same_lengths(keys, buffer_ptrs, sizes):
+        return [INVALID_PARAMS] * len(keys)
     return [put_tensor_from(store, k, p, s) for k, p, s in zip(keys, buffer_ptrs, sizes)]
 
 
 def batch_upsert_tensor_from(store, keys, buffer_ptrs, sizes):
-    if not keys or not len(keys) == len(buffer_ptrs) == len(sizes):
-        return [INVALID_PARAMS] * max(len(keys), 1)
+    if not _same_lengths(keys, buffer_ptrs, sizes):
+        return [INVALID_PARAMS] * len(keys)
     return [upsert_tensor_from(store, k, p, s) for k, p, s in zip(keys, buffer_ptrs, sizes)]
 
 

@@ -623,10 +623,18 @@ impl PyTransferEngine {
         let Some(endpoint) = self.live("write_bytes_to_buffer") else {
             return -1;
         };
-        let len = length.usize().min(src_ptr.len());
+        if length.usize() > src_ptr.len() {
+            tracing::error!(
+                length = length.0,
+                given = src_ptr.len(),
+                "write_bytes_to_buffer: length is past the bytes given"
+            );
+            return -1;
+        }
+        let bytes = &src_ptr[..length.usize()];
         status(
             "write_bytes_to_buffer",
-            endpoint.write_local(dest_address.usize(), &src_ptr[..len]),
+            endpoint.write_local(dest_address.usize(), bytes),
         )
     }
 

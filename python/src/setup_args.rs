@@ -75,10 +75,15 @@ pub fn parse(
             })
         })
     };
-    if bound[7].as_ref().is_some_and(|e| !e.is_none()) {
-        return Err(PyRuntimeError::new_err(
-            "setup(): engine must be None: mooncake-rs has no mooncake.engine.TransferEngine to share",
-        ));
+    if let Some(engine) = bound[7].as_ref().filter(|e| !e.is_none()) {
+        if !engine.is_instance_of::<crate::engine::PyTransferEngine>() {
+            return Err(PyRuntimeError::new_err(
+                "setup(): engine must be None or a mooncake.engine.TransferEngine",
+            ));
+        }
+        tracing::warn!(
+            "setup(): the store runs its own transfer engine; the TransferEngine given is not shared"
+        );
     }
     let port = match &bound[12] {
         None => 9300,

@@ -110,7 +110,10 @@ def test_pre_serialised_buffers_round_trip_through_the_store(store, registered):
     assert store.is_exist(bad) == 0
     assert store.batch_put_tensor_from([bad], [buf.ctypes.data], []) == [INVALID_PARAMS]
     assert store.upsert_tensor_from(key, buf.ctypes.data, buf.nbytes) == 0
-    assert store.batch_put_tensor([], []) == [INVALID_PARAMS]
+    assert store.batch_put_tensor([], []) == []
+    assert store.batch_put_tensor_from(["a", "b"], [1], [1, 2]) == [INVALID_PARAMS] * 2
+    assert store.put_tensor_from(bad, 0, 400) == INVALID_PARAMS
+    assert store.put_tensor_from(bad, buf.ctypes.data, 1 << 60) == INVALID_PARAMS
 
 
 @pytest.mark.skipif(HAVE_TORCH, reason="torch is installed")

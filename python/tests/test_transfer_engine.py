@@ -290,3 +290,18 @@ def test_bad_arguments_get_upstreams_codes_and_never_crash():
     assert e.read_bytes_from_buffer(stray.ctypes.data, 5) == b""
     assert e.send_probe("127.0.0.1:1") == -1
     assert TransferOpcode.Read == 0 and TransferOpcode.Write == 1 and TransferEngine.TransferOpcode is TransferOpcode
+
+
+def test_store_setup_takes_a_transfer_engine_positionally_as_sglang_passes_it(master, store_module):
+    te = engine()
+    s = store_module.MooncakeDistributedStore()
+    try:
+        mib = 1024 * 1024
+        assert s.setup("localhost", "P2PHANDSHAKE", 16 * mib, 16 * mib, "tcp", "", master.address,
+                       te) == 0
+        assert s.put("te-shared", b"v") == 0 and s.get("te-shared") == b"v"
+    finally:
+        s.close()
+    with pytest.raises(RuntimeError):
+        store_module.MooncakeDistributedStore().setup(
+            "localhost", "P2PHANDSHAKE", 0, 0, "tcp", "", master.address, object())

@@ -424,8 +424,13 @@ impl TransferEngine {
     /// Errors: as [`peer_ranges`](Self::peer_ranges); `INVALID_PARAMS` for more than 1 MiB.
     pub fn notify(&self, endpoint: &str, name: &str, message: &str) -> Result<()> {
         if endpoint == self.local_name {
-            self.inbox.push(name.to_string(), message.to_string());
-            return Ok(());
+            return match self.inbox.push(name.to_string(), message.to_string()) {
+                true => Ok(()),
+                false => fail(
+                    ErrorCode::InvalidParams,
+                    "notification too large, or our inbox is full",
+                ),
+            };
         }
         let peer = self.resolver.resolve(endpoint)?;
         let key = self.cluster_key.as_deref();
@@ -433,7 +438,7 @@ impl TransferEngine {
     }
 
     /// The notifications peers sent to this engine's server since the last call, oldest first
-    /// (at most 4096 are kept; older ones are dropped with a warning).
+    /// (at most 4096 and 64 MiB are kept: beyond, new ones are refused to their senders).
     pub fn take_notifications(&self) -> Vec<(String, String)> {
         self.inbox.take()
     }

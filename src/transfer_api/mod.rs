@@ -162,7 +162,7 @@ impl TransferEndpoint {
             port,
             metadata: client,
             uses: Arc::default(),
-            managed: ManagedBuffers::default(),
+            managed: ManagedBuffers::new(Duration::from_millis(env::TRANSFER_TIMEOUT_MS.get())),
             batches: Some(AsyncBatches::start(timeout)?),
             unregister_wait: Duration::from_millis(env::TRANSFER_TIMEOUT_MS.get()),
         };
@@ -233,7 +233,15 @@ impl TransferEndpoint {
                 return Err(code);
             }
         }
-        self.publish()
+        if let Err(code) = self.publish() {
+            let message = last_error_message();
+            for &(addr, _) in ranges {
+                let _ = self.engine.unregister(addr);
+            }
+            crate::error::set_last_error_message(message);
+            return Err(code);
+        }
+        Ok(())
     }
 
     /// Unregisters the range that starts at `addr`, once this process's transfers using it
@@ -298,26 +306,28 @@ impl TransferEndpoint {
     pub fn allocate_managed(&self, len: u64) -> Result<usize> {
         let (addr, new_pool) = self.managed.allocate(&self.engine, len)?;
         if new_pool {
-            self.publish()?;
+            if let Err(code) = self.publish() {
+                let message = last_error_message();
+                let _ = self.free_managed(addr, len);
+                crate::error::set_last_error_message(message);
+                return Err(code);
+            }
         }
         Ok(addr)
     }
 
-    /// Gives back a managed buffer (`len`: the length it was allocated with).
+    /// Gives back a managed buffer (`len`: the length it was allocated with). Its bytes are
+    /// reused (a large buffer's own mapping unmapped) only after the data server's request
+    /// deadline (`MC_TRANSFER_TIMEOUT_MS`): a peer's write admitted before may still land.
     /// Errors: `INVALID_PARAMS` for an address or length that is not such a buffer's;
-    /// as [`unregister`](Self::unregister) for a large buffer, which is unmapped.
+    /// for a large buffer, `TRY_AGAIN` as [`unregister`](Self::unregister) (nothing freed:
+    /// free it again later) and the metadata service's errors.
     pub fn free_managed(&self, addr: usize, len: u64) -> Result<()> {
-        let Some(region) = self.managed.free(addr, len)? else {
-            return Ok(());
+        let Some(pool) = self.managed.dedicated_pool(addr, len)? else {
+            return self.managed.free(addr, len);
         };
-        // A dedicated pool: unmapped only once unregistered (else it stays mapped, leaked).
-        match self.unregister_quietly(region.addr()) {
-            Ok(()) => drop(region),
-            Err(code) => {
-                std::mem::forget(region);
-                return Err(code);
-            }
-        }
+        self.unregister_quietly(pool)?;
+        self.managed.free(addr, len)?;
         self.publish()
     }
 
@@ -378,7 +388,7 @@ impl TransferEndpoint {
         let target = target.trim_start_matches('/').to_string();
         let guard = self.use_ranges(&target, &parts)?;
         let engine = Arc::clone(&self.engine);
-        let bytes = parts.iter().map(|p| p.len).sum();
+        let bytes = parts.iter().fold(0u64, |sum, p| sum.saturating_add(p.len));
         let work = Box::new(move || {
             // SAFETY: the caller keeps the ranges valid until the batch ends; the guard keeps
             // them registered.
@@ -548,13 +558,14 @@ impl TransferEndpoint {
 impl Drop for TransferEndpoint {
     fn drop(&mut self) {
         drop(self.batches.take());
-        self.managed.release_all(&self.engine);
         if let Some(metadata) = &self.metadata {
             if metadata.remove_segment(&self.name).is_err() {
                 tracing::warn!(segment = %self.name, detail = %last_error_message(), "cannot remove the segment from the metadata service");
             }
         }
+        // No peer reaches the managed memory once the engine's server is down.
         self.engine.shutdown();
+        self.managed.release_all(&self.engine);
     }
 }
 

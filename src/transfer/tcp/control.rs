@@ -26,8 +26,10 @@ pub(crate) const SEGMENT_QUERY: u8 = 0x03;
 pub(crate) const NOTIFY: u8 = 0x04;
 /// Most payload bytes of one notification.
 pub(crate) const MAX_NOTIFY_BYTES: u64 = 1 << 20;
-/// Most notifications an [`Inbox`] keeps; a new one then drops the oldest.
+/// Most notifications an [`Inbox`] keeps; more are refused until the application takes them.
 const INBOX_CAPACITY: usize = 4096;
+/// Most bytes (names and messages) an [`Inbox`] keeps; more are refused likewise.
+const INBOX_MAX_BYTES: usize = 64 << 20;
 /// Bytes of one encoded range.
 const RANGE_LEN: usize = 16;
 /// Most ranges a reply may carry (a bound on what a peer can make us allocate).
@@ -70,31 +72,42 @@ pub(crate) fn decode_notify(payload: &[u8]) -> Option<(String, String)> {
     Some((text(name)?, text(message)?))
 }
 
-/// Notifications peers sent to this process, oldest first, at most [`INBOX_CAPACITY`] (a new
-/// one beyond drops the oldest, counted). Thread-safe.
+/// Notifications peers sent to this process, oldest first: at most [`INBOX_CAPACITY`] of
+/// them and [`INBOX_MAX_BYTES`] in all; beyond, new ones are refused (their senders get an
+/// error) until [`Inbox::take`] empties it. Thread-safe.
 #[derive(Default)]
 pub(crate) struct Inbox {
-    messages: parking_lot::Mutex<std::collections::VecDeque<(String, String)>>,
-    dropped: std::sync::atomic::AtomicU64,
+    kept: parking_lot::Mutex<(std::collections::VecDeque<(String, String)>, usize)>,
 }
 
 impl Inbox {
-    /// Keeps `(name, message)`.
-    pub(crate) fn push(&self, name: String, message: String) {
-        let mut messages = self.messages.lock();
-        if messages.len() >= INBOX_CAPACITY {
-            messages.pop_front();
-            let dropped = 1 + self
-                .dropped
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(dropped, "notification inbox full: the oldest was dropped");
+    /// Keeps `(name, message)`; `false` (nothing kept, a warning logged) when the inbox is
+    /// full or the notification is larger than [`MAX_NOTIFY_BYTES`].
+    pub(crate) fn push(&self, name: String, message: String) -> bool {
+        let size = name.len() + message.len();
+        let mut kept = self.kept.lock();
+        let (messages, bytes) = &mut *kept;
+        let fits = size as u64 + 4 <= MAX_NOTIFY_BYTES
+            && messages.len() < INBOX_CAPACITY
+            && *bytes + size <= INBOX_MAX_BYTES;
+        if !fits {
+            tracing::warn!(
+                kept = messages.len(),
+                bytes = *bytes,
+                "notification refused: the inbox is full (take them with get_notifies) or it is too large"
+            );
+            return false;
         }
+        *bytes += size;
         messages.push_back((name, message));
+        true
     }
 
     /// Every notification kept, oldest first; the inbox is empty after.
     pub(crate) fn take(&self) -> Vec<(String, String)> {
-        self.messages.lock().drain(..).collect()
+        let mut kept = self.kept.lock();
+        kept.1 = 0;
+        kept.0.drain(..).collect()
     }
 }
 
@@ -288,12 +301,27 @@ mod tests {
         assert_eq!(decode_notify(&[1, 0, 0, 0, 0xff]), None, "not UTF-8");
         assert_eq!(decode_notify(&[0, 0]), None, "short");
         let inbox = Inbox::default();
-        for i in 0..INBOX_CAPACITY + 2 {
-            inbox.push(i.to_string(), String::new());
+        for i in 0..INBOX_CAPACITY {
+            assert!(inbox.push(i.to_string(), String::new()));
         }
+        assert!(
+            !inbox.push("one more".into(), String::new()),
+            "full: refused"
+        );
         let kept = inbox.take();
         assert_eq!(kept.len(), INBOX_CAPACITY);
-        assert_eq!(kept[0].0, "2", "the oldest two were dropped");
-        assert!(inbox.take().is_empty());
+        assert_eq!(kept[0].0, "0", "oldest first");
+        assert!(inbox.push("after".into(), String::new()), "room again");
+        let big = "x".repeat(MAX_NOTIFY_BYTES as usize / 2);
+        let mut accepted = 0;
+        while inbox.push(String::new(), big.clone()) {
+            accepted += 1;
+        }
+        assert_eq!(
+            accepted,
+            INBOX_MAX_BYTES / big.len() - 1,
+            "bounded in bytes"
+        );
+        assert!(!inbox.push(String::new(), "x".repeat(MAX_NOTIFY_BYTES as usize)));
     }
 }

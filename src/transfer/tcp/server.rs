@@ -398,7 +398,11 @@ async fn serve_notify(
         reject(conn.get_mut(), context, refuse(why)).await;
         return Err(Stop::Refused);
     };
-    context.inbox.push(name, message);
+    if !context.inbox.push(name, message) {
+        let why = "the notification inbox is full".to_string();
+        reject(conn.get_mut(), context, refuse(why)).await;
+        return Err(Stop::Refused);
+    }
     before(deadline, conn.get_mut().write_all(&Status::Ok.encode())).await
 }
 
