@@ -4,7 +4,7 @@
 # mooncake_master that the fixtures start on free loopback ports.
 #
 # Needs Python >= 3.11 with pip and the venv module (Debian: python3-venv, installed here when
-# missing), and PyPI access for maturin, pytest and numpy. Exits with pytest's status, or 1 when
+# missing), and PyPI access for maturin, pytest, numpy and safetensors. Exits with pytest's status, or 1 when
 # a test skipped for any reason but a missing torch (the optional torch tests).
 #
 # Environment:
@@ -36,7 +36,7 @@ rm -rf "$VENV"
 PATH="$PWD/$VENV/bin:$PATH"
 export PATH
 python -m pip install -q --upgrade pip
-python -m pip install -q "maturin>=1.5,<2" pytest numpy
+python -m pip install -q "maturin>=1.5,<2" pytest numpy safetensors
 
 echo "== pip install --no-build-isolation ./python"
 python -m pip install -q --no-build-isolation ./python

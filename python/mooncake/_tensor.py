@@ -5,9 +5,10 @@ An object written by a tensor call is upstream's layout, so either side reads th
 fixed 304-byte tensor-metadata header (``TensorMetadata`` of Mooncake's
 ``integration_utils.h``: magic, version, header size, dtype, ndim, layout kind, data offset and
 length, global and local shapes of 8 dims padded with -1, up to 4 layout axes), then the raw
-bytes of the tensor in C order. The header codec (``pack_header``, ``parse_header``) needs
-neither torch nor numpy; the calls that take or return tensors import torch when called and
-raise ``ImportError`` naming the missing package without it.
+bytes of the tensor in C order. The header codec (``pack_header``, ``parse_header``) and the
+byte-level layout work (``TensorObject``, ``copy_span``: slicing shards out of a full tensor and
+placing them back) need neither torch nor numpy; the calls that take or return tensors import
+torch when called and raise ``ImportError`` naming the missing package without it.
 
 Return conventions as upstream: writers return 0 or a negative code (-600 for a tensor or
 buffer they cannot take, or mismatched batch lists), readers return a CPU tensor or ``None``.
@@ -43,7 +44,10 @@ DTYPES = [
     ("bfloat16", 2), ("float8_e4m3fn", 1), ("float8_e5m2", 1),
 ]
 
-Axis = namedtuple("Axis", "kind axis_index shard_rank shard_count split_dim")
+# A layout axis as upstream stores it: ``reserved0`` holds an EP axis's expert id or a PP axis's
+# stage id, ``reserved1`` the local extent along ``split_dim`` (0 without one).
+Axis = namedtuple("Axis", "kind axis_index shard_rank shard_count split_dim reserved0 reserved1",
+                  defaults=(0, 0))
 Header = namedtuple("Header", "dtype global_shape local_shape layout_kind axes data_offset data_bytes")
 
 
@@ -52,7 +56,7 @@ def tensor_metadata_size():
     return METADATA_SIZE
 
 
-def _numel(shape):
+def numel(shape):
     n = 1
     for d in shape:
         n *= d
@@ -70,14 +74,13 @@ def pack_header(dtype, global_shape, local_shape=None, layout_kind=LAYOUT_FULL, 
         raise ValueError("a tensor has at most 8 dimensions, the same number locally")
     if len(axes) > MAX_AXES:
         raise ValueError("at most 4 layout axes")
-    data_bytes = _numel(local_shape) * DTYPES[dtype][1]
+    data_bytes = numel(local_shape) * DTYPES[dtype][1]
     pad = [-1] * MAX_DIMS
     header = _HEADER.pack(MAGIC, VERSION, METADATA_SIZE, dtype, len(global_shape), layout_kind,
                           0, METADATA_SIZE, data_bytes)
     shapes = _SHAPES.pack(*(list(global_shape) + pad)[:MAX_DIMS],
                           *(list(local_shape) + pad)[:MAX_DIMS], len(axes), 0)
-    packed_axes = b"".join(_AXIS.pack(a.kind, a.axis_index, a.shard_rank, a.shard_count,
-                                      a.split_dim, 0, 0) for a in axes)
+    packed_axes = b"".join(_AXIS.pack(*a) for a in axes)
     return header + shapes + packed_axes + bytes(_AXIS.size * (MAX_AXES - len(axes)))
 
 
@@ -105,23 +108,109 @@ def parse_header(buffer, total_length=None):
         return None
     if any(d != -1 for d in global_dims[ndim:] + local_dims[ndim:]):
         return None
-    if data_bytes != _numel(local_dims[:ndim]) * DTYPES[dtype][1]:
+    if data_bytes != numel(local_dims[:ndim]) * DTYPES[dtype][1]:
         return None
     axes = []
     for i in range(axis_count):
-        kind, index, rank, count, split_dim, _r0, _r1 = _AXIS.unpack_from(
-            view, _HEADER.size + _SHAPES.size + i * _AXIS.size)
-        if not 0 <= kind <= 4 or count <= 0 or not 0 <= rank < count or not -1 <= split_dim < ndim:
+        axis = Axis(*_AXIS.unpack_from(view, _HEADER.size + _SHAPES.size + i * _AXIS.size))
+        if (not 0 <= axis.kind <= 4 or axis.shard_count <= 0
+                or not 0 <= axis.shard_rank < axis.shard_count or not -1 <= axis.split_dim < ndim):
             return None
-        axes.append(Axis(kind, index, rank, count, split_dim))
+        axes.append(axis)
     return Header(dtype, tuple(global_dims[:ndim]), tuple(local_dims[:ndim]), layout_kind,
                   tuple(axes), data_offset, data_bytes)
+
+
+# --- objects as bytes -----------------------------------------------------------------------
+
+# A stored tensor object taken apart: its parsed ``Header`` and a bytes-like view of exactly its
+# ``data_bytes`` of data. The view borrows from whatever the caller read or was given, which
+# must outlive it.
+TensorObject = namedtuple("TensorObject", "header data")
+
+# Largest buffer a ``*_from`` / ``*_into`` call takes (the 48-bit address space).
+MAX_BUFFER = 1 << 48
+
+
+def element_size(header):
+    return DTYPES[header.dtype][1]
+
+
+def object_of_bytes(buffer, length=None):
+    """The ``TensorObject`` in ``buffer`` (header + data), or ``None`` when the header is not
+    one upstream would accept."""
+    header = parse_header(buffer, length)
+    if header is None:
+        return None
+    view = memoryview(buffer).cast("B")
+    return TensorObject(header, view[header.data_offset:header.data_offset + header.data_bytes])
+
+
+def object_of_buffer(buffer_ptr, size):
+    """The ``TensorObject`` at ``buffer_ptr`` (``size`` bytes of header + data, caller memory),
+    or ``None`` for a null or out-of-range pointer, a size outside the address space, or an
+    invalid header."""
+    if not 0 < buffer_ptr < MAX_BUFFER or not METADATA_SIZE <= size < MAX_BUFFER:
+        return None
+    return object_of_bytes(raw(buffer_ptr, size))
+
+
+def is_full(header):
+    return header.layout_kind == LAYOUT_FULL or header.local_shape == header.global_shape
+
+
+def shard_range(dim_size, rank, count):
+    """(start, extent) of shard ``rank`` of ``count`` along a dimension of ``dim_size``
+    (upstream's ``calculate_shard_range``)."""
+    start = dim_size * rank // count
+    return start, dim_size * (rank + 1) // count - start
+
+
+def copy_span(shape, split_dim, item_size, dst, dst_start, dst_extent, src, src_start, src_extent):
+    """Copies the rows of ``src`` that lie in ``dst``: both hold the tensor of ``shape`` (C order)
+    restricted along ``split_dim`` to ``[start, start + extent)``; the overlap of the two ranges
+    is copied, one contiguous run per index of the dimensions before ``split_dim``."""
+    low, high = max(dst_start, src_start), min(dst_start + dst_extent, src_start + src_extent)
+    if low >= high:
+        return
+    row = numel(shape[split_dim + 1:]) * item_size
+    run = (high - low) * row
+    for outer in range(numel(shape[:split_dim])):
+        s = (outer * src_extent + low - src_start) * row
+        d = (outer * dst_extent + low - dst_start) * row
+        dst[d:d + run] = src[s:s + run]
+
+
+def slice_shard(obj, split_dim, rank, count):
+    """(local shape, data) of shard ``rank`` of ``count`` of the full tensor ``obj`` along
+    ``split_dim``, the data a new ``bytearray``; ``None`` unless ``obj`` is a full tensor whose
+    ``split_dim`` exists and divides evenly (upstream allows uniform splits only)."""
+    shape = obj.header.global_shape
+    if not is_full(obj.header) or not 0 <= split_dim < len(shape) or not 0 <= rank < count:
+        return None
+    if shape[split_dim] % count:
+        return None
+    start, extent = shard_range(shape[split_dim], rank, count)
+    local = shape[:split_dim] + (extent,) + shape[split_dim + 1:]
+    data = bytearray(numel(local) * element_size(obj.header))
+    copy_span(shape, split_dim, element_size(obj.header), data, start, extent, obj.data, 0,
+              shape[split_dim])
+    return local, data
+
+
+def layout_axis(kind, index, rank, count, split_dim, local_shape, tag=0):
+    """Upstream's ``LayoutAxis`` of a shard: ``split_dim`` ``None`` is stored as -1; with one,
+    the local extent along it goes in ``reserved1``; ``tag`` (expert or stage id) in
+    ``reserved0``."""
+    if split_dim is None:
+        return Axis(kind, index, rank, count, -1, tag, 0)
+    return Axis(kind, index, rank, count, split_dim, tag, local_shape[split_dim])
 
 
 # --- torch --------------------------------------------------------------------------------
 
 
-def _torch():
+def torch_module():
     try:
         import torch
     except ImportError as e:
@@ -137,39 +226,50 @@ def _dtype_code(torch, dtype):
 
 
 def _is_tensor(obj):
-    return isinstance(obj, _torch().Tensor)
+    return isinstance(obj, torch_module().Tensor)
 
 
-# Largest buffer a ``*_from`` / ``*_into`` call takes (the 48-bit address space).
-_MAX_BUFFER = 1 << 48
-
-
-def _raw(address, length):
+def raw(address, length):
     """A writable bytes-like view of ``length`` bytes at ``address`` (no copy)."""
     return (ctypes.c_char * length).from_address(address)
 
 
-def serialize_tensor(tensor, global_shape=None, layout_kind=LAYOUT_FULL, axes=()):
+def serialize_tensor(tensor):
     """(header bytes, data address, data bytes, owner) of a CPU tensor; ``owner`` keeps the
     data alive (a contiguous copy when the tensor is not contiguous). ``ValueError`` for
     anything else (upstream's ``_serialize_tensor``)."""
+    obj, owner = object_of_tensor(tensor)
+    return header_bytes(obj.header), owner.data_ptr(), obj.header.data_bytes, owner
+
+
+def object_of_tensor(tensor):
+    """(``TensorObject`` of a full CPU tensor, owner): the object's data is a view of the
+    owner's memory (the tensor, or its contiguous copy), which must outlive it. ``ValueError``
+    for anything that is not a CPU tensor of a dtype upstream serialises with at most 8 dims."""
     if not _is_tensor(tensor) or tensor.device.type != "cpu":
         raise ValueError("unsupported tensor for Mooncake tensor serialization")
-    torch = _torch()
+    torch = torch_module()
     owner = tensor.contiguous()
     code = _dtype_code(torch, owner.dtype)
     if code is None or owner.dim() > MAX_DIMS:
         raise ValueError("unsupported tensor for Mooncake tensor serialization")
     shape = tuple(owner.shape)
-    header = pack_header(code, shape if global_shape is None else global_shape, shape,
-                         layout_kind, axes)
-    return header, owner.data_ptr(), owner.numel() * owner.element_size(), owner
+    length = owner.numel() * owner.element_size()
+    data = memoryview(raw(owner.data_ptr(), length)).cast("B") if length else memoryview(b"")
+    header = Header(code, shape, shape, LAYOUT_FULL, (), METADATA_SIZE, length)
+    return TensorObject(header, data), owner
+
+
+def header_bytes(header):
+    """The packed form of a ``Header`` (its data following at once)."""
+    return pack_header(header.dtype, header.global_shape, header.local_shape, header.layout_kind,
+                       header.axes)
 
 
 def to_tensor(buffer, length=None):
     """A CPU tensor over ``buffer`` (header + data; kept alive by the tensor), or ``None`` when
     the header is invalid."""
-    torch = _torch()
+    torch = torch_module()
     header = parse_header(buffer, length)
     if header is None:
         return None
@@ -195,29 +295,58 @@ def deserialize_tensor(payload):
 # --- the store's tensor methods (``store`` first) -----------------------------------------------
 
 
-def _write(store, key, tensor, config, upsert, global_shape=None, layout_kind=LAYOUT_FULL, axes=()):
+def write_parts(store, key, header, data, config, upsert):
+    """Stores ``header`` (bytes) then ``data`` (bytes-like) as one object: the store's
+    ``put_parts`` (or ``upsert_parts``), so nothing is staged here."""
+    parts = (header, data) if len(data) else (header,)
+    write = store.upsert_parts if upsert else store.put_parts
+    return write(key, *parts, config=config)
+
+
+def write_object(store, key, obj, config, upsert):
+    return write_parts(store, key, header_bytes(obj.header), obj.data, config, upsert)
+
+
+def write_all_shards(store, obj, count, split_dim, name, config, upsert):
+    """Splits the full tensor ``obj`` into ``count`` uniform shards along ``split_dim`` and
+    stores each: ``name(rank, local_shape)`` gives its (key, layout axes). INVALID_PARAMS, with
+    nothing stored, when the split is not possible; else the first failing write's code (the
+    shards before it stay, as upstream's)."""
+    if slice_shard(obj, split_dim, 0, count) is None:
+        return INVALID_PARAMS
+    for rank in range(count):
+        local, data = slice_shard(obj, split_dim, rank, count)
+        key, axes = name(rank, local)
+        header = pack_header(obj.header.dtype, obj.header.global_shape, local, LAYOUT_SHARD, axes)
+        rc = write_parts(store, key, header, data, config, upsert)
+        if rc != 0:
+            return rc
+    return 0
+
+
+def _write(store, key, tensor, config, upsert):
     try:
-        header, address, length, owner = serialize_tensor(tensor, global_shape, layout_kind, axes)
+        obj, owner = object_of_tensor(tensor)
     except ValueError:
         return INVALID_PARAMS
-    parts = (header, _raw(address, length)) if length else (header,)
-    write = store.upsert_parts if upsert else store.put_parts
-    rc = write(key, *parts, config=config)
+    rc = write_object(store, key, obj, config, upsert)
     del owner
     return rc
 
 
-def _batch(keys, values, one):
+def batch(keys, values, one):
+    """``one(key, value)`` per pair; all INVALID_PARAMS when the lists differ in length."""
     if len(keys) != len(values):
         return [INVALID_PARAMS] * len(keys)
     return [one(k, v) for k, v in zip(keys, values)]
 
 
-def _same_lengths(keys, *lists):
+def same_lengths(keys, *lists):
     return all(len(x) == len(keys) for x in lists)
 
 
-def _check_publish(config):
+def check_publish(config):
+    """Upstream's publish check: preferred segments, when given, one per replica."""
     segments = config.preferred_segments
     return not segments or len(segments) == config.replica_num
 
@@ -231,29 +360,29 @@ def upsert_tensor(store, key, tensor):
 
 
 def batch_put_tensor(store, keys, tensors_list):
-    return _batch(keys, tensors_list, lambda k, t: put_tensor(store, k, t))
+    return batch(keys, tensors_list, lambda k, t: put_tensor(store, k, t))
 
 
 def batch_upsert_tensor(store, keys, tensors_list):
-    return _batch(keys, tensors_list, lambda k, t: upsert_tensor(store, k, t))
+    return batch(keys, tensors_list, lambda k, t: upsert_tensor(store, k, t))
 
 
 def pub_tensor(store, key, tensor, config=None):
     config = config or store_module().ReplicateConfig()
-    return _write(store, key, tensor, config, False) if _check_publish(config) else INVALID_PARAMS
+    return _write(store, key, tensor, config, False) if check_publish(config) else INVALID_PARAMS
 
 
 def upsert_pub_tensor(store, key, tensor, config=None):
     config = config or store_module().ReplicateConfig()
-    return _write(store, key, tensor, config, True) if _check_publish(config) else INVALID_PARAMS
+    return _write(store, key, tensor, config, True) if check_publish(config) else INVALID_PARAMS
 
 
 def batch_pub_tensor(store, keys, tensors_list, config=None):
-    return _batch(keys, tensors_list, lambda k, t: pub_tensor(store, k, t, config))
+    return batch(keys, tensors_list, lambda k, t: pub_tensor(store, k, t, config))
 
 
 def batch_upsert_pub_tensor(store, keys, tensors_list, config=None):
-    return _batch(keys, tensors_list, lambda k, t: upsert_pub_tensor(store, k, t, config))
+    return batch(keys, tensors_list, lambda k, t: upsert_pub_tensor(store, k, t, config))
 
 
 def get_tensor(store, key):
@@ -266,45 +395,39 @@ def batch_get_tensor(store, keys):
 
 
 def get_tensor_into(store, key, buffer_ptr, size):
-    if not 0 < buffer_ptr < _MAX_BUFFER:
+    if not 0 < buffer_ptr < MAX_BUFFER:
         return None
     n = store.get_into(key, buffer_ptr, size)
-    return None if n < 0 else to_tensor(_raw(buffer_ptr, n))
+    return None if n < 0 else to_tensor(raw(buffer_ptr, n))
 
 
 def batch_get_tensor_into(store, keys, buffer_ptrs, sizes):
-    if not _same_lengths(keys, buffer_ptrs, sizes):
+    if not same_lengths(keys, buffer_ptrs, sizes):
         return [INVALID_PARAMS] * len(keys)
     got = store.batch_get_into(keys, buffer_ptrs, sizes)
-    return [None if n < 0 else to_tensor(_raw(p, n)) for n, p in zip(got, buffer_ptrs)]
-
-
-def _valid_buffer(buffer_ptr, size):
-    if not 0 < buffer_ptr < _MAX_BUFFER or not METADATA_SIZE <= size < _MAX_BUFFER:
-        return False
-    return parse_header(_raw(buffer_ptr, size)) is not None
+    return [None if n < 0 else to_tensor(raw(p, n)) for n, p in zip(got, buffer_ptrs)]
 
 
 def put_tensor_from(store, key, buffer_ptr, size):
-    if not _valid_buffer(buffer_ptr, size):
+    if object_of_buffer(buffer_ptr, size) is None:
         return INVALID_PARAMS
     return store.put_from(key, buffer_ptr, size)
 
 
 def upsert_tensor_from(store, key, buffer_ptr, size):
-    if not _valid_buffer(buffer_ptr, size):
+    if object_of_buffer(buffer_ptr, size) is None:
         return INVALID_PARAMS
     return store.upsert_from(key, buffer_ptr, size)
 
 
 def batch_put_tensor_from(store, keys, buffer_ptrs, sizes):
-    if not _same_lengths(keys, buffer_ptrs, sizes):
+    if not same_lengths(keys, buffer_ptrs, sizes):
         return [INVALID_PARAMS] * len(keys)
     return [put_tensor_from(store, k, p, s) for k, p, s in zip(keys, buffer_ptrs, sizes)]
 
 
 def batch_upsert_tensor_from(store, keys, buffer_ptrs, sizes):
-    if not _same_lengths(keys, buffer_ptrs, sizes):
+    if not same_lengths(keys, buffer_ptrs, sizes):
         return [INVALID_PARAMS] * len(keys)
     return [upsert_tensor_from(store, k, p, s) for k, p, s in zip(keys, buffer_ptrs, sizes)]
 
@@ -314,29 +437,24 @@ def tp_key(key, rank):
     return f"{key}_tp_{rank}"
 
 
-def _tp_shards(tensor, tp_size, split_dim):
-    """The ``tp_size`` equal shards of ``tensor`` along ``split_dim``, or ``None`` when the
-    dimension does not split evenly (upstream allows uniform splits only)."""
-    if not _is_tensor(tensor) or not 0 <= split_dim < tensor.dim():
-        return None
-    if tensor.shape[split_dim] % tp_size:
-        return None
-    return tensor.chunk(tp_size, dim=split_dim)
+def put_tp_shards(store, key, obj, tp_size, split_dim, config, upsert):
+    """All ``tp_size`` shards of the full tensor ``obj`` under ``tp_key(key, rank)``, each with
+    its single TP axis."""
+    return write_all_shards(store, obj, tp_size, split_dim, lambda rank, local: (
+        tp_key(key, rank), (layout_axis(AXIS_TP, 0, rank, tp_size, split_dim, local),)),
+        config, upsert)
 
 
 def _put_with_tp(store, key, tensor, tp_size, split_dim, config, upsert):
     if tp_size <= 1:
         return _write(store, key, tensor, config, upsert)
-    shards = _tp_shards(tensor, tp_size, split_dim)
-    if shards is None:
+    try:
+        obj, owner = object_of_tensor(tensor)
+    except ValueError:
         return INVALID_PARAMS
-    shape = tuple(tensor.shape)
-    for rank, shard in enumerate(shards):
-        axis = Axis(AXIS_TP, 0, rank, tp_size, split_dim)
-        rc = _write(store, tp_key(key, rank), shard, config, upsert, shape, LAYOUT_SHARD, (axis,))
-        if rc != 0:
-            return rc
-    return 0
+    rc = put_tp_shards(store, key, obj, tp_size, split_dim, config, upsert)
+    del owner
+    return rc
 
 
 def put_tensor_with_tp(store, key, tensor, tp_rank=0, tp_size=1, split_dim=0):
@@ -344,21 +462,41 @@ def put_tensor_with_tp(store, key, tensor, tp_rank=0, tp_size=1, split_dim=0):
 
 
 def batch_put_tensor_with_tp(store, base_keys, tensors_list, tp_rank=0, tp_size=1, split_dim=0):
-    return _batch(base_keys, tensors_list,
-                  lambda k, t: put_tensor_with_tp(store, k, t, tp_rank, tp_size, split_dim))
+    return batch(base_keys, tensors_list,
+                 lambda k, t: put_tensor_with_tp(store, k, t, tp_rank, tp_size, split_dim))
 
 
 def pub_tensor_with_tp(store, key, tensor, config=None, tp_rank=0, tp_size=1, split_dim=0):
     config = config or store_module().ReplicateConfig()
-    if not _check_publish(config):
+    if not check_publish(config):
         return INVALID_PARAMS
     return _put_with_tp(store, key, tensor, tp_size, split_dim, config, False)
 
 
 def batch_pub_tensor_with_tp(store, base_keys, tensors_list, config=None, tp_rank=0, tp_size=1,
                              split_dim=0):
-    return _batch(base_keys, tensors_list, lambda k, t: pub_tensor_with_tp(
+    return batch(base_keys, tensors_list, lambda k, t: pub_tensor_with_tp(
         store, k, t, config, tp_rank, tp_size, split_dim))
+
+
+def put_tensor_with_tp_from(store, key, buffer_ptr, size, tp_rank=0, tp_size=1, split_dim=0):
+    """Upstream's ``put_tensor_with_tp_from``: the full tensor object at ``buffer_ptr`` split
+    into its ``tp_size`` shards, stored as ``put_tensor_with_tp`` stores them (the whole object
+    under ``key`` when ``tp_size <= 1``)."""
+    if tp_size <= 1:
+        return put_tensor_from(store, key, buffer_ptr, size)
+    obj = object_of_buffer(buffer_ptr, size)
+    if obj is None:
+        return INVALID_PARAMS
+    return put_tp_shards(store, key, obj, tp_size, split_dim, None, False)
+
+
+def batch_put_tensor_with_tp_from(store, base_keys, buffer_ptrs, sizes, tp_rank=0, tp_size=1,
+                                  split_dim=0):
+    if not same_lengths(base_keys, buffer_ptrs, sizes):
+        return [INVALID_PARAMS] * len(base_keys)
+    return [put_tensor_with_tp_from(store, k, p, s, tp_rank, tp_size, split_dim)
+            for k, p, s in zip(base_keys, buffer_ptrs, sizes)]
 
 
 def get_tensor_with_tp(store, key, tp_rank=0, tp_size=1, split_dim=0):
@@ -383,15 +521,3 @@ def store_module():
     import mooncake.store
 
     return mooncake.store
-
-
-# The store methods the native class forwards here (and nothing else).
-METHODS = (
-    "put_tensor", "upsert_tensor", "batch_put_tensor", "batch_upsert_tensor", "pub_tensor",
-    "upsert_pub_tensor", "batch_pub_tensor", "batch_upsert_pub_tensor", "get_tensor",
-    "batch_get_tensor", "get_tensor_into", "batch_get_tensor_into", "put_tensor_from",
-    "upsert_tensor_from", "batch_put_tensor_from", "batch_upsert_tensor_from",
-    "put_tensor_with_tp", "batch_put_tensor_with_tp", "pub_tensor_with_tp",
-    "batch_pub_tensor_with_tp", "get_tensor_with_tp", "batch_get_tensor_with_tp",
-    "get_tensor_with_tp_into", "batch_get_tensor_with_tp_into",
-)

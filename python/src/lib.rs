@@ -37,11 +37,12 @@ standalone mooncake_client on this host) and MooncakeHostMemAllocator.
 The transfer engine's own API (mooncake.engine.TransferEngine) is the submodule `engine`,
 imported as mooncake.engine.
 
-The tensor APIs (put_tensor, get_tensor, their batch, into, from, publish, upsert and TP
-forms; torch imported when called) are in mooncake._tensor, upstream's layout.
+The tensor APIs (put_tensor, get_tensor, their batch, into, from, publish, upsert, TP and
+parallelism forms, safetensors files; torch imported when called) are in mooncake._tensor,
+mooncake._parallel and mooncake._safetensors, upstream's layout.
 
-Not built (absent, so getattr(..., None) probes see that): the parallelism and safetensors
-tensor calls, the CUDA IPC tensor calls, copy/move tasks and batch_replica_clear, segment
+Not built (absent, so getattr(..., None) probes see that): the CUDA IPC tensor calls
+(get_tensor_into_cuda, batch_get_tensor_into_cuda), copy/move tasks and batch_replica_clear, segment
 mounting helpers, BufferPool, NVMe-oF and Engram helpers. See docs/python.md of mooncake-rs.";
 
 #[pymodule(name = "store")]
@@ -61,9 +62,7 @@ fn mooncake_store(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let engine_module = PyModule::new(m.py(), "engine")?;
     engine::add_to(&engine_module)?;
     m.add_submodule(&engine_module)?;
-    m.add_function(wrap_pyfunction!(ops_tensor::_serialize_tensor, m)?)?;
-    m.add_function(wrap_pyfunction!(ops_tensor::_deserialize_tensor, m)?)?;
-    m.add_function(wrap_pyfunction!(ops_tensor::_tensor_metadata_size, m)?)?;
+    ops_tensor::add_to(m)?;
     m.add_function(wrap_pyfunction!(cli::_run_master, m)?)?;
     m.add_function(wrap_pyfunction!(cli::_run_client, m)?)?;
     m.add_function(wrap_pyfunction!(cli::_run_metadata_server, m)?)?;

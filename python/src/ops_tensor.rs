@@ -1,31 +1,42 @@
 //! The tensor APIs of `MooncakeDistributedStore` (spec §4.10): each method forwards its
-//! arguments, the store first, to the function of the same name in the pure-Python module
-//! `mooncake._tensor`, which lays tensors out as upstream does (the tensor-metadata header,
-//! then the data) on this class's byte calls. Torch is imported only when such a call runs.
-//! Also the module-level `_serialize_tensor`, `_deserialize_tensor` and
-//! `_tensor_metadata_size`.
+//! arguments, the store first, to the function of the same name in a pure-Python module,
+//! which lays tensors out as upstream does (the tensor-metadata header, then the data) on this
+//! class's byte calls: `mooncake._tensor` (put/get, batch, into, from, publish, upsert, TP),
+//! `mooncake._parallel` (the `*_with_parallelism*` calls; its `ParallelAxis`,
+//! `TensorParallelism` and `ReadTarget` are added to the module by `add_to`) and
+//! `mooncake._safetensors` (safetensors files). Torch is imported only when a call that takes
+//! or returns a tensor runs. Also the module-level `_serialize_tensor`, `_deserialize_tensor`
+//! and `_tensor_metadata_size`.
 
 use crate::store::Store;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-/// Calls `mooncake._tensor.<name>(*prefix, *args, **kwargs)`.
+/// The Python module of the plain tensor calls.
+const TENSOR: &str = "mooncake._tensor";
+/// The Python module of the parallelism calls and their helper classes.
+const PARALLEL: &str = "mooncake._parallel";
+/// The Python module of the safetensors calls.
+const SAFETENSORS: &str = "mooncake._safetensors";
+
+/// Calls `<module>.<name>(*prefix, *args, **kwargs)`.
 fn forward<'py>(
     py: Python<'py>,
+    module: &str,
     name: &str,
     prefix: Option<&Bound<'py, PyAny>>,
     args: &Bound<'py, PyTuple>,
     kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let function = py.import("mooncake._tensor")?.getattr(name)?;
+    let function = py.import(module)?.getattr(name)?;
     let mut all: Vec<Bound<'py, PyAny>> = prefix.into_iter().cloned().collect();
     all.extend(args.iter());
     function.call(PyTuple::new(py, all)?, kwargs)
 }
 
-/// Declares store methods that forward to `mooncake._tensor` under their own names.
+/// Declares store methods that forward to `module` under their own names.
 macro_rules! tensor_methods {
-    ($($name:ident),+ $(,)?) => {
+    ($module:expr; $($name:ident),+ $(,)?) => {
         #[pymethods]
         impl Store {
             $(
@@ -35,14 +46,14 @@ macro_rules! tensor_methods {
                     args: &Bound<'py, PyTuple>,
                     kwargs: Option<&Bound<'py, PyDict>>,
                 ) -> PyResult<Bound<'py, PyAny>> {
-                    forward(slf.py(), stringify!($name), Some(slf.as_any()), args, kwargs)
+                    forward(slf.py(), $module, stringify!($name), Some(slf.as_any()), args, kwargs)
                 }
             )+
         }
     };
 }
 
-tensor_methods!(
+tensor_methods!(TENSOR;
     put_tensor,
     upsert_tensor,
     batch_put_tensor,
@@ -67,32 +78,63 @@ tensor_methods!(
     batch_get_tensor_with_tp,
     get_tensor_with_tp_into,
     batch_get_tensor_with_tp_into,
+    put_tensor_with_tp_from,
+    batch_put_tensor_with_tp_from,
 );
+
+tensor_methods!(PARALLEL;
+    put_tensor_with_parallelism,
+    batch_put_tensor_with_parallelism,
+    put_tensor_with_parallelism_from,
+    batch_put_tensor_with_parallelism_from,
+    upsert_tensor_with_parallelism,
+    upsert_tensor_with_parallelism_from,
+    batch_upsert_tensor_with_parallelism,
+    batch_upsert_tensor_with_parallelism_from,
+    get_tensor_with_parallelism,
+    batch_get_tensor_with_parallelism,
+    get_tensor_with_parallelism_into,
+    batch_get_tensor_with_parallelism_into,
+);
+
+tensor_methods!(SAFETENSORS; save_tensor_to_safetensor, load_tensor_from_safetensor);
+
+/// Adds the module-level tensor functions and the parallelism helper classes to `m`.
+pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_serialize_tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(_deserialize_tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(_tensor_metadata_size, m)?)?;
+    let parallel = m.py().import(PARALLEL)?;
+    for class in ["ParallelAxis", "TensorParallelism", "ReadTarget"] {
+        m.add(class, parallel.getattr(class)?)?;
+    }
+    Ok(())
+}
 
 /// Upstream's `_serialize_tensor(tensor)`: (header bytes, data_ptr, data bytes, owner).
 #[pyfunction]
 #[pyo3(signature = (*args, **kwargs))]
-pub fn _serialize_tensor<'py>(
+fn _serialize_tensor<'py>(
     py: Python<'py>,
     args: &Bound<'py, PyTuple>,
     kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    forward(py, "serialize_tensor", None, args, kwargs)
+    forward(py, TENSOR, "serialize_tensor", None, args, kwargs)
 }
 
 /// Upstream's `_deserialize_tensor(payload)`: the tensor of header + data bytes.
 #[pyfunction]
 #[pyo3(signature = (*args, **kwargs))]
-pub fn _deserialize_tensor<'py>(
+fn _deserialize_tensor<'py>(
     py: Python<'py>,
     args: &Bound<'py, PyTuple>,
     kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    forward(py, "deserialize_tensor", None, args, kwargs)
+    forward(py, TENSOR, "deserialize_tensor", None, args, kwargs)
 }
 
 /// Upstream's `_tensor_metadata_size()`: bytes of the tensor-metadata header.
 #[pyfunction]
-pub fn _tensor_metadata_size<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-    forward(py, "tensor_metadata_size", None, &PyTuple::empty(py), None)
+fn _tensor_metadata_size<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    forward(py, TENSOR, "tensor_metadata_size", None, &PyTuple::empty(py), None)
 }

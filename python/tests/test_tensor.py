@@ -50,7 +50,7 @@ def mirror(dtype, shape, local=None, kind=0, axes=()):
         m.local_shape[i] = local[i] if i < len(local) else -1
     m.axis_count = len(axes)
     for i, a in enumerate(axes):
-        m.axes[i] = LayoutAxis(a.kind, a.axis_index, a.shard_rank, a.shard_count, a.split_dim, 0, 0)
+        m.axes[i] = LayoutAxis(*a)
     return bytes(m)
 
 
@@ -65,7 +65,7 @@ def test_the_header_is_upstreams_struct_for_every_dtype(store_module):
             n = int(np.prod(shape)) if shape else 1
             parsed = t.parse_header(packed + bytes(n * size))
             assert parsed == t.Header(code, shape, shape, 0, (), 304, n * size)
-    axis = t.Axis(t.AXIS_TP, 0, 1, 4, 1)
+    axis = t.Axis(t.AXIS_TP, 0, 1, 4, 1, 0, 4)
     sharded = t.pack_header(0, (8, 16), (8, 4), t.LAYOUT_SHARD, (axis,))
     assert sharded == mirror(0, (8, 16), (8, 4), 1, (axis,))
     assert t.parse_header(sharded + bytes(8 * 4 * 4)).axes == (axis,)
@@ -169,5 +169,5 @@ def test_tp_shards_are_stored_under_their_keys(store):
         handle = store.get_buffer(t.tp_key(key, rank))
         header = t.parse_header(handle)
         assert header.global_shape == (4, 8) and header.layout_kind == t.LAYOUT_SHARD
-        assert header.axes == (t.Axis(t.AXIS_TP, 0, rank, 4, 1),)
+        assert header.axes == (t.Axis(t.AXIS_TP, 0, rank, 4, 1, 0, 2),)
     assert store.put_tensor_with_tp(key, full, tp_size=3, split_dim=1) == INVALID_PARAMS
