@@ -136,5 +136,12 @@ fn _deserialize_tensor<'py>(
 /// Upstream's `_tensor_metadata_size()`: bytes of the tensor-metadata header.
 #[pyfunction]
 fn _tensor_metadata_size<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-    forward(py, TENSOR, "tensor_metadata_size", None, &PyTuple::empty(py), None)
+    forward(
+        py,
+        TENSOR,
+        "tensor_metadata_size",
+        None,
+        &PyTuple::empty(py),
+        None,
+    )
 }
