@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Builds the Python package (python/, maturin) into a fresh virtual environment under
 # target/python-venv (recreated every run), then runs its pytest suite against a real
-# mooncake_master that the fixtures start on free loopback ports.
+# mooncake_master that the fixtures start on free loopback ports. Then the tests that use torch
+# once more with torch present: Debian's python3-torch (a CPU build; installed here when missing,
+# PyTorch's own wheel index being out of CI's reach) seen by a second virtual environment,
+# target/python-torch-venv, made from the system interpreter with its site packages.
 #
 # Needs Python >= 3.11 with pip and the venv module (Debian: python3-venv, installed here when
-# missing), and PyPI access for maturin, pytest, numpy and safetensors. Exits with pytest's status, or 1 when
-# a test skipped for any reason but a missing torch (the optional torch tests).
+# missing), PyPI access for maturin, pytest, numpy and safetensors, and apt for python3-torch.
+# Exits with pytest's status, or 1 when a test skipped for any reason but torch being absent
+# (first pass) or present (second pass).
 #
 # Environment:
 #   PYTHON              interpreter to build the venv from (default: python3)
@@ -30,42 +34,70 @@ if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null
 fi
 
-echo "== fresh virtual environment in $VENV"
-rm -rf "$VENV"
-"$PYTHON" -m venv "$VENV"
-PATH="$PWD/$VENV/bin:$PATH"
-export PATH
-python -m pip install -q --upgrade pip
-python -m pip install -q "maturin>=1.5,<2" pytest numpy safetensors
-
-echo "== pip install --no-build-isolation ./python"
-python -m pip install -q --no-build-isolation ./python
-
-echo "== pytest python/tests"
+PY_TESTS_STATUS=0
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 # No bytecode or cache files in the source tree.
 export PYTHONDONTWRITEBYTECODE=1
-report="target/python-junit.xml"
-rm -f "$report"
-status=0
-# shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
-python -m pytest python/tests -v -p no:cacheprovider --junitxml="$report" ${PYTEST_ARGS:-} || status=$?
-# A skip is allowed only for the optional torch tests: any other skip (a module that did not
-# import, a fixture that gave up) fails the run, so the suite cannot pass by not running.
-python - "$report" <<'PY' || status=1
+
+# fresh_venv DIR PYTHON [venv options]: DIR recreated from PYTHON with the build and test tools
+# and this package installed; its bin/ first on PATH.
+fresh_venv() {
+  local dir="$1" python="$2"
+  shift 2
+  echo "== fresh virtual environment in $dir"
+  rm -rf "$dir"
+  "$python" -m venv "$@" "$dir"
+  PATH="$PWD/$dir/bin:$ORIGINAL_PATH"
+  export PATH
+  python -m pip install -q --upgrade pip
+  python -m pip install -q "maturin>=1.5,<2" pytest numpy safetensors
+  echo "== pip install --no-build-isolation ./python ($dir)"
+  python -m pip install -q --no-build-isolation ./python
+}
+
+# run_pytest REPORT SKIP_WORD TESTS...: pytest over TESTS; any skip whose reason does not name
+# SKIP_WORD fails the run, so the suite cannot pass by not running.
+run_pytest() {
+  local report="$1" allowed="$2"
+  shift 2
+  rm -f "$report"
+  # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
+  python -m pytest "$@" -v -p no:cacheprovider --junitxml="$report" ${PYTEST_ARGS:-} ||
+    PY_TESTS_STATUS=$?
+  python - "$report" "$allowed" <<'PY' || PY_TESTS_STATUS=1
 import sys
 import xml.etree.ElementTree as ET
 
+report, allowed = sys.argv[1:]
 bad = []
-for case in ET.parse(sys.argv[1]).iter("testcase"):
+for case in ET.parse(report).iter("testcase"):
     where = f"{case.get('classname')}::{case.get('name')}"
     for skip in case.iter("skipped"):
         message = skip.get("message", "")
         # test_torch.py skips as a whole ("collection skipped") when torch is not installed.
-        if "test_torch" not in where and "torch" not in message:
+        whole_module = allowed == "needs torch" and "test_torch" in where
+        if allowed not in message and not whole_module:
             bad.append(f"{where}: {message}")
 if bad:
-    print(f"python-tests: {len(bad)} unexpected skips (only the torch tests may skip):")
+    print(f"python-tests: {len(bad)} unexpected skips (only '{allowed}' may skip):")
     print("\n".join(bad))
     sys.exit(1)
 PY
-exit $status
+}
+
+ORIGINAL_PATH="$PATH"
+fresh_venv "$VENV" "$PYTHON"
+echo "== pytest python/tests"
+run_pytest target/python-junit.xml "needs torch" python/tests
+
+TORCH_PYTHON=/usr/bin/python3
+if ! "$TORCH_PYTHON" -c 'import torch' >/dev/null 2>&1; then
+  echo "== installing python3-torch"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-torch python3-venv >/dev/null
+fi
+fresh_venv target/python-torch-venv "$TORCH_PYTHON" --system-site-packages
+echo "== pytest with torch $(python -c 'import torch; print(torch.__version__)')"
+run_pytest target/python-torch-junit.xml "torch is installed" \
+  python/tests/test_tensor.py python/tests/test_parallel.py python/tests/test_torch.py
+exit $PY_TESTS_STATUS

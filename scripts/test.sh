@@ -6,7 +6,7 @@
 # debug assertions and overflow checks), the RDMA leg in the soft-RoCE VM (scripts/rdma-tests.sh, which
 # installs its own packages), a bounded run of every cargo-fuzz target
 # (scripts/fuzz-smoke.sh), the Python package's pytest suite (built into a fresh virtual
-# environment) and the ctest suites (plain and AddressSanitizer builds).
+# environment; its torch tests once more with Debian's python3-torch) and the ctest suites (plain and AddressSanitizer builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -10,11 +10,16 @@ from conftest import NOT_SUPPORTED, unique_key
 torch = pytest.importorskip("torch")
 
 
+def storage(t):
+    """The tensor's whole storage (``untyped_storage`` from torch 2.0, ``storage`` before)."""
+    return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+
+
 def test_tensor_storage_as_kv_memory(store):
     kv = torch.randn(4, 1024, dtype=torch.float16)
     out = torch.zeros_like(kv)
     for t in (kv, out):
-        assert store.register_buffer(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) == 0
+        assert store.register_buffer(storage(t).data_ptr(), storage(t).nbytes()) == 0
     try:
         row = kv[0].numel() * kv.element_size()
         ks = [unique_key("t") for _ in range(4)]
@@ -33,4 +38,4 @@ def test_tensor_storage_as_kv_memory(store):
             assert rc == NOT_SUPPORTED
     finally:
         for t in (kv, out):
-            assert store.unregister_buffer(t.untyped_storage().data_ptr()) == 0
+            assert store.unregister_buffer(storage(t).data_ptr()) == 0
