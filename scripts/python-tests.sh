@@ -99,5 +99,6 @@ fi
 fresh_venv target/python-torch-venv "$TORCH_PYTHON" --system-site-packages
 echo "== pytest with torch $(python -c 'import torch; print(torch.__version__)')"
 run_pytest target/python-torch-junit.xml "torch is installed" \
-  python/tests/test_tensor.py python/tests/test_parallel.py python/tests/test_torch.py
+  python/tests/test_tensor.py python/tests/test_parallel.py python/tests/test_torch.py \
+  python/tests/test_standalone.py
 exit $PY_TESTS_STATUS

@@ -432,6 +432,37 @@ def batch_upsert_tensor_from(store, keys, buffer_ptrs, sizes):
     return [upsert_tensor_from(store, k, p, s) for k, p, s in zip(keys, buffer_ptrs, sizes)]
 
 
+def batch_get_tensor_into_cuda(store, keys, tensors_list):
+    """Upstream's dummy-only CUDA read: the payload of each stored tensor object copied into
+    the CUDA tensor given for it, which must be contiguous with the stored dtype and shape.
+    Per key the bytes copied, or INVALID_PARAMS (absent, mismatched, not a CUDA tensor); all
+    INVALID_PARAMS for lists of different lengths or a store that is not a dummy. Upstream has
+    the real client write into the tensor over CUDA IPC; here the dummy reads the object
+    through its usual path and torch copies it to the device: the same bytes, one host hop."""
+    results = [INVALID_PARAMS] * len(keys)
+    if len(keys) != len(tensors_list) or not store._is_dummy():
+        return results
+    torch = torch_module()
+    for i, (handle, dst) in enumerate(zip(store.batch_get_buffer(keys), tensors_list)):
+        obj = None if handle is None else object_of_bytes(handle)
+        if obj is None or not _is_tensor(dst) or not dst.is_cuda or not dst.is_contiguous():
+            continue
+        if _dtype_code(torch, dst.dtype) != obj.header.dtype:
+            continue
+        if tuple(dst.shape) != obj.header.local_shape:
+            continue
+        if obj.header.data_bytes:
+            source = torch.frombuffer(handle, dtype=torch.uint8, count=obj.header.data_bytes,
+                                      offset=obj.header.data_offset)
+            dst.reshape(-1).view(torch.uint8).copy_(source)
+        results[i] = obj.header.data_bytes
+    return results
+
+
+def get_tensor_into_cuda(store, key, tensor):
+    return batch_get_tensor_into_cuda(store, [key], [tensor])[0]
+
+
 def tp_key(key, rank):
     """The key of TP shard ``rank`` (upstream's legacy single-axis layout)."""
     return f"{key}_tp_{rank}"

@@ -41,8 +41,7 @@ The tensor APIs (put_tensor, get_tensor, their batch, into, from, publish, upser
 parallelism forms, safetensors files; torch imported when called) are in mooncake._tensor,
 mooncake._parallel and mooncake._safetensors, upstream's layout.
 
-Not built (absent, so getattr(..., None) probes see that): the CUDA IPC tensor calls
-(get_tensor_into_cuda, batch_get_tensor_into_cuda), copy/move tasks and batch_replica_clear, segment
+Not built (absent, so getattr(..., None) probes see that): copy/move tasks and batch_replica_clear, segment
 mounting helpers, BufferPool, NVMe-oF and Engram helpers. See docs/python.md of mooncake-rs.";
 
 #[pymodule(name = "store")]

@@ -80,6 +80,8 @@ tensor_methods!(TENSOR;
     batch_get_tensor_with_tp_into,
     put_tensor_with_tp_from,
     batch_put_tensor_with_tp_from,
+    get_tensor_into_cuda,
+    batch_get_tensor_into_cuda,
 );
 
 tensor_methods!(PARALLEL;

@@ -225,6 +225,12 @@ impl Store {
         self.client().map(|c| c.get_hostname()).unwrap_or_default()
     }
 
+    /// Internal: whether this object holds a dummy client (the CUDA tensor reads serve only
+    /// dummies, as upstream's).
+    fn _is_dummy(&self) -> bool {
+        self.client().is_some_and(|c| c.is_dummy())
+    }
+
     /// mooncake-rs extension: the client's counters (bytes per path, zero-copy counts,
     /// master calls, ...) as a JSON object string; `"{}"` when not set up.
     fn metrics_json(&self) -> String {
@@ -233,7 +239,8 @@ impl Store {
             .unwrap_or_else(|| "{}".into())
     }
 
-    /// Always 0: mooncake-rs has no SSD tier, so no read goes through peer offload RPC.
+    /// Always 0: mooncake-rs reads disk replicas through the owner's data path (docs/ssd-tier.md),
+    /// never through upstream's peer offload RPC, which is what this counts upstream.
     fn get_offload_rpc_read_count(&self) -> u64 {
         0
     }

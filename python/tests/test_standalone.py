@@ -3,6 +3,7 @@
 console script). Every wait is bounded."""
 
 import ctypes
+import importlib.util
 import os
 import select
 import shutil
@@ -11,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import MIB, free_port, unique_key
+from conftest import INVALID_PARAMS, MIB, free_port, unique_key
 
 READY_TIMEOUT_S = 30.0
 
@@ -111,3 +112,31 @@ def test_a_dummy_refuses_to_register_memory_the_real_client_cannot_map(dummy):
     heap = ctypes.create_string_buffer(8192)
     # As upstream's DummyClient: -1 (not -600) for memory outside the shared pool.
     assert dummy.register_buffer(ctypes.addressof(heap), 8192) == -1
+
+
+def test_cuda_tensor_reads_serve_only_dummies(store, dummy):
+    key = unique_key("cuda-read")
+    assert store.get_tensor_into_cuda(key, object()) == INVALID_PARAMS, "not a dummy"
+    assert dummy.batch_get_tensor_into_cuda([key, key], [object()]) == [INVALID_PARAMS] * 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_cuda_tensor_reads_check_the_destination(dummy):
+    import torch
+
+    from mooncake import _tensor as t
+
+    key = unique_key("cuda-read")
+    stored = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+    assert dummy.put_tensor(key, stored) == 0
+    cpu = torch.zeros(3, 4, dtype=torch.int32)
+    assert dummy.get_tensor_into_cuda(key, cpu) == INVALID_PARAMS, "not a CUDA tensor"
+    assert torch.equal(cpu, torch.zeros(3, 4, dtype=torch.int32))
+    assert dummy.get_tensor_into_cuda(unique_key("absent"), cpu) == INVALID_PARAMS
+    if torch.cuda.is_available():
+        dst = torch.zeros(3, 4, dtype=torch.int32, device="cuda")
+        assert dummy.get_tensor_into_cuda(key, dst) == stored.numel() * 4
+        assert torch.equal(dst.cpu(), stored)
+        wrong = torch.zeros(4, 3, dtype=torch.int32, device="cuda")
+        assert dummy.batch_get_tensor_into_cuda([key], [wrong]) == [INVALID_PARAMS]
+    assert t.parse_header(dummy.get_buffer(key)).local_shape == (3, 4)
