@@ -185,7 +185,7 @@ impl ReadRecord {
     pub(crate) fn bytes(&self) -> &[u8] {
         self.buf
             .as_ref()
-            .map_or(&[], |buf| &buf.as_slice()[BLOCK..BLOCK + self.len])
+            .map_or(&[], |buf| &buf.as_slice()[..self.len])
     }
 }
 
@@ -197,9 +197,11 @@ impl Drop for ReadRecord {
     }
 }
 
-/// An indexed record file.
+/// An indexed record file: its payload length and CRC32C (as its header says, checked when
+/// it was written or indexed), so a read fetches and checks the payload alone.
 struct Entry {
     len: u64,
+    crc: u32,
     path: PathBuf,
 }
 
@@ -407,23 +409,27 @@ impl DiskStore {
         let body = &payload.as_slice()[..padded as usize];
         let written = self.write_file(target, &header, body);
         let path = written.inspect_err(|_| self.finish(key, generation, need))?;
-        self.publish(key, generation, Entry { len, path }, reused);
+        self.publish(key, generation, Entry { len, crc, path }, reused);
         Ok(())
     }
 
-    /// Reads and verifies (`key`, `generation`). A record found corrupt or missing is dropped
-    /// from the index and its file deleted, so it is never served again.
+    /// Reads and verifies (`key`, `generation`): the payload blocks alone (not the header
+    /// block), checked against the length and CRC32C the index took from the record's header
+    /// when it was written or indexed. The file cannot change meanwhile: a file with a read in
+    /// flight is never reused, so bytes of another record (or a torn or rotten payload) fail
+    /// the CRC. A record found corrupt or missing is dropped from the index and its file
+    /// deleted, so it is never served again.
     ///
     /// Errors: `OBJECT_NOT_FOUND` when that generation is not indexed (or was removed while
     /// reading); `FILE_NOT_FOUND` when its file vanished; `CHECKSUM_MISMATCH` for a short
-    /// file, a wrong header or payload CRC (counted in `corrupt`); `FILE_READ_FAIL` for other
-    /// I/O errors (counted in `io_errors`).
+    /// file or a wrong payload CRC (counted in `corrupt`); `FILE_READ_FAIL` for other I/O
+    /// errors (counted in `io_errors`).
     pub(crate) fn read(&self, key: &str, generation: u64) -> Result<ReadRecord> {
         let mut state = self.state.lock();
         let found = state
             .entry(key, generation)
-            .map(|e| (e.len, e.path.clone()));
-        let Some((len, path)) = found else {
+            .map(|e| (e.len, e.crc, e.path.clone()));
+        let Some((len, crc, path)) = found else {
             return fail(
                 ErrorCode::ObjectNotFound,
                 format_args!("{key}@{generation}"),
@@ -432,10 +438,11 @@ impl DiskStore {
         // While counted here the file is not reused (a removal unlinks it instead).
         *state.reading.entry(path.clone()).or_default() += 1;
         drop(state);
-        let total = file_len(len) as usize;
+        let total = round_up(len) as usize;
         let read = read_buf::take(total).map(|mut buf| {
             let file = self.open_file(&path, OpenOptions::new().read(true));
-            let read = file.and_then(|f| f.read_exact_at(&mut buf.as_mut_slice()[..total], 0));
+            let into = &mut buf.as_mut_slice()[..total];
+            let read = file.and_then(|f| f.read_exact_at(into, BLOCK as u64));
             read.map(|()| buf)
         });
         self.end_read(&path);
@@ -449,14 +456,11 @@ impl DiskStore {
             }
             Err(e) => return self.io_error(ErrorCode::FileReadFail, &path, e),
         };
-        let header = decode_header(buf.as_slice());
         let record = ReadRecord {
             buf: Some(buf),
             len: len as usize,
         };
-        let same = |h: Header| h.key == key && h.generation == generation && h.len == len;
-        let crc = crc32c::crc32c(record.bytes());
-        if !header.is_ok_and(|h| h.payload_crc == crc && same(h)) {
+        if crc32c::crc32c(record.bytes()) != crc {
             return self.corrupted(&path, key, generation);
         }
         self.state.lock().stats.reads += 1;
@@ -892,6 +896,7 @@ fn scan(dir: &Path) -> Result<State> {
                         // Two files of one record: a crash brought back a removed copy (its
                         // file maybe half reused since). Keep one whose payload checks.
                         Some(kept) if !payload_ok(&kept.path, &header) => {
+                            (kept.len, kept.crc) = (header.len, header.payload_crc);
                             let stale = std::mem::replace(&mut kept.path, path);
                             Some(stale)
                         }
@@ -900,6 +905,7 @@ fn scan(dir: &Path) -> Result<State> {
                             state.stats.used_bytes += file_len(header.len);
                             let entry = Entry {
                                 len: header.len,
+                                crc: header.payload_crc,
                                 path,
                             };
                             state.adopt(key, generation, entry);
@@ -1127,6 +1133,33 @@ mod tests {
         fs::write(dir.path().join("tmp/7-abc.tmp"), b"torn").unwrap();
         let _store = open(&dir, 0).unwrap();
         assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_read_checks_the_payload_alone_and_refuses_another_records_bytes() {
+        let dir = TempDir::new("disk-swap");
+        let store = open(&dir, 0).unwrap();
+        let values = [random(9_000), random(9_000), random(9_000)];
+        for (key, value) in ["a", "b", "c"].iter().zip(&values) {
+            put(&store, key, 1, value).unwrap();
+        }
+        let [a, b, c] = ["a", "b", "c"].map(|key| path_of(&store, key, 1));
+        // "a"'s file now holds "b"'s whole record (a file swapped under the index): the
+        // payload's CRC is not "a"'s, so the read refuses it.
+        fs::copy(&b, &a).unwrap();
+        assert_eq!(get(&store, "a", 1).err(), Some(ChecksumMismatch));
+        assert_eq!(get(&store, "b", 1).unwrap(), values[1]);
+        // A damaged header block is not read: the payload still checks against the CRC the
+        // index took when it was written, so the right bytes are served (the next open, which
+        // reads headers, drops the record).
+        let mut bytes = fs::read(&c).unwrap();
+        bytes[10] ^= 0x01;
+        fs::write(&c, &bytes).unwrap();
+        assert_eq!(get(&store, "c", 1).unwrap(), values[2]);
+        drop(store);
+        let store = open(&dir, 0).unwrap();
+        assert_eq!(get(&store, "c", 1).err(), Some(ObjectNotFound));
+        assert_eq!(get(&store, "b", 1).unwrap(), values[1]);
     }
 
     #[test]
