@@ -59,9 +59,14 @@ READ_MODES = ("as_stored", "shard", "full")
 # --- the helper classes --------------------------------------------------------------------
 
 
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
 def _int(value, name):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int")
+    """``value`` when it is an int (not a bool) in int32 range, what upstream's C++ fields
+    hold; else ``TypeError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not INT32_MIN <= value <= INT32_MAX:
+        raise TypeError(f"{name} must be an int32")
     return value
 
 
@@ -157,8 +162,7 @@ Writer = namedtuple("Writer", "rank size split_dim")
 
 
 def _optional(obj, name):
-    value = getattr(obj, name, None)
-    return None if value is None else int(value)
+    return _optional_int(getattr(obj, name, None), name)
 
 
 def parse_parallelism(obj):
@@ -168,7 +172,8 @@ def parse_parallelism(obj):
     ``[0, size)``, a TP axis without ``split_dim``, an EP axis without ``expert_id``, a PP axis
     without ``stage_id``, or a ``split_dim`` on a DP, EP or PP axis (upstream's rules)."""
     try:
-        axes = [AxisSpec(KIND_CODES.get(str(a.kind).lower()), int(a.rank), int(a.size),
+        axes = [AxisSpec(KIND_CODES.get(str(a.kind).lower()), _int(a.rank, "rank"),
+                         _int(a.size, "size"),
                          _optional(a, "split_dim"), _optional(a, "expert_id"),
                          _optional(a, "stage_id")) for a in obj.axes]
     except (AttributeError, TypeError, ValueError):
@@ -188,7 +193,8 @@ def parse_parallelism(obj):
 def parse_writer(obj):
     """The ``Writer`` of an object with ``rank``, ``size``, ``split_dim``, or ``None``."""
     try:
-        writer = Writer(int(obj.rank), int(obj.size), int(obj.split_dim))
+        writer = Writer(_int(obj.rank, "rank"), _int(obj.size, "size"),
+                        _int(obj.split_dim, "split_dim"))
     except (AttributeError, TypeError, ValueError):
         return None
     ok = 0 <= writer.rank < writer.size and writer.split_dim >= 0
@@ -427,18 +433,23 @@ def _buffer_write(store, key, buffer_ptr, size, parallelism, config, writer_part
                                   True)
 
 
-def _batch_requests(keys, values, parallelisms, writer_partitions, one):
-    """Upstream's batch rules: parallelisms and writer_partitions not both; each, when given, a
-    list as long as ``keys``; otherwise every key INVALID_PARAMS."""
+def _batch_requests(keys, values, parallelisms, config, writer_partitions, one):
+    """``one(key, value, parallelism, writer_partition, config)`` per key, under upstream's
+    batch rules: parallelisms and writer_partitions not both; each, when given, a list as long
+    as ``keys``; the config's group ids one per key (each key gets a config naming its own);
+    otherwise every key INVALID_PARAMS."""
     n = len(keys)
+    configs = t.per_key_configs(config, n)
     if parallelisms is not None and writer_partitions is not None or len(values) != n:
         return [INVALID_PARAMS] * n
     for requests in (parallelisms, writer_partitions):
         if requests is not None and (not isinstance(requests, list) or len(requests) != n):
             return [INVALID_PARAMS] * n
+    if configs is None:
+        return [INVALID_PARAMS] * n
     pars = parallelisms or [None] * n
     writers = writer_partitions or [None] * n
-    return [one(k, v, p, w) for k, v, p, w in zip(keys, values, pars, writers)]
+    return [one(*args) for args in zip(keys, values, pars, writers, configs)]
 
 
 def put_tensor_with_parallelism(store, key, tensor, parallelism=None, config=None,
@@ -453,14 +464,14 @@ def upsert_tensor_with_parallelism(store, key, tensor, parallelism=None, config=
 
 def batch_put_tensor_with_parallelism(store, keys, tensors_list, parallelisms=None, config=None,
                                       writer_partitions=None):
-    return _batch_requests(keys, tensors_list, parallelisms, writer_partitions,
-                           lambda k, v, p, w: _tensor_write(store, k, v, p, config, w, False))
+    return _batch_requests(keys, tensors_list, parallelisms, config, writer_partitions,
+                           lambda k, v, p, w, c: _tensor_write(store, k, v, p, c, w, False))
 
 
 def batch_upsert_tensor_with_parallelism(store, keys, tensors_list, parallelisms=None,
                                          config=None, writer_partitions=None):
-    return _batch_requests(keys, tensors_list, parallelisms, writer_partitions,
-                           lambda k, v, p, w: _tensor_write(store, k, v, p, config, w, True))
+    return _batch_requests(keys, tensors_list, parallelisms, config, writer_partitions,
+                           lambda k, v, p, w, c: _tensor_write(store, k, v, p, c, w, True))
 
 
 def put_tensor_with_parallelism_from(store, key, buffer_ptr, size, parallelism=None, config=None,
@@ -475,23 +486,23 @@ def upsert_tensor_with_parallelism_from(store, key, buffer_ptr, size, parallelis
                          True)
 
 
-def _batch_from(keys, buffer_ptrs, sizes, parallelisms, writer_partitions, one):
+def _batch_from(keys, buffer_ptrs, sizes, parallelisms, config, writer_partitions, one):
     if not t.same_lengths(keys, buffer_ptrs, sizes):
         return [INVALID_PARAMS] * len(keys)
-    return _batch_requests(keys, list(zip(buffer_ptrs, sizes)), parallelisms, writer_partitions,
-                           lambda k, v, p, w: one(k, v[0], v[1], p, w))
+    return _batch_requests(keys, list(zip(buffer_ptrs, sizes)), parallelisms, config,
+                           writer_partitions, lambda k, v, p, w, c: one(k, v[0], v[1], p, w, c))
 
 
 def batch_put_tensor_with_parallelism_from(store, keys, buffer_ptrs, sizes, parallelisms=None,
                                            config=None, writer_partitions=None):
-    return _batch_from(keys, buffer_ptrs, sizes, parallelisms, writer_partitions,
-                       lambda k, b, s, p, w: _buffer_write(store, k, b, s, p, config, w, False))
+    return _batch_from(keys, buffer_ptrs, sizes, parallelisms, config, writer_partitions,
+                       lambda k, b, s, p, w, c: _buffer_write(store, k, b, s, p, c, w, False))
 
 
 def batch_upsert_tensor_with_parallelism_from(store, keys, buffer_ptrs, sizes, parallelisms=None,
                                               config=None, writer_partitions=None):
-    return _batch_from(keys, buffer_ptrs, sizes, parallelisms, writer_partitions,
-                       lambda k, b, s, p, w: _buffer_write(store, k, b, s, p, config, w, True))
+    return _batch_from(keys, buffer_ptrs, sizes, parallelisms, config, writer_partitions,
+                       lambda k, b, s, p, w, c: _buffer_write(store, k, b, s, p, c, w, True))
 
 
 # --- reads ---------------------------------------------------------------------------------
@@ -509,13 +520,16 @@ def _objects(store, keys):
     return None if any(o is None for o in objects) else objects
 
 
-def _shards_fit(shards, dtype, global_shape, split_dim, count):
+def _shards_fit(shards, dtype, global_shape, split_dim, count, only_tp):
     """Whether shard ``r`` of ``shards`` is exactly TP rank ``r`` of ``count`` along
-    ``split_dim`` of a ``dtype`` tensor of ``global_shape``."""
+    ``split_dim`` of a ``dtype`` tensor of ``global_shape`` (with ``only_tp``, carrying no
+    other axis, as a writer partition)."""
     for rank, obj in enumerate(shards):
         h = obj.header
         tp = [a for a in h.axes if a.kind == KIND_CODES["tp"]]
         if h.layout_kind != t.LAYOUT_SHARD or len(tp) != 1 or h.dtype != dtype:
+            return False
+        if only_tp and len(h.axes) != 1:
             return False
         if (tp[0].shard_rank, tp[0].shard_count, tp[0].split_dim) != (rank, count, split_dim):
             return False
@@ -536,11 +550,22 @@ def _others_match(shards, axes):
     return True
 
 
-def _reconstruction(store, keys, dtype, global_shape, split_dim, count):
-    if not 0 <= split_dim < len(global_shape) or global_shape[split_dim] % count:
+# Most shards a reconstruction reads when the split dimension is smaller (a manifest or
+# header claiming more is refused before any key is named).
+MAX_EMPTY_SHARDS = 1 << 16
+
+
+def _reconstruction(store, name, dtype, global_shape, split_dim, count, only_tp=False):
+    """The ``count`` shards ``name(rank)`` of a ``dtype`` tensor of ``global_shape`` split
+    along ``split_dim``, or ``None`` when the split is not uniform or any shard is missing or
+    does not fit."""
+    if not 0 <= split_dim < len(global_shape) or count <= 0:
         return None
-    shards = _objects(store, keys)
-    if shards is None or not _shards_fit(shards, dtype, global_shape, split_dim, count):
+    dim = global_shape[split_dim]
+    if dim % count or count > max(dim, MAX_EMPTY_SHARDS):
+        return None
+    shards = _objects(store, [name(rank) for rank in range(count)])
+    if shards is None or not _shards_fit(shards, dtype, global_shape, split_dim, count, only_tp):
         return None
     return Reconstruction(dtype, global_shape, split_dim, shards)
 
@@ -549,38 +574,39 @@ def _writer_reconstruction(store, key):
     manifest = _read_manifest(store, writer_manifest_key(key))
     if manifest is None:
         return None
-    keys = [writer_key(key, Writer(r, manifest.shard_count, manifest.split_dim))
-            for r in range(manifest.shard_count)]
-    return _reconstruction(store, keys, manifest.dtype, manifest.global_shape,
-                           manifest.split_dim, manifest.shard_count)
+    count, split_dim = manifest.shard_count, manifest.split_dim
+    return _reconstruction(store, lambda r: writer_key(key, Writer(r, count, split_dim)),
+                           manifest.dtype, manifest.global_shape, split_dim, count, True)
+
+
+def _shards_of(store, key, axes, dtype, shape, count):
+    """The ``count`` TP shards of ``axes``' tensor, whose other axes must be ``axes``'."""
+    tp = axes[tp_index(axes)]
+    if not 0 <= tp.split_dim < len(shape) or shape[tp.split_dim] % tp.size:
+        return None
+    found = _reconstruction(store, lambda r: shard_key(key, with_tp(axes, r, count)), dtype,
+                            shape, tp.split_dim, count)
+    return found if found is not None and _others_match(found.shards, axes) else None
 
 
 def _parallelism_reconstruction(store, key, axes):
-    """The shards of the tensor that ``axes`` (with a TP axis) names one shard of: from the
-    parallelism manifest when there is one, else from the stored shards themselves."""
+    """The shards of the tensor that ``axes`` (with a TP axis) names one shard of: as the
+    parallelism manifest says when there is one that fits, else as the stored shards say (the
+    count of a single TP axis's legacy keys from its rank 0 shard, else the request's)."""
     tp = axes[tp_index(axes)]
     manifest = _read_manifest(store, parallelism_manifest_key(key))
-    if manifest is not None:
-        if manifest.split_dim != tp.split_dim or manifest.global_shape[tp.split_dim] % tp.size:
-            return None
-        count, dtype, shape = manifest.shard_count, manifest.dtype, manifest.global_shape
-    else:
-        first = _objects(store, [shard_key(key, with_tp(axes, 0))])
-        if first is None:
-            return None
-        stored_tp = [a for a in first[0].header.axes if a.kind == KIND_CODES["tp"]]
-        if len(axes) == 1 and stored_tp:
-            count = stored_tp[0].shard_count  # legacy keys do not name the count: use the stored
-        else:
-            count = tp.size
-        dtype, shape = first[0].header.dtype, first[0].header.global_shape
-        if not 0 <= tp.split_dim < len(shape) or shape[tp.split_dim] % tp.size:
-            return None
-    keys = [shard_key(key, with_tp(axes, r, count)) for r in range(count)]
-    found = _reconstruction(store, keys, dtype, shape, tp.split_dim, count)
-    if found is None or not _others_match(found.shards, axes):
+    if manifest is not None and manifest.split_dim == tp.split_dim:
+        found = _shards_of(store, key, axes, manifest.dtype, manifest.global_shape,
+                           manifest.shard_count)
+        if found is not None:
+            return found
+    first = _objects(store, [shard_key(key, with_tp(axes, 0))])
+    if first is None:
         return None
-    return found
+    stored_tp = [a for a in first[0].header.axes if a.kind == KIND_CODES["tp"]]
+    count = stored_tp[0].shard_count if len(axes) == 1 and stored_tp else tp.size
+    return _shards_of(store, key, axes, first[0].header.dtype, first[0].header.global_shape,
+                      count)
 
 
 def _assemble(found, header, start, extent):

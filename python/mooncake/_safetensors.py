@@ -8,7 +8,9 @@ and written here byte for byte so that neither call needs torch or the ``safeten
 move the bytes: the tests check the files against the real ``safetensors`` package. Upstream's
 rules: a save names the tensor after the key and writes the file ``file_name`` (default: the
 key); a load stores the tensor named ``key`` (or, when the file has no such tensor, the first in
-name order) under ``key`` (default: ``file_name``) and returns it.
+the file, as ``safetensors``' ``load_file`` orders them) under ``key`` (default: ``file_name``)
+and returns it. A file is read as strictly as the ``safetensors`` package reads it: the
+tensors' data must tile the data section in order, without gaps or overlaps.
 """
 
 import json
@@ -40,7 +42,7 @@ def encode(name, obj):
 
 def decode(content, name):
     """(stored name, header bytes of the tensor object, data view) of the tensor ``name`` in
-    the safetensors file ``content`` (the first in name order when ``name`` is ``None`` or
+    the safetensors file ``content`` (the first in the file when ``name`` is ``None`` or
     absent). ``ValueError`` naming the problem for a file that is not safetensors, holds no
     tensor, or a dtype upstream cannot store."""
     view = memoryview(content).cast("B")
@@ -55,43 +57,66 @@ def decode(content, name):
         raise ValueError(f"not a safetensors file: {e}") from None
     if not isinstance(entries, dict):
         raise ValueError("not a safetensors file: the header is not an object")
-    names = sorted(k for k in entries if k != "__metadata__")
-    if not names:
-        raise ValueError("the safetensors file holds no tensor")
-    chosen = name if name in names else names[0]
-    entry = entries[chosen]
-    try:
-        code = CODES[entry["dtype"]]
-        shape = tuple(int(d) for d in entry["shape"])
-        begin, end = (int(x) for x in entry["data_offsets"])
-    except (KeyError, TypeError, ValueError):
-        raise ValueError(f"tensor {chosen!r}: a dtype upstream stores, a shape and data "
-                         f"offsets are needed") from None
-    if any(d < 0 for d in shape) or len(shape) > t.MAX_DIMS:
-        raise ValueError(f"tensor {chosen!r}: bad shape {shape}")
     data = view[8 + length:]
-    if not 0 <= begin <= end <= len(data) or end - begin != t.numel(shape) * t.DTYPES[code][1]:
-        raise ValueError(f"tensor {chosen!r}: data offsets do not match its shape and dtype")
+    tensors = {k: _entry(k, v) for k, v in entries.items() if k != "__metadata__"}
+    if not tensors:
+        raise ValueError("the safetensors file holds no tensor")
+    in_file = sorted(tensors, key=lambda k: tensors[k][2])
+    at = 0
+    for k in in_file:
+        _code, _shape, begin, end = tensors[k]
+        if begin != at:
+            raise ValueError(f"tensor {k!r}: data offsets leave a gap or overlap")
+        at = end
+    if at != len(data):
+        raise ValueError("the tensors' data does not end where the file does")
+    chosen = name if name in tensors else in_file[0]
+    code, shape, begin, end = tensors[chosen]
     return chosen, t.pack_header(code, shape), data[begin:end]
 
 
+def _is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _entry(name, entry):
+    """(dtype code, shape, begin, end) of one tensor entry of a header, or ``ValueError``."""
+    try:
+        code = CODES[entry["dtype"]]
+        shape, offsets = entry["shape"], entry["data_offsets"]
+    except (KeyError, TypeError):
+        raise ValueError(f"tensor {name!r}: a dtype upstream stores, a shape and data offsets "
+                         f"are needed") from None
+    if not isinstance(shape, list) or not all(map(_is_count, shape)) or len(shape) > t.MAX_DIMS:
+        raise ValueError(f"tensor {name!r}: bad shape {shape!r}")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_count, offsets)):
+        raise ValueError(f"tensor {name!r}: bad data offsets {offsets!r}")
+    begin, end = offsets
+    if end - begin != t.numel(shape) * t.DTYPES[code][1]:
+        raise ValueError(f"tensor {name!r}: data offsets do not match its shape and dtype")
+    return code, tuple(shape), begin, end
+
+
 def save_tensor_to_safetensor(store, key, file_name=None):
-    """0, FILE_NOT_FOUND when no tensor object is stored under ``key``, INVALID_PARAMS when the
-    file cannot be written (nothing is left behind: the file is written beside its final name
-    and renamed into place)."""
+    """0; INVALID_PARAMS when the store is not set up or the file cannot be written (nothing is
+    left behind: the file is written beside its final name, through a symlink, with the mode
+    ``open`` would give it, and renamed into place); FILE_NOT_FOUND when no tensor object is
+    stored under ``key``."""
+    if not store._is_set_up():
+        return t.INVALID_PARAMS
     handle = store.get_buffer(key)
     obj = None if handle is None else t.object_of_bytes(handle)
     if obj is None:
         return FILE_NOT_FOUND
-    path = key if file_name is None else os.fspath(file_name)
+    path = os.path.realpath(key if file_name is None else os.fspath(file_name))
     head, data = encode(key, obj)
-    directory = os.path.dirname(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".mooncake-safetensors-")
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".mooncake-safetensors-")
     except OSError:
         return t.INVALID_PARAMS
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
             f.write(head)
             f.write(data)
         os.replace(tmp, path)
@@ -99,6 +124,19 @@ def save_tensor_to_safetensor(store, key, file_name=None):
         os.unlink(tmp)
         return t.INVALID_PARAMS
     return 0
+
+
+def _umask():
+    """The process's umask, read without changing it (``/proc/self/status``, Linux 4.7+;
+    the usual 022 where that is unavailable)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def store_safetensor(store, key, file_name):

@@ -156,7 +156,9 @@ def object_of_buffer(buffer_ptr, size):
 
 
 def is_full(header):
-    return header.layout_kind == LAYOUT_FULL or header.local_shape == header.global_shape
+    """Whether the object holds the whole tensor (its data is the global shape's): a FULL
+    header whose local shape differs from its global one does not."""
+    return header.local_shape == header.global_shape
 
 
 def shard_range(dim_size, rank, count):
@@ -351,6 +353,42 @@ def check_publish(config):
     return not segments or len(segments) == config.replica_num
 
 
+# The ReplicateConfig attributes a per-key copy carries over (all but group_ids).
+_CONFIG_FIELDS = ("replica_num", "nof_replica_num", "dfs_replica_num", "soft_pin_action",
+                  "soft_pin_ttl_ms", "with_hard_pin", "preferred_segments",
+                  "preferred_nof_segments", "preferred_segment", "prefer_alloc_in_same_node",
+                  "data_type")
+
+
+def per_key_configs(config, n):
+    """The config of each of ``n`` keys of a batch (upstream's ``ForSingleKey``): ``config``
+    itself (or ``None``) without group ids, else a copy naming only key ``i``'s group. ``None``
+    when the group ids are not one per key (upstream's ``ValidateGroupIdsForBatchConfig``:
+    every key then fails)."""
+    groups = None if config is None else config.group_ids
+    if groups is None:
+        return [config] * n
+    if len(groups) != n:
+        return None
+    configs = []
+    for group in groups:
+        single = store_module().ReplicateConfig()
+        for name in _CONFIG_FIELDS:
+            setattr(single, name, getattr(config, name))
+        single.group_ids = [group]
+        configs.append(single)
+    return configs
+
+
+def batch_with_config(keys, values, config, one):
+    """``one(key, value, config_of_key)`` per pair (``batch``'s rules, and every key
+    INVALID_PARAMS when the config's group ids are not one per key)."""
+    configs = per_key_configs(config, len(keys))
+    if configs is None or len(values) != len(keys):
+        return [INVALID_PARAMS] * len(keys)
+    return [one(k, v, c) for k, v, c in zip(keys, values, configs)]
+
+
 def put_tensor(store, key, tensor):
     return _write(store, key, tensor, None, False)
 
@@ -378,11 +416,13 @@ def upsert_pub_tensor(store, key, tensor, config=None):
 
 
 def batch_pub_tensor(store, keys, tensors_list, config=None):
-    return batch(keys, tensors_list, lambda k, t: pub_tensor(store, k, t, config))
+    return batch_with_config(keys, tensors_list, config,
+                             lambda k, t, c: pub_tensor(store, k, t, c))
 
 
 def batch_upsert_pub_tensor(store, keys, tensors_list, config=None):
-    return batch(keys, tensors_list, lambda k, t: upsert_pub_tensor(store, k, t, config))
+    return batch_with_config(keys, tensors_list, config,
+                             lambda k, t, c: upsert_pub_tensor(store, k, t, c))
 
 
 def get_tensor(store, key):
@@ -506,8 +546,8 @@ def pub_tensor_with_tp(store, key, tensor, config=None, tp_rank=0, tp_size=1, sp
 
 def batch_pub_tensor_with_tp(store, base_keys, tensors_list, config=None, tp_rank=0, tp_size=1,
                              split_dim=0):
-    return batch(base_keys, tensors_list, lambda k, t: pub_tensor_with_tp(
-        store, k, t, config, tp_rank, tp_size, split_dim))
+    return batch_with_config(base_keys, tensors_list, config, lambda k, t, c: pub_tensor_with_tp(
+        store, k, t, c, tp_rank, tp_size, split_dim))
 
 
 def put_tensor_with_tp_from(store, key, buffer_ptr, size, tp_rank=0, tp_size=1, split_dim=0):

@@ -231,6 +231,12 @@ impl Store {
         self.client().is_some_and(|c| c.is_dummy())
     }
 
+    /// Internal: whether this object holds a client (real or dummy), for the Python-level
+    /// calls that answer -600 before anything else when it does not, as upstream's.
+    fn _is_set_up(&self) -> bool {
+        self.client().is_some()
+    }
+
     /// mooncake-rs extension: the client's counters (bytes per path, zero-copy counts,
     /// master calls, ...) as a JSON object string; `"{}"` when not set up.
     fn metrics_json(&self) -> String {

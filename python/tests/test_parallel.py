@@ -9,6 +9,7 @@ the tensor-taking forms are checked too."""
 import ctypes
 import importlib.util
 import os
+import types
 
 import numpy as np
 import pytest
@@ -364,18 +365,28 @@ def test_loaded_files_are_stored_as_tensor_objects(store, tmp_path):
     b = np.arange(4, dtype=np.int64)
     path = str(tmp_path / "two.safetensors")
     safetensors.numpy.save_file({"b": b, "a": a}, path)
+    first = min(["a", "b"], key=lambda name: st_offset(path, name))
+    first_bytes = {"a": a, "b": b}[first].tobytes()
     key = unique_key("st-load")
     rc, _h, _d = st.store_safetensor(store, key, path)
     assert rc == 0
-    header, data = parsed(store.get_buffer(key))
-    assert (header.dtype, header.local_shape, data) == (0, (2, 3), a.tobytes()), "first by name"
-    assert st.store_safetensor(store, "b", path)[0] == 0
-    assert parsed(store.get_buffer("b"))[1] == b.tobytes()
+    assert parsed(store.get_buffer(key))[1] == first_bytes, "the first tensor in the file"
+    for name, value in [("a", a), ("b", b)]:
+        assert st.store_safetensor(store, name, path)[0] == 0
+        assert parsed(store.get_buffer(name))[1] == value.tobytes()
     assert st.store_safetensor(store, None, path)[0] == 0
-    assert parsed(store.get_buffer(path))[1] == a.tobytes(), "the key defaults to the file name"
+    assert parsed(store.get_buffer(path))[1] == first_bytes, "the key defaults to the file name"
     bad = tmp_path / "bad"
-    for content in [b"", b"\xff" * 8, (8).to_bytes(8, "little") + b"[1,2,3]",
-                    (2).to_bytes(8, "little") + b"{}"]:
+    def file(header, data=b""):
+        return len(header).to_bytes(8, "little") + header + data
+
+    u8 = b'"dtype":"U8","shape":[%s],"data_offsets":[%s]'
+    for content in [b"", b"\xff" * 8, file(b"[1,2,3]"), file(b"{}"),
+                    file(b'{"x":{' + u8 % (b"2", b"0,2") + b'}}', b"abc"),  # data past the end
+                    file(b'{"x":{' + u8 % (b"2", b"1,3") + b'}}', b"abc"),  # a gap first
+                    file(b'{"x":{' + u8 % (b'"2"', b"0,2") + b'}}', b"ab"),  # a string dim
+                    file(b'{"x":{' + u8 % (b"2", b"0,2") + b'},"y":{' + u8 % (b"2", b"1,3")
+                         + b'}}', b"abc")]:  # overlapping
         bad.write_bytes(content)
         with pytest.raises(ValueError):
             st.store_safetensor(store, unique_key("bad"), str(bad))
@@ -427,3 +438,80 @@ def test_safetensors_round_trip_with_torch(store, tmp_path):
     assert store.save_tensor_to_safetensor(key, path) == 0
     loaded = store.load_tensor_from_safetensor(unique_key("again"), path)
     assert torch.equal(loaded, tensor)
+
+
+def test_review_cases(store, registered, tmp_path):
+    """Found by review: each failed before its fix."""
+    # A FULL header whose local shape is not its global shape is not a full tensor.
+    header = t.pack_header(INT32, (4, 4), (2, 4))
+    buf = registered(len(header) + 32)
+    buf[:len(header)] = np.frombuffer(header, dtype=np.uint8)
+    key = unique_key("crafted")
+    assert store.put_tensor_with_tp_from(key, buf.ctypes.data, buf.nbytes, 0, 2, 0) == INVALID_PARAMS
+    assert store.put_tensor_with_parallelism_from(
+        key, buf.ctypes.data, buf.nbytes, writer_partition=Writer(1, 2, 0)) == INVALID_PARAMS
+    assert store.is_exist(f"{key}_tp_1") == 0
+    # A batch config's group_ids name one group per key.
+    full = serialized(registered, np.arange(8, dtype=np.int32).reshape(2, 4), INT32)
+    keys = [unique_key("grouped"), unique_key("grouped")]
+    cfg = store_config(1, [])
+    cfg.group_ids = ["g1", "g2"]
+    p, n = full.ctypes.data, full.nbytes
+    assert store.batch_put_tensor_with_parallelism_from(keys, [p, p], [n, n], None, cfg) == [0, 0]
+    cfg.group_ids = ["g1"]
+    assert store.batch_put_tensor_with_parallelism_from(keys, [p, p], [n, n], None, cfg) == [
+        INVALID_PARAMS] * 2
+    # A manifest that does not fit the request: the stored shards are read as upstream does.
+    multi = unique_key("manifest-fallback")
+    dp0, dp1 = axis("dp", 0, 2), axis("dp", 1, 2)
+    assert store.put_tensor_with_parallelism_from(multi, p, n, parallelism(dp0, axis("tp", 0, 2, 1))) == 0
+    assert store.put_tensor_with_parallelism_from(multi, p, n, parallelism(dp1, axis("tp", 0, 4, 1))) == 0
+    got = par.read_object(store, multi, target("full", dp1, axis("tp", 0, 4, 1)))
+    assert got is not None and parsed(got)[1] == np.arange(8, dtype=np.int32).tobytes()
+    # A manifest claiming 2**31 - 1 shards is refused at once.
+    huge = unique_key("huge-manifest")
+    assert store.put(f"{huge}__writer_manifest", par.pack_manifest(INT32, (4,), 0, 2**31 - 1)) == 0
+    assert par.read_object(store, huge, target("full")) is None
+    # Axis fields must be ints in int32 range.
+    assert par.parse_parallelism(parallelism(axis("tp", 0, 2, 0))) is not None
+    with pytest.raises(TypeError):
+        par.ParallelAxis().expert_id = 2**31
+    for field, value in [("expert_id", 2**31), ("rank", 1.0), ("size", "2"), ("rank", True)]:
+        fields = dict(kind="ep", rank=0, size=2, split_dim=None, expert_id=1, stage_id=None)
+        fields[field] = value
+        duck = types.SimpleNamespace(axes=[types.SimpleNamespace(**fields)])
+        assert par.parse_parallelism(duck) is None, field
+        assert store.put_tensor_with_parallelism_from(key, p, n, duck) == INVALID_PARAMS
+    # safetensors: the first entry is the first in the file, as upstream's load_file orders them.
+    path = str(tmp_path / "order.safetensors")
+    safetensors.numpy.save_file({"a": np.zeros(2, dtype=np.float32),
+                                 "b": np.ones(2, dtype=np.float64)}, path)
+    first = min(["a", "b"], key=lambda name: st_offset(path, name))
+    rc, header, _ = st.store_safetensor(store, unique_key("first"), path)
+    assert rc == 0 and t.parse_header(header + bytes(16 if first == "b" else 8)).dtype == (
+        1 if first == "b" else 0)
+    # A save writes the file as open() would (the umask's mode), through a symlink.
+    saved = unique_key("mode")
+    assert store.put(saved, t.pack_header(INT32, (1,)) + bytes(4)) == 0
+    target_file = tmp_path / "real.safetensors"
+    link = tmp_path / "link.safetensors"
+    link.symlink_to(target_file)
+    assert store.save_tensor_to_safetensor(saved, str(link)) == 0
+    assert link.is_symlink() and target_file.exists()
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert target_file.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def st_offset(path, name):
+    import json
+    import struct
+
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n))[name]["data_offsets"][0]
+
+
+def test_save_needs_a_set_up_store(store_module, tmp_path):
+    fresh = store_module.MooncakeDistributedStore()
+    assert fresh.save_tensor_to_safetensor("k", str(tmp_path / "f")) == INVALID_PARAMS
