@@ -16,12 +16,18 @@
 //! last up to the budget longer than a socket's read timeout.
 //!
 //! The spinning thread has nothing else to do while its answer is out, so the cost is its own
-//! CPU time, at most the budget per wait. Spinning never changes what is read, only when
+//! CPU time, at most the budget per wait — as long as a CPU is free for the thread that
+//! answers. At most one thread fewer than the process's CPUs (at least one) spins at a time
+//! ([`SpinSlots`]); a thread that finds every slot taken blocks at once. Without that cap, 64
+//! threads of one process waiting for the master on a 2-core machine spent both cores
+//! polling, and the master they waited on (in that process, or beside it) got what was left
+//! (`mc_bench --load`, `docs/benchmarks.md`). Spinning never changes what is read, only when
 //! the thread looks: [`until_readable`] reads nothing and leaves the socket as it was.
 //! Thread-safety: free functions, callable from any thread.
 
 use crate::env::RPC_SPIN_US;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -39,14 +45,67 @@ pub fn budget() -> Duration {
     *BUDGET.get_or_init(|| Duration::from_micros(RPC_SPIN_US.get()))
 }
 
+/// How many threads may spin at once, and how many do. Thread-safe (atomics).
+pub(crate) struct SpinSlots {
+    limit: usize,
+    taken: AtomicUsize,
+}
+
+/// A slot held while its thread spins; given back when dropped.
+pub(crate) struct SpinSlot<'a>(&'a SpinSlots);
+
+impl SpinSlots {
+    /// Room for `limit` spinning threads (at least one).
+    pub(crate) const fn new(limit: usize) -> SpinSlots {
+        SpinSlots {
+            limit: if limit == 0 { 1 } else { limit },
+            taken: AtomicUsize::new(0),
+        }
+    }
+
+    /// The process's slots: one fewer than its CPUs, at least one.
+    pub(crate) fn process() -> &'static SpinSlots {
+        static SLOTS: OnceLock<SpinSlots> = OnceLock::new();
+        SLOTS.get_or_init(|| {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            SpinSlots::new(cpus.saturating_sub(1))
+        })
+    }
+
+    /// A slot, or `None` when `limit` threads spin already.
+    pub(crate) fn take(&self) -> Option<SpinSlot<'_>> {
+        let before = self.taken.fetch_add(1, Ordering::AcqRel);
+        if before < self.limit {
+            return Some(SpinSlot(self));
+        }
+        self.taken.fetch_sub(1, Ordering::AcqRel);
+        None
+    }
+}
+
+impl Drop for SpinSlot<'_> {
+    fn drop(&mut self) {
+        self.0.taken.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Polls `fd` without blocking, with a CPU pause between polls, until it is readable, hung
-/// up or in error (true) or `budget` has passed (false; at once for a zero budget). The
-/// caller then reads (or blocks) as it would have without the spin. An interrupted poll
-/// ends the spin early (true: the read that follows sees the socket as it is).
+/// up or in error (true) or `budget` has passed (false; at once for a zero budget, and when
+/// the process's [`SpinSlots`] are all taken). The caller then reads (or blocks) as it would
+/// have without the spin. An interrupted poll ends the spin early (true: the read that
+/// follows sees the socket as it is).
 pub fn until_readable(fd: BorrowedFd<'_>, budget: Duration) -> bool {
+    until_readable_in(SpinSlots::process(), fd, budget)
+}
+
+/// [`until_readable`] holding a slot of `slots` while it spins.
+pub(crate) fn until_readable_in(slots: &SpinSlots, fd: BorrowedFd<'_>, budget: Duration) -> bool {
     if budget.is_zero() {
         return false;
     }
+    let Some(_slot) = slots.take() else {
+        return false;
+    };
     let start = Instant::now();
     loop {
         let mut poll = libc::pollfd {
@@ -134,6 +193,28 @@ mod tests {
         let (mut c, d) = UnixStream::pair().unwrap();
         c.write_all(b"x").unwrap();
         assert!(!until_readable(d.as_fd(), Duration::ZERO));
+    }
+
+    #[test]
+    fn no_more_threads_spin_than_there_are_slots() {
+        let slots = SpinSlots::new(1);
+        let (mut a, b) = UnixStream::pair().unwrap();
+        a.write_all(b"x").unwrap();
+        let held = slots.take().expect("a free slot");
+        assert!(slots.take().is_none(), "the only slot is taken");
+        // Every slot taken: no spin, not even on a readable socket.
+        let start = Instant::now();
+        assert!(!until_readable_in(
+            &slots,
+            b.as_fd(),
+            Duration::from_secs(5)
+        ));
+        assert!(start.elapsed() < Duration::from_secs(4));
+        drop(held);
+        assert!(until_readable_in(&slots, b.as_fd(), Duration::from_secs(5)));
+        assert!(slots.take().is_some(), "the spin gave its slot back");
+        assert_eq!(SpinSlots::new(0).limit, 1);
+        assert!(SpinSlots::process().limit >= 1);
     }
 
     #[test]
