@@ -113,37 +113,30 @@ pub fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// Upstream's `_serialize_tensor(tensor)`: (header bytes, data_ptr, data bytes, owner).
-#[pyfunction]
-#[pyo3(signature = (*args, **kwargs))]
-fn _serialize_tensor<'py>(
-    py: Python<'py>,
-    args: &Bound<'py, PyTuple>,
-    kwargs: Option<&Bound<'py, PyDict>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    forward(py, TENSOR, "serialize_tensor", None, args, kwargs)
+/// Declares module-level functions that forward their arguments to `module`'s function named
+/// by each.
+macro_rules! module_functions {
+    ($module:expr; $($(#[$doc:meta])* $name:ident => $target:literal),+ $(,)?) => {
+        $(
+            $(#[$doc])*
+            #[pyfunction]
+            #[pyo3(signature = (*args, **kwargs))]
+            fn $name<'py>(
+                py: Python<'py>,
+                args: &Bound<'py, PyTuple>,
+                kwargs: Option<&Bound<'py, PyDict>>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                forward(py, $module, $target, None, args, kwargs)
+            }
+        )+
+    };
 }
 
-/// Upstream's `_deserialize_tensor(payload)`: the tensor of header + data bytes.
-#[pyfunction]
-#[pyo3(signature = (*args, **kwargs))]
-fn _deserialize_tensor<'py>(
-    py: Python<'py>,
-    args: &Bound<'py, PyTuple>,
-    kwargs: Option<&Bound<'py, PyDict>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    forward(py, TENSOR, "deserialize_tensor", None, args, kwargs)
-}
-
-/// Upstream's `_tensor_metadata_size()`: bytes of the tensor-metadata header.
-#[pyfunction]
-fn _tensor_metadata_size<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-    forward(
-        py,
-        TENSOR,
-        "tensor_metadata_size",
-        None,
-        &PyTuple::empty(py),
-        None,
-    )
-}
+module_functions!(TENSOR;
+    /// Upstream's `_serialize_tensor(tensor)`: (header bytes, data_ptr, data bytes, owner).
+    _serialize_tensor => "serialize_tensor",
+    /// Upstream's `_deserialize_tensor(payload)`: the tensor of header + data bytes.
+    _deserialize_tensor => "deserialize_tensor",
+    /// Upstream's `_tensor_metadata_size()`: bytes of the tensor-metadata header.
+    _tensor_metadata_size => "tensor_metadata_size",
+);
