@@ -146,6 +146,12 @@ mod tests {
     use std::io::Write;
     use std::os::unix::net::UnixStream;
 
+    /// Slots of the test's own: the process's are shared with every other test's RPCs, which
+    /// may hold the only one while a case here expects to spin.
+    fn own() -> SpinSlots {
+        SpinSlots::new(1)
+    }
+
     #[test]
     fn the_budget_is_read_as_microseconds_with_a_default_and_a_cap() {
         let budget_from = |value| Duration::from_micros(RPC_SPIN_US.read(value));
@@ -172,7 +178,7 @@ mod tests {
         b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         a.write_all(b"x").unwrap();
         let start = Instant::now();
-        assert!(until_readable(b.as_fd(), Duration::from_secs(5)));
+        assert!(until_readable_in(&own(), b.as_fd(), Duration::from_secs(5)));
         assert!(
             start.elapsed() < Duration::from_secs(4),
             "{:?}",
@@ -187,12 +193,16 @@ mod tests {
     fn a_silent_socket_is_given_up_after_the_budget_and_a_zero_budget_never_polls() {
         let (_a, b) = UnixStream::pair().unwrap();
         let start = Instant::now();
-        assert!(!until_readable(b.as_fd(), Duration::from_millis(30)));
+        assert!(!until_readable_in(
+            &own(),
+            b.as_fd(),
+            Duration::from_millis(30)
+        ));
         assert!(start.elapsed() >= Duration::from_millis(30));
         // A zero budget returns false even for a readable socket: it does not look.
         let (mut c, d) = UnixStream::pair().unwrap();
         c.write_all(b"x").unwrap();
-        assert!(!until_readable(d.as_fd(), Duration::ZERO));
+        assert!(!until_readable_in(&own(), d.as_fd(), Duration::ZERO));
     }
 
     #[test]
@@ -221,6 +231,6 @@ mod tests {
     fn a_hung_up_socket_ends_the_spin() {
         let (a, b) = UnixStream::pair().unwrap();
         drop(a);
-        assert!(until_readable(b.as_fd(), Duration::from_secs(5)));
+        assert!(until_readable_in(&own(), b.as_fd(), Duration::from_secs(5)));
     }
 }

@@ -438,11 +438,15 @@ impl DiskStore {
         // While counted here the file is not reused (a removal unlinks it instead).
         *state.reading.entry(path.clone()).or_default() += 1;
         drop(state);
-        let total = round_up(len) as usize;
+        // An empty value has no block to check: its header block is read and checked instead.
+        let (offset, total) = match len {
+            0 => (0, BLOCK),
+            _ => (BLOCK as u64, round_up(len) as usize),
+        };
         let read = read_buf::take(total).map(|mut buf| {
             let file = self.open_file(&path, OpenOptions::new().read(true));
             let into = &mut buf.as_mut_slice()[..total];
-            let read = file.and_then(|f| f.read_exact_at(into, BLOCK as u64));
+            let read = file.and_then(|f| f.read_exact_at(into, offset));
             read.map(|()| buf)
         });
         self.end_read(&path);
@@ -456,13 +460,18 @@ impl DiskStore {
             }
             Err(e) => return self.io_error(ErrorCode::FileReadFail, &path, e),
         };
+        let same = |h: Header| h.key == key && h.generation == generation && h.len == 0;
+        let verified = match len {
+            0 => decode_header(buf.as_slice()).is_ok_and(same),
+            _ => crc32c::crc32c(&buf.as_slice()[..len as usize]) == crc,
+        };
+        if !verified {
+            return self.corrupted(&path, key, generation);
+        }
         let record = ReadRecord {
             buf: Some(buf),
             len: len as usize,
         };
-        if crc32c::crc32c(record.bytes()) != crc {
-            return self.corrupted(&path, key, generation);
-        }
         self.state.lock().stats.reads += 1;
         Ok(record)
     }
@@ -895,7 +904,9 @@ fn scan(dir: &Path) -> Result<State> {
                     {
                         // Two files of one record: a crash brought back a removed copy (its
                         // file maybe half reused since). Keep one whose payload checks.
-                        Some(kept) if !payload_ok(&kept.path, &header) => {
+                        Some(kept) if !payload_ok(&kept.path, kept.len, kept.crc) => {
+                            let used = state.stats.used_bytes - file_len(kept.len);
+                            state.stats.used_bytes = used + file_len(header.len);
                             (kept.len, kept.crc) = (header.len, header.payload_crc);
                             let stale = std::mem::replace(&mut kept.path, path);
                             Some(stale)
@@ -940,12 +951,12 @@ fn file_number(path: &Path) -> Option<u64> {
     (stem.len() == 16).then(|| u64::from_str_radix(stem, 16).ok())?
 }
 
-/// Whether the file at `path` holds the payload `header` describes (its CRC32C matches).
-fn payload_ok(path: &Path, header: &Header) -> bool {
-    let mut bytes = vec![0u8; file_len(header.len) as usize];
+/// Whether the file at `path` holds a `len`-byte payload of CRC32C `crc`.
+fn payload_ok(path: &Path, len: u64, crc: u32) -> bool {
+    let mut bytes = vec![0u8; file_len(len) as usize];
     let read = File::open(path).and_then(|file| file.read_exact_at(&mut bytes, 0));
-    let payload = bytes.get(BLOCK..BLOCK + header.len as usize);
-    read.is_ok() && payload.is_some_and(|p| crc32c::crc32c(p) == header.payload_crc)
+    let payload = bytes.get(BLOCK..BLOCK + len as usize);
+    read.is_ok() && payload.is_some_and(|p| crc32c::crc32c(p) == crc)
 }
 
 /// The record (key, generation) that the tier file at `path` holds, as the store's next open
@@ -1156,6 +1167,11 @@ mod tests {
         bytes[10] ^= 0x01;
         fs::write(&c, &bytes).unwrap();
         assert_eq!(get(&store, "c", 1).unwrap(), values[2]);
+        // An empty value has no payload block: its header block is checked instead.
+        put(&store, "empty", 1, &[]).unwrap();
+        assert_eq!(get(&store, "empty", 1).unwrap(), Vec::<u8>::new());
+        fs::copy(&b, path_of(&store, "empty", 1)).unwrap();
+        assert_eq!(get(&store, "empty", 1).err(), Some(ChecksumMismatch));
         drop(store);
         let store = open(&dir, 0).unwrap();
         assert_eq!(get(&store, "c", 1).err(), Some(ObjectNotFound));

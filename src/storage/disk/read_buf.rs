@@ -2,7 +2,7 @@
 //! [`POOLED_MAX`] bytes) for its next one, so a read of a small record costs neither an
 //! allocation nor the zeroing of a fresh one (both cost about as much as the CRC of a 64 KiB
 //! record). A reused buffer still holds the previous record's bytes: a read fills every byte
-//! it later looks at (`DiskStore::read` reads the whole file or fails).
+//! it later looks at (`DiskStore::read` reads every block it checks and returns, or fails).
 //!
 //! Thread-safety: per thread, no locks; a buffer taken on one thread may be given back on
 //! another. Memory: at most one pooled buffer per thread that reads, freed when it exits.
@@ -11,7 +11,7 @@ use super::AlignedBuf;
 use crate::error::Result;
 use std::cell::Cell;
 
-/// The largest buffer a thread keeps (a 1 MiB record and its header block).
+/// The largest buffer a thread keeps (a 1 MiB record's payload, with a block to spare).
 const POOLED_MAX: usize = (1 << 20) + super::BLOCK;
 
 thread_local! {
