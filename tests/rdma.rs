@@ -1012,23 +1012,34 @@ fn a_write_past_its_send_by_posts_nothing_more() {
         Ok(())
     );
     let before = serial.metrics();
-    let request = TransferRequest {
-        op: TransferOp::Write,
-        local_addr,
-        len: len as u64,
-        endpoint: owner.local_name(),
-        remote_addr: remote as u64,
-        epoch: 0,
-        send_by: Some(Instant::now() + Duration::from_millis(5)),
+    // A grant that ends while the run posts: 5 ms is enough on a quiet machine; a stalled
+    // vCPU can let it end before the first post ("not started", nothing written), and then
+    // the next, longer grant is tried (nothing of the range changed meanwhile).
+    let mut grants = [5, 10, 20, 40].into_iter().peekable();
+    let (result, message) = loop {
+        let grant = grants.next().expect("a grant to try");
+        let request = TransferRequest {
+            op: TransferOp::Write,
+            local_addr,
+            len: len as u64,
+            endpoint: owner.local_name(),
+            remote_addr: remote as u64,
+            epoch: 0,
+            send_by: Some(Instant::now() + Duration::from_millis(grant)),
+        };
+        let started = Instant::now();
+        // SAFETY: `local` is valid for reads of its length for the call.
+        let result = unsafe { serial.transfer(&[request]) }.pop().unwrap();
+        let message = last_error_message();
+        eprintln!(
+            "16 MiB write with a {grant} ms grant: {result:?} after {:?}: {message}",
+            started.elapsed()
+        );
+        let posted = segment[small..2 * small] == local[small..2 * small];
+        if posted || result != Err(ErrorCode::StaleWriteToken) || grants.peek().is_none() {
+            break (result, message);
+        }
     };
-    let started = Instant::now();
-    // SAFETY: `local` is valid for reads of its length for the call.
-    let result = unsafe { serial.transfer(&[request]) }.pop().unwrap();
-    let message = last_error_message();
-    eprintln!(
-        "16 MiB write with a 5 ms grant: {result:?} after {:?}: {message}",
-        started.elapsed()
-    );
     assert_eq!(result, Err(ErrorCode::StaleWriteToken), "{message}");
     assert!(
         segment[small..2 * small] == local[small..2 * small],
