@@ -253,6 +253,10 @@ struct Shared {
     stop: AtomicBool,
     failing: AtomicBool,
     compacting: AtomicBool,
+    /// The compaction thread started last (spawned by the flusher, joined by
+    /// [`Journal::shutdown`] so that no compaction outlives the journal: one left running
+    /// would read and delete files under the next open of the directory).
+    compactor: Mutex<Option<JoinHandle<()>>>,
     counters: Counters,
 }
 
@@ -338,6 +342,7 @@ impl Journal {
             stop: AtomicBool::new(false),
             failing: AtomicBool::new(false),
             compacting: AtomicBool::new(false),
+            compactor: Mutex::new(None),
             counters,
         });
         let active = Active {
@@ -555,12 +560,17 @@ impl Journal {
         self.shared.durable_lock.lock()
     }
 
-    /// Flushes what is pending and stops the flusher. Idempotent.
+    /// Flushes what is pending, stops the flusher and waits for a running compaction (it
+    /// stops after the fold in progress). Idempotent.
     pub(crate) fn shutdown(&self) {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.wake.notify_all();
         if let Some(flusher) = self.flusher.lock().take() {
             let _ = flusher.join();
+        }
+        // Taken after the flusher is joined: only the flusher spawns compactions.
+        if let Some(compactor) = self.shared.compactor.lock().take() {
+            let _ = compactor.join();
         }
     }
 }
@@ -691,9 +701,17 @@ impl Shared {
             let spawned = std::thread::Builder::new()
                 .name("mc-journal-compact".into())
                 .spawn(move || shared.compact(next_lsn));
-            if let Err(error) = spawned {
-                self.compacting.store(false, Ordering::Release);
-                tracing::warn!(%error, "journal: no compaction thread");
+            match spawned {
+                // The previous compactor has cleared `compacting`: it is ending or ended.
+                Ok(handle) => {
+                    if let Some(previous) = self.compactor.lock().replace(handle) {
+                        let _ = previous.join();
+                    }
+                }
+                Err(error) => {
+                    self.compacting.store(false, Ordering::Release);
+                    tracing::warn!(%error, "journal: no compaction thread");
+                }
             }
         }
     }

@@ -233,3 +233,27 @@ fn logs_closed_during_a_compaction_are_folded_after_a_burst_ends() {
         "closed logs past compact_bytes stayed after the burst: {left:?} bytes"
     );
 }
+
+#[test]
+fn a_dropped_journal_leaves_no_compaction_running() {
+    // A compaction left running past the drop read and deleted files under the next open
+    // (the official CI once failed the reopen above with INTERNAL_ERROR that way).
+    for round in 0..20 {
+        let dir = crate::test_util::TempDir::new("journal-drop-compacting");
+        let options = small_files(dir.path());
+        let seg = Uuid::random();
+        let (journal, _) = open(&options);
+        journal.append(&mount(Uuid::random(), seg, 7));
+        let mut last = 0;
+        for id in 1..=400u64 {
+            last = journal.append(&commit(&format!("key-{id}"), id, seg, 7));
+        }
+        journal.wait_durable(last).unwrap();
+        let shared = Arc::clone(&journal.shared);
+        drop(journal);
+        assert!(
+            !shared.compacting.load(Ordering::Acquire),
+            "round {round}: a compaction still runs after the drop"
+        );
+    }
+}
