@@ -6,7 +6,7 @@
 //! is released.
 
 use super::disk_tiers::DiskHold;
-use crate::alloc::Allocation;
+use super::replicas::Range;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +15,7 @@ use std::time::Instant;
 
 /// What one group holds (never read: dropping it releases the ranges, or the disk record).
 enum Held {
-    Ranges { _ranges: Vec<Arc<Allocation>> },
+    Ranges { _ranges: Vec<Range> },
     Disk { _record: Arc<DiskHold> },
 }
 
@@ -31,7 +31,7 @@ pub(crate) struct DeferredFrees {
 
 impl DeferredFrees {
     /// Holds `allocations` until `due`, or drops them now if `due` is not after `now`.
-    pub(crate) fn hold_until(&self, due: Instant, now: Instant, allocations: Vec<Arc<Allocation>>) {
+    pub(crate) fn hold_until(&self, due: Instant, now: Instant, allocations: Vec<Range>) {
         if due <= now || allocations.is_empty() {
             return;
         }

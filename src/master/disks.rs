@@ -19,6 +19,7 @@ use crate::types::{
     DiskTask, Uuid,
 };
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What [`MasterService::evict_from_disk`] did with one disk object.
@@ -133,7 +134,7 @@ impl MasterService {
                     let gone = !keep(copy);
                     gone.then(|| {
                         meta.disk = None;
-                        key.clone()
+                        key.to_string()
                     })
                 })
                 .collect();
@@ -230,8 +231,18 @@ impl MasterService {
         if demotion.work == DiskWork::Promote {
             return self.end_promotion(key, meta, demotion, written, now);
         }
+        // The task's handle on its source goes: the replica owns its range again.
+        let Demotion {
+            tier,
+            generation,
+            work,
+            range,
+            ..
+        } = demotion;
+        drop(range);
+        meta.reclaim_ranges();
         if !written {
-            if demotion.work == DiskWork::Offload {
+            if work == DiskWork::Offload {
                 // A write-through copy failed: the object stays in memory, demoted if evicted.
                 Counters::add(&counters.offloads_failed, 1);
                 return false;
@@ -244,12 +255,9 @@ impl MasterService {
             }
             return false;
         }
-        let at = DiskLocation {
-            tier: demotion.tier,
-            generation: demotion.generation,
-        };
+        let at = DiskLocation { tier, generation };
         meta.disk = Some(self.disk_copy(key, meta.size, at));
-        if demotion.work == DiskWork::Offload {
+        if work == DiskWork::Offload {
             self.journal_commit(key, meta, now);
             Counters::add(&counters.offloads_committed, 1);
             return true;
@@ -269,7 +277,7 @@ impl MasterService {
         let until = meta.lease_deadline.unwrap_or(now);
         let memory = meta.take_allocations();
         self.journal_commit(key, meta, now);
-        let bytes = memory.iter().map(|a| a.size()).sum();
+        let bytes = memory.iter().map(|range| range.get().size()).sum();
         self.deferred.hold_until(until, now, memory);
         bytes
     }
@@ -306,18 +314,23 @@ impl MasterService {
         // The record read is the object's, and the range is still in its segment's current
         // mount (a remount drops it).
         let record = meta.disk_at().map(|at| at.generation);
+        let place = self.segments.place_of(promotion.segment);
+        let place = place.filter(|place| {
+            let address = place.base.saturating_add(promotion.range.offset());
+            address == promotion.buffer.buffer_address
+        });
         let usable = meta.replicas.is_empty()
             && record == Some(promotion.generation)
             && promotion.range.is_live();
-        if !written || !usable {
+        let (true, true, Some(place)) = (written, usable, place) else {
             Counters::add(&self.counters.promotions_failed, 1);
             return false;
-        }
+        };
         meta.replicas.push(super::objects::Replica {
             id: self.next_replica_id.fetch_add(1, Ordering::Relaxed),
-            segment: promotion.segment,
-            allocation: promotion.range,
-            buffer: promotion.buffer,
+            epoch: promotion.buffer.epoch,
+            place,
+            range: super::objects::Range::from_shared(promotion.range),
         });
         self.journal_commit(key, meta, now);
         Counters::add(&self.counters.promotions_committed, 1);
@@ -343,7 +356,8 @@ impl MasterService {
         let at = copy.at;
         let started = self.disks.resolve(at.tier).and_then(|(owner, _)| {
             let placed = self.segments.place_at_owner(owner, meta.size)?;
-            let target = (placed.segment, &placed.buffer, placed.allocation.clone());
+            let buffer = placed.buffer(meta.size);
+            let target = (placed.place.segment, &buffer, Arc::new(placed.allocation));
             self.disks
                 .start_promotion(owner, (key, at.generation), target)
         });
@@ -376,16 +390,17 @@ impl MasterService {
         let Some(meta) = shard.get_mut(key) else {
             return Demote::NoTier;
         };
-        let Some(replica) = meta.readable().first().copied() else {
+        let Some(segment) = meta.readable().first().map(|r| r.segment()) else {
             return Demote::NoTier;
         };
-        let Some(owner) = self.segments.owner_of(replica.segment) else {
+        let Some(owner) = self.segments.owner_of(segment) else {
             return Demote::NoTier;
         };
-        let range = std::sync::Arc::clone(&replica.allocation);
-        let buffer = replica.buffer.clone();
+        let Some((segment, buffer, range)) = meta.share_first_readable() else {
+            return Demote::NoTier;
+        };
         let generation = meta.write.0;
-        let source = (replica.segment, &buffer, range);
+        let source = (segment, &buffer, range);
         let outcome = self
             .disks
             .start_demotion(owner, (key, generation), source, work);
@@ -399,6 +414,9 @@ impl MasterService {
             }
             Demote::Full if demoting => Counters::add(&self.counters.demotions_skipped, 1),
             Demote::Full | Demote::NoTier | Demote::Busy | Demote::Trimming => {}
+        }
+        if !matches!(outcome, Demote::Started(_)) {
+            meta.reclaim_ranges();
         }
         outcome
     }
@@ -482,17 +500,23 @@ impl MasterService {
     fn give_up_demotions(&self, demotions: Vec<Demotion>) {
         let now = Instant::now();
         for demotion in demotions {
+            // A demotion's handle on its source goes now: the replica it copied owns its
+            // range again (below).
+            let promotion = demotion.work == DiskWork::Promote;
+            let range = Some(demotion.range).filter(|_| promotion);
             let mut shard = self.objects.shard(&demotion.key);
             if let Some(meta) = shard.get_mut(&demotion.key) {
                 if meta.demoting == Some(demotion.task) {
                     meta.demoting = None;
                 }
+                meta.reclaim_ranges();
             }
             drop(shard);
-            if demotion.work == DiskWork::Promote {
+            if let Some(range) = range {
                 // Its owner may still be filling the range: reused only after the quarantine.
                 let quiet = crate::spin::deadline(now, self.config.write_quarantine());
-                self.deferred.hold_until(quiet, now, vec![demotion.range]);
+                let range = super::objects::Range::Shared(range);
+                self.deferred.hold_until(quiet, now, vec![range]);
             }
         }
     }

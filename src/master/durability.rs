@@ -16,11 +16,13 @@
 //!   out; a segment not re-attached within `reattach_grace_ms` is given up.
 
 use super::journal::{DiskCopy, JournalState, ObjectRecord, Record};
-use super::objects::{DiskCopyRef, DiskLocation, ObjectMeta, Phase, Replica, Shard};
+use super::objects::{
+    DiskCopyRef, DiskLocation, ObjectMeta, Phase, Range, Replica, Replicas, Shard,
+};
 use super::service::MasterService;
 use crate::alloc::Allocation;
 use crate::error::Result;
-use crate::types::{BufferDescriptor, ClientId, DeploymentMode, Segment, SegmentId, WriteToken};
+use crate::types::{ClientId, DeploymentMode, Segment, SegmentId, WriteToken};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -191,10 +193,8 @@ impl MasterService {
         let mut restored = Restored::default();
         let mut allocators = HashMap::new();
         for (id, kept) in state.segments {
-            let allocator = self
-                .segments
-                .restore(kept.client, kept.segment.clone(), until);
-            allocators.insert(id, (allocator, kept.segment));
+            let restored_segment = self.segments.restore(kept.client, kept.segment, until);
+            allocators.insert(id, restored_segment);
             restored.segments += 1;
         }
         let objects: Vec<(String, ObjectRecord)> = state.objects.into_iter().collect();
@@ -209,9 +209,9 @@ impl MasterService {
             })
             .collect();
         order.sort_unstable();
-        let mut carved: Vec<Vec<Option<Arc<Allocation>>>> = objects
+        let mut carved: Vec<Vec<Option<Allocation>>> = objects
             .iter()
-            .map(|(_, object)| vec![None; object.replicas.len()])
+            .map(|(_, object)| object.replicas.iter().map(|_| None).collect())
             .collect();
         for (segment, offset, o, r) in order {
             let Some((allocator, _)) = allocators.get(&segment) else {
@@ -219,7 +219,7 @@ impl MasterService {
             };
             let size = objects[o].1.replicas[r].size;
             match allocator.allocate_at(offset, size) {
-                Some(allocation) => carved[o][r] = Some(Arc::new(allocation)),
+                Some(allocation) => carved[o][r] = Some(allocation),
                 None => {
                     restored.overlapping_replicas += 1;
                     let key = &objects[o].0;
@@ -228,24 +228,18 @@ impl MasterService {
             }
         }
         for ((key, object), allocations) in objects.into_iter().zip(carved) {
-            let mut replicas = Vec::new();
+            let mut replicas = Replicas::new();
             for (kept, allocation) in object.replicas.iter().zip(allocations) {
-                let (Some(allocation), Some((_, segment))) =
+                let (Some(allocation), Some((_, place))) =
                     (allocation, allocators.get(&kept.segment))
                 else {
                     continue;
                 };
                 replicas.push(Replica {
                     id: kept.id,
-                    segment: kept.segment,
-                    allocation,
-                    buffer: BufferDescriptor {
-                        size: object.size,
-                        buffer_address: segment.base.saturating_add(kept.offset),
-                        protocol: segment.protocol.clone(),
-                        transport_endpoint: segment.name.clone(),
-                        epoch: kept.epoch,
-                    },
+                    epoch: kept.epoch,
+                    place: Arc::clone(place),
+                    range: Range::Owned(allocation),
                 });
             }
             let on_disk = state.disk.get(&key).map(|copy| DiskCopyRef {
@@ -333,9 +327,12 @@ impl MasterService {
         // The replicas take the new epoch while still unreadable (the segment is dormant).
         for mut shard in self.objects.shards() {
             for meta in shard.values_mut() {
-                let on_it = meta.replicas.iter_mut().filter(|r| r.segment == segment.id);
+                let on_it = meta
+                    .replicas
+                    .iter_mut()
+                    .filter(|r| r.segment() == segment.id);
                 for replica in on_it {
-                    replica.buffer.epoch = segment.epoch;
+                    replica.epoch = segment.epoch;
                 }
             }
         }

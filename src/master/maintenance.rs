@@ -105,7 +105,7 @@ impl MasterService {
                     continue;
                 };
                 if now.saturating_duration_since(started) >= timeout {
-                    abandoned.push(key.clone());
+                    abandoned.push(key.to_string());
                 } else {
                     next_due = next_due.min(deadline(started, timeout));
                 }
@@ -176,7 +176,7 @@ impl MasterService {
                 let soft_pinned = meta.is_soft_pinned(now);
                 if Self::is_evictable(meta, now) && (allow_soft || !soft_pinned) {
                     candidates.push(Candidate {
-                        key: key.clone(),
+                        key: key.to_string(),
                         object_id: meta.id,
                         last_access: meta.last_access,
                         soft_pinned,

@@ -17,6 +17,7 @@ mod journal;
 mod liveness;
 mod maintenance;
 mod metrics;
+mod object_key;
 mod objects;
 mod pins;
 mod reads;
@@ -24,6 +25,7 @@ pub mod remote;
 #[cfg(test)]
 mod remote_tests;
 mod removal;
+mod replicas;
 #[cfg(test)]
 mod restart_tests;
 mod route_claims;
@@ -33,6 +35,7 @@ mod service;
 pub mod standby;
 #[cfg(test)]
 mod standby_tests;
+mod table;
 mod workers;
 pub(crate) use workers::Workers;
 mod writes;

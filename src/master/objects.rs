@@ -13,7 +13,6 @@ use crate::types::{
 };
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,25 +21,10 @@ use std::time::{Duration, Instant};
 /// Number of metadata shards (Mooncake's `kNumShards`).
 pub(crate) const NUM_SHARDS: usize = 1024;
 
-/// One replica: its range (shared with pins and deferred frees; its liveness says whether
-/// the mount that placed it is current) and descriptor.
-pub(crate) struct Replica {
-    pub id: u64,
-    pub segment: crate::types::SegmentId,
-    pub allocation: Arc<Allocation>,
-    pub buffer: crate::types::BufferDescriptor,
-}
+pub(crate) use super::replicas::{Range, Replica};
 
-impl Replica {
-    fn descriptor(&self, status: ReplicaStatus) -> ReplicaDescriptor {
-        ReplicaDescriptor {
-            id: self.id,
-            buffer: self.buffer.clone(),
-            status,
-            disk: None,
-        }
-    }
-}
+/// An object's memory replicas: one inline (the common case), more on the heap.
+pub(crate) type Replicas = smallvec::SmallVec<[Replica; 1]>;
 
 /// Where a committed value's disk copy is: the tier (its directory's identity, stable across
 /// owner restarts) and the generation its record was written for. Plain value.
@@ -87,7 +71,7 @@ pub(crate) struct ObjectMeta {
     /// Token of the latest put/upsert start: only its end or revoke acts on the object.
     pub write: WriteToken,
     pub phase: Phase,
-    pub replicas: Vec<Replica>,
+    pub replicas: Replicas,
     pub lease_deadline: Option<Instant>,
     /// Last read (or completion): the LRU key of eviction.
     pub last_access: Instant,
@@ -121,7 +105,7 @@ impl ObjectMeta {
         write: WriteToken,
         size: u64,
         writer: ClientId,
-        replicas: Vec<Replica>,
+        replicas: Replicas,
         config: &ReplicateConfig,
         default_soft_pin: Duration,
         now: Instant,
@@ -208,14 +192,14 @@ impl ObjectMeta {
     /// All replicas, as PROCESSING descriptors (answer to a write start).
     pub(crate) fn processing_descriptors(&self) -> Vec<ReplicaDescriptor> {
         let all = self.replicas.iter();
-        all.map(|r| r.descriptor(ReplicaStatus::Processing))
+        all.map(|r| r.descriptor(self.size, ReplicaStatus::Processing))
             .collect()
     }
 
     /// Whether [`Self::readable`] is not empty, without collecting it (the eviction scan asks
     /// this of every object).
     pub(crate) fn is_readable_in_memory(&self) -> bool {
-        self.phase == Phase::Complete && self.replicas.iter().any(|r| r.allocation.is_live())
+        self.phase == Phase::Complete && self.replicas.iter().any(|r| r.allocation().is_live())
     }
 
     /// The readable replicas (COMPLETE, segment mounted); empty while being written.
@@ -223,7 +207,7 @@ impl ObjectMeta {
         if self.phase != Phase::Complete {
             return Vec::new();
         }
-        let live = self.replicas.iter().filter(|r| r.allocation.is_live());
+        let live = self.replicas.iter().filter(|r| r.allocation().is_live());
         live.collect()
     }
 
@@ -268,7 +252,7 @@ impl ObjectMeta {
         let mut replicas: Vec<ReplicaDescriptor> = self
             .readable()
             .into_iter()
-            .map(|r| r.descriptor(ReplicaStatus::Complete))
+            .map(|r| r.descriptor(self.size, ReplicaStatus::Complete))
             .collect();
         let on_disk = self.disk_at().and_then(|d| mounted_tier(d.tier));
         replicas.extend(self.disk_descriptor(key, on_disk));
@@ -291,28 +275,62 @@ impl ObjectMeta {
         self.disk.as_ref().map(|copy| copy.at)
     }
 
-    /// Clones of the replicas' allocations (for a pin).
-    pub(crate) fn share_allocations(&self) -> Vec<Arc<Allocation>> {
-        self.replicas
-            .iter()
-            .map(|r| Arc::clone(&r.allocation))
-            .collect()
+    /// Handles of their own on the replicas' ranges (for a pin).
+    pub(crate) fn share_allocations(&mut self) -> Vec<Arc<Allocation>> {
+        self.replicas.iter_mut().map(|r| r.range.share()).collect()
     }
 
-    /// Gives up the replicas, returning their allocations.
-    pub(crate) fn take_allocations(&mut self) -> Vec<Arc<Allocation>> {
-        self.replicas.drain(..).map(|r| r.allocation).collect()
+    /// The first readable replica's segment and descriptor, and a handle of its own on its
+    /// range (the source of a disk task).
+    pub(crate) fn share_first_readable(
+        &mut self,
+    ) -> Option<(crate::types::SegmentId, BufferDescriptor, Arc<Allocation>)> {
+        if self.phase != Phase::Complete {
+            return None;
+        }
+        let size = self.size;
+        let replica = self
+            .replicas
+            .iter_mut()
+            .find(|r| r.allocation().is_live())?;
+        Some((
+            replica.segment(),
+            replica.buffer(size),
+            replica.range.share(),
+        ))
+    }
+
+    /// A pin of this generation was released: the ranges no one else holds are owned by
+    /// their replicas again.
+    pub(crate) fn unpin(&mut self) {
+        self.pins = self.pins.saturating_sub(1);
+        if self.pins == 0 {
+            self.reclaim_ranges();
+        }
+    }
+
+    /// The replicas own the ranges no one else holds again (see [`Range::reclaim`]).
+    pub(crate) fn reclaim_ranges(&mut self) {
+        self.replicas.iter_mut().for_each(|r| r.range.reclaim());
+    }
+
+    /// Gives up the replicas, returning their ranges.
+    pub(crate) fn take_allocations(&mut self) -> Vec<Range> {
+        self.replicas.drain(..).map(|r| r.range).collect()
     }
 
     /// Removes the replicas whose mount is gone (segment unmounted, or remounted with a new
     /// epoch) and returns their allocations. Replicas of a recovered segment waiting for its
     /// owner (dormant) stay.
-    pub(crate) fn take_dead_replicas(&mut self) -> Vec<Arc<Allocation>> {
-        let (live, dead) = std::mem::take(&mut self.replicas)
-            .into_iter()
-            .partition(|r| r.allocation.is_live() || r.allocation.is_dormant());
-        self.replicas = live;
-        dead.into_iter().map(|r: Replica| r.allocation).collect()
+    pub(crate) fn take_dead_replicas(&mut self) -> Vec<Range> {
+        let mut dead = Vec::new();
+        for replica in std::mem::take(&mut self.replicas) {
+            match replica.allocation().is_live() || replica.allocation().is_dormant() {
+                true => self.replicas.push(replica),
+                false => dead.push(replica.range),
+            }
+        }
+        dead
     }
 
     /// The journal's description of this (complete) object at `now`.
@@ -330,10 +348,10 @@ impl ObjectMeta {
                 .iter()
                 .map(|r| ReplicaRecord {
                     id: r.id,
-                    segment: r.segment,
-                    epoch: r.buffer.epoch,
-                    offset: r.allocation.offset(),
-                    size: r.allocation.size(),
+                    segment: r.segment(),
+                    epoch: r.epoch,
+                    offset: r.allocation().offset(),
+                    size: r.allocation().size(),
                 })
                 .collect(),
         }
@@ -341,12 +359,11 @@ impl ObjectMeta {
 
     /// Allocated bytes of the replicas.
     pub(crate) fn allocated_bytes(&self) -> u64 {
-        self.replicas.iter().map(|r| r.allocation.size()).sum()
+        self.replicas.iter().map(|r| r.allocation().size()).sum()
     }
 }
 
-/// One shard: key → metadata.
-pub(crate) type Shard = HashMap<String, ObjectMeta>;
+pub(crate) use super::table::Shard;
 
 /// The object table.
 pub(crate) struct ObjectTable {
@@ -360,17 +377,21 @@ pub(crate) struct ObjectTable {
 
 impl Default for ObjectTable {
     fn default() -> Self {
+        let hasher = RandomState::new();
+        let shard = || Mutex::new(Shard::with_hasher(hasher.clone()));
         ObjectTable {
-            hasher: RandomState::new(),
-            shards: (0..NUM_SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
+            shards: (0..NUM_SHARDS).map(|_| shard()).collect(),
+            hasher,
             removals: (0..NUM_SHARDS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 }
 
 impl ObjectTable {
+    /// The shard of `key`: bits 32.. of its hash (a shard's index uses the low bits for the
+    /// bucket and the top 7 as the tag, which would all be alike within a shard otherwise).
     fn index(&self, key: &str) -> usize {
-        (self.hasher.hash_one(key) % NUM_SHARDS as u64) as usize
+        ((self.hasher.hash_one(key) >> 32) % NUM_SHARDS as u64) as usize
     }
 
     /// Locks the shard owning `key`.
@@ -396,5 +417,21 @@ impl ObjectTable {
     /// Number of keys.
     pub(crate) fn len(&self) -> usize {
         self.shards().map(|shard| shard.len()).sum()
+    }
+}
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn sizes() {
+        use std::mem::size_of;
+        eprintln!("ObjectMeta {}", size_of::<super::ObjectMeta>());
+        eprintln!("Replica {}", size_of::<super::Replica>());
+        eprintln!(
+            "BufferDescriptor {}",
+            size_of::<crate::types::BufferDescriptor>()
+        );
+        eprintln!("Allocation {}", size_of::<crate::alloc::Allocation>());
+        eprintln!("DiskCopyRef {}", size_of::<Option<super::DiskCopyRef>>());
+        eprintln!("Phase {}", size_of::<super::Phase>());
     }
 }

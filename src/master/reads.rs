@@ -90,11 +90,13 @@ impl MasterService {
     /// Releases `records`: the pinned generations' pin counts drop, and each record's bytes
     /// are freed if nothing else holds them.
     pub(super) fn release_pins(&self, records: Vec<PinRecord>) {
-        for record in records {
+        for mut record in records {
+            // Let go of the ranges first: the object's replicas may then own theirs again.
+            drop(std::mem::take(&mut record._allocations));
             let mut shard = self.objects.shard(&record.key);
             if let Some(meta) = shard.get_mut(&record.key) {
                 if meta.id == record.object_id {
-                    meta.pins = meta.pins.saturating_sub(1);
+                    meta.unpin();
                 }
             }
             drop(shard);

@@ -46,7 +46,7 @@ impl MasterService {
                 .filter(|(key, meta)| {
                     meta.write_started().is_none() && (force || !meta.has_lease(now)) && wanted(key)
                 })
-                .map(|(key, _)| key.clone())
+                .map(|(key, _)| key.to_string())
                 .collect();
             for key in doomed {
                 if let Some(mut meta) = self.take_object(&mut shard, &key) {

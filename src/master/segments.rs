@@ -7,6 +7,7 @@
 
 use super::journal::{Journal, Record};
 use super::metrics::SegmentMetrics;
+use super::replicas::Place;
 use crate::alloc::{Allocation, FreeGate, OffsetAllocator};
 use crate::error::{fail, ErrorCode, Result};
 use crate::types::{BufferDescriptor, ClientId, ReplicateConfig, Segment, SegmentId};
@@ -22,6 +23,19 @@ struct MountedSegment {
     segment: Segment,
     owner: ClientId,
     allocator: Arc<OffsetAllocator>,
+    /// How the replicas placed on this mount are addressed.
+    place: Arc<Place>,
+}
+
+impl MountedSegment {
+    fn new(segment: Segment, owner: ClientId, allocator: Arc<OffsetAllocator>) -> Self {
+        MountedSegment {
+            place: Place::of(&segment),
+            segment,
+            owner,
+            allocator,
+        }
+    }
 }
 
 /// An unmounted segment whose allocator may still have ranges out (pins, deferred frees,
@@ -53,12 +67,20 @@ struct Registry {
 
 /// One replica placed by [`SegmentRegistry::place`].
 pub(crate) struct Placed {
-    /// The range; freed when the last holder drops it.
-    pub allocation: Arc<Allocation>,
-    /// The segment it is in.
-    pub segment: SegmentId,
-    /// Where a client writes / reads it.
-    pub buffer: BufferDescriptor,
+    /// The range; freed when dropped.
+    pub allocation: Allocation,
+    /// The mount it is on.
+    pub place: Arc<Place>,
+    /// That mount's epoch.
+    pub epoch: u64,
+}
+
+impl Placed {
+    /// Where a client writes or reads `size` bytes of it.
+    pub(crate) fn buffer(&self, size: u64) -> BufferDescriptor {
+        self.place
+            .buffer(self.allocation.offset(), size, self.epoch)
+    }
 }
 
 impl Registry {
@@ -81,17 +103,10 @@ impl Registry {
             let id = ids[(start + i) % ids.len()];
             let mounted = self.by_id.get(&id)?;
             let allocation = mounted.allocator.allocate(size)?;
-            let buffer = BufferDescriptor {
-                size,
-                buffer_address: mounted.segment.base.saturating_add(allocation.offset()),
-                protocol: mounted.segment.protocol.clone(),
-                transport_endpoint: mounted.segment.name.clone(),
-                epoch: mounted.segment.epoch,
-            };
             Some(Placed {
-                allocation: Arc::new(allocation),
-                segment: id,
-                buffer,
+                allocation,
+                place: Arc::clone(&mounted.place),
+                epoch: mounted.segment.epoch,
             })
         })
     }
@@ -128,24 +143,21 @@ impl SegmentRegistry {
 
     /// Adds a segment recovered from the journal, owned by `client`, with a dormant allocator
     /// (none of its ranges live or allocatable) until [`SegmentRegistry::adopt`]; returns the
-    /// allocator, on which the caller carves the recovered replicas' ranges.
+    /// allocator, on which the caller carves the recovered replicas' ranges, and the place
+    /// of those replicas.
     pub(crate) fn restore(
         &self,
         client: ClientId,
         segment: Segment,
         deadline: Instant,
-    ) -> Arc<OffsetAllocator> {
+    ) -> (Arc<OffsetAllocator>, Arc<Place>) {
         let allocator = self.new_allocator(segment.size);
         allocator.mark_dormant();
-        let mounted = MountedSegment {
-            segment,
-            owner: client,
-            allocator: Arc::clone(&allocator),
-        };
-        let id = mounted.segment.id;
+        let mounted = MountedSegment::new(segment, client, Arc::clone(&allocator));
+        let (id, place) = (mounted.segment.id, Arc::clone(&mounted.place));
         let recovered = RecoveredSegment { mounted, deadline };
         self.inner.write().recovered.insert(id, recovered);
-        allocator
+        (allocator, place)
     }
 
     /// The recovered segments of `client` still waiting for it, as the journal describes
@@ -192,10 +204,13 @@ impl SegmentRegistry {
             segment: segment.clone(),
             adopted_from: Some(previous_epoch),
         });
+        // Same base, name and protocol (checked above): the recovered replicas' place stays.
+        let place = recovered.mounted.place;
         inner.insert_mounted(MountedSegment {
             segment,
             owner: client,
             allocator: Arc::clone(&allocator),
+            place,
         });
         allocator.revive_keeping();
         true
@@ -266,6 +281,7 @@ impl SegmentRegistry {
                 adopted_from: None,
             });
             existing.allocator.revive();
+            existing.place = Place::of(&segment);
             existing.segment = segment;
             return Ok(true);
         }
@@ -287,11 +303,7 @@ impl SegmentRegistry {
             segment: segment.clone(),
             adopted_from: None,
         });
-        inner.insert_mounted(MountedSegment {
-            segment,
-            owner: client,
-            allocator,
-        });
+        inner.insert_mounted(MountedSegment::new(segment, client, allocator));
         Ok(forgotten.is_some())
     }
 
@@ -340,6 +352,12 @@ impl SegmentRegistry {
     /// The client owning mounted segment `id`.
     pub(crate) fn owner_of(&self, id: SegmentId) -> Option<ClientId> {
         self.inner.read().by_id.get(&id).map(|m| m.owner)
+    }
+
+    /// The place of the current mount of segment `id`.
+    pub(crate) fn place_of(&self, id: SegmentId) -> Option<Arc<Place>> {
+        let inner = self.inner.read();
+        inner.by_id.get(&id).map(|m| Arc::clone(&m.place))
     }
 
     /// Ids of the segments `client` owns.

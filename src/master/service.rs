@@ -317,7 +317,7 @@ impl MasterService {
                     self.deferred
                         .hold_until(quarantine, now, meta.take_dead_replicas());
                     let unreadable = meta.replicas.is_empty() && meta.disk.is_none();
-                    (abandoned || unreadable).then(|| key.clone())
+                    (abandoned || unreadable).then(|| key.to_string())
                 })
                 .collect();
             for key in doomed {

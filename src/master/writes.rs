@@ -1,6 +1,6 @@
 //! Write paths of [`MasterService`]: put/upsert start, put end and revoke (spec §4.2, §4.9).
 
-use super::objects::{ObjectMeta, Replica, Shard};
+use super::objects::{ObjectMeta, Range, Replica, Replicas, Shard};
 use super::service::{check_key, MasterService};
 use crate::error::{fail, ErrorCode, Result};
 use crate::spin::deadline;
@@ -35,7 +35,7 @@ impl MasterService {
     }
 
     /// Allocates replicas; `NO_AVAILABLE_HANDLE` (and a request for eviction) if none fit.
-    fn place(&self, size: u64, config: &ReplicateConfig) -> Result<Vec<Replica>> {
+    fn place(&self, size: u64, config: &ReplicateConfig) -> Result<Replicas> {
         let placed = self.segments.place(size, config);
         if placed.is_empty() {
             if !self.segments.is_empty() && !self.need_eviction.swap(true, Ordering::Relaxed) {
@@ -50,9 +50,9 @@ impl MasterService {
         }
         let replicas = placed.into_iter().map(|p| Replica {
             id: self.next_replica_id.fetch_add(1, Ordering::Relaxed),
-            segment: p.segment,
-            allocation: p.allocation,
-            buffer: p.buffer,
+            epoch: p.epoch,
+            place: p.place,
+            range: Range::Owned(p.allocation),
         });
         Ok(replicas.collect())
     }
@@ -76,7 +76,7 @@ impl MasterService {
         client: ClientId,
         key: &str,
         size: u64,
-        replicas: Vec<Replica>,
+        replicas: Replicas,
         config: &ReplicateConfig,
     ) -> WriteGrant {
         let now = Instant::now();
@@ -173,7 +173,7 @@ impl MasterService {
                     && !meta.has_lease(now)
                     && !self.cache_leases.in_grace(now)
                     && !meta.replicas.is_empty()
-                    && meta.replicas.iter().all(|r| r.allocation.is_live());
+                    && meta.replicas.iter().all(|r| r.allocation().is_live());
                 let fresh = match in_place {
                     true => None,
                     false => Some(self.place(size, config)?),
@@ -187,7 +187,7 @@ impl MasterService {
                 if let Some(fresh) = fresh {
                     let old: Vec<_> = std::mem::replace(&mut meta.replicas, fresh)
                         .into_iter()
-                        .map(|r| r.allocation)
+                        .map(|r| r.range)
                         .collect();
                     let until = meta.lease_deadline.unwrap_or(now);
                     self.deferred.hold_until(until, now, old);

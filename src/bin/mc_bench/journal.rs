@@ -57,9 +57,20 @@ fn put_batch(
     keys: &[String],
     size: u64,
 ) -> Result<(), String> {
+    put_batch_with(master, client, keys, size, ReplicateConfig::default())
+}
+
+/// Puts (start + end) `keys` of `size` bytes each with `config`; every key must succeed.
+pub(crate) fn put_batch_with(
+    master: &dyn MasterApi,
+    client: ClientId,
+    keys: &[String],
+    size: u64,
+    config: ReplicateConfig,
+) -> Result<(), String> {
     let sizes = vec![size; keys.len()];
     let grants = master
-        .batch_put_start(client, keys.to_vec(), sizes, ReplicateConfig::default())
+        .batch_put_start(client, keys.to_vec(), sizes, config)
         .map_err(|e| format!("put start: {e}"))?;
     let tokens = grants
         .into_iter()

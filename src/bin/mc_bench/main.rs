@@ -36,6 +36,7 @@ mod journal;
 mod limits;
 mod load;
 mod location_cache;
+mod master_scale;
 mod p2p;
 mod rdma;
 mod redis;
@@ -118,6 +119,15 @@ fn main() {
         let mut report = Report::new(json, interleave::Selection::default());
         let quick = args.iter().any(|a| a == "--quick");
         if let Err(message) = location_cache::run(&mut report, quick) {
+            eprintln!("mc_bench: {message}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--master-scale") {
+        let mut report = Report::new(json, interleave::Selection::default());
+        let quick = args.iter().any(|a| a == "--quick");
+        if let Err(message) = master_scale::run(&mut report, quick) {
             eprintln!("mc_bench: {message}");
             std::process::exit(1);
         }
