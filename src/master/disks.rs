@@ -94,7 +94,7 @@ impl MasterService {
         let meta = shard.get_mut(&object.key);
         let copy = meta
             .filter(|meta| meta.size == object.size)
-            .and_then(|meta| meta.disk.as_mut())
+            .and_then(|meta| meta.disk_mut())
             .filter(|copy| copy.at == listed);
         match copy {
             Some(copy) => {
@@ -130,10 +130,10 @@ impl MasterService {
             let lost: Vec<String> = shard
                 .iter_mut()
                 .filter_map(|(key, meta)| {
-                    let copy = meta.disk.as_ref().filter(|d| d.at.tier == tier)?;
+                    let copy = meta.disk().filter(|d| d.at.tier == tier)?;
                     let gone = !keep(copy);
                     gone.then(|| {
-                        meta.disk = None;
+                        meta.take_disk();
                         key.to_string()
                     })
                 })
@@ -150,7 +150,7 @@ impl MasterService {
         let Some(meta) = shard.get_mut(key) else {
             return;
         };
-        if !meta.replicas.is_empty() || meta.disk.is_some() {
+        if !meta.replicas.is_empty() || meta.disk().is_some() {
             self.journal_commit(key, meta, now);
             return;
         }
@@ -213,7 +213,7 @@ impl MasterService {
         let key = &demotion.key.clone();
         let mut shard = self.objects.shard(key);
         let current = shard.get_mut(key).filter(|meta| {
-            meta.demoting == Some(task)
+            meta.demoting() == Some(task)
                 && meta.write.0 == demotion.generation
                 && meta.write_started().is_none()
         });
@@ -226,7 +226,7 @@ impl MasterService {
             }
             return false;
         };
-        meta.demoting = None;
+        meta.set_demoting(None);
         let counters = &self.counters;
         if demotion.work == DiskWork::Promote {
             return self.end_promotion(key, meta, demotion, written, now);
@@ -256,7 +256,7 @@ impl MasterService {
             return false;
         }
         let at = DiskLocation { tier, generation };
-        meta.disk = Some(self.disk_copy(key, meta.size, at));
+        meta.set_disk(self.disk_copy(key, meta.size, at));
         if work == DiskWork::Offload {
             self.journal_commit(key, meta, now);
             Counters::add(&counters.offloads_committed, 1);
@@ -274,7 +274,7 @@ impl MasterService {
     /// master finds the value on disk, never over reused ranges; readers holding a lease on
     /// a memory replica keep it until the lease ends.
     pub(super) fn release_memory(&self, key: &str, meta: &mut ObjectMeta, now: Instant) -> u64 {
-        let until = meta.lease_deadline.unwrap_or(now);
+        let until = meta.lease_deadline().unwrap_or(now);
         let memory = meta.take_allocations();
         self.journal_commit(key, meta, now);
         let bytes = memory.iter().map(|range| range.get().size()).sum();
@@ -292,7 +292,7 @@ impl MasterService {
             return;
         };
         if meta.disk_at() == Some(DiskLocation { tier, generation }) {
-            meta.disk = None;
+            meta.take_disk();
             Counters::add(&self.counters.disk_replicas_lost, 1);
             tracing::warn!(key, %owner, "disk replica lost; the master forgets it");
             self.drop_if_unreadable(&mut shard, key, now);
@@ -342,10 +342,10 @@ impl MasterService {
     /// of the owner's segment, filled from the record by the owner. Nothing happens when the
     /// owner's segment has no room or its tier has its fill of tasks (counted as skipped).
     pub(super) fn count_disk_hit(&self, key: &str, meta: &mut ObjectMeta) {
-        if !self.config.promotion_on_hit || !meta.replicas.is_empty() || meta.demoting.is_some() {
+        if !self.config.promotion_on_hit || !meta.replicas.is_empty() || meta.demoting().is_some() {
             return;
         }
-        let Some(copy) = meta.disk.as_mut() else {
+        let Some(copy) = meta.disk_mut() else {
             return;
         };
         copy.hits = copy.hits.saturating_add(1);
@@ -363,7 +363,7 @@ impl MasterService {
         });
         match started {
             Some(task) => {
-                meta.demoting = Some(task);
+                meta.set_demoting(Some(task));
                 Counters::add(&self.counters.promotions_started, 1);
             }
             None => Counters::add(&self.counters.promotions_skipped, 1),
@@ -407,7 +407,7 @@ impl MasterService {
         let demoting = work == DiskWork::Demote;
         match outcome {
             Demote::Started(task) => {
-                meta.demoting = Some(task);
+                meta.set_demoting(Some(task));
                 if demoting {
                     Counters::add(&self.counters.demotions_started, 1);
                 }
@@ -469,7 +469,7 @@ impl MasterService {
             && meta.write_started().is_none()
             && (in_memory || (meta.replicas.is_empty() && !meta.hard_pinned))
             && meta.pins == 0
-            && meta.demoting.is_none();
+            && meta.demoting().is_none();
         if !evictable {
             return DiskEviction::Kept;
         }
@@ -477,7 +477,7 @@ impl MasterService {
             return DiskEviction::Leased;
         }
         if let Some(meta) = shard.get_mut(key).filter(|_| in_memory) {
-            if let Some(copy) = meta.disk.take() {
+            if let Some(copy) = meta.take_disk() {
                 self.deferred.hold_disk_until(now, now, copy.hold);
             }
             self.journal_commit(key, meta, now);
@@ -506,8 +506,8 @@ impl MasterService {
             let range = Some(demotion.range).filter(|_| promotion);
             let mut shard = self.objects.shard(&demotion.key);
             if let Some(meta) = shard.get_mut(&demotion.key) {
-                if meta.demoting == Some(demotion.task) {
-                    meta.demoting = None;
+                if meta.demoting() == Some(demotion.task) {
+                    meta.set_demoting(None);
                 }
                 meta.reclaim_ranges();
             }

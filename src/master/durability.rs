@@ -16,9 +16,7 @@
 //!   out; a segment not re-attached within `reattach_grace_ms` is given up.
 
 use super::journal::{DiskCopy, JournalState, ObjectRecord, Record};
-use super::objects::{
-    DiskCopyRef, DiskLocation, ObjectMeta, Phase, Range, Replica, Replicas, Shard,
-};
+use super::objects::{DiskCopyRef, DiskLocation, ObjectMeta, Range, Replica, Replicas, Shard};
 use super::service::MasterService;
 use crate::alloc::Allocation;
 use crate::error::Result;
@@ -57,7 +55,7 @@ impl MasterService {
     pub(super) fn take_object(&self, shard: &mut Shard, key: &str) -> Option<ObjectMeta> {
         let mut meta = shard.remove(key)?;
         self.forget_committed(key, &mut meta);
-        if !meta.cache_holders.is_empty() {
+        if meta.has_cache_holders() {
             self.revoke_cached(key, &mut meta, Instant::now());
         }
         Some(meta)
@@ -66,11 +64,11 @@ impl MasterService {
     /// Sends revocations to the clients caching `key`'s replica list (they are forgotten as
     /// holders); whether any was sent.
     pub(super) fn revoke_cached(&self, key: &str, meta: &mut ObjectMeta, now: Instant) -> bool {
-        if meta.cache_holders.is_empty() {
+        if !meta.has_cache_holders() {
             return false;
         }
         self.cache_leases
-            .revoke(key, std::mem::take(&mut meta.cache_holders), now)
+            .revoke(key, meta.take_cache_holders(), now)
     }
 
     /// Journals that the committed value of `key` is gone (before it is rewritten or its
@@ -259,27 +257,17 @@ impl MasterService {
                 }
                 continue;
             }
-            let meta = ObjectMeta {
-                id: object.id,
-                size: object.size,
-                writer: ClientId::default(),
-                write: WriteToken(object.id),
-                phase: Phase::Complete,
+            let soft_pin = object
+                .soft_pin_ms
+                .map(|ms| crate::spin::deadline(now, Duration::from_millis(ms)));
+            let meta = ObjectMeta::restored(
+                object.id,
+                object.size,
                 replicas,
-                lease_deadline: None,
-                last_access: now,
-                pending_soft_pin: None,
-                soft_pin_deadline: object
-                    .soft_pin_ms
-                    .map(|ms| crate::spin::deadline(now, Duration::from_millis(ms))),
-                hard_pinned: object.hard_pinned,
-                pins: 0,
-                journaled: true,
-                disk: on_disk,
-                demoting: None,
-                cache_holders: Vec::new(),
-                revoking: false,
-            };
+                object.hard_pinned,
+                (soft_pin, on_disk),
+                now,
+            );
             self.objects.shard(&key).insert(key, meta);
             restored.objects += 1;
         }

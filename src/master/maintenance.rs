@@ -128,7 +128,7 @@ impl MasterService {
             && !meta.hard_pinned
             && !meta.has_lease(now)
             && meta.pins == 0
-            && meta.demoting.is_none()
+            && meta.demoting().is_none()
     }
 
     /// Counts `meta` as evicted.
@@ -178,7 +178,7 @@ impl MasterService {
                     candidates.push(Candidate {
                         key: key.to_string(),
                         object_id: meta.id,
-                        last_access: meta.last_access,
+                        last_access: meta.last_access(),
                         soft_pinned,
                     });
                 }
@@ -195,7 +195,7 @@ impl MasterService {
                 continue;
             }
             // An object on disk already (a write-through copy) only frees its memory.
-            if let Some(meta) = shard.get_mut(&victim.key).filter(|m| m.disk.is_some()) {
+            if let Some(meta) = shard.get_mut(&victim.key).filter(|m| m.disk().is_some()) {
                 self.count_evicted(meta);
                 self.release_memory(&victim.key, meta, now);
                 Counters::add(&self.counters.memory_released, 1);

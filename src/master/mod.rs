@@ -32,6 +32,7 @@ mod route_claims;
 mod routes;
 mod segments;
 mod service;
+mod stamp;
 pub mod standby;
 #[cfg(test)]
 mod standby_tests;

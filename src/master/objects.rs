@@ -5,6 +5,7 @@
 
 use super::cache_leases::Holder;
 use super::journal::{ObjectRecord, ReplicaRecord};
+use super::stamp::Stamp;
 use crate::alloc::Allocation;
 use crate::spin::deadline;
 use crate::types::{
@@ -61,7 +62,36 @@ pub(crate) enum Phase {
     Complete,
 }
 
-/// Metadata of one key.
+/// What few objects have: a soft pin, a disk copy, a disk task, location-cache holders.
+/// Boxed in [`ObjectMeta::extra`] only while one of them is set.
+#[derive(Default)]
+pub(crate) struct ObjectExtra {
+    /// Soft pin length to apply when the write completes.
+    pending_soft_pin: Option<Duration>,
+    soft_pin_deadline: Option<Instant>,
+    /// The committed value's record in its owner's disk tier (then `replicas` is empty: a
+    /// demotion drops the memory replicas once the record is committed).
+    disk: Option<DiskCopyRef>,
+    /// The disk task copying the committed value to disk (or back), if one is in flight
+    /// (the object is then not evictable; a new write ends it).
+    demoting: Option<u64>,
+    /// Clients that may serve this object's replica list from their location cache, and
+    /// until when (`docs/location-cache.md`).
+    cache_holders: Vec<Holder>,
+}
+
+impl ObjectExtra {
+    fn is_empty(&self) -> bool {
+        self.pending_soft_pin.is_none()
+            && self.soft_pin_deadline.is_none()
+            && self.disk.is_none()
+            && self.demoting.is_none()
+            && self.cache_holders.is_empty()
+    }
+}
+
+/// Metadata of one key. Kept small (the master holds one per object, tens of millions):
+/// times as [`Stamp`]s, the rare parts boxed in [`ObjectExtra`].
 pub(crate) struct ObjectMeta {
     /// Generation, unique over the master's life (a key may be re-created).
     pub id: u64,
@@ -70,32 +100,22 @@ pub(crate) struct ObjectMeta {
     pub writer: ClientId,
     /// Token of the latest put/upsert start: only its end or revoke acts on the object.
     pub write: WriteToken,
-    pub phase: Phase,
+    /// When the write in progress started; `None`: complete (readable).
+    write_started: Option<Stamp>,
     pub replicas: Replicas,
-    pub lease_deadline: Option<Instant>,
+    lease_deadline: Option<Stamp>,
     /// Last read (or completion): the LRU key of eviction.
-    pub last_access: Instant,
-    /// Soft pin length to apply when the write completes.
-    pub pending_soft_pin: Option<Duration>,
-    pub soft_pin_deadline: Option<Instant>,
-    pub hard_pinned: bool,
+    last_access: Stamp,
     /// Pins held on this generation.
-    pub pins: u64,
+    pub pins: u32,
+    pub hard_pinned: bool,
     /// Whether the journal holds this object as committed (a `Commit` not followed by a
     /// `Remove`): taking it out of the table, or rewriting it, must journal its removal.
     pub journaled: bool,
-    /// The committed value's record in its owner's disk tier (then `replicas` is empty: a
-    /// demotion drops the memory replicas once the record is committed).
-    pub disk: Option<DiskCopyRef>,
-    /// The demotion task copying the committed value to disk, if one is in flight (the
-    /// object is then not evictable; a new write ends it).
-    pub demoting: Option<u64>,
-    /// Clients that may serve this object's replica list from their location cache, and
-    /// until when (`docs/location-cache.md`); no heap allocation while empty.
-    pub cache_holders: Vec<Holder>,
     /// The write in progress was started while location caches had to be revoked (or
     /// might have: the master's start grace): it may end only once they are.
     pub revoking: bool,
+    extra: Option<Box<ObjectExtra>>,
 }
 
 impl ObjectMeta {
@@ -115,22 +135,145 @@ impl ObjectMeta {
             size,
             writer,
             write,
-            phase: Phase::Writing { started: now },
+            write_started: Some(Stamp::of(now)),
             replicas,
             lease_deadline: None,
-            last_access: now,
-            pending_soft_pin: None,
-            soft_pin_deadline: None,
-            hard_pinned: config.with_hard_pin,
+            last_access: Stamp::of(now),
             pins: 0,
+            hard_pinned: config.with_hard_pin,
             journaled: false,
-            disk: None,
-            demoting: None,
-            cache_holders: Vec::new(),
             revoking: false,
+            extra: None,
         };
         meta.apply_soft_pin_action(config, default_soft_pin);
         meta
+    }
+
+    /// A committed object restored from the journal (journaled, unleased, accessed `now`).
+    pub(crate) fn restored(
+        id: u64,
+        size: u64,
+        replicas: Replicas,
+        hard_pinned: bool,
+        (soft_pin_deadline, disk): (Option<Instant>, Option<DiskCopyRef>),
+        now: Instant,
+    ) -> ObjectMeta {
+        let mut meta = ObjectMeta {
+            id,
+            size,
+            writer: ClientId::default(),
+            write: WriteToken(id),
+            write_started: None,
+            replicas,
+            lease_deadline: None,
+            last_access: Stamp::of(now),
+            pins: 0,
+            hard_pinned,
+            journaled: true,
+            revoking: false,
+            extra: None,
+        };
+        if soft_pin_deadline.is_some() {
+            meta.extra_mut().soft_pin_deadline = soft_pin_deadline;
+        }
+        if let Some(disk) = disk {
+            meta.set_disk(disk);
+        }
+        meta
+    }
+
+    fn extra(&self) -> Option<&ObjectExtra> {
+        self.extra.as_deref()
+    }
+
+    /// The rare parts, boxed now if they were not.
+    fn extra_mut(&mut self) -> &mut ObjectExtra {
+        self.extra.get_or_insert_with(Box::default)
+    }
+
+    /// Drops the box of the rare parts once none is set.
+    fn trim_extra(&mut self) {
+        if self.extra.as_ref().is_some_and(|extra| extra.is_empty()) {
+            self.extra = None;
+        }
+    }
+
+    /// The committed value's disk copy, if it has one.
+    pub(crate) fn disk(&self) -> Option<&DiskCopyRef> {
+        self.extra()?.disk.as_ref()
+    }
+
+    pub(crate) fn disk_mut(&mut self) -> Option<&mut DiskCopyRef> {
+        self.extra.as_mut()?.disk.as_mut()
+    }
+
+    pub(crate) fn set_disk(&mut self, copy: DiskCopyRef) {
+        self.extra_mut().disk = Some(copy);
+    }
+
+    /// Forgets the disk copy; returns it.
+    pub(crate) fn take_disk(&mut self) -> Option<DiskCopyRef> {
+        let copy = self.extra.as_mut()?.disk.take();
+        self.trim_extra();
+        copy
+    }
+
+    /// The disk task in flight for this object, if any.
+    pub(crate) fn demoting(&self) -> Option<u64> {
+        self.extra()?.demoting
+    }
+
+    pub(crate) fn set_demoting(&mut self, task: Option<u64>) {
+        match task {
+            Some(_) => self.extra_mut().demoting = task,
+            None => {
+                if let Some(extra) = self.extra.as_mut() {
+                    extra.demoting = None;
+                }
+                self.trim_extra();
+            }
+        }
+    }
+
+    /// Whether some client may serve this object from its location cache.
+    pub(crate) fn has_cache_holders(&self) -> bool {
+        self.extra()
+            .is_some_and(|extra| !extra.cache_holders.is_empty())
+    }
+
+    /// The location-cache holders, to add one.
+    pub(crate) fn cache_holders_mut(&mut self) -> &mut Vec<Holder> {
+        &mut self.extra_mut().cache_holders
+    }
+
+    /// Forgets the location-cache holders; returns them.
+    pub(crate) fn take_cache_holders(&mut self) -> Vec<Holder> {
+        let holders = self
+            .extra
+            .as_mut()
+            .map(|e| std::mem::take(&mut e.cache_holders));
+        self.trim_extra();
+        holders.unwrap_or_default()
+    }
+
+    /// The read lease's end, if one was granted (it may have ended).
+    pub(crate) fn lease_deadline(&self) -> Option<Instant> {
+        self.lease_deadline.map(Stamp::instant)
+    }
+
+    /// The last read (or completion).
+    pub(crate) fn last_access(&self) -> Instant {
+        self.last_access.instant()
+    }
+
+    /// Where the object is in its life.
+    pub(crate) fn phase(&self) -> Phase {
+        match self.write_started {
+            Some(started) => Phase::Writing {
+                started: started.instant(),
+            },
+            None => Phase::Complete,
+        }
     }
 
     /// Applies the write's soft pin action: ENABLE arms a pin that starts when readable,
@@ -138,15 +281,18 @@ impl ObjectMeta {
     pub(crate) fn apply_soft_pin_action(&mut self, config: &ReplicateConfig, default: Duration) {
         match config.soft_pin_action {
             SoftPinAction::Enable => {
-                self.pending_soft_pin = Some(
+                self.extra_mut().pending_soft_pin = Some(
                     config
                         .soft_pin_ttl_ms
                         .map_or(default, Duration::from_millis),
                 );
             }
             SoftPinAction::Disable => {
-                self.pending_soft_pin = None;
-                self.soft_pin_deadline = None;
+                if let Some(extra) = self.extra.as_mut() {
+                    extra.pending_soft_pin = None;
+                    extra.soft_pin_deadline = None;
+                }
+                self.trim_extra();
             }
             SoftPinAction::Preserve => {}
         }
@@ -156,37 +302,37 @@ impl ObjectMeta {
     pub(crate) fn restart_write(&mut self, writer: ClientId, write: WriteToken, now: Instant) {
         self.writer = writer;
         self.write = write;
-        self.phase = Phase::Writing { started: now };
+        self.write_started = Some(Stamp::of(now));
         self.lease_deadline = None;
-        self.demoting = None;
+        self.set_demoting(None);
     }
 
     /// Makes the object readable; the soft pin, if armed, starts now.
     pub(crate) fn complete(&mut self, now: Instant) {
-        self.phase = Phase::Complete;
-        self.last_access = now;
-        if let Some(ttl) = self.pending_soft_pin.take() {
-            self.soft_pin_deadline = Some(deadline(now, ttl));
+        self.write_started = None;
+        self.last_access = Stamp::of(now);
+        if let Some(extra) = self.extra.as_mut() {
+            if let Some(ttl) = extra.pending_soft_pin.take() {
+                extra.soft_pin_deadline = Some(deadline(now, ttl));
+            }
         }
     }
 
     /// When the current write started, if one is in progress.
     pub(crate) fn write_started(&self) -> Option<Instant> {
-        match self.phase {
-            Phase::Writing { started } => Some(started),
-            Phase::Complete => None,
-        }
+        self.write_started.map(Stamp::instant)
     }
 
     /// Whether a read lease is running at `now`.
     pub(crate) fn has_lease(&self, now: Instant) -> bool {
-        self.lease_deadline.is_some_and(|deadline| deadline > now)
+        self.lease_deadline
+            .is_some_and(|deadline| deadline > Stamp::of(now))
     }
 
     /// Whether the soft pin is running at `now`.
     pub(crate) fn is_soft_pinned(&self, now: Instant) -> bool {
-        self.soft_pin_deadline
-            .is_some_and(|deadline| deadline > now)
+        let deadline = self.extra().and_then(|extra| extra.soft_pin_deadline);
+        deadline.is_some_and(|deadline| deadline > now)
     }
 
     /// All replicas, as PROCESSING descriptors (answer to a write start).
@@ -199,12 +345,12 @@ impl ObjectMeta {
     /// Whether [`Self::readable`] is not empty, without collecting it (the eviction scan asks
     /// this of every object).
     pub(crate) fn is_readable_in_memory(&self) -> bool {
-        self.phase == Phase::Complete && self.replicas.iter().any(|r| r.allocation().is_live())
+        self.write_started.is_none() && self.replicas.iter().any(|r| r.allocation().is_live())
     }
 
     /// The readable replicas (COMPLETE, segment mounted); empty while being written.
     pub(crate) fn readable(&self) -> Vec<&Replica> {
-        if self.phase != Phase::Complete {
+        if self.write_started.is_some() {
             return Vec::new();
         }
         let live = self.replicas.iter().filter(|r| r.allocation().is_live());
@@ -218,7 +364,7 @@ impl ObjectMeta {
         key: &str,
         mounted: Option<(ClientId, String)>,
     ) -> Option<ReplicaDescriptor> {
-        let location = self.disk_at().filter(|_| self.phase == Phase::Complete)?;
+        let location = self.disk_at().filter(|_| self.write_started.is_none())?;
         let (owner, endpoint) = mounted?;
         Some(ReplicaDescriptor {
             id: 0,
@@ -260,8 +406,9 @@ impl ObjectMeta {
             return None;
         }
         let until = deadline(now, ttl);
+        let until = Stamp::of(until);
         self.lease_deadline = Some(self.lease_deadline.map_or(until, |d| d.max(until)));
-        self.last_access = now;
+        self.last_access = Stamp::of(now);
         Some(QueryResult {
             size: self.size,
             replicas,
@@ -272,7 +419,7 @@ impl ObjectMeta {
 
     /// Where the committed value's disk copy is, if it has one.
     pub(crate) fn disk_at(&self) -> Option<DiskLocation> {
-        self.disk.as_ref().map(|copy| copy.at)
+        self.disk().map(|copy| copy.at)
     }
 
     /// Handles of their own on the replicas' ranges (for a pin).
@@ -285,7 +432,7 @@ impl ObjectMeta {
     pub(crate) fn share_first_readable(
         &mut self,
     ) -> Option<(crate::types::SegmentId, BufferDescriptor, Arc<Allocation>)> {
-        if self.phase != Phase::Complete {
+        if self.write_started.is_some() {
             return None;
         }
         let size = self.size;
@@ -336,7 +483,8 @@ impl ObjectMeta {
     /// The journal's description of this (complete) object at `now`.
     pub(crate) fn record(&self, now: Instant) -> ObjectRecord {
         let soft_pin = self
-            .soft_pin_deadline
+            .extra()
+            .and_then(|extra| extra.soft_pin_deadline)
             .map(|d| d.saturating_duration_since(now));
         ObjectRecord {
             id: self.id,

@@ -50,7 +50,7 @@ impl MasterService {
                 let lease = self.config.location_cache_lease();
                 let now = Instant::now();
                 self.cache_leases
-                    .hold(&mut meta.cache_holders, client, now + lease, now);
+                    .hold(meta.cache_holders_mut(), client, now + lease, now);
                 query.cache_ttl_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
             }
             query
@@ -76,7 +76,7 @@ impl MasterService {
                 key: key.to_string(),
                 object_id: meta.id,
                 _allocations: meta.share_allocations(),
-                _disk: meta.disk.as_ref().map(|copy| Arc::clone(&copy.hold)),
+                _disk: meta.disk().map(|copy| Arc::clone(&copy.hold)),
             });
             PinnedObject {
                 pin_id,

@@ -292,12 +292,12 @@ impl MasterService {
     /// kept until its writer cannot reach them any more ([`Self::writer_quiet_after`]); a
     /// complete object's until its read lease ends.
     pub(super) fn retire(&self, meta: &mut ObjectMeta, now: Instant) {
-        let due = match meta.phase {
+        let due = match meta.phase() {
             Phase::Writing { started } => self.writer_quiet_after(started),
-            Phase::Complete => meta.lease_deadline.unwrap_or(now),
+            Phase::Complete => meta.lease_deadline().unwrap_or(now),
         };
         self.deferred.hold_until(due, now, meta.take_allocations());
-        if let Some(copy) = meta.disk.take() {
+        if let Some(copy) = meta.take_disk() {
             self.deferred.hold_disk_until(due, now, copy.hold);
         }
     }
@@ -316,7 +316,7 @@ impl MasterService {
                         writer.is_some_and(|w| meta.writer == w) && meta.write_started().is_some();
                     self.deferred
                         .hold_until(quarantine, now, meta.take_dead_replicas());
-                    let unreadable = meta.replicas.is_empty() && meta.disk.is_none();
+                    let unreadable = meta.replicas.is_empty() && meta.disk().is_none();
                     (abandoned || unreadable).then(|| key.to_string())
                 })
                 .collect();

@@ -180,8 +180,8 @@ impl MasterService {
                 };
                 self.forget_committed(key, meta);
                 // A disk copy goes once the current read lease ends (readers may be on it).
-                if let Some(copy) = meta.disk.take() {
-                    let until = meta.lease_deadline.unwrap_or(now);
+                if let Some(copy) = meta.take_disk() {
+                    let until = meta.lease_deadline().unwrap_or(now);
                     self.deferred.hold_disk_until(until, now, copy.hold);
                 }
                 if let Some(fresh) = fresh {
@@ -189,7 +189,7 @@ impl MasterService {
                         .into_iter()
                         .map(|r| r.range)
                         .collect();
-                    let until = meta.lease_deadline.unwrap_or(now);
+                    let until = meta.lease_deadline().unwrap_or(now);
                     self.deferred.hold_until(until, now, old);
                     meta.size = size;
                 }
