@@ -317,7 +317,7 @@ impl MasterService {
         let place = self.segments.place_of(promotion.segment);
         let place = place.filter(|place| {
             let address = place.base.saturating_add(promotion.range.offset());
-            address == promotion.buffer.buffer_address
+            (address, place.epoch) == (promotion.buffer.buffer_address, promotion.buffer.epoch)
         });
         let usable = meta.replicas.is_empty()
             && record == Some(promotion.generation)
@@ -328,7 +328,6 @@ impl MasterService {
         };
         meta.replicas.push(super::objects::Replica {
             id: self.next_replica_id.fetch_add(1, Ordering::Relaxed),
-            epoch: promotion.buffer.epoch,
             place,
             range: super::objects::Range::from_shared(promotion.range),
         });

@@ -17,6 +17,7 @@
 
 use super::journal::{DiskCopy, JournalState, ObjectRecord, Record};
 use super::objects::{DiskCopyRef, DiskLocation, ObjectMeta, Range, Replica, Replicas, Shard};
+use super::replicas::Place;
 use super::service::MasterService;
 use crate::alloc::Allocation;
 use crate::error::Result;
@@ -225,6 +226,8 @@ impl MasterService {
                 }
             }
         }
+        // Places of replicas journaled under another epoch than their segment's (one each).
+        let mut places = HashMap::new();
         for ((key, object), allocations) in objects.into_iter().zip(carved) {
             let mut replicas = Replicas::new();
             for (kept, allocation) in object.replicas.iter().zip(allocations) {
@@ -233,10 +236,16 @@ impl MasterService {
                 else {
                     continue;
                 };
+                let place = match place.epoch == kept.epoch {
+                    true => Arc::clone(place),
+                    false => places
+                        .entry((kept.segment, kept.epoch))
+                        .or_insert_with(|| place.with_epoch(kept.epoch))
+                        .clone(),
+                };
                 replicas.push(Replica {
                     id: kept.id,
-                    epoch: kept.epoch,
-                    place: Arc::clone(place),
+                    place,
                     range: Range::Owned(allocation),
                 });
             }
@@ -313,19 +322,20 @@ impl MasterService {
             return Ok(false);
         }
         // The replicas take the new epoch while still unreadable (the segment is dormant).
-        for mut shard in self.objects.shards() {
-            for meta in shard.values_mut() {
+        let place = Place::of(&segment);
+        self.objects.scan_in_slices(|shard, slots| {
+            for meta in shard.slice_mut(slots) {
                 let on_it = meta
                     .replicas
                     .iter_mut()
                     .filter(|r| r.segment() == segment.id);
                 for replica in on_it {
-                    replica.epoch = segment.epoch;
+                    replica.place = Arc::clone(&place);
                 }
             }
-        }
+        });
         let name = segment.name.clone();
-        let adopted = self.segments.adopt(client, previous_epoch, segment);
+        let adopted = self.segments.adopt(client, previous_epoch, segment, place);
         if adopted {
             tracing::info!(%client, segment = %name, "owner re-attached its recovered segment");
         }

@@ -13,6 +13,7 @@ pub(crate) struct Counters {
     pub pins_released: AtomicU64,
     pub clients_expired: AtomicU64,
     pub table_scans: AtomicU64,
+    pub scan_removed: AtomicU64,
     pub demotions_started: AtomicU64,
     pub demotions_committed: AtomicU64,
     pub demotions_failed: AtomicU64,
@@ -89,6 +90,9 @@ pub struct MasterMetrics {
     pub deferred_frees_pending: u64,
     /// Whole-table scans by the eviction and reclaim rounds so far.
     pub table_scans: u64,
+    /// Objects removed by `remove_all` and `remove_by_regex` so far (advances slice by slice
+    /// while one runs: its progress).
+    pub scan_removed: u64,
     /// Segments recovered from the journal still waiting for their owners to re-attach.
     pub recovered_segments_waiting: u64,
     /// Objects the journal gave back at start.
@@ -442,6 +446,12 @@ impl MasterMetrics {
                 "counter",
                 "Whole-table scans by eviction and reclaim",
                 self.table_scans,
+            ),
+            (
+                "scan_removed_total",
+                "counter",
+                "Objects removed by remove_all and remove_by_regex (advances during a scan)",
+                self.scan_removed,
             ),
             (
                 "recovered_segments_waiting",

@@ -1,6 +1,7 @@
 //! Remove paths of [`MasterService`] (spec §4.4): the key disappears at once; bytes still
 //! under a read lease are freed when it ends, pinned bytes when the last pin goes.
 
+use super::metrics::Counters;
 use super::service::{check_key, MasterService};
 use crate::error::{fail, ErrorCode, Result};
 use std::time::Instant;
@@ -40,21 +41,22 @@ impl MasterService {
     pub(super) fn remove_where(&self, force: bool, wanted: impl Fn(&str) -> bool) -> u64 {
         let now = Instant::now();
         let mut removed = 0;
-        for mut shard in self.objects.shards() {
+        self.objects.scan_in_slices(|shard, slots| {
             let doomed: Vec<String> = shard
-                .iter()
+                .slice(slots)
                 .filter(|(key, meta)| {
                     meta.write_started().is_none() && (force || !meta.has_lease(now)) && wanted(key)
                 })
                 .map(|(key, _)| key.to_string())
                 .collect();
             for key in doomed {
-                if let Some(mut meta) = self.take_object(&mut shard, &key) {
+                if let Some(mut meta) = self.take_object(shard, &key) {
                     self.retire(&mut meta, now);
                     removed += 1;
+                    Counters::add(&self.counters.scan_removed, 1);
                 }
             }
-        }
+        });
         if let Some(journal) = &self.journal {
             // Acknowledged only once the removals survive a failover (best effort: the count
             // is the answer; a journal that is stuck is reported by its own metrics).

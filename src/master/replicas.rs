@@ -1,13 +1,14 @@
-//! A memory replica as the object table stores it: where its mount is addressed ([`Place`],
-//! shared by the mount's replicas), the mount's epoch, and its range ([`Range`], held in the
-//! replica until something else needs a handle of its own).
+//! A memory replica as the object table stores it: where its mount is addressed and under
+//! which epoch ([`Place`], shared by the mount's replicas), and its range ([`Range`], held in
+//! the replica until something else needs a handle of its own).
 
 use crate::alloc::Allocation;
 use crate::types::{BufferDescriptor, ReplicaDescriptor, ReplicaStatus, Segment, SegmentId};
 use std::sync::Arc;
 
 /// How a mount's replicas are addressed: one copy of the segment's name and protocol for all
-/// of them, made at mount. Immutable; `Send + Sync`.
+/// of them, made at mount (and again when a re-attach gives them a new epoch). Immutable;
+/// `Send + Sync`.
 #[derive(Debug)]
 pub(crate) struct Place {
     pub segment: SegmentId,
@@ -16,6 +17,8 @@ pub(crate) struct Place {
     pub protocol: String,
     /// The owner's segment name (its transport endpoint).
     pub endpoint: String,
+    /// The mount's epoch (the owner refuses descriptors of another).
+    pub epoch: u64,
 }
 
 impl Place {
@@ -26,17 +29,29 @@ impl Place {
             base: segment.base,
             protocol: segment.protocol.clone(),
             endpoint: segment.name.clone(),
+            epoch: segment.epoch,
         })
     }
 
-    /// The descriptor of `size` bytes at `offset` in this place, under `epoch`.
-    pub(crate) fn buffer(&self, offset: u64, size: u64, epoch: u64) -> BufferDescriptor {
+    /// This place under `epoch` (a replica restored from the journal under an older one).
+    pub(crate) fn with_epoch(&self, epoch: u64) -> Arc<Place> {
+        Arc::new(Place {
+            segment: self.segment,
+            base: self.base,
+            protocol: self.protocol.clone(),
+            endpoint: self.endpoint.clone(),
+            epoch,
+        })
+    }
+
+    /// The descriptor of `size` bytes at `offset` in this place.
+    pub(crate) fn buffer(&self, offset: u64, size: u64) -> BufferDescriptor {
         BufferDescriptor {
             size,
             buffer_address: self.base.saturating_add(offset),
             protocol: self.protocol.clone(),
             transport_endpoint: self.endpoint.clone(),
-            epoch,
+            epoch: self.epoch,
         }
     }
 }
@@ -93,8 +108,7 @@ impl Range {
 /// One memory replica of an object.
 pub(crate) struct Replica {
     pub id: u64,
-    /// Epoch of the mount the range was placed under (a re-attach moves it to the new one).
-    pub epoch: u64,
+    /// The mount the range was placed on (a re-attach moves it to the new epoch's place).
     pub place: Arc<Place>,
     pub range: Range,
 }
@@ -112,8 +126,7 @@ impl Replica {
 
     /// Where a client writes or reads the object's `size` bytes.
     pub(crate) fn buffer(&self, size: u64) -> BufferDescriptor {
-        self.place
-            .buffer(self.allocation().offset(), size, self.epoch)
+        self.place.buffer(self.allocation().offset(), size)
     }
 
     /// The replica's descriptor for the object's `size` bytes, with `status`.

@@ -71,15 +71,12 @@ pub(crate) struct Placed {
     pub allocation: Allocation,
     /// The mount it is on.
     pub place: Arc<Place>,
-    /// That mount's epoch.
-    pub epoch: u64,
 }
 
 impl Placed {
     /// Where a client writes or reads `size` bytes of it.
     pub(crate) fn buffer(&self, size: u64) -> BufferDescriptor {
-        self.place
-            .buffer(self.allocation.offset(), size, self.epoch)
+        self.place.buffer(self.allocation.offset(), size)
     }
 }
 
@@ -106,7 +103,6 @@ impl Registry {
             Some(Placed {
                 allocation,
                 place: Arc::clone(&mounted.place),
-                epoch: mounted.segment.epoch,
             })
         })
     }
@@ -190,7 +186,14 @@ impl SegmentRegistry {
     /// Re-attaches a recovered segment under the owner's new epoch (see
     /// [`SegmentRegistry::can_adopt`], checked again here): its ranges are live again and the
     /// rest of it allocatable. `false` when it no longer can (nothing changed).
-    pub(crate) fn adopt(&self, client: ClientId, previous_epoch: u64, segment: Segment) -> bool {
+    /// `place` is the new epoch's place (the caller moved the recovered replicas to it).
+    pub(crate) fn adopt(
+        &self,
+        client: ClientId,
+        previous_epoch: u64,
+        segment: Segment,
+        place: Arc<Place>,
+    ) -> bool {
         if !self.can_adopt(client, previous_epoch, &segment) {
             return false;
         }
@@ -204,8 +207,6 @@ impl SegmentRegistry {
             segment: segment.clone(),
             adopted_from: Some(previous_epoch),
         });
-        // Same base, name and protocol (checked above): the recovered replicas' place stays.
-        let place = recovered.mounted.place;
         inner.insert_mounted(MountedSegment {
             segment,
             owner: client,

@@ -246,6 +246,7 @@ impl MasterService {
             clients_expired: load(&self.counters.clients_expired),
             deferred_frees_pending: self.deferred.len() as u64,
             table_scans: load(&self.counters.table_scans),
+            scan_removed: load(&self.counters.scan_removed),
             recovered_segments_waiting: self.segments.recovered_waiting() as u64,
             recovered_objects: self.restored.objects,
             journal: self.journal.as_ref().map(|journal| journal.metrics()),

@@ -18,7 +18,7 @@ use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
 /// Slots per chunk: small, so that a thousand shards hold little unused space.
-const CHUNK: usize = 64;
+const CHUNK: usize = 32;
 
 struct Entry {
     key: ObjectKey,
@@ -123,6 +123,37 @@ impl<S: BuildHasher> Shard<S> {
         self.chunks.iter().flat_map(|chunk| chunk.iter().flatten())
     }
 
+    /// Slots handed out so far: a scan in slices visits `0..slots()` (an entry keeps its
+    /// slot while it lives; one inserted during a scan may land before or after its cursor).
+    pub(crate) fn slots(&self) -> u32 {
+        self.slots_used
+    }
+
+    /// The metadata in slots `range` (clamped to [`Self::slots`]), mutable.
+    pub(crate) fn slice_mut(
+        &mut self,
+        range: std::ops::Range<u32>,
+    ) -> impl Iterator<Item = &mut ObjectMeta> {
+        let end = range.end.min(self.slots_used) as usize;
+        let start = (range.start as usize).min(end);
+        let entries = self.chunks.iter_mut().flat_map(|c| c.iter_mut());
+        entries
+            .skip(start)
+            .take(end - start)
+            .flatten()
+            .map(|e| &mut e.meta)
+    }
+
+    /// The keys and metadata in slots `range` (clamped to [`Self::slots`]).
+    pub(crate) fn slice(
+        &self,
+        range: std::ops::Range<u32>,
+    ) -> impl Iterator<Item = (&str, &ObjectMeta)> {
+        let end = range.end.min(self.slots_used);
+        (range.start..end)
+            .filter_map(|at| slot(&self.chunks, at).map(|e| (e.key.as_str(), &e.meta)))
+    }
+
     /// Every key and its metadata, in slot order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &ObjectMeta)> {
         self.entries().map(|e| (e.key.as_str(), &e.meta))
@@ -133,9 +164,114 @@ impl<S: BuildHasher> Shard<S> {
         let entries = self.chunks.iter_mut().flat_map(|c| c.iter_mut().flatten());
         entries.map(|e| (e.key.as_str(), &mut e.meta))
     }
+}
 
-    /// Every object's metadata, mutable.
-    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut ObjectMeta> {
-        self.iter_mut().map(|(_, meta)| meta)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::master::objects::Replicas;
+    use std::collections::HashMap;
+    use std::hash::{BuildHasherDefault, Hasher};
+    use std::time::Instant;
+
+    /// Every key hashes alike: every lookup walks collisions.
+    #[derive(Default)]
+    struct Colliding;
+
+    impl Hasher for Colliding {
+        fn finish(&self) -> u64 {
+            7
+        }
+        fn write(&mut self, _: &[u8]) {}
+    }
+
+    fn meta(value: u64) -> ObjectMeta {
+        let now = Instant::now();
+        ObjectMeta::restored(value, value, Replicas::new(), false, (None, None), now)
+    }
+
+    /// Keys of 0 to 60 bytes (inline and boxed), some multi-byte.
+    fn key_pool(rng: &mut fastrand::Rng) -> Vec<String> {
+        (0..300)
+            .map(|i| {
+                let len = rng.usize(0..=60);
+                let body: String = (0..len).map(|_| rng.alphanumeric()).collect();
+                match i % 7 {
+                    0 => format!("é{body}"),
+                    _ => body,
+                }
+            })
+            .collect()
+    }
+
+    /// Random inserts, replacements, removals and lookups, checked against a `HashMap`
+    /// after every step, and the whole contents (by iteration) every 100 steps.
+    fn matches_a_map<S: BuildHasher>(shard: &mut Shard<S>, seed: u64) {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let keys = key_pool(&mut rng);
+        let mut model: HashMap<String, u64> = HashMap::new();
+        for step in 0..20_000u64 {
+            let key = &keys[rng.usize(..keys.len())];
+            match rng.u8(..10) {
+                0..=3 => {
+                    let old = shard.insert(key.clone(), meta(step)).map(|m| m.size);
+                    assert_eq!(old, model.insert(key.clone(), step), "insert {key:?}");
+                }
+                4..=6 => {
+                    let old = shard.remove(key).map(|m| m.size);
+                    assert_eq!(old, model.remove(key), "remove {key:?}");
+                }
+                7 => {
+                    if let Some(m) = shard.get_mut(key) {
+                        m.size += 1;
+                        *model.get_mut(key).unwrap() += 1;
+                    }
+                }
+                _ => {}
+            }
+            assert_eq!(shard.get(key).map(|m| m.size), model.get(key).copied());
+            assert_eq!(shard.len(), model.len());
+            if step % 100 == 0 {
+                let mut seen: Vec<_> = shard.iter().map(|(k, m)| (k.to_string(), m.size)).collect();
+                let mut expected: Vec<_> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
+                seen.sort();
+                expected.sort();
+                assert_eq!(seen, expected, "step {step}");
+                // Slices of any width visit every entry once.
+                let width = rng.u32(1..20);
+                let mut sliced: Vec<_> = (0..shard.slots())
+                    .step_by(width as usize)
+                    .flat_map(|at| {
+                        shard
+                            .slice(at..at + width)
+                            .map(|(k, m)| (k.to_string(), m.size))
+                    })
+                    .collect();
+                sliced.sort();
+                assert_eq!(sliced, expected, "slices of {width}");
+                let mutable: u64 = (0..shard.slots())
+                    .step_by(width as usize)
+                    .map(|at| shard.slice_mut(at..at + width).count() as u64)
+                    .sum();
+                assert_eq!(mutable, model.len() as u64);
+                assert_eq!(shard.iter_mut().count(), model.len());
+            }
+        }
+        // Slots are reused: the chunks never hold more than the most keys ever present.
+        assert!(shard.chunks.len() * CHUNK <= keys.len() + CHUNK);
+    }
+
+    #[test]
+    fn a_shard_behaves_as_a_map() {
+        for seed in 0..4 {
+            let mut shard = Shard::with_hasher(std::collections::hash_map::RandomState::new());
+            matches_a_map(&mut shard, seed);
+        }
+    }
+
+    #[test]
+    fn a_shard_behaves_as_a_map_when_every_hash_collides() {
+        let mut shard = Shard::with_hasher(BuildHasherDefault::<Colliding>::default());
+        matches_a_map(&mut shard, 99);
     }
 }

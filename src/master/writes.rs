@@ -50,7 +50,6 @@ impl MasterService {
         }
         let replicas = placed.into_iter().map(|p| Replica {
             id: self.next_replica_id.fetch_add(1, Ordering::Relaxed),
-            epoch: p.epoch,
             place: p.place,
             range: Range::Owned(p.allocation),
         });

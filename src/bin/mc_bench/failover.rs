@@ -15,6 +15,7 @@
 //! (`journal.rs`'s load).
 
 use crate::children::{free_port, master_process, sibling, wait_for, Process};
+use crate::limits::percentile;
 use crate::report::Report;
 use mooncake_rs::client::{Client, SetupConfig};
 use mooncake_rs::ha::etcd::Etcd;
@@ -217,12 +218,6 @@ fn in_sync_members(etcd: &Etcd) -> usize {
     let value = list.map(|v| v.value).unwrap_or_default();
     let parsed: serde_json::Value = serde_json::from_str(&value).unwrap_or_default();
     parsed["members"].as_array().map_or(0, Vec::len)
-}
-
-fn percentile(samples: &mut [f64], q: f64) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
-    samples.get(index).copied().unwrap_or(0.0)
 }
 
 /// Runs the failover rounds and prints their lines.

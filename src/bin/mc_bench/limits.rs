@@ -335,6 +335,13 @@ impl Drop for RawTcp {
 }
 
 /// The median of `samples` (0 for none).
+/// The `q` quantile (0..=1) of `samples` (sorted in place); 0 when empty.
+pub fn percentile(samples: &mut [f64], q: f64) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
+    samples.get(index).copied().unwrap_or(0.0)
+}
+
 pub fn median(samples: &mut [f64]) -> f64 {
     if samples.is_empty() {
         return 0.0;

@@ -4,7 +4,7 @@
 //! and the clients expired (must be 0). Bounded: the load stops one second after the scan,
 //! which may take at most [`SCAN_LIMIT`]; every other call at most [`LOAD_LIMIT`].
 
-use crate::limits::median;
+use crate::limits::{median, percentile};
 use crate::report::Report;
 use mooncake_rs::master::{MasterApi, MasterConfig, MasterService, RemoteMaster};
 use mooncake_rs::master::{RemoteMasterApi, RpcMasterClient};
@@ -89,12 +89,6 @@ fn worker(addr: &str, index: usize, stop: &AtomicBool) -> Result<Vec<f64>, Strin
         std::thread::sleep(PACING);
     }
     Ok(pings)
-}
-
-fn percentile(samples: &mut [f64], q: f64) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
-    samples.get(index).copied().unwrap_or(0.0)
 }
 
 /// Runs the load scenario and prints its lines.

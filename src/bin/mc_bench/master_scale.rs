@@ -9,10 +9,13 @@
 //!
 //! Sizes: 1 M and 10 M (and 30 M without `--quick`: about 6 GB of this process).
 
+use crate::limits::percentile;
 use crate::report::Report;
 use mooncake_rs::master::{MasterApi, MasterConfig, MasterService};
 use mooncake_rs::types::{ClientId, ReplicateConfig, Uuid};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Keys put per batch call.
 const BATCH: usize = 1000;
@@ -52,7 +55,8 @@ fn master(segments: usize) -> Result<(Arc<MasterService>, ClientId), String> {
     Ok((service, owner))
 }
 
-/// Puts the objects `range` (64 B each, `replicas` replicas) in batches.
+/// Puts the objects `range` (64 B each, `replicas` replicas) in batches; the owner pings
+/// between batches (it would expire otherwise).
 fn fill(
     master: &dyn MasterApi,
     owner: ClientId,
@@ -66,7 +70,197 @@ fn fill(
     for first in range.clone().step_by(BATCH) {
         let batch = keys(first..range.end.min(first + BATCH));
         crate::journal::put_batch_with(master, owner, &batch, 64, config.clone())?;
+        master.ping(owner).map_err(|e| format!("ping: {e}"))?;
     }
+    Ok(())
+}
+
+/// The operations measured.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Put,
+    Get,
+    Exist,
+    Remove,
+}
+
+const OPS: [Op; 4] = [Op::Put, Op::Get, Op::Exist, Op::Remove];
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Put => "put",
+            Op::Get => "get",
+            Op::Exist => "exist",
+            Op::Remove => "remove",
+        }
+    }
+
+    /// Runs the operation on `keys`, one call for them all.
+    fn call(self, master: &dyn MasterApi, owner: ClientId, keys: &[String]) -> Result<(), String> {
+        fn all_ok<T, E>(op: Op, answers: Vec<Result<T, E>>) -> Result<(), String> {
+            match answers.iter().all(Result::is_ok) {
+                true => Ok(()),
+                false => Err(format!("{}: a key failed", op.name())),
+            }
+        }
+        let keys_owned = keys.to_vec();
+        match self {
+            Op::Put => crate::journal::put_batch_with(master, owner, keys, 64, Default::default()),
+            Op::Get => all_ok(
+                self,
+                master
+                    .batch_get_replica_list(keys_owned)
+                    .map_err(|e| e.to_string())?,
+            ),
+            Op::Exist => all_ok(
+                self,
+                master
+                    .batch_exist_key(keys_owned)
+                    .map_err(|e| e.to_string())?,
+            ),
+            Op::Remove => all_ok(
+                self,
+                master
+                    .batch_remove(keys_owned, true)
+                    .map_err(|e| e.to_string())?,
+            ),
+        }
+    }
+}
+
+/// Keys per thread of a single-key phase, and batches per thread of a batched one.
+fn rounds(batch: usize, quick: bool) -> usize {
+    match (batch, quick) {
+        (1, true) => 10_000,
+        (1, false) => 40_000,
+        (_, true) => 10,
+        (_, false) => 40,
+    }
+}
+
+/// op/s of each operation, in phases (put all, get all, exist all, remove all) of fresh keys
+/// by `threads` threads, `batch` keys per call.
+fn op_rates(
+    master: &Arc<MasterService>,
+    owner: ClientId,
+    (threads, batch): (usize, usize),
+    quick: bool,
+) -> Result<Vec<(Op, f64)>, String> {
+    let calls = rounds(batch, quick);
+    let thread_keys: Vec<Vec<String>> = (0..threads)
+        .map(|t| {
+            (0..calls * batch)
+                .map(|i| format!("scale-op-{t}-{i:08}"))
+                .collect()
+        })
+        .collect();
+    let mut rates = Vec::new();
+    for op in OPS {
+        let started = Instant::now();
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = thread_keys
+                .iter()
+                .map(|keys| {
+                    let master = &**master;
+                    scope.spawn(move || -> Result<(), String> {
+                        for chunk in keys.chunks(batch) {
+                            op.call(master, owner, chunk)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().map_err(|_| "worker panicked".to_string())?)
+        })?;
+        let ops = (threads * calls * batch) as f64;
+        rates.push((op, ops / started.elapsed().as_secs_f64()));
+        master.ping(owner).map_err(|e| format!("ping: {e}"))?;
+    }
+    Ok(rates)
+}
+
+/// Single-key get latencies (µs) of `probes` until `stop`.
+fn get_latencies(master: &dyn MasterApi, probes: &[String], stop: &AtomicBool) -> Vec<f64> {
+    let mut latencies = Vec::new();
+    for key in probes.iter().cycle() {
+        if stop.load(Ordering::Relaxed) || latencies.len() >= 10_000_000 {
+            break;
+        }
+        let sent = Instant::now();
+        let _ = master.batch_get_replica_list(vec![key.clone()]);
+        latencies.push(sent.elapsed().as_secs_f64() * 1e6);
+    }
+    latencies
+}
+
+/// Gets while `remove_all` empties the table, against gets of the same keys on the idle
+/// master just before.
+fn gets_under_remove_all(
+    report: &mut Report,
+    master: &Arc<MasterService>,
+    owner: ClientId,
+    objects: usize,
+) -> Result<(), String> {
+    let probes: Vec<String> = (0..1000).map(|i| format!("scale-probe-{i:04}")).collect();
+    // Read all the time, the probes hold read leases: `remove_all` (not forced) skips them.
+    crate::journal::put_batch_with(&**master, owner, &probes, 64, Default::default())?;
+    let stop = AtomicBool::new(false);
+    let mut idle = std::thread::scope(|scope| {
+        let getter = scope.spawn(|| get_latencies(&**master, &probes, &stop));
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        getter.join().unwrap_or_default()
+    });
+    stop.store(false, Ordering::Relaxed);
+    let (mut during, removed, scan) = std::thread::scope(|scope| {
+        let getter = scope.spawn(|| get_latencies(&**master, &probes, &stop));
+        let started = Instant::now();
+        let removed = master.remove_all(false);
+        let scan = started.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        (getter.join().unwrap_or_default(), removed, scan)
+    });
+    let removed = removed.map_err(|e| format!("remove_all: {e}"))?;
+    if removed != objects as u64 {
+        return Err(format!("remove_all removed {removed} of {objects}"));
+    }
+    let name = format!(
+        "get p50 during remove_all of {removed} keys ({:.1} s)",
+        scan.as_secs_f64()
+    );
+    report.line(
+        &name,
+        percentile(&mut during, 0.5),
+        "us",
+        "idle get p50",
+        percentile(&mut idle, 0.5),
+    );
+    let name = format!("get p99 during remove_all ({} gets)", during.len());
+    report.line(
+        &name,
+        percentile(&mut during, 0.99),
+        "us",
+        "idle get p99",
+        percentile(&mut idle, 0.99),
+    );
+    let max = during.iter().copied().fold(0.0, f64::max);
+    report.line(
+        "get max during remove_all",
+        max,
+        "us",
+        "2 s ping timeout",
+        2e6,
+    );
+    report.line(
+        &format!("remove_all of {removed} keys"),
+        scan.as_secs_f64(),
+        "s",
+        "30 s RPC timeout",
+        30.0,
+    );
     Ok(())
 }
 
@@ -80,6 +274,8 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
     let (service, owner) = master(1)?;
     let base = rss_bytes()?;
     let mut filled = 0;
+    // op/s at the first size: the limit of the same line at the larger sizes.
+    let mut first_rates: Vec<f64> = Vec::new();
     for &size in sizes {
         fill(&*service, owner, filled..size, 1)?;
         filled = size;
@@ -91,7 +287,28 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
             "200 B target",
             200.0,
         );
+        let mut line = 0;
+        for batch in [1, BATCH] {
+            let one = op_rates(&service, owner, (1, batch), quick)?;
+            let two = op_rates(&service, owner, (2, batch), quick)?;
+            let mode = if batch == 1 {
+                "single-key"
+            } else {
+                "batch of 1000"
+            };
+            for ((op, one), (_, two)) in one.into_iter().zip(two) {
+                if first_rates.len() <= line {
+                    first_rates.push(one);
+                }
+                let name = format!("{} op/s at {size} objects, {mode}, 1 thread", op.name());
+                report.line(&name, one, "op/s", "same at 1 M objects", first_rates[line]);
+                let name = format!("{} op/s at {size} objects, {mode}, 2 threads", op.name());
+                report.line(&name, two, "op/s", "2 x 1 thread", 2.0 * one);
+                line += 1;
+            }
+        }
     }
+    gets_under_remove_all(report, &service, owner, filled)?;
     drop(service);
     // SAFETY: malloc_trim has no preconditions; it returns the freed table to the system so
     // that the next base is not inflated by it.
