@@ -126,9 +126,9 @@ impl MasterService {
     /// them, or the tier is given up); objects left with no replica disappear.
     pub(super) fn forget_unlisted(&self, tier: Uuid, keep: impl Fn(&DiskCopyRef) -> bool) {
         let now = Instant::now();
-        for mut shard in self.objects.shards() {
+        self.objects.scan_in_slices(|shard, slots| {
             let lost: Vec<String> = shard
-                .iter_mut()
+                .slice_mut(slots)
                 .filter_map(|(key, meta)| {
                     let copy = meta.disk().filter(|d| d.at.tier == tier)?;
                     let gone = !keep(copy);
@@ -139,9 +139,9 @@ impl MasterService {
                 })
                 .collect();
             for key in lost {
-                self.drop_if_unreadable(&mut shard, &key, now);
+                self.drop_if_unreadable(shard, &key, now);
             }
-        }
+        });
     }
 
     /// `key` lost its disk copy: takes it out of the table if it has no replica left, else

@@ -324,7 +324,7 @@ impl MasterService {
         // The replicas take the new epoch while still unreadable (the segment is dormant).
         let place = Place::of(&segment);
         self.objects.scan_in_slices(|shard, slots| {
-            for meta in shard.slice_mut(slots) {
+            for (_, meta) in shard.slice_mut(slots) {
                 let on_it = meta
                     .replicas
                     .iter_mut()

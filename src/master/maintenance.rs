@@ -98,9 +98,9 @@ impl MasterService {
         }
         Counters::add(&self.counters.table_scans, 1);
         let mut next_due = deadline(now, timeout);
-        for mut shard in self.objects.shards() {
+        self.objects.scan_in_slices(|shard, slots| {
             let mut abandoned = Vec::new();
-            for (key, meta) in shard.iter() {
+            for (key, meta) in shard.slice(slots) {
                 let Some(started) = meta.write_started() else {
                     continue;
                 };
@@ -111,11 +111,11 @@ impl MasterService {
                 }
             }
             for key in abandoned {
-                if let Some(mut meta) = self.take_object(&mut shard, &key) {
+                if let Some(mut meta) = self.take_object(shard, &key) {
                     self.retire(&mut meta, now);
                 }
             }
-        }
+        });
         *self.next_reclaim.lock() = next_due.max(deadline(now, timeout.min(RECLAIM_PERIOD)));
     }
 
@@ -171,8 +171,8 @@ impl MasterService {
         let allow_soft = self.config.allow_evict_soft_pinned_objects;
         Counters::add(&self.counters.table_scans, 1);
         let mut candidates = Vec::new();
-        for shard in self.objects.shards() {
-            for (key, meta) in shard.iter() {
+        self.objects.scan_in_slices(|shard, slots| {
+            for (key, meta) in shard.slice(slots) {
                 let soft_pinned = meta.is_soft_pinned(now);
                 if Self::is_evictable(meta, now) && (allow_soft || !soft_pinned) {
                     candidates.push(Candidate {
@@ -183,7 +183,7 @@ impl MasterService {
                     });
                 }
             }
-        }
+        });
         let targets = eviction::targets(candidates.len(), used_ratio, hwm, ratio);
         let mut objects = 0;
         for victim in eviction::choose(candidates, targets) {

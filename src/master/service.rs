@@ -309,9 +309,9 @@ impl MasterService {
     pub(super) fn purge(&self, writer: Option<ClientId>) {
         let now = Instant::now();
         let quarantine = deadline(now, self.config.write_quarantine());
-        for mut shard in self.objects.shards() {
+        self.objects.scan_in_slices(|shard, slots| {
             let doomed: Vec<String> = shard
-                .iter_mut()
+                .slice_mut(slots)
                 .filter_map(|(key, meta)| {
                     let abandoned =
                         writer.is_some_and(|w| meta.writer == w) && meta.write_started().is_some();
@@ -322,11 +322,11 @@ impl MasterService {
                 })
                 .collect();
             for key in doomed {
-                if let Some(mut meta) = self.take_object(&mut shard, &key) {
+                if let Some(mut meta) = self.take_object(shard, &key) {
                     self.retire(&mut meta, now);
                 }
             }
-        }
+        });
     }
 }
 

@@ -119,29 +119,24 @@ impl<S: BuildHasher> Shard<S> {
         slot_mut(&mut self.chunks, at).take().map(|e| e.meta)
     }
 
-    fn entries(&self) -> impl Iterator<Item = &Entry> {
-        self.chunks.iter().flat_map(|chunk| chunk.iter().flatten())
-    }
-
     /// Slots handed out so far: a scan in slices visits `0..slots()` (an entry keeps its
     /// slot while it lives; one inserted during a scan may land before or after its cursor).
     pub(crate) fn slots(&self) -> u32 {
         self.slots_used
     }
 
-    /// The metadata in slots `range` (clamped to [`Self::slots`]), mutable.
+    /// The keys and metadata in slots `range` (clamped to [`Self::slots`]), mutable.
     pub(crate) fn slice_mut(
         &mut self,
         range: std::ops::Range<u32>,
-    ) -> impl Iterator<Item = &mut ObjectMeta> {
+    ) -> impl Iterator<Item = (&str, &mut ObjectMeta)> {
         let end = range.end.min(self.slots_used) as usize;
         let start = (range.start as usize).min(end);
-        let entries = self.chunks.iter_mut().flat_map(|c| c.iter_mut());
-        entries
-            .skip(start)
-            .take(end - start)
-            .flatten()
-            .map(|e| &mut e.meta)
+        let first_chunk = start / CHUNK;
+        let chunks = self.chunks.get_mut(first_chunk..).unwrap_or_default();
+        let slots = chunks.iter_mut().flat_map(|c| c.iter_mut());
+        let slots = slots.skip(start - first_chunk * CHUNK).take(end - start);
+        slots.flatten().map(|e| (e.key.as_str(), &mut e.meta))
     }
 
     /// The keys and metadata in slots `range` (clamped to [`Self::slots`]).
@@ -152,17 +147,6 @@ impl<S: BuildHasher> Shard<S> {
         let end = range.end.min(self.slots_used);
         (range.start..end)
             .filter_map(|at| slot(&self.chunks, at).map(|e| (e.key.as_str(), &e.meta)))
-    }
-
-    /// Every key and its metadata, in slot order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &ObjectMeta)> {
-        self.entries().map(|e| (e.key.as_str(), &e.meta))
-    }
-
-    /// Every key and its metadata, mutable, in slot order.
-    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&str, &mut ObjectMeta)> {
-        let entries = self.chunks.iter_mut().flat_map(|c| c.iter_mut().flatten());
-        entries.map(|e| (e.key.as_str(), &mut e.meta))
     }
 }
 
@@ -232,7 +216,10 @@ mod tests {
             assert_eq!(shard.get(key).map(|m| m.size), model.get(key).copied());
             assert_eq!(shard.len(), model.len());
             if step % 100 == 0 {
-                let mut seen: Vec<_> = shard.iter().map(|(k, m)| (k.to_string(), m.size)).collect();
+                let mut seen: Vec<_> = shard
+                    .slice(0..shard.slots())
+                    .map(|(k, m)| (k.to_string(), m.size))
+                    .collect();
                 let mut expected: Vec<_> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
                 seen.sort();
                 expected.sort();
@@ -249,12 +236,17 @@ mod tests {
                     .collect();
                 sliced.sort();
                 assert_eq!(sliced, expected, "slices of {width}");
-                let mutable: u64 = (0..shard.slots())
+                let mut mutable: Vec<_> = (0..shard.slots())
                     .step_by(width as usize)
-                    .map(|at| shard.slice_mut(at..at + width).count() as u64)
-                    .sum();
-                assert_eq!(mutable, model.len() as u64);
-                assert_eq!(shard.iter_mut().count(), model.len());
+                    .flat_map(|at| {
+                        let slice = shard.slice_mut(at..at + width);
+                        slice
+                            .map(|(k, m)| (k.to_string(), m.size))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                mutable.sort();
+                assert_eq!(mutable, expected, "mutable slices of {width}");
             }
         }
         // Slots are reused: the chunks never hold more than the most keys ever present.
