@@ -105,6 +105,10 @@ pub(super) struct Flags {
     /// clients' MC_TRANSFER_TIMEOUT_MS (mooncake-rs flag).
     #[arg(long = "write_quarantine_ms", default_value_t = 120_000)]
     write_quarantine_ms: u64,
+    /// remove_all / remove_by_regex answer within this many ms: a longer scan stops and
+    /// answers TRY_AGAIN (call again for the rest). Below the clients' 30 s RPC timeout.
+    #[arg(long = "scan_budget_ms", default_value_t = 20_000)]
+    scan_budget_ms: u64,
     /// P2P mode: milliseconds after start during which new routes wait (owners' commits retry)
     /// while owners of a previous master's life reclaim their keys; below the default (the
     /// owners' fence time plus one ping interval) only where the master never restarts
@@ -260,6 +264,7 @@ fn config_from(flags: &Flags) -> Result<MasterConfig, String> {
         put_start_discard_timeout_s: flags.put_start_discard_timeout_sec,
         put_start_release_timeout_s: flags.put_start_release_timeout_sec,
         write_quarantine_ms: flags.write_quarantine_ms,
+        scan_budget_ms: flags.scan_budget_ms,
         p2p_route_grace_ms: flags.p2p_route_grace_ms,
         reattach_grace_ms: flags.reattach_grace_ms,
         location_cache_lease_ms: flags.location_cache_lease_ms,

@@ -45,6 +45,11 @@ pub struct MasterConfig {
     /// owners' `MC_TRANSFER_TIMEOUT_MS` (a server applies a payload only that long after its
     /// header).
     pub write_quarantine_ms: u64,
+    /// A `remove_all` or `remove_by_regex` answers within this long (`--scan_budget_ms`):
+    /// a scan that has not finished by then stops after its slice and answers `TRY_AGAIN`
+    /// (what it removed stays removed; calling again removes the rest). Below a client's
+    /// `MC_RPC_TIMEOUT_MS` (30 s), so a long scan is a clear code, never a client timeout.
+    pub scan_budget_ms: u64,
     /// P2P mode: for this long after the master started, new routes (`p2p_add_keys`) are
     /// refused with `OBJECT_REPLICA_BUSY`, and owners of a previous master's life may reclaim
     /// their keys; after it, they may not (`--p2p_route_grace_ms`). A restarted master knows no
@@ -120,6 +125,7 @@ impl Default for MasterConfig {
             put_start_discard_timeout_ms: None,
             put_start_release_timeout_ms: None,
             write_quarantine_ms: 120_000,
+            scan_budget_ms: 20_000,
             p2p_route_grace_ms: 0,
             reattach_grace_ms: 30_000,
             offload_at_put: false,
@@ -198,6 +204,11 @@ impl MasterConfig {
     /// How long space a write gave up stays unused after its writer's last chance to send.
     pub fn write_quarantine(&self) -> Duration {
         Duration::from_millis(self.write_quarantine_ms)
+    }
+
+    /// How long a removal scan runs before it answers `TRY_AGAIN`.
+    pub fn scan_budget(&self) -> Duration {
+        Duration::from_millis(self.scan_budget_ms)
     }
 
     /// Read lease length.

@@ -570,7 +570,17 @@ impl ObjectTable {
     /// lock for that slice alone (`visit(shard, slots)`), so that a scan of a large table
     /// never holds a shard long: other calls on it wait for one slice at most. Objects
     /// inserted or removed during the scan may or may not be visited; the others are, once.
-    pub(crate) fn scan_in_slices(&self, mut visit: impl FnMut(&mut Shard, std::ops::Range<u32>)) {
+    pub(crate) fn scan_in_slices(&self, visit: impl FnMut(&mut Shard, std::ops::Range<u32>)) {
+        self.scan_in_slices_until(|| false, visit);
+    }
+
+    /// As [`Self::scan_in_slices`], stopping after the first slice at whose end `stop()`
+    /// says so; whether the scan visited the whole table.
+    pub(crate) fn scan_in_slices_until(
+        &self,
+        stop: impl Fn() -> bool,
+        mut visit: impl FnMut(&mut Shard, std::ops::Range<u32>),
+    ) -> bool {
         for shard in &self.shards {
             let mut at = 0;
             loop {
@@ -582,8 +592,12 @@ impl ObjectTable {
                 visit(&mut guard, at..end);
                 drop(guard);
                 at = end;
+                if stop() {
+                    return false;
+                }
             }
         }
+        true
     }
 
     /// Number of keys.

@@ -4,6 +4,7 @@
 use super::metrics::Counters;
 use super::service::{check_key, MasterService};
 use crate::error::{fail, ErrorCode, Result};
+use std::cell::Cell;
 use std::time::Instant;
 
 impl MasterService {
@@ -37,11 +38,17 @@ impl MasterService {
     }
 
     /// Removes every complete object whose key satisfies `wanted` and that is unleased (or
-    /// `force`); others are skipped silently. Returns how many were removed.
-    pub(super) fn remove_where(&self, force: bool, wanted: impl Fn(&str) -> bool) -> u64 {
+    /// `force`); others are skipped silently. Returns how many were removed. Errors:
+    /// `TRY_AGAIN` when the scan ran out of its budget (`scan_budget_ms`) first: what it
+    /// removed stays removed (counted in `scan_removed_total`), a new call removes the rest.
+    pub(super) fn remove_where(&self, force: bool, wanted: impl Fn(&str) -> bool) -> Result<u64> {
         let now = Instant::now();
-        let mut removed = 0;
-        self.objects.scan_in_slices(|shard, slots| {
+        let until = crate::spin::deadline(now, self.config.scan_budget());
+        let removed = Cell::new(0);
+        // Past the budget, a call stops once it removed something: each call makes progress
+        // (a new call scans the emptied slots again, quickly).
+        let stop = || removed.get() > 0 && Instant::now() >= until;
+        let finished = self.objects.scan_in_slices_until(stop, |shard, slots| {
             let doomed: Vec<String> = shard
                 .slice(slots)
                 .filter(|(key, meta)| {
@@ -52,7 +59,7 @@ impl MasterService {
             for key in doomed {
                 if let Some(mut meta) = self.take_object(shard, &key) {
                     self.retire(&mut meta, now);
-                    removed += 1;
+                    removed.set(removed.get() + 1);
                     Counters::add(&self.counters.scan_removed, 1);
                 }
             }
@@ -62,6 +69,14 @@ impl MasterService {
             // is the answer; a journal that is stuck is reported by its own metrics).
             let _ = self.wait_durable(Some(journal.last_appended()));
         }
-        removed
+        let removed = removed.get();
+        if !finished {
+            let budget = self.config.scan_budget_ms;
+            return fail(
+                ErrorCode::TryAgain,
+                format!("the scan removed {removed} objects in its {budget} ms and stopped: call again for the rest"),
+            );
+        }
+        Ok(removed)
     }
 }

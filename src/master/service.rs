@@ -517,11 +517,11 @@ impl MasterApi for MasterService {
             Ok(regex) => regex,
             Err(error) => return fail(ErrorCode::InvalidParams, error),
         };
-        Ok(self.remove_where(force, |key| regex.is_match(key)))
+        self.remove_where(force, |key| regex.is_match(key))
     }
 
     fn remove_all(&self, force: bool) -> Result<u64> {
-        Ok(self.remove_where(force, |_| true))
+        self.remove_where(force, |_| true)
     }
 
     fn batch_pin(&self, client: ClientId, keys: Vec<String>) -> Result<Vec<Result<PinnedObject>>> {

@@ -11,6 +11,7 @@
 
 use crate::limits::percentile;
 use crate::report::Report;
+use mooncake_rs::error::ErrorCode;
 use mooncake_rs::master::{MasterApi, MasterConfig, MasterService};
 use mooncake_rs::types::{ClientId, ReplicateConfig, Uuid};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -182,18 +183,36 @@ fn op_rates(
     Ok(rates)
 }
 
-/// Single-key get latencies (µs) of `probes` until `stop`.
-fn get_latencies(master: &dyn MasterApi, probes: &[String], stop: &AtomicBool) -> Vec<f64> {
-    let mut latencies = Vec::new();
+/// At most this many latencies are kept (a uniform sample of a longer run).
+const SAMPLES: usize = 4_000_000;
+
+/// Single-key gets of `probes` until `stop`: a uniform sample of their latencies (µs) over
+/// the whole run, the slowest, and how many.
+fn get_latencies(
+    master: &dyn MasterApi,
+    probes: &[String],
+    stop: &AtomicBool,
+) -> (Vec<f64>, f64, u64) {
+    let (mut sample, mut slowest, mut gets, mut stride) = (Vec::new(), 0.0f64, 0u64, 1u64);
     for key in probes.iter().cycle() {
-        if stop.load(Ordering::Relaxed) || latencies.len() >= 10_000_000 {
+        if stop.load(Ordering::Relaxed) {
             break;
         }
         let sent = Instant::now();
         let _ = master.batch_get_replica_list(vec![key.clone()]);
-        latencies.push(sent.elapsed().as_secs_f64() * 1e6);
+        let latency = sent.elapsed().as_secs_f64() * 1e6;
+        slowest = slowest.max(latency);
+        gets += 1;
+        if gets % stride == 0 {
+            sample.push(latency);
+            if sample.len() >= SAMPLES {
+                // Every other one: the sample stays uniform over the run.
+                sample = sample.iter().step_by(2).copied().collect();
+                stride *= 2;
+            }
+        }
     }
-    latencies
+    (sample, slowest, gets)
 }
 
 /// Gets while `remove_all` empties the table, against gets of the same keys on the idle
@@ -208,27 +227,53 @@ fn gets_under_remove_all(
     // Read all the time, the probes hold read leases: `remove_all` (not forced) skips them.
     crate::journal::put_batch_with(&**master, owner, &probes, 64, Default::default())?;
     let stop = AtomicBool::new(false);
-    let mut idle = std::thread::scope(|scope| {
+    let (mut idle, _, _) = std::thread::scope(|scope| {
         let getter = scope.spawn(|| get_latencies(&**master, &probes, &stop));
         std::thread::sleep(Duration::from_millis(500));
         stop.store(true, Ordering::Relaxed);
         getter.join().unwrap_or_default()
     });
     stop.store(false, Ordering::Relaxed);
-    let (mut during, removed, scan) = std::thread::scope(|scope| {
+    let ((mut during, slowest, gets), removed, scan) = std::thread::scope(|scope| {
         let getter = scope.spawn(|| get_latencies(&**master, &probes, &stop));
+        // The owner of the objects stays alive through a long scan (not measured).
+        let heartbeat = scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = master.ping(owner);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        // A scan answers TRY_AGAIN after `scan_budget_ms` (20 s): called again until done.
         let started = Instant::now();
-        let removed = master.remove_all(false);
+        let before = master.metrics().scan_removed;
+        let (mut calls, mut longest) = (0, Duration::ZERO);
+        let removed = loop {
+            calls += 1;
+            let call = Instant::now();
+            let answer = master.remove_all(false);
+            longest = longest.max(call.elapsed());
+            match answer {
+                Err(ErrorCode::TryAgain) if calls < 1000 => continue,
+                Err(error) => break Err(error),
+                Ok(_) => break Ok(master.metrics().scan_removed - before),
+            }
+        };
         let scan = started.elapsed();
         stop.store(true, Ordering::Relaxed);
-        (getter.join().unwrap_or_default(), removed, scan)
+        let _ = heartbeat.join();
+        (
+            getter.join().unwrap_or_default(),
+            (removed, calls, longest),
+            scan,
+        )
     });
+    let (removed, calls, longest) = removed;
     let removed = removed.map_err(|e| format!("remove_all: {e}"))?;
     if removed != objects as u64 {
         return Err(format!("remove_all removed {removed} of {objects}"));
     }
     let name = format!(
-        "get p50 during remove_all of {removed} keys ({:.1} s)",
+        "get p50 during remove_all of {removed} keys ({:.1} s, {calls} calls)",
         scan.as_secs_f64()
     );
     report.line(
@@ -238,7 +283,7 @@ fn gets_under_remove_all(
         "idle get p50",
         percentile(&mut idle, 0.5),
     );
-    let name = format!("get p99 during remove_all ({} gets)", during.len());
+    let name = format!("get p99 during remove_all ({gets} gets)");
     report.line(
         &name,
         percentile(&mut during, 0.99),
@@ -246,17 +291,16 @@ fn gets_under_remove_all(
         "idle get p99",
         percentile(&mut idle, 0.99),
     );
-    let max = during.iter().copied().fold(0.0, f64::max);
     report.line(
         "get max during remove_all",
-        max,
+        slowest,
         "us",
         "2 s ping timeout",
         2e6,
     );
     report.line(
-        &format!("remove_all of {removed} keys"),
-        scan.as_secs_f64(),
+        &format!("remove_all of {removed} keys, longest call"),
+        longest.as_secs_f64(),
         "s",
         "30 s RPC timeout",
         30.0,
