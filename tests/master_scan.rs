@@ -1,0 +1,97 @@
+//! A `remove_all` of 1 M keys through the RPC server while another client pings every
+//! millisecond: the scan runs in slices (`ObjectTable::scan_in_slices`), so every ping is
+//! answered within `MC_PING_TIMEOUT_MS` and the scan within `MC_RPC_TIMEOUT_MS`, and
+//! `scan_removed_total` counts its progress. Its own process: the 1 M puts would disturb the
+//! timing of other tests.
+
+use mooncake_rs::master::RpcMasterClient;
+use mooncake_rs::master::{remote, MasterApi, MasterConfig, MasterService, RemoteMaster};
+use mooncake_rs::rpc::Timeouts;
+use mooncake_rs::types::{ReplicateConfig, Segment, Uuid};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// A knob's value in ms as the library reads it (default when unset).
+fn knob_ms(name: &str, default: u64) -> Duration {
+    let ms = std::env::var(name).ok().and_then(|v| v.parse().ok());
+    Duration::from_millis(ms.filter(|&ms| ms > 0).unwrap_or(default))
+}
+
+fn connect(addr: &str, request: Duration) -> RemoteMaster<RpcMasterClient> {
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(3),
+        request,
+    };
+    RemoteMaster(RpcMasterClient::with_timeouts(addr, timeouts).unwrap())
+}
+
+const OBJECTS: usize = 1_000_000;
+
+#[test]
+fn a_remove_all_of_a_million_keys_never_delays_a_ping_past_its_timeout() {
+    let service = MasterService::new(MasterConfig::default());
+    let owner = Uuid::random();
+    let segment = Segment {
+        id: Uuid::random(),
+        name: "scan-owner".into(),
+        base: 1 << 30,
+        size: 1 << 40,
+        protocol: "tcp".into(),
+        epoch: 1,
+    };
+    service.mount_segment(owner, segment).unwrap();
+    for first in (0..OBJECTS).step_by(1000) {
+        let keys: Vec<String> = (first..first + 1000)
+            .map(|i| format!("scan-{i:08}"))
+            .collect();
+        let grants = service
+            .batch_put_start(
+                owner,
+                keys.clone(),
+                vec![64; 1000],
+                ReplicateConfig::default(),
+            )
+            .unwrap();
+        let tokens = grants.into_iter().map(|g| g.unwrap().token).collect();
+        let ends = service.batch_put_end(owner, keys, tokens).unwrap();
+        assert!(ends.iter().all(Result::is_ok));
+        service.ping(owner).unwrap();
+    }
+    let server = remote::serve("127.0.0.1:0".parse().unwrap(), service.clone()).unwrap();
+    let addr = server.local_addr().to_string();
+    let ping_timeout = knob_ms("MC_PING_TIMEOUT_MS", 2000);
+    let rpc_timeout = knob_ms("MC_RPC_TIMEOUT_MS", 30_000);
+    let stop = AtomicBool::new(false);
+    let (slowest_ping, pings, scan, removed) = std::thread::scope(|scope| {
+        let pinger = scope.spawn(|| {
+            let master = connect(&addr, ping_timeout);
+            let (mut slowest, mut pings) = (Duration::ZERO, 0u64);
+            // Bounded by the scan (and the count, should it never end).
+            while !stop.load(Ordering::Relaxed) && pings < 1_000_000 {
+                let sent = Instant::now();
+                master
+                    .ping(owner)
+                    .expect("a ping within MC_PING_TIMEOUT_MS");
+                slowest = slowest.max(sent.elapsed());
+                pings += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            (slowest, pings)
+        });
+        let scanner = connect(&addr, rpc_timeout);
+        let started = Instant::now();
+        let removed = scanner.remove_all(true);
+        let scan = started.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        let (slowest, pings) = pinger.join().unwrap();
+        (slowest, pings, scan, removed)
+    });
+    assert_eq!(removed, Ok(OBJECTS as u64), "within MC_RPC_TIMEOUT_MS");
+    assert!(scan < rpc_timeout, "{scan:?}");
+    assert!(slowest_ping < ping_timeout, "{slowest_ping:?}");
+    assert!(pings > 0);
+    assert_eq!(service.metrics().scan_removed, OBJECTS as u64, "progress");
+    assert_eq!(service.metrics().objects, 0);
+    eprintln!("remove_all of {OBJECTS}: {scan:?}; {pings} pings, the slowest {slowest_ping:?}");
+    server.shutdown();
+}
