@@ -3,7 +3,7 @@
 //! compared with each other: call cost vs bytes, session vs pinning calls, pipeline vs ideal).
 //!
 //! Usage: `mc_bench [--json] [--quick] [--device | --stream | --load | --tcp | --same-host | --rdma
-//! | --journal | --failover | --ssd | --auth | --location-cache]
+//! | --journal | --failover | --ssd | --auth | --location-cache | --master-scale]
 //! [--only NAME | --profile NAME]`, or `mc_bench --standalone [--json] [--quick]` (a dummy's
 //! get through its real client against memcpy, `standalone.rs`) (`--tcp`: only the memcpy
 //! limit and the TCP scenarios between two processes; `--same-host`: only the same-host
@@ -16,7 +16,9 @@
 //! SSD tier's disk gets and demotions against `fio` on the same directory and its DRAM-hit
 //! cost, `ssd.rs`; `--auth`: gets and new connections with a cluster key against without,
 //! `auth.rs`; `--location-cache`: hot and cold gets with the location cache against their
-//! limits, and upserts of cached keys, `location_cache.rs`; `--load`: only the
+//! limits, and upserts of cached keys, `location_cache.rs`; `--master-scale`: the master's
+//! memory per object, op/s and gets during `remove_all` at 1 M to 30 M objects (1 M with
+//! `--quick`), `master_scale.rs`; `--load`: only the
 //! master load test, `load.rs`, about 30 s; `--device`: only the memcpy
 //! limit, the embedded host scenarios and the device scenarios, which need a GPU and are
 //! skipped cleanly without one; `--stream`: only the memcpy limit and the on-stream
