@@ -1,9 +1,11 @@
 //! A `remove_all` of 1 M keys through the RPC server while another client pings every
 //! millisecond: the scan runs in slices (`ObjectTable::scan_in_slices`), so every ping is
 //! answered within `MC_PING_TIMEOUT_MS` and the scan within `MC_RPC_TIMEOUT_MS`, and
-//! `scan_removed_total` counts its progress. Its own process: the 1 M puts would disturb the
-//! timing of other tests.
+//! `scan_removed_total` counts its progress; a scan past `scan_budget_ms` answers `TRY_AGAIN`
+//! and a new call removes the rest. Its own process: the 1 M puts would disturb the timing of
+//! other tests.
 
+use mooncake_rs::error::{last_error_message, ErrorCode};
 use mooncake_rs::master::RpcMasterClient;
 use mooncake_rs::master::{remote, MasterApi, MasterConfig, MasterService, RemoteMaster};
 use mooncake_rs::rpc::Timeouts;
@@ -17,19 +19,9 @@ fn knob_ms(name: &str, default: u64) -> Duration {
     Duration::from_millis(ms.filter(|&ms| ms > 0).unwrap_or(default))
 }
 
-fn connect(addr: &str, request: Duration) -> RemoteMaster<RpcMasterClient> {
-    let timeouts = Timeouts {
-        connect: Duration::from_secs(3),
-        request,
-    };
-    RemoteMaster(RpcMasterClient::with_timeouts(addr, timeouts).unwrap())
-}
-
-const OBJECTS: usize = 1_000_000;
-
-#[test]
-fn a_remove_all_of_a_million_keys_never_delays_a_ping_past_its_timeout() {
-    let service = MasterService::new(MasterConfig::default());
+/// A master with one 1 TiB segment (owned by no real process) and its owner.
+fn master(config: MasterConfig) -> (std::sync::Arc<MasterService>, Uuid) {
+    let service = MasterService::new(config);
     let owner = Uuid::random();
     let segment = Segment {
         id: Uuid::random(),
@@ -40,7 +32,12 @@ fn a_remove_all_of_a_million_keys_never_delays_a_ping_past_its_timeout() {
         epoch: 1,
     };
     service.mount_segment(owner, segment).unwrap();
-    for first in (0..OBJECTS).step_by(1000) {
+    (service, owner)
+}
+
+/// Puts `objects` objects of 64 B, 1 000 per call; the owner pings between calls.
+fn fill(service: &MasterService, owner: Uuid, objects: usize) {
+    for first in (0..objects).step_by(1000) {
         let keys: Vec<String> = (first..first + 1000)
             .map(|i| format!("scan-{i:08}"))
             .collect();
@@ -57,6 +54,22 @@ fn a_remove_all_of_a_million_keys_never_delays_a_ping_past_its_timeout() {
         assert!(ends.iter().all(Result::is_ok));
         service.ping(owner).unwrap();
     }
+}
+
+fn connect(addr: &str, request: Duration) -> RemoteMaster<RpcMasterClient> {
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(3),
+        request,
+    };
+    RemoteMaster(RpcMasterClient::with_timeouts(addr, timeouts).unwrap())
+}
+
+const OBJECTS: usize = 1_000_000;
+
+#[test]
+fn a_remove_all_of_a_million_keys_never_delays_a_ping_past_its_timeout() {
+    let (service, owner) = master(MasterConfig::default());
+    fill(&service, owner, OBJECTS);
     let server = remote::serve("127.0.0.1:0".parse().unwrap(), service.clone()).unwrap();
     let addr = server.local_addr().to_string();
     let ping_timeout = knob_ms("MC_PING_TIMEOUT_MS", 2000);
@@ -94,4 +107,32 @@ fn a_remove_all_of_a_million_keys_never_delays_a_ping_past_its_timeout() {
     assert_eq!(service.metrics().objects, 0);
     eprintln!("remove_all of {OBJECTS}: {scan:?}; {pings} pings, the slowest {slowest_ping:?}");
     server.shutdown();
+}
+
+#[test]
+fn a_scan_past_its_budget_answers_try_again_and_a_new_call_removes_the_rest() {
+    let (service, owner) = master(MasterConfig {
+        scan_budget_ms: 1,
+        ..MasterConfig::default()
+    });
+    const KEYS: usize = 200_000;
+    fill(&service, owner, KEYS);
+    let (mut calls, mut try_again) = (0, 0);
+    // Each call removes at least one slice: bounded by the table's slots.
+    let last = loop {
+        calls += 1;
+        assert!(calls < 100_000, "no progress");
+        match service.remove_all(true) {
+            Ok(removed) => break removed,
+            Err(code) => {
+                assert_eq!(code, ErrorCode::TryAgain);
+                assert!(last_error_message().contains("call again"));
+                try_again += 1;
+            }
+        }
+    };
+    assert!(try_again > 0, "200 000 removals take more than 1 ms");
+    assert_eq!(service.metrics().scan_removed, KEYS as u64, "each key once");
+    assert!(last < KEYS as u64);
+    assert_eq!(service.metrics().objects, 0);
 }

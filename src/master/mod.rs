@@ -44,8 +44,6 @@ mod writes;
 #[cfg(test)]
 mod integrity_tests;
 #[cfg(test)]
-mod scan_tests;
-#[cfg(test)]
 mod tests;
 
 pub use api::{

@@ -91,6 +91,26 @@ fn worker(addr: &str, index: usize, stop: &AtomicBool) -> Result<Vec<f64>, Strin
     Ok(pings)
 }
 
+/// Calls `remove_all(force)` until it answers other than `TRY_AGAIN` (a scan stops after the
+/// master's `scan_budget_ms`, 20 s; at most 1 000 calls); returns the calls and the longest.
+pub(crate) fn remove_all_until_done(
+    master: &dyn MasterApi,
+    force: bool,
+) -> Result<(u32, Duration), String> {
+    let (mut calls, mut longest) = (0, Duration::ZERO);
+    loop {
+        calls += 1;
+        let call = Instant::now();
+        let answer = master.remove_all(force);
+        longest = longest.max(call.elapsed());
+        match answer {
+            Ok(_) => return Ok((calls, longest)),
+            Err(mooncake_rs::error::ErrorCode::TryAgain) if calls < 1000 => {}
+            Err(e) => return Err(format!("remove_all: {e}")),
+        }
+    }
+}
+
 /// Runs the load scenario and prints its lines.
 pub fn run(report: &mut Report) -> Result<(), String> {
     let service = MasterService::new(MasterConfig::default());
@@ -129,21 +149,10 @@ pub fn run(report: &mut Report) -> Result<(), String> {
     };
     std::thread::sleep(Duration::from_millis(500));
     let scanner = connect(&addr, SCAN_LIMIT)?;
-    // A scan answers TRY_AGAIN after the master's `scan_budget_ms` (20 s): called again.
     let started = Instant::now();
-    let (mut calls, mut longest) = (0, Duration::ZERO);
-    // Every call's removals, counted by the master (only this scan removes by scanning).
-    let removed = loop {
-        calls += 1;
-        let call = Instant::now();
-        let answer = scanner.remove_all(true);
-        longest = longest.max(call.elapsed());
-        match answer {
-            Ok(_) => break service.metrics().scan_removed,
-            Err(mooncake_rs::error::ErrorCode::TryAgain) if calls < 100 => {}
-            Err(e) => return Err(format!("remove_all: {e}")),
-        }
-    };
+    let (calls, longest) = remove_all_until_done(&scanner, true)?;
+    // Counted by the master (only this scan removes by scanning).
+    let removed = service.metrics().scan_removed;
     let scan_s = started.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, Ordering::Relaxed);

@@ -52,6 +52,9 @@ mod stream_put;
 
 use report::Report;
 
+/// A scenario run alone: `(report, quick)`.
+type Alone = fn(&mut Report, bool) -> Result<(), String>;
+
 fn main() {
     mooncake_rs::init_logging();
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -81,55 +84,22 @@ fn main() {
     if args.first().map(String::as_str) == Some("--auth-leg") {
         std::process::exit(auth::serve_leg(&args[1..]));
     }
-    if args.iter().any(|a| a == "--auth") {
+    // Scenarios run alone, each with `--quick` for a shorter run.
+    let alone: [(&str, Alone); 6] = [
+        ("--auth", auth::run),
+        ("--failover", failover::run),
+        ("--journal", journal::run),
+        ("--ssd", ssd::run),
+        ("--location-cache", location_cache::run),
+        ("--master-scale", master_scale::run),
+    ];
+    if let Some((_, run)) = alone
+        .iter()
+        .find(|(flag, _)| args.iter().any(|a| a == flag))
+    {
         let mut report = Report::new(json, interleave::Selection::default());
         let quick = args.iter().any(|a| a == "--quick");
-        if let Err(message) = auth::run(&mut report, quick) {
-            eprintln!("mc_bench: {message}");
-            std::process::exit(1);
-        }
-        return;
-    }
-    if args.iter().any(|a| a == "--failover") {
-        let mut report = Report::new(json, interleave::Selection::default());
-        let quick = args.iter().any(|a| a == "--quick");
-        if let Err(message) = failover::run(&mut report, quick) {
-            eprintln!("mc_bench: {message}");
-            std::process::exit(1);
-        }
-        return;
-    }
-    if args.iter().any(|a| a == "--journal") {
-        let mut report = Report::new(json, interleave::Selection::default());
-        let quick = args.iter().any(|a| a == "--quick");
-        if let Err(message) = journal::run(&mut report, quick) {
-            eprintln!("mc_bench: {message}");
-            std::process::exit(1);
-        }
-        return;
-    }
-    if args.iter().any(|a| a == "--ssd") {
-        let mut report = Report::new(json, interleave::Selection::default());
-        let quick = args.iter().any(|a| a == "--quick");
-        if let Err(message) = ssd::run(&mut report, quick) {
-            eprintln!("mc_bench: {message}");
-            std::process::exit(1);
-        }
-        return;
-    }
-    if args.iter().any(|a| a == "--location-cache") {
-        let mut report = Report::new(json, interleave::Selection::default());
-        let quick = args.iter().any(|a| a == "--quick");
-        if let Err(message) = location_cache::run(&mut report, quick) {
-            eprintln!("mc_bench: {message}");
-            std::process::exit(1);
-        }
-        return;
-    }
-    if args.iter().any(|a| a == "--master-scale") {
-        let mut report = Report::new(json, interleave::Selection::default());
-        let quick = args.iter().any(|a| a == "--quick");
-        if let Err(message) = master_scale::run(&mut report, quick) {
+        if let Err(message) = run(&mut report, quick) {
             eprintln!("mc_bench: {message}");
             std::process::exit(1);
         }

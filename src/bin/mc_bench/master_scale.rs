@@ -11,7 +11,6 @@
 
 use crate::limits::percentile;
 use crate::report::Report;
-use mooncake_rs::error::ErrorCode;
 use mooncake_rs::master::{MasterApi, MasterConfig, MasterService};
 use mooncake_rs::types::{ClientId, ReplicateConfig, Uuid};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -243,32 +242,16 @@ fn gets_under_remove_all(
                 std::thread::sleep(Duration::from_millis(200));
             }
         });
-        // A scan answers TRY_AGAIN after `scan_budget_ms` (20 s): called again until done.
         let started = Instant::now();
         let before = master.metrics().scan_removed;
-        let (mut calls, mut longest) = (0, Duration::ZERO);
-        let removed = loop {
-            calls += 1;
-            let call = Instant::now();
-            let answer = master.remove_all(false);
-            longest = longest.max(call.elapsed());
-            match answer {
-                Err(ErrorCode::TryAgain) if calls < 1000 => continue,
-                Err(error) => break Err(error),
-                Ok(_) => break Ok(master.metrics().scan_removed - before),
-            }
-        };
+        let removed = crate::load::remove_all_until_done(&**master, false)
+            .map(|(calls, longest)| (master.metrics().scan_removed - before, calls, longest));
         let scan = started.elapsed();
         stop.store(true, Ordering::Relaxed);
         let _ = heartbeat.join();
-        (
-            getter.join().unwrap_or_default(),
-            (removed, calls, longest),
-            scan,
-        )
+        (getter.join().unwrap_or_default(), removed, scan)
     });
-    let (removed, calls, longest) = removed;
-    let removed = removed.map_err(|e| format!("remove_all: {e}"))?;
+    let (removed, calls, longest) = removed?;
     if removed != objects as u64 {
         return Err(format!("remove_all removed {removed} of {objects}"));
     }
