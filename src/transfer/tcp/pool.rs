@@ -26,8 +26,11 @@
 //! between requests, with nothing of a next one received), so we see its orderly close: an
 //! EOF, or `EPIPE` once its kernel resets our late data, before any answer byte. Exactly that
 //! case, on a connection taken from the pool, is retried once on a fresh connection. A reset
-//! (`ECONNRESET`), a timeout, or a failure after any answer byte is never retried: the peer
-//! may have applied (part of) a WRITE, which must not be applied twice.
+//! (`ECONNRESET`) before any answer byte is retried likewise when every slice left is a READ
+//! (a peer that closes an idle connection with our request unread resets it; a READ sent
+//! twice changes nothing). A reset with a WRITE left, a timeout, or a failure after any
+//! answer byte is never retried: the peer may have applied (part of) a WRITE, which must not
+//! be applied twice.
 //!
 //! Failures: a refusal ends the connection (the server closes it), so the slices after a
 //! refused one are sent again on another connection and the refused one alone fails. Any
@@ -104,6 +107,12 @@ impl Failure {
             ),
             Failure::Refused(_) | Failure::Protocol | Failure::Auth => false,
         }
+    }
+
+    /// Whether the peer reset the connection (`ECONNRESET`): after an idle close that raced
+    /// our request, or after it took (part of) a request; only READs may be retried then.
+    fn reset(&self) -> bool {
+        matches!(self, Failure::Io(e) if e.kind() == io::ErrorKind::ConnectionReset)
     }
 
     /// The slice's error: `STALE_SEGMENT_EPOCH` for a stale-epoch refusal, `TRANSFER_FAIL`
@@ -244,7 +253,12 @@ impl ConnectionPool {
                     // The server closed the connection; the rest goes on another one.
                     results.push(Err(refusal.describe(peer, &rest[completed])));
                 }
-                failure if reused && !answered && failure.closed_while_idle() => {
+                failure
+                    if reused
+                        && !answered
+                        && (failure.closed_while_idle()
+                            || (failure.reset() && rest.iter().all(|s| s.op == Opcode::Read))) =>
+                {
                     tracing::debug!("pooled connection to {peer} failed, retrying on a fresh one");
                     fresh_only = true;
                 }

@@ -623,3 +623,44 @@ fn write_reset_after_acceptance_is_not_retried() {
     assert_eq!(fake.join().unwrap(), 0, "the accepted WRITE was sent again");
     assert_eq!(metrics.snapshot().connections_opened, 1);
 }
+
+/// A peer that answered one READ, then closed the pooled connection with the next READ's
+/// header unread (so its kernel resets it: what an idle-timeout close racing a new request
+/// does): nothing was applied and a READ changes nothing, so it is sent again on a fresh
+/// connection and succeeds.
+#[test]
+fn read_reset_before_any_answer_is_retried_on_a_fresh_connection() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = listener.local_addr().unwrap();
+    let fake = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut header = [0u8; HEADER_LEN];
+        conn.read_exact(&mut header).unwrap();
+        conn.write_all(&Status::Ok.encode()).unwrap();
+        conn.write_all(&[0x11; 4096]).unwrap();
+        conn.read_exact(&mut header).unwrap();
+        super::socket::set_abortive_close(conn.as_raw_fd()).unwrap();
+        drop(conn);
+        // A fresh connection gets its READ answered.
+        listener.set_nonblocking(false).unwrap();
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        conn.read_exact(&mut header).unwrap();
+        conn.write_all(&Status::Ok.encode()).unwrap();
+        conn.write_all(&[0x22; 4096]).unwrap();
+    });
+    let (pool, metrics) = test_pool();
+    let mut back = vec![0u8; 4096];
+    // SAFETY: `back` outlives the calls.
+    unsafe { pool.execute(peer, &[read_slice(&mut back, 0x1000)]) }
+        .remove(0)
+        .unwrap();
+    assert!(back.iter().all(|&b| b == 0x11));
+    // SAFETY: as above.
+    let second = unsafe { pool.execute(peer, &[read_slice(&mut back, 0x1000)]) }.remove(0);
+    assert!(second.is_ok(), "{second:?}");
+    assert!(back.iter().all(|&b| b == 0x22));
+    fake.join().unwrap();
+    assert_eq!(metrics.snapshot().connections_opened, 2);
+}
