@@ -325,10 +325,12 @@ impl MasterService {
         let place = Place::of(&segment);
         self.objects.scan_in_slices(|shard, slots| {
             for (_, meta) in shard.slice_mut(slots) {
+                // Only the recovered mount's ranges (dormant): a fresh mount of the same id
+                // meanwhile keeps its own place.
                 let on_it = meta
                     .replicas
                     .iter_mut()
-                    .filter(|r| r.segment() == segment.id);
+                    .filter(|r| r.segment() == segment.id && r.allocation().is_dormant());
                 for replica in on_it {
                     replica.place = Arc::clone(&place);
                 }

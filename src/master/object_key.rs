@@ -7,8 +7,12 @@
 /// Keys up to this many bytes are stored inline.
 const INLINE: usize = 30;
 
-/// A key: inline up to [`INLINE`] bytes (32 bytes in all), boxed beyond.
-pub(crate) enum ObjectKey {
+/// A key: inline up to [`INLINE`] bytes (32 bytes in all), boxed beyond. Made only by
+/// [`ObjectKey::new`] and [`ObjectKey::from_string`] (its representation is private: the
+/// inline bytes are always a whole `&str`'s).
+pub(crate) struct ObjectKey(Repr);
+
+enum Repr {
     Inline { len: u8, bytes: [u8; INLINE] },
     Heap(Box<str>),
 }
@@ -20,12 +24,12 @@ impl ObjectKey {
             len @ 0..=INLINE => {
                 let mut bytes = [0; INLINE];
                 bytes[..len].copy_from_slice(key.as_bytes());
-                ObjectKey::Inline {
+                ObjectKey(Repr::Inline {
                     len: len as u8,
                     bytes,
-                }
+                })
             }
-            _ => ObjectKey::Heap(key.into()),
+            _ => ObjectKey(Repr::Heap(key.into())),
         }
     }
 
@@ -33,18 +37,18 @@ impl ObjectKey {
     pub(crate) fn from_string(key: String) -> ObjectKey {
         match key.len() {
             0..=INLINE => ObjectKey::new(&key),
-            _ => ObjectKey::Heap(key.into_boxed_str()),
+            _ => ObjectKey(Repr::Heap(key.into_boxed_str())),
         }
     }
 
     pub(crate) fn as_str(&self) -> &str {
-        match self {
-            ObjectKey::Inline { len, bytes } => {
+        match &self.0 {
+            Repr::Inline { len, bytes } => {
                 let bytes = &bytes[..usize::from(*len)];
                 // SAFETY: the bytes were copied, whole, from a `&str` by `new`.
                 unsafe { std::str::from_utf8_unchecked(bytes) }
             }
-            ObjectKey::Heap(key) => key,
+            Repr::Heap(key) => key,
         }
     }
 }
@@ -68,7 +72,7 @@ mod tests {
                 .collect();
             assert_eq!(ObjectKey::new(&key).as_str(), key);
             assert_eq!(ObjectKey::from_string(key.clone()).as_str(), key);
-            let inline = matches!(ObjectKey::new(&key), ObjectKey::Inline { .. });
+            let inline = matches!(ObjectKey::new(&key).0, Repr::Inline { .. });
             assert_eq!(inline, len <= INLINE, "{len}");
         }
         // Multi-byte characters stay whole.

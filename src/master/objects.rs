@@ -581,7 +581,7 @@ impl ObjectTable {
         stop: impl Fn() -> bool,
         mut visit: impl FnMut(&mut Shard, std::ops::Range<u32>),
     ) -> bool {
-        for shard in &self.shards {
+        for (index, shard) in self.shards.iter().enumerate() {
             let mut at = 0;
             loop {
                 let mut guard = shard.lock();
@@ -590,9 +590,10 @@ impl ObjectTable {
                 }
                 let end = at.saturating_add(SCAN_SLICE).min(guard.slots());
                 visit(&mut guard, at..end);
+                let more = end < guard.slots() || index + 1 < self.shards.len();
                 drop(guard);
                 at = end;
-                if stop() {
+                if more && stop() {
                     return false;
                 }
             }

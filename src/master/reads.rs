@@ -70,7 +70,7 @@ impl MasterService {
     /// Pins the readable object `key` for `client` (also grants a lease).
     pub(super) fn pin(&self, client: ClientId, key: &str) -> Result<PinnedObject> {
         self.read_with(key, |meta, query| {
-            meta.pins += 1;
+            meta.pins = meta.pins.saturating_add(1);
             let pin_id = self.pins.insert(PinRecord {
                 client,
                 key: key.to_string(),
