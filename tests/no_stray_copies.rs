@@ -29,6 +29,7 @@ const ALLOWED: &[(&str, usize, &str)] = &[
     ("src/storage/disk/mod.rs", 4, "the SSD tier's own aligned I/O buffers: slices of its allocation, the header block, a test payload; never caller memory"),
     ("src/storage/disk/spare_mark.rs", 2, "building the SSD tier's spare-mark attribute value (generation, key CRC) in a 12-byte array; never caller memory"),
     ("src/auth/keys.rs", 1, "a cluster key's id from its SHA-256 digest; never caller memory"),
+    ("src/master/object_key.rs", 1, "the master's copy of an object key (a `&str` of a request) into its inline array; never caller memory"),
     ("src/auth/protocol.rs", 7, "encoding the cluster-key handshake's own fixed messages (magic, key id, nonces, proofs); never caller memory"),
     ("src/storage/disk/record.rs", 4, "encoding and decoding the SSD tier record header in its own block buffer; never caller memory"),
     ("src/transfer/tcp/pool.rs", 2, "socket I/O slices over slice memory: host only (device memory is replaced by pinned bounces before)"),
