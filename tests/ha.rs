@@ -479,3 +479,40 @@ fn removals_wait_out_a_stopped_standby_and_succeed() {
     assert!(failed.is_empty(), "removals failed: {failed:?}");
     assert_eq!(client.is_exist("k-0"), Ok(false));
 }
+
+/// The HA layer's etcd client given a list whose first member is gone (its port refuses):
+/// every operation goes on through a live member, none fails. `etcd-client`'s balanced channel
+/// alone kept sending some calls to the dead member (`tcp connect error`), which cost a
+/// leader its lease in `the_group_survives_losing_one_of_three_etcd_members`.
+#[test]
+fn every_etcd_call_goes_on_through_a_live_member_when_one_is_gone() {
+    use mooncake_rs::ha::etcd::{endpoints, Etcd};
+    let etcd = EtcdMember::cluster(1);
+    let dead = common::free_ports(1)[0];
+    let list = endpoints(&format!("127.0.0.1:{dead},{}", etcd[0].endpoint()));
+    let client = Etcd::new(&list, Duration::from_millis(500)).expect("client");
+    let lease = client.grant(Duration::from_secs(5)).expect("grant");
+    let created = client
+        .create("mc-test/leader", "me", lease)
+        .expect("create");
+    let revision = created.expect("the key was free");
+    for round in 0..40 {
+        let value = format!("v{round}");
+        assert_eq!(
+            client.put("mc-test/k", value.as_bytes()),
+            Ok(()),
+            "put {round}"
+        );
+        let read = client.get("mc-test/k").expect("get").expect("present");
+        assert_eq!(read.value, value);
+        assert!(client.keep_alive(lease).expect("keep alive") > 0);
+        assert_eq!(
+            client.put_if("mc-test/leader", revision, "mc-test/list", &value),
+            Ok(true)
+        );
+    }
+    assert_eq!(client.delete("mc-test/k"), Ok(()));
+    assert_eq!(client.get("mc-test/k"), Ok(None));
+    assert_eq!(client.revoke(lease), Ok(()));
+    assert_eq!(client.get("mc-test/leader"), Ok(None));
+}

@@ -2,8 +2,16 @@
 //! and discovery need, each bounded by a timeout, over the `etcd-client` crate on a private
 //! single-threaded tokio runtime.
 //!
+//! Failover between members is ours: one `etcd-client` client per member, and the member in
+//! use. A call that fails on a member goes on to the next one while its time lasts (an
+//! idempotent call after any failure; the one that is not, `create`, only when the member
+//! refused the connection, so the request never left), and the next call starts at the member
+//! that last answered. `etcd-client`'s own balanced channel over every member kept sending
+//! calls to a dead member (`tcp connect error`) for seconds, long enough to cost a leader its
+//! lease.
+//!
 //! Errors: every failure (unreachable members, timeouts, refused requests) is
-//! `ETCD_OPERATION_ERROR` with the cause as the thread's error message.
+//! `ETCD_OPERATION_ERROR` with the cause of the last attempt as the thread's error message.
 //!
 //! Thread-safety: `Send + Sync`; calls are serialized on the runtime (they are rare: a few per
 //! second per process).
@@ -15,7 +23,7 @@ use etcd_client::{
 };
 use parking_lot::Mutex;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A key's value and the revision that created it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,13 +33,36 @@ pub struct Versioned {
     pub create_revision: u64,
 }
 
+/// Which failures of a call may be sent again to the next member.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Resend {
+    /// Any failure: the call is idempotent.
+    Any,
+    /// Only a refused connection: the request never reached a member.
+    Unsent,
+}
+
+/// A lease renewal stream, bound to the member it was opened on.
+struct Keeper {
+    lease: i64,
+    member: usize,
+    keeper: LeaseKeeper,
+    stream: LeaseKeepAliveStream,
+}
+
+/// The per-member clients (each made at its first use) and the member the next call starts at.
+struct Members {
+    clients: Vec<Option<Client>>,
+    current: usize,
+}
+
 /// See the module documentation.
 pub struct Etcd {
     runtime: tokio::runtime::Runtime,
     endpoints: Vec<String>,
-    client: Mutex<Option<Client>>,
+    members: Mutex<Members>,
     timeout: Duration,
-    keeper: Mutex<Option<(i64, LeaseKeeper, LeaseKeepAliveStream)>>,
+    keeper: Mutex<Option<Keeper>>,
 }
 
 fn etcd_fail<T>(what: &str, error: impl std::fmt::Display) -> Result<T> {
@@ -39,6 +70,29 @@ fn etcd_fail<T>(what: &str, error: impl std::fmt::Display) -> Result<T> {
         ErrorCode::EtcdOperationError,
         format!("etcd {what}: {error}"),
     )
+}
+
+/// Whether `error` says the member refused (or could not be routed to) the connection: the
+/// request was never sent.
+fn never_sent(error: &etcd_client::Error) -> bool {
+    use std::io::ErrorKind;
+    let etcd_client::Error::GRpcStatus(status) = error else {
+        return false;
+    };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(status);
+    while let Some(error) = cause {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                ErrorKind::ConnectionRefused
+                    | ErrorKind::HostUnreachable
+                    | ErrorKind::NetworkUnreachable
+                    | ErrorKind::AddrNotAvailable
+            );
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// Splits `h1:2379,h2:2379` or `h1:2379;h2:2379` into `http://` endpoints.
@@ -54,10 +108,10 @@ pub fn endpoints(list: &str) -> Vec<String> {
 }
 
 impl Etcd {
-    /// A client of the members `endpoints` (see [`endpoints`]) that connects at its first
-    /// operation (and again after a failed connect); `timeout` bounds connecting and every
-    /// operation. Errors: `INVALID_PARAMS` for an empty list, `ETCD_OPERATION_ERROR` when the
-    /// runtime cannot be built.
+    /// A client of the members `endpoints` (see [`endpoints`]) that connects to a member at
+    /// its first call there (and again after a failed connect); `timeout` bounds every call,
+    /// its attempts on several members included. Errors: `INVALID_PARAMS` for an empty list,
+    /// `ETCD_OPERATION_ERROR` when the runtime cannot be built.
     pub fn new(endpoints: &[String], timeout: Duration) -> Result<Etcd> {
         if endpoints.is_empty() {
             return fail(ErrorCode::InvalidParams, "no etcd endpoints");
@@ -72,7 +126,10 @@ impl Etcd {
         Ok(Etcd {
             runtime,
             endpoints: endpoints.to_vec(),
-            client: Mutex::new(None),
+            members: Mutex::new(Members {
+                clients: vec![None; endpoints.len()],
+                current: 0,
+            }),
             timeout,
             keeper: Mutex::new(None),
         })
@@ -85,52 +142,88 @@ impl Etcd {
         Ok(etcd)
     }
 
-    /// The connected client (connecting now if not yet).
-    fn client(&self) -> Result<Client> {
-        let mut client = self.client.lock();
-        if let Some(client) = client.as_ref() {
+    /// The client of member `member` (made now if not yet; it connects at its first request).
+    fn client(&self, member: usize) -> std::result::Result<Client, etcd_client::Error> {
+        let mut members = self.members.lock();
+        if let Some(client) = &members.clients[member] {
             return Ok(client.clone());
         }
         let options = ConnectOptions::new()
             .with_connect_timeout(self.timeout)
             .with_timeout(self.timeout)
             .with_keep_alive(self.timeout, self.timeout);
-        let connect = Client::connect(&self.endpoints, Some(options));
-        let limit = self.timeout;
-        // The timer is made inside the runtime (it needs its reactor).
-        let connected = self
+        let endpoint = [self.endpoints[member].as_str()];
+        let client = self
             .runtime
-            .block_on(async { tokio::time::timeout(limit, connect).await });
-        match connected {
-            Ok(Ok(connected)) => {
-                *client = Some(connected.clone());
-                Ok(connected)
-            }
-            Ok(Err(error)) => etcd_fail("connect", error),
-            Err(_) => etcd_fail("connect", "timed out"),
-        }
+            .block_on(Client::connect(endpoint, Some(options)))?;
+        members.clients[member] = Some(client.clone());
+        Ok(client)
     }
 
-    fn run<T, E: std::fmt::Display>(
-        &self,
-        what: &str,
-        future: impl Future<Output = std::result::Result<T, E>>,
-    ) -> Result<T> {
-        let limit = self.timeout;
-        match self
-            .runtime
-            .block_on(async { tokio::time::timeout(limit, future).await })
-        {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => etcd_fail(what, error),
-            Err(_) => etcd_fail(what, format!("no answer within {:?}", self.timeout)),
+    /// The member the next call starts at.
+    fn current(&self) -> usize {
+        self.members.lock().current
+    }
+
+    /// Records that `member` answered (the next call starts there) or failed (the next call
+    /// starts at the member after it).
+    fn settle(&self, member: usize, answered: bool) {
+        let mut members = self.members.lock();
+        members.current = match answered {
+            true => member,
+            false => (member + 1) % self.endpoints.len(),
+        };
+    }
+
+    /// Runs `call` on the current member, then on the next ones while `resend` allows and the
+    /// call's time lasts (one try per member at most).
+    fn call<T, F, C>(&self, what: &str, resend: Resend, call: C) -> Result<T>
+    where
+        C: Fn(Client) -> F,
+        F: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let deadline = Instant::now() + self.timeout;
+        let first = self.current();
+        let count = self.endpoints.len();
+        let mut last = String::new();
+        for attempt in 0..count {
+            let member = (first + attempt) % count;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let answer = self.client(member).map(&call).map(|future| {
+                self.runtime
+                    .block_on(async { tokio::time::timeout(left, future).await })
+            });
+            let failure = match answer {
+                Ok(Ok(Ok(value))) => {
+                    self.settle(member, true);
+                    return Ok(value);
+                }
+                Ok(Ok(Err(error))) | Err(error) => {
+                    let resent = resend == Resend::Any || never_sent(&error);
+                    last = error.to_string();
+                    resent
+                }
+                Ok(Err(_)) => {
+                    last = format!("no answer within {:?}", self.timeout);
+                    resend == Resend::Any
+                }
+            };
+            self.settle(member, false);
+            if !failure {
+                break;
+            }
         }
+        etcd_fail(what, last)
     }
 
     /// The value of `key` and its create revision; `None` when absent.
     pub fn get(&self, key: &str) -> Result<Option<Versioned>> {
-        let mut client = self.client()?;
-        let answer = self.run("get", client.get(key, None))?;
+        let answer = self.call("get", Resend::Any, |mut client| async move {
+            client.get(key, None).await
+        })?;
         Ok(answer.kvs().first().map(|kv| Versioned {
             value: String::from_utf8_lossy(kv.value()).into_owned(),
             create_revision: kv.create_revision().max(0) as u64,
@@ -139,37 +232,43 @@ impl Etcd {
 
     /// Sets `key` = `value` (no lease).
     pub fn put(&self, key: &str, value: &[u8]) -> Result<()> {
-        let mut client = self.client()?;
-        self.run("put", client.put(key, value, None)).map(drop)
+        self.call("put", Resend::Any, |mut client| async move {
+            client.put(key, value, None).await
+        })
+        .map(drop)
     }
 
     /// Deletes `key` (absent is fine).
     pub fn delete(&self, key: &str) -> Result<()> {
-        let mut client = self.client()?;
-        self.run("delete", client.delete(key, None)).map(drop)
+        self.call("delete", Resend::Any, |mut client| async move {
+            client.delete(key, None).await
+        })
+        .map(drop)
     }
 
-    /// A lease of `ttl` (whole seconds, at least 1); returns its id.
+    /// A lease of `ttl` (whole seconds, at least 1); returns its id. A lease granted by an
+    /// attempt whose answer was lost runs out unused.
     pub fn grant(&self, ttl: Duration) -> Result<i64> {
-        let mut client = self.client()?;
         let seconds = ttl.as_secs().max(1) as i64;
-        Ok(self
-            .run("lease grant", client.lease_grant(seconds, None))?
-            .id())
+        let answer = self.call("lease grant", Resend::Any, |mut client| async move {
+            client.lease_grant(seconds, None).await
+        })?;
+        Ok(answer.id())
     }
 
     /// Creates `key` = `value` under `lease` if it does not exist; returns the revision that
     /// created it, or `None` when it exists.
     pub fn create(&self, key: &str, value: &str, lease: i64) -> Result<Option<u64>> {
-        let mut client = self.client()?;
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key,
-                value,
-                Some(PutOptions::new().with_lease(lease)),
-            )]);
-        let answer = self.run("create", client.txn(txn))?;
+        let answer = self.call("create", Resend::Unsent, |mut client| async move {
+            let txn = Txn::new()
+                .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key,
+                    value,
+                    Some(PutOptions::new().with_lease(lease)),
+                )]);
+            client.txn(txn).await
+        })?;
         let revision = answer.header().map_or(0, |h| h.revision().max(0) as u64);
         Ok(answer.succeeded().then_some(revision))
     }
@@ -177,56 +276,92 @@ impl Etcd {
     /// Sets `key` = `value` if `guard` still exists with create revision `guard_revision`
     /// (the caller still leads). Returns whether it was set.
     pub fn put_if(&self, guard: &str, guard_revision: u64, key: &str, value: &str) -> Result<bool> {
-        let mut client = self.client()?;
         let revision = i64::try_from(guard_revision).unwrap_or(i64::MAX);
-        let txn = Txn::new()
-            .when([Compare::create_revision(guard, CompareOp::Equal, revision)])
-            .and_then([TxnOp::put(key, value, None)]);
-        Ok(self.run("guarded put", client.txn(txn))?.succeeded())
+        let answer = self.call("guarded put", Resend::Any, |mut client| async move {
+            let txn = Txn::new()
+                .when([Compare::create_revision(guard, CompareOp::Equal, revision)])
+                .and_then([TxnOp::put(key, value, None)]);
+            client.txn(txn).await
+        })?;
+        Ok(answer.succeeded())
     }
 
-    /// Renews `lease` once; returns the ttl etcd granted (0: the lease is gone).
+    /// Renews `lease` once; returns the ttl etcd granted (0: the lease is gone). The renewal
+    /// stream stays open on the member that answered; a failed renewal closes it and tries the
+    /// next member while the call's time lasts.
     pub fn keep_alive(&self, lease: i64) -> Result<i64> {
+        let deadline = Instant::now() + self.timeout;
         let mut keeper = self.keeper.lock();
-        if keeper.as_ref().is_none_or(|(id, _, _)| *id != lease) {
-            let mut client = self.client()?;
-            let (new_keeper, stream) = self.run("keep alive", client.lease_keep_alive(lease))?;
-            *keeper = Some((lease, new_keeper, stream));
-        }
-        let Some((_, lease_keeper, stream)) = keeper.as_mut() else {
-            return etcd_fail("keep alive", "no keeper");
-        };
-        let limit = self.timeout;
-        let renewed = self.runtime.block_on(async {
-            let renewal = async {
-                lease_keeper.keep_alive().await?;
-                stream.message().await
+        let count = self.endpoints.len();
+        let mut last = String::new();
+        for _ in 0..count {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            if keeper.as_ref().is_none_or(|k| k.lease != lease) {
+                *keeper = None;
+                let member = self.current();
+                let opened = self.client(member).map(|mut client| {
+                    self.runtime.block_on(async {
+                        tokio::time::timeout(left, client.lease_keep_alive(lease)).await
+                    })
+                });
+                match opened {
+                    Ok(Ok(Ok((lease_keeper, stream)))) => {
+                        *keeper = Some(Keeper {
+                            lease,
+                            member,
+                            keeper: lease_keeper,
+                            stream,
+                        });
+                    }
+                    Ok(Ok(Err(error))) | Err(error) => {
+                        last = error.to_string();
+                        self.settle(member, false);
+                        continue;
+                    }
+                    Ok(Err(_)) => {
+                        last = format!("no answer within {:?}", self.timeout);
+                        self.settle(member, false);
+                        continue;
+                    }
+                }
+            }
+            let Some(open) = keeper.as_mut() else {
+                continue;
             };
-            tokio::time::timeout(limit, renewal).await
-        });
-        match renewed {
-            Ok(Ok(Some(answer))) => Ok(answer.ttl()),
-            Ok(Ok(None)) => {
-                *keeper = None;
-                etcd_fail("keep alive", "stream closed")
+            let left = deadline.saturating_duration_since(Instant::now());
+            let renewed = self.runtime.block_on(async {
+                let renewal = async {
+                    open.keeper.keep_alive().await?;
+                    open.stream.message().await
+                };
+                tokio::time::timeout(left, renewal).await
+            });
+            let member = open.member;
+            match renewed {
+                Ok(Ok(Some(answer))) => {
+                    self.settle(member, true);
+                    return Ok(answer.ttl());
+                }
+                Ok(Ok(None)) => last = "stream closed".to_string(),
+                Ok(Err(error)) => last = error.to_string(),
+                Err(_) => last = format!("no answer within {:?}", self.timeout),
             }
-            Ok(Err(error)) => {
-                *keeper = None;
-                etcd_fail("keep alive", error)
-            }
-            Err(_) => {
-                *keeper = None;
-                etcd_fail("keep alive", "timed out")
-            }
+            *keeper = None;
+            self.settle(member, false);
         }
+        etcd_fail("keep alive", last)
     }
 
     /// Revokes `lease` (its keys disappear at once). Best effort for a step-down.
     pub fn revoke(&self, lease: i64) -> Result<()> {
-        let mut client = self.client()?;
         self.keeper.lock().take();
-        self.run("lease revoke", client.lease_revoke(lease))
-            .map(drop)
+        self.call("lease revoke", Resend::Any, |mut client| async move {
+            client.lease_revoke(lease).await
+        })
+        .map(drop)
     }
 }
 
