@@ -133,6 +133,53 @@ fn a_scan_past_its_budget_answers_try_again_and_a_new_call_removes_the_rest() {
     };
     assert!(try_again > 0, "200 000 removals take more than 1 ms");
     assert_eq!(service.metrics().scan_removed, KEYS as u64, "each key once");
+    // Each call resumes where the last stopped: the slots are visited about once in all.
+    let visited = service.metrics().scan_slots;
+    assert!(
+        visited < 2 * KEYS as u64,
+        "{visited} slot visits for {KEYS} keys in {calls} calls"
+    );
     assert!(last < KEYS as u64);
     assert_eq!(service.metrics().objects, 0);
+}
+
+#[test]
+fn a_regex_scan_that_matches_nothing_keeps_its_budget_and_ends_after_one_pass() {
+    let (service, owner) = master(MasterConfig {
+        scan_budget_ms: 1,
+        ..MasterConfig::default()
+    });
+    const KEYS: usize = 200_000;
+    fill(&service, owner, KEYS);
+    let (mut calls, mut try_again) = (0, 0);
+    loop {
+        calls += 1;
+        assert!(calls < 100_000, "no progress");
+        match service.remove_by_regex("^no-such-key-".into(), true) {
+            Ok(removed) => break assert_eq!(removed, 0),
+            Err(code) => {
+                assert_eq!(code, ErrorCode::TryAgain);
+                try_again += 1;
+            }
+        }
+    }
+    // A scan past its budget stops even when it removed nothing (it resumes there).
+    assert!(try_again > 0, "a 200 000-key scan takes more than 1 ms");
+    let visited = service.metrics().scan_slots;
+    assert!(
+        visited < 2 * KEYS as u64,
+        "{visited} slot visits for {KEYS} keys in {calls} calls"
+    );
+    assert_eq!(service.metrics().objects, KEYS as u64);
+    // A different request, after a regex scan stopped midway, makes its own whole pass.
+    let stopped = service.remove_by_regex("^no-such-key-".into(), true);
+    assert_eq!(stopped, Err(ErrorCode::TryAgain));
+    for call in 0.. {
+        assert!(call < 100_000, "no progress");
+        if service.remove_all(true).is_ok() {
+            break;
+        }
+    }
+    assert_eq!(service.metrics().objects, 0);
+    assert_eq!(service.metrics().scan_removed, KEYS as u64);
 }

@@ -14,6 +14,7 @@ pub(crate) struct Counters {
     pub clients_expired: AtomicU64,
     pub table_scans: AtomicU64,
     pub scan_removed: AtomicU64,
+    pub scan_slots: AtomicU64,
     pub demotions_started: AtomicU64,
     pub demotions_committed: AtomicU64,
     pub demotions_failed: AtomicU64,
@@ -93,6 +94,9 @@ pub struct MasterMetrics {
     /// Objects removed by `remove_all` and `remove_by_regex` so far (advances slice by slice
     /// while one runs: its progress).
     pub scan_removed: u64,
+    /// Table slots `remove_all` and `remove_by_regex` visited so far (a scan answered
+    /// `TRY_AGAIN` resumes where it stopped: about one visit per slot per whole scan).
+    pub scan_slots: u64,
     /// Segments recovered from the journal still waiting for their owners to re-attach.
     pub recovered_segments_waiting: u64,
     /// Objects the journal gave back at start.
@@ -452,6 +456,12 @@ impl MasterMetrics {
                 "counter",
                 "Objects removed by remove_all and remove_by_regex (advances during a scan)",
                 self.scan_removed,
+            ),
+            (
+                "scan_slots_visited_total",
+                "counter",
+                "Table slots visited by remove_all and remove_by_regex",
+                self.scan_slots,
             ),
             (
                 "recovered_segments_waiting",

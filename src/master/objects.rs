@@ -22,6 +22,14 @@ use std::time::{Duration, Instant};
 /// Number of metadata shards (Mooncake's `kNumShards`).
 pub(crate) const NUM_SHARDS: usize = 1024;
 
+/// A place in the table's scan order (shard, then slot): where a stopped scan resumes. The
+/// default is the table's start. Plain value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ScanPosition {
+    shard: usize,
+    slot: u32,
+}
+
 /// Slots a scan visits per hold of a shard's lock (see [`ObjectTable::scan_in_slices`]): a
 /// slice of removals takes well under a millisecond.
 pub(crate) const SCAN_SLICE: u32 = 256;
@@ -571,18 +579,21 @@ impl ObjectTable {
     /// never holds a shard long: other calls on it wait for one slice at most. Objects
     /// inserted or removed during the scan may or may not be visited; the others are, once.
     pub(crate) fn scan_in_slices(&self, visit: impl FnMut(&mut Shard, std::ops::Range<u32>)) {
-        self.scan_in_slices_until(|| false, visit);
+        self.scan_in_slices_from(ScanPosition::default(), || false, visit);
     }
 
-    /// As [`Self::scan_in_slices`], stopping after the first slice at whose end `stop()`
-    /// says so; whether the scan visited the whole table.
-    pub(crate) fn scan_in_slices_until(
+    /// As [`Self::scan_in_slices`] from `from` to the table's end (slots never move, so a
+    /// position stays valid while the table grows and shrinks), stopping after the first
+    /// slice at whose end `stop()` says so. `None` when it reached the end; else where a scan
+    /// resuming it starts.
+    pub(crate) fn scan_in_slices_from(
         &self,
+        from: ScanPosition,
         stop: impl Fn() -> bool,
         mut visit: impl FnMut(&mut Shard, std::ops::Range<u32>),
-    ) -> bool {
-        for (index, shard) in self.shards.iter().enumerate() {
-            let mut at = 0;
+    ) -> Option<ScanPosition> {
+        for (index, shard) in self.shards.iter().enumerate().skip(from.shard) {
+            let mut at = if index == from.shard { from.slot } else { 0 };
             loop {
                 let mut guard = shard.lock();
                 if at >= guard.slots() {
@@ -594,11 +605,14 @@ impl ObjectTable {
                 drop(guard);
                 at = end;
                 if more && stop() {
-                    return false;
+                    return Some(ScanPosition {
+                        shard: index,
+                        slot: at,
+                    });
                 }
             }
         }
-        true
+        None
     }
 
     /// Number of keys.

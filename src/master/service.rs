@@ -25,6 +25,7 @@ use super::liveness::ClientTable;
 use super::metrics::{Counters, MasterMetrics};
 use super::objects::{ObjectMeta, ObjectTable, Phase};
 use super::pins::PinTable;
+use super::removal::{ScanRequest, ScanResume};
 use super::routes::RouteTable;
 use super::segments::SegmentRegistry;
 use super::workers::Workers;
@@ -83,6 +84,8 @@ pub struct MasterService {
     pub(super) started_at: Instant,
     /// Location-cache holders' revocation queues (`docs/location-cache.md`).
     pub(super) cache_leases: CacheLeases,
+    /// Where the last removal scan answered `TRY_AGAIN` (its next call resumes there).
+    pub(super) scan_resume: Mutex<Option<ScanResume>>,
     pub(super) workers: Workers,
 }
 
@@ -163,6 +166,7 @@ impl MasterService {
             next_replica_id: AtomicU64::new(1),
             started_at: Instant::now(),
             cache_leases,
+            scan_resume: Mutex::new(None),
             workers: Workers::default(),
             journal,
             token_reserve: Mutex::new(TokenReserve::default()),
@@ -247,6 +251,7 @@ impl MasterService {
             deferred_frees_pending: self.deferred.len() as u64,
             table_scans: load(&self.counters.table_scans),
             scan_removed: load(&self.counters.scan_removed),
+            scan_slots: load(&self.counters.scan_slots),
             recovered_segments_waiting: self.segments.recovered_waiting() as u64,
             recovered_objects: self.restored.objects,
             journal: self.journal.as_ref().map(|journal| journal.metrics()),
@@ -517,11 +522,19 @@ impl MasterApi for MasterService {
             Ok(regex) => regex,
             Err(error) => return fail(ErrorCode::InvalidParams, error),
         };
-        self.remove_where(force, |key| regex.is_match(key))
+        let request = ScanRequest {
+            pattern: Some(pattern),
+            force,
+        };
+        self.remove_where(request, |key| regex.is_match(key))
     }
 
     fn remove_all(&self, force: bool) -> Result<u64> {
-        self.remove_where(force, |_| true)
+        let request = ScanRequest {
+            pattern: None,
+            force,
+        };
+        self.remove_where(request, |_| true)
     }
 
     fn batch_pin(&self, client: ClientId, keys: Vec<String>) -> Result<Vec<Result<PinnedObject>>> {

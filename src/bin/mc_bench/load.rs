@@ -51,7 +51,7 @@ fn put(master: &dyn MasterApi, client: ClientId, keys: Vec<String>) -> Result<()
     Ok(())
 }
 
-fn connect(addr: &str, request: Duration) -> Result<RemoteMasterApi, String> {
+pub(crate) fn connect(addr: &str, request: Duration) -> Result<RemoteMasterApi, String> {
     let timeouts = Timeouts {
         connect: Duration::from_secs(3),
         request,

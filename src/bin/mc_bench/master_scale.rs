@@ -1,17 +1,19 @@
 //! `--master-scale`: what one master holds and does at a scale of millions of objects, in
-//! process (no RPC in the way of the table's own cost).
+//! process (no RPC in the way of the table's own cost) and over RPC.
 //!
 //! - **Memory**: the master's resident memory per object (RSS growth over the objects put,
 //!   64-byte values, 23-byte keys, one replica) at each size, and per additional replica.
 //! - **Throughput**: single-key and batched (1 000 keys) put, get (replica list), exist and
-//!   remove op/s at each size, one thread and two.
+//!   remove op/s at each size, one thread and two; at the first size also over loopback RPC
+//!   (the request path: decode, shard lock, encode), a server of one thread against one of
+//!   two, the same connections to each.
 //! - **Scans**: the latency of single-key gets while `remove_all` of the whole table runs.
 //!
 //! Sizes: 1 M and 10 M (and 30 M without `--quick`: about 6 GB of this process).
 
 use crate::limits::percentile;
 use crate::report::Report;
-use mooncake_rs::master::{MasterApi, MasterConfig, MasterService};
+use mooncake_rs::master::{MasterApi, MasterConfig, MasterService, RemoteMasterApi};
 use mooncake_rs::types::{ClientId, ReplicateConfig, Uuid};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -139,47 +141,140 @@ fn rounds(batch: usize, quick: bool) -> usize {
     }
 }
 
-/// op/s of each operation, in phases (put all, get all, exist all, remove all) of fresh keys
-/// by `threads` threads, `batch` keys per call.
+/// Who a phase's workers call: one master per worker thread (the in-process service shared,
+/// or one RPC connection each), and the prefix of the keys they own.
+struct Target<'a> {
+    masters: Vec<&'a dyn MasterApi>,
+    prefix: String,
+}
+
+/// op/s of each operation (in [`OPS`] order) for each of `targets`, in phases of fresh keys
+/// (put all, get all, exist all, remove all), `batch` keys per call; the targets take turns
+/// within each operation, so that a slow minute of the machine falls on all of them.
 fn op_rates(
-    master: &Arc<MasterService>,
+    targets: &[Target],
     owner: ClientId,
-    (threads, batch): (usize, usize),
+    batch: usize,
     quick: bool,
-) -> Result<Vec<(Op, f64)>, String> {
+) -> Result<Vec<Vec<f64>>, String> {
     let calls = rounds(batch, quick);
-    let thread_keys: Vec<Vec<String>> = (0..threads)
-        .map(|t| {
-            (0..calls * batch)
-                .map(|i| format!("scale-op-{t}-{i:08}"))
+    let thread_keys: Vec<Vec<Vec<String>>> = targets
+        .iter()
+        .map(|target| {
+            (0..target.masters.len())
+                .map(|t| {
+                    (0..calls * batch)
+                        .map(|i| format!("{}-{t}-{i:08}", target.prefix))
+                        .collect()
+                })
                 .collect()
         })
         .collect();
-    let mut rates = Vec::new();
+    let mut rates = vec![Vec::new(); targets.len()];
     for op in OPS {
-        let started = Instant::now();
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = thread_keys
-                .iter()
-                .map(|keys| {
-                    let master = &**master;
-                    scope.spawn(move || -> Result<(), String> {
-                        for chunk in keys.chunks(batch) {
-                            op.call(master, owner, chunk)?;
-                        }
-                        Ok(())
+        for (index, target) in targets.iter().enumerate() {
+            let started = Instant::now();
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = thread_keys[index]
+                    .iter()
+                    .zip(&target.masters)
+                    .map(|(keys, &master)| {
+                        scope.spawn(move || -> Result<(), String> {
+                            for chunk in keys.chunks(batch) {
+                                op.call(master, owner, chunk)?;
+                            }
+                            Ok(())
+                        })
                     })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .try_for_each(|w| w.join().map_err(|_| "worker panicked".to_string())?)
-        })?;
-        let ops = (threads * calls * batch) as f64;
-        rates.push((op, ops / started.elapsed().as_secs_f64()));
-        master.ping(owner).map_err(|e| format!("ping: {e}"))?;
+                    .collect();
+                workers
+                    .into_iter()
+                    .try_for_each(|w| w.join().map_err(|_| "worker panicked".to_string())?)
+            })?;
+            let ops = (target.masters.len() * calls * batch) as f64;
+            rates[index].push(ops / started.elapsed().as_secs_f64());
+            target.masters[0]
+                .ping(owner)
+                .map_err(|e| format!("ping: {e}"))?;
+        }
     }
     Ok(rates)
+}
+
+/// Connections of each RPC measurement: enough calls in flight for two server threads.
+const RPC_CONNECTIONS: usize = 4;
+
+/// The same service behind an RPC server of one thread and one of two (loopback), with
+/// [`RPC_CONNECTIONS`] connections to each. The servers stop on drop.
+struct RpcServers {
+    _servers: Vec<mooncake_rs::rpc::RpcServer>,
+    connections: [Vec<RemoteMasterApi>; 2],
+}
+
+impl RpcServers {
+    fn start(service: &Arc<MasterService>) -> Result<RpcServers, String> {
+        let api: Arc<dyn MasterApi> = service.clone();
+        let mut servers = Vec::new();
+        let mut connections = [Vec::new(), Vec::new()];
+        for (threads, list) in [1, 2].into_iter().zip(&mut connections) {
+            let addr = "127.0.0.1:0".parse().map_err(|_| "addr")?;
+            let server =
+                mooncake_rs::master::remote::serve_with_threads(addr, api.clone(), threads)
+                    .map_err(|e| format!("rpc server: {e}"))?;
+            let target = server.local_addr().to_string();
+            for _ in 0..RPC_CONNECTIONS {
+                list.push(crate::load::connect(&target, Duration::from_secs(30))?);
+            }
+            servers.push(server);
+        }
+        Ok(RpcServers {
+            _servers: servers,
+            connections,
+        })
+    }
+
+    /// The request path's op/s (1 server thread, 2 server threads) of `batch`-key calls,
+    /// taking turns; `in_process` holds the one-thread in-process op/s of the same calls.
+    fn report(
+        &self,
+        report: &mut Report,
+        owner: ClientId,
+        (batch, quick): (usize, bool),
+        in_process: &[f64],
+    ) -> Result<(), String> {
+        let targets: Vec<Target> = self
+            .connections
+            .iter()
+            .enumerate()
+            .map(|(index, list)| Target {
+                masters: list.iter().map(|c| c as &dyn MasterApi).collect(),
+                prefix: format!("scale-rpc-{index}-{batch}"),
+            })
+            .collect();
+        let rates = op_rates(&targets, owner, batch, quick)?;
+        let mode = mode_name(batch);
+        for (line, op) in OPS.into_iter().enumerate() {
+            let (one, two) = (rates[0][line], rates[1][line]);
+            let name = format!(
+                "{} op/s over RPC, {mode}, {RPC_CONNECTIONS} connections, 1 server thread",
+                op.name()
+            );
+            report.line(&name, one, "op/s", "in process, 1 thread", in_process[line]);
+            let name = format!(
+                "{} op/s over RPC, {mode}, {RPC_CONNECTIONS} connections, 2 server threads",
+                op.name()
+            );
+            report.line(&name, two, "op/s", "2 x 1 server thread", 2.0 * one);
+        }
+        Ok(())
+    }
+}
+
+fn mode_name(batch: usize) -> &'static str {
+    match batch {
+        1 => "single-key",
+        _ => "batch of 1000",
+    }
 }
 
 /// At most this many latencies are kept (a uniform sample of a longer run).
@@ -303,6 +398,7 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
     let mut filled = 0;
     // op/s at the first size: the limit of the same line at the larger sizes.
     let mut first_rates: Vec<f64> = Vec::new();
+    let rpc = RpcServers::start(&service)?;
     for &size in sizes {
         fill(&*service, owner, filled..size, 1)?;
         filled = size;
@@ -314,16 +410,17 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
             "200 B target",
             200.0,
         );
+        let in_process = |threads: usize, batch: usize| Target {
+            masters: vec![&*service as &dyn MasterApi; threads],
+            prefix: format!("scale-op-{threads}-{batch}"),
+        };
         let mut line = 0;
         for batch in [1, BATCH] {
-            let one = op_rates(&service, owner, (1, batch), quick)?;
-            let two = op_rates(&service, owner, (2, batch), quick)?;
-            let mode = if batch == 1 {
-                "single-key"
-            } else {
-                "batch of 1000"
-            };
-            for ((op, one), (_, two)) in one.into_iter().zip(two) {
+            let targets = [in_process(1, batch), in_process(2, batch)];
+            let rates = op_rates(&targets, owner, batch, quick)?;
+            let mode = mode_name(batch);
+            for (index, op) in OPS.into_iter().enumerate() {
+                let (one, two) = (rates[0][index], rates[1][index]);
                 if first_rates.len() <= line {
                     first_rates.push(one);
                 }
@@ -333,8 +430,12 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
                 report.line(&name, two, "op/s", "2 x 1 thread", 2.0 * one);
                 line += 1;
             }
+            if size == sizes[0] {
+                rpc.report(report, owner, (batch, quick), &rates[0])?;
+            }
         }
     }
+    drop(rpc);
     gets_under_remove_all(report, &service, owner, filled)?;
     drop(service);
     // SAFETY: malloc_trim has no preconditions; it returns the freed table to the system so
