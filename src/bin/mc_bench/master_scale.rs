@@ -410,13 +410,9 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
             "200 B target",
             200.0,
         );
-        let in_process = |threads: usize, batch: usize| Target {
-            masters: vec![&*service as &dyn MasterApi; threads],
-            prefix: format!("scale-op-{threads}-{batch}"),
-        };
         let mut line = 0;
         for batch in [1, BATCH] {
-            let targets = [in_process(1, batch), in_process(2, batch)];
+            let targets = in_process(&service, batch);
             let rates = op_rates(&targets, owner, batch, quick)?;
             let mode = mode_name(batch);
             for (index, op) in OPS.into_iter().enumerate() {
@@ -453,5 +449,37 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
         "200 B target",
         200.0,
     );
+    drop(service);
+    spread_rates(report, quick)
+}
+
+/// One thread and two threads calling `service` in process, `batch` keys per call.
+fn in_process(service: &Arc<MasterService>, batch: usize) -> [Target<'_>; 2] {
+    [1, 2].map(|threads| Target {
+        masters: vec![&**service as &dyn MasterApi; threads],
+        prefix: format!("scale-op-{threads}-{batch}"),
+    })
+}
+
+/// Segments of [`spread_rates`]' pool.
+const SPREAD_SEGMENTS: usize = 8;
+
+/// op/s of one thread and two on an empty pool of [`SPREAD_SEGMENTS`] segments: placement
+/// starts at a random segment, so two threads' allocations seldom meet at one segment's
+/// allocator lock (the single-segment lines above always do).
+fn spread_rates(report: &mut Report, quick: bool) -> Result<(), String> {
+    let (service, owner) = master(SPREAD_SEGMENTS)?;
+    for batch in [1, BATCH] {
+        let rates = op_rates(&in_process(&service, batch), owner, batch, quick)?;
+        let mode = mode_name(batch);
+        for (index, op) in OPS.into_iter().enumerate() {
+            let (one, two) = (rates[0][index], rates[1][index]);
+            let name = format!(
+                "{} op/s, {mode}, {SPREAD_SEGMENTS} segments, 2 threads",
+                op.name()
+            );
+            report.line(&name, two, "op/s", "2 x 1 thread, same pool", 2.0 * one);
+        }
+    }
     Ok(())
 }
