@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 /// Number of metadata shards (Mooncake's `kNumShards`).
 pub(crate) const NUM_SHARDS: usize = 1024;
 
-/// A place in the table's scan order (shard, then slot): where a stopped scan resumes. The
+/// A place in the table's scan order (shard, then slot): where a stopped scan stopped. The
 /// default is the table's start. Plain value.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ScanPosition {
@@ -579,31 +579,46 @@ impl ObjectTable {
     /// never holds a shard long: other calls on it wait for one slice at most. Objects
     /// inserted or removed during the scan may or may not be visited; the others are, once.
     pub(crate) fn scan_in_slices(&self, visit: impl FnMut(&mut Shard, std::ops::Range<u32>)) {
-        self.scan_in_slices_from(ScanPosition::default(), || false, visit);
+        self.scan_in_slices_around(ScanPosition::default(), || false, visit);
     }
 
-    /// As [`Self::scan_in_slices`] from `from` to the table's end (slots never move, so a
-    /// position stays valid while the table grows and shrinks), stopping after the first
-    /// slice at whose end `stop()` says so. `None` when it reached the end; else where a scan
-    /// resuming it starts.
-    pub(crate) fn scan_in_slices_from(
+    /// As [`Self::scan_in_slices`], once around the table from `from` (to the table's end,
+    /// then from its start back to `from`; slots never move, so a position stays valid while
+    /// the table grows and shrinks), stopping after the first slice at whose end there is
+    /// more to visit and `stop()` says so. `None` when it went all the way around; else
+    /// where it stopped.
+    pub(crate) fn scan_in_slices_around(
         &self,
         from: ScanPosition,
         stop: impl Fn() -> bool,
         mut visit: impl FnMut(&mut Shard, std::ops::Range<u32>),
     ) -> Option<ScanPosition> {
-        for (index, shard) in self.shards.iter().enumerate().skip(from.shard) {
-            let mut at = if index == from.shard { from.slot } else { 0 };
+        let count = self.shards.len();
+        let from = match from.shard < count {
+            true => from,
+            false => ScanPosition::default(),
+        };
+        // Steps 0..count visit whole shards from `from.shard` on (the first from
+        // `from.slot`); step `count` visits the first shard's slots before `from.slot`.
+        let steps = count + usize::from(from.slot > 0);
+        for step in 0..steps {
+            let index = (from.shard + step) % count;
+            let (mut at, until) = match step {
+                0 => (from.slot, u32::MAX),
+                s if s == count => (0, from.slot),
+                _ => (0, u32::MAX),
+            };
             loop {
-                let mut guard = shard.lock();
-                if at >= guard.slots() {
+                let mut guard = self.shards[index].lock();
+                let limit = until.min(guard.slots());
+                if at >= limit {
                     break;
                 }
-                let end = at.saturating_add(SCAN_SLICE).min(guard.slots());
+                let end = at.saturating_add(SCAN_SLICE).min(limit);
                 visit(&mut guard, at..end);
-                let more = end < guard.slots() || index + 1 < self.shards.len();
                 drop(guard);
                 at = end;
+                let more = at < limit || step + 1 < steps;
                 if more && stop() {
                     return Some(ScanPosition {
                         shard: index,

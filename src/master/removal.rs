@@ -2,29 +2,10 @@
 //! under a read lease are freed when it ends, pinned bytes when the last pin goes.
 
 use super::metrics::Counters;
-use super::objects::ScanPosition;
 use super::service::{check_key, MasterService};
 use crate::error::{fail, ErrorCode, Result};
 use std::cell::Cell;
-use std::time::{Duration, Instant};
-
-/// How long after a `remove_all` or `remove_by_regex` answered `TRY_AGAIN` the same request
-/// resumes where it stopped; later it starts over.
-pub(super) const SCAN_RESUME_WINDOW: Duration = Duration::from_secs(60);
-
-/// What a removal scan removes: a pattern (`None`: every key) and whether leased objects go.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct ScanRequest {
-    pub pattern: Option<String>,
-    pub force: bool,
-}
-
-/// Where the last removal scan that answered `TRY_AGAIN` stopped, and for which request.
-pub(super) struct ScanResume {
-    request: ScanRequest,
-    at: ScanPosition,
-    stopped: Instant,
-}
+use std::time::Instant;
 
 impl MasterService {
     /// Removes one key. Errors: `OBJECT_NOT_FOUND`, `REPLICA_IS_NOT_READY` (being written,
@@ -56,32 +37,24 @@ impl MasterService {
         self.wait_removals_safe(key)
     }
 
-    /// Removes every complete object whose key satisfies `wanted` (the scan `request`) and
-    /// that is unleased (or `force`); others are skipped silently. Returns how many were
-    /// removed. Errors: `TRY_AGAIN` when the scan ran out of its budget (`scan_budget_ms`)
-    /// first: what it removed stays removed (counted in `scan_removed_total`); the same
-    /// request made again within [`SCAN_RESUME_WINDOW`] resumes where this one stopped (each
-    /// call visits at least one slice, so the calls end), any other starts at the table's
-    /// start. Objects put while the calls go on may or may not be removed.
-    pub(super) fn remove_where(
-        &self,
-        request: ScanRequest,
-        wanted: impl Fn(&str) -> bool,
-    ) -> Result<u64> {
+    /// Removes every complete object whose key satisfies `wanted` and that is unleased (or
+    /// `force`); others are skipped silently. Returns how many were removed. A call goes once
+    /// around the table from where the last stopped call stopped (any start is as good: an
+    /// answer of a count means the call visited every slot), so the calls of one long
+    /// removal visit the emptied slots about once, not once each. Errors: `TRY_AGAIN` when
+    /// the scan ran out of its budget (`scan_budget_ms`) first and had removed something:
+    /// what it removed stays removed (counted in `scan_removed_total`), a new call removes
+    /// the rest. A call that removed nothing goes on past its budget (so every call that
+    /// stops has made progress, and the calls end).
+    pub(super) fn remove_where(&self, force: bool, wanted: impl Fn(&str) -> bool) -> Result<u64> {
         let now = Instant::now();
         let until = crate::spin::deadline(now, self.config.scan_budget());
-        let from = self.scan_resume.lock().take().and_then(|resume| {
-            let current = resume.request == request
-                && now.saturating_duration_since(resume.stopped) < SCAN_RESUME_WINDOW;
-            current.then_some(resume.at)
-        });
-        let force = request.force;
         let removed = Cell::new(0);
-        let stop = || Instant::now() >= until;
-        let from = from.unwrap_or_default();
+        let stop = || removed.get() > 0 && Instant::now() >= until;
+        let from = *self.scan_cursor.lock();
         let stopped = self
             .objects
-            .scan_in_slices_from(from, stop, |shard, slots| {
+            .scan_in_slices_around(from, stop, |shard, slots| {
                 Counters::add(
                     &self.counters.scan_slots,
                     u64::from(slots.end - slots.start),
@@ -110,11 +83,7 @@ impl MasterService {
         }
         let removed = removed.get();
         if let Some(at) = stopped {
-            *self.scan_resume.lock() = Some(ScanResume {
-                request,
-                at,
-                stopped: Instant::now(),
-            });
+            *self.scan_cursor.lock() = at;
             let budget = self.config.scan_budget_ms;
             return fail(
                 ErrorCode::TryAgain,

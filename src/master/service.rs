@@ -23,9 +23,8 @@ use super::durability::{Restored, TokenReserve};
 use super::journal::{Journal, JournalOptions};
 use super::liveness::ClientTable;
 use super::metrics::{Counters, MasterMetrics};
-use super::objects::{ObjectMeta, ObjectTable, Phase};
+use super::objects::{ObjectMeta, ObjectTable, Phase, ScanPosition};
 use super::pins::PinTable;
-use super::removal::{ScanRequest, ScanResume};
 use super::routes::RouteTable;
 use super::segments::SegmentRegistry;
 use super::workers::Workers;
@@ -84,8 +83,9 @@ pub struct MasterService {
     pub(super) started_at: Instant,
     /// Location-cache holders' revocation queues (`docs/location-cache.md`).
     pub(super) cache_leases: CacheLeases,
-    /// Where the last removal scan answered `TRY_AGAIN` (its next call resumes there).
-    pub(super) scan_resume: Mutex<Option<ScanResume>>,
+    /// Where the last removal scan that answered `TRY_AGAIN` stopped: the next one starts
+    /// there (and goes once around the table).
+    pub(super) scan_cursor: Mutex<ScanPosition>,
     pub(super) workers: Workers,
 }
 
@@ -166,7 +166,7 @@ impl MasterService {
             next_replica_id: AtomicU64::new(1),
             started_at: Instant::now(),
             cache_leases,
-            scan_resume: Mutex::new(None),
+            scan_cursor: Mutex::new(ScanPosition::default()),
             workers: Workers::default(),
             journal,
             token_reserve: Mutex::new(TokenReserve::default()),
@@ -522,19 +522,11 @@ impl MasterApi for MasterService {
             Ok(regex) => regex,
             Err(error) => return fail(ErrorCode::InvalidParams, error),
         };
-        let request = ScanRequest {
-            pattern: Some(pattern),
-            force,
-        };
-        self.remove_where(request, |key| regex.is_match(key))
+        self.remove_where(force, |key| regex.is_match(key))
     }
 
     fn remove_all(&self, force: bool) -> Result<u64> {
-        let request = ScanRequest {
-            pattern: None,
-            force,
-        };
-        self.remove_where(request, |_| true)
+        self.remove_where(force, |_| true)
     }
 
     fn batch_pin(&self, client: ClientId, keys: Vec<String>) -> Result<Vec<Result<PinnedObject>>> {
