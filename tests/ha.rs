@@ -481,38 +481,45 @@ fn removals_wait_out_a_stopped_standby_and_succeed() {
 }
 
 /// The HA layer's etcd client given a list whose first member is gone (its port refuses):
-/// every operation goes on through a live member, none fails. `etcd-client`'s balanced channel
-/// alone kept sending some calls to the dead member (`tcp connect error`), which cost a
-/// leader its lease in `the_group_survives_losing_one_of_three_etcd_members`.
+/// every operation, each from a fresh client that starts at the dead member, goes on through
+/// the live one, `create` included (a refused connection proves its request never left).
+/// `etcd-client`'s balanced channel alone kept sending some calls to the dead member (`tcp
+/// connect error`), which cost a leader its lease in
+/// `the_group_survives_losing_one_of_three_etcd_members`.
 #[test]
 fn every_etcd_call_goes_on_through_a_live_member_when_one_is_gone() {
     use mooncake_rs::ha::etcd::{endpoints, Etcd};
     let etcd = EtcdMember::cluster(1);
-    let dead = common::free_ports(1)[0];
-    let list = endpoints(&format!("127.0.0.1:{dead},{}", etcd[0].endpoint()));
-    let client = Etcd::new(&list, Duration::from_millis(500)).expect("client");
-    let lease = client.grant(Duration::from_secs(5)).expect("grant");
-    let created = client
+    // Nothing listens on port 1 here: connections to it are refused.
+    let list = endpoints(&format!("127.0.0.1:1,{}", etcd[0].endpoint()));
+    let fresh = || Etcd::new(&list, Duration::from_millis(500)).expect("client");
+    let lease = fresh().grant(Duration::from_secs(5)).expect("grant");
+    let revision = fresh()
         .create("mc-test/leader", "me", lease)
-        .expect("create");
-    let revision = created.expect("the key was free");
-    for round in 0..40 {
-        let value = format!("v{round}");
-        assert_eq!(
-            client.put("mc-test/k", value.as_bytes()),
-            Ok(()),
-            "put {round}"
-        );
-        let read = client.get("mc-test/k").expect("get").expect("present");
-        assert_eq!(read.value, value);
-        assert!(client.keep_alive(lease).expect("keep alive") > 0);
-        assert_eq!(
-            client.put_if("mc-test/leader", revision, "mc-test/list", &value),
-            Ok(true)
-        );
+        .expect("create")
+        .expect("the key was free");
+    assert_eq!(fresh().create("mc-test/leader", "me", lease), Ok(None));
+    assert_eq!(fresh().put("mc-test/k", b"v"), Ok(()));
+    let read = fresh().get("mc-test/k").expect("get").expect("present");
+    assert_eq!(read.value, "v");
+    assert_eq!(
+        fresh().put_if("mc-test/leader", revision, "mc-test/list", "l"),
+        Ok(true)
+    );
+    assert_eq!(
+        fresh().put_if("mc-test/leader", revision + 1, "mc-test/list", "l"),
+        Ok(false)
+    );
+    assert!(fresh().keep_alive(lease).expect("keep alive") > 0);
+    // One client goes on renewing on the stream it opened.
+    let kept = fresh();
+    for round in 0..20 {
+        assert!(kept.keep_alive(lease).expect("keep alive") > 0, "{round}");
     }
-    assert_eq!(client.delete("mc-test/k"), Ok(()));
-    assert_eq!(client.get("mc-test/k"), Ok(None));
-    assert_eq!(client.revoke(lease), Ok(()));
-    assert_eq!(client.get("mc-test/leader"), Ok(None));
+    assert_eq!(fresh().delete("mc-test/k"), Ok(()));
+    assert_eq!(fresh().get("mc-test/k"), Ok(None));
+    assert_eq!(fresh().revoke(lease), Ok(()));
+    assert_eq!(fresh().get("mc-test/leader"), Ok(None));
+    // A lease that is gone is an answer (0), not a failed member.
+    assert_eq!(fresh().keep_alive(lease), Ok(0));
 }

@@ -3,18 +3,21 @@
 //! single-threaded tokio runtime.
 //!
 //! Failover between members is ours: one `etcd-client` client per member, and the member in
-//! use. A call that fails on a member goes on to the next one while its time lasts (an
-//! idempotent call after any failure; the one that is not, `create`, only when the member
-//! refused the connection, so the request never left), and the next call starts at the member
-//! that last answered. `etcd-client`'s own balanced channel over every member kept sending
-//! calls to a dead member (`tcp connect error`) for seconds, long enough to cost a leader its
-//! lease.
+//! use. A call whose member failed (unreachable, no answer in time, the connection broken)
+//! goes on to the next member while its time lasts, each try but the last getting a share of
+//! that time: an idempotent call after any such failure, the one that is not (`create`) only
+//! when the member refused the connection, so the request never left. An answer of etcd's
+//! own (a refused transaction, an unknown lease) is an answer, not a failed member. The next
+//! call starts at the member that last answered. `etcd-client`'s own balanced channel over
+//! every member kept sending calls to a dead member (`tcp connect error`) for seconds, long
+//! enough to cost a leader its lease. No HTTP/2 keep-alive pings: the runtime runs only
+//! during calls, each bounded by its timeout.
 //!
 //! Errors: every failure (unreachable members, timeouts, refused requests) is
 //! `ETCD_OPERATION_ERROR` with the cause of the last attempt as the thread's error message.
 //!
-//! Thread-safety: `Send + Sync`; calls are serialized on the runtime (they are rare: a few per
-//! second per process).
+//! Thread-safety: `Send + Sync`; concurrent calls each block their own thread on the shared
+//! runtime (they are rare: a few per second per process).
 
 use crate::error::{fail, ErrorCode, Result};
 use etcd_client::{
@@ -24,6 +27,9 @@ use etcd_client::{
 use parking_lot::Mutex;
 use std::future::Future;
 use std::time::{Duration, Instant};
+
+/// The least time a try of a call gets on one member before the next member is tried.
+const MIN_TRY: Duration = Duration::from_millis(100);
 
 /// A key's value and the revision that created it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,6 +101,19 @@ fn never_sent(error: &etcd_client::Error) -> bool {
     false
 }
 
+/// Whether `error` says the member failed (unreachable, no answer in time, the connection
+/// broken) rather than answered.
+fn member_failed(error: &etcd_client::Error) -> bool {
+    // gRPC status codes: CANCELLED 1, UNKNOWN 2, DEADLINE_EXCEEDED 4, UNAVAILABLE 14 (how
+    // tonic reports a lost connection, an expired request timeout, an unreachable member).
+    const MEMBER_FAILED: [i32; 4] = [1, 2, 4, 14];
+    match error {
+        etcd_client::Error::GRpcStatus(status) => MEMBER_FAILED.contains(&i32::from(status.code())),
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        _ => false,
+    }
+}
+
 /// Splits `h1:2379,h2:2379` or `h1:2379;h2:2379` into `http://` endpoints.
 pub fn endpoints(list: &str) -> Vec<String> {
     list.split([',', ';'])
@@ -150,8 +169,7 @@ impl Etcd {
         }
         let options = ConnectOptions::new()
             .with_connect_timeout(self.timeout)
-            .with_timeout(self.timeout)
-            .with_keep_alive(self.timeout, self.timeout);
+            .with_timeout(self.timeout);
         let endpoint = [self.endpoints[member].as_str()];
         let client = self
             .runtime
@@ -175,6 +193,17 @@ impl Etcd {
         };
     }
 
+    /// How long try `attempt` (from 0) of a call with `left` of its time may take: the last
+    /// possible try all of it, the others a share (at least [`MIN_TRY`]), so that a member
+    /// that does not answer leaves time for the next.
+    fn try_time(&self, attempt: usize, left: Duration, resend: Resend) -> Duration {
+        let tries_left = self.endpoints.len() - attempt;
+        match (resend, tries_left) {
+            (Resend::Unsent, _) | (_, 1) => left,
+            _ => (left / tries_left as u32).max(MIN_TRY).min(left),
+        }
+    }
+
     /// Runs `call` on the current member, then on the next ones while `resend` allows and the
     /// call's time lasts (one try per member at most).
     fn call<T, F, C>(&self, what: &str, resend: Resend, call: C) -> Result<T>
@@ -192,27 +221,32 @@ impl Etcd {
             if left.is_zero() {
                 break;
             }
+            let limit = self.try_time(attempt, left, resend);
             let answer = self.client(member).map(&call).map(|future| {
                 self.runtime
-                    .block_on(async { tokio::time::timeout(left, future).await })
+                    .block_on(async { tokio::time::timeout(limit, future).await })
             });
-            let failure = match answer {
+            let go_on = match answer {
                 Ok(Ok(Ok(value))) => {
                     self.settle(member, true);
                     return Ok(value);
                 }
+                Ok(Ok(Err(error))) | Err(error) if !member_failed(&error) => {
+                    // etcd's own answer: the member works.
+                    self.settle(member, true);
+                    return etcd_fail(what, error);
+                }
                 Ok(Ok(Err(error))) | Err(error) => {
-                    let resent = resend == Resend::Any || never_sent(&error);
                     last = error.to_string();
-                    resent
+                    resend == Resend::Any || never_sent(&error)
                 }
                 Ok(Err(_)) => {
-                    last = format!("no answer within {:?}", self.timeout);
+                    last = format!("no answer within {limit:?}");
                     resend == Resend::Any
                 }
             };
             self.settle(member, false);
-            if !failure {
+            if !go_on {
                 break;
             }
         }
@@ -287,27 +321,32 @@ impl Etcd {
     }
 
     /// Renews `lease` once; returns the ttl etcd granted (0: the lease is gone). The renewal
-    /// stream stays open on the member that answered; a failed renewal closes it and tries the
-    /// next member while the call's time lasts.
+    /// stream stays open on the member that answered; a renewal whose member failed closes
+    /// it and tries the next member while the call's time lasts (a stream is never used
+    /// again after a renewal on it went unanswered: a late answer would be taken for the
+    /// next renewal's).
     pub fn keep_alive(&self, lease: i64) -> Result<i64> {
         let deadline = Instant::now() + self.timeout;
         let mut keeper = self.keeper.lock();
         let count = self.endpoints.len();
         let mut last = String::new();
-        for _ in 0..count {
+        for attempt in 0..count {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
             }
+            let limit = self.try_time(attempt, left, Resend::Any);
+            let tried_until = Instant::now() + limit;
+            let mut opened_now = false;
             if keeper.as_ref().is_none_or(|k| k.lease != lease) {
                 *keeper = None;
                 let member = self.current();
                 let opened = self.client(member).map(|mut client| {
                     self.runtime.block_on(async {
-                        tokio::time::timeout(left, client.lease_keep_alive(lease)).await
+                        tokio::time::timeout(limit, client.lease_keep_alive(lease)).await
                     })
                 });
-                match opened {
+                let error = match opened {
                     Ok(Ok(Ok((lease_keeper, stream)))) => {
                         *keeper = Some(Keeper {
                             lease,
@@ -315,42 +354,68 @@ impl Etcd {
                             keeper: lease_keeper,
                             stream,
                         });
+                        opened_now = true;
+                        None
                     }
-                    Ok(Ok(Err(error))) | Err(error) => {
-                        last = error.to_string();
-                        self.settle(member, false);
-                        continue;
-                    }
+                    Ok(Ok(Err(error))) | Err(error) => Some(error),
                     Ok(Err(_)) => {
-                        last = format!("no answer within {:?}", self.timeout);
+                        last = format!("no answer within {limit:?}");
                         self.settle(member, false);
                         continue;
                     }
+                };
+                if let Some(error) = error {
+                    if let etcd_client::Error::LeaseKeepAliveError(_) = error {
+                        // The member answered: the lease is not (or no longer) there.
+                        self.settle(member, true);
+                        return Ok(0);
+                    }
+                    let failed = member_failed(&error);
+                    self.settle(member, !failed);
+                    if !failed {
+                        return etcd_fail("keep alive", error);
+                    }
+                    last = error.to_string();
+                    continue;
                 }
             }
             let Some(open) = keeper.as_mut() else {
                 continue;
             };
-            let left = deadline.saturating_duration_since(Instant::now());
+            let limit = tried_until.saturating_duration_since(Instant::now());
             let renewed = self.runtime.block_on(async {
                 let renewal = async {
                     open.keeper.keep_alive().await?;
                     open.stream.message().await
                 };
-                tokio::time::timeout(left, renewal).await
+                tokio::time::timeout(limit, renewal).await
             });
             let member = open.member;
-            match renewed {
+            let failed = match renewed {
                 Ok(Ok(Some(answer))) => {
                     self.settle(member, true);
                     return Ok(answer.ttl());
                 }
-                Ok(Ok(None)) => last = "stream closed".to_string(),
-                Ok(Err(error)) => last = error.to_string(),
-                Err(_) => last = format!("no answer within {:?}", self.timeout),
-            }
+                Ok(Ok(None)) => {
+                    last = "stream closed".to_string();
+                    true
+                }
+                Ok(Err(error)) => {
+                    last = error.to_string();
+                    member_failed(&error)
+                }
+                // Right after opening the stream (itself a renewal) the try's time may just
+                // have run out: not the member's failure.
+                Err(_) => {
+                    last = format!("no answer within {limit:?}");
+                    !opened_now
+                }
+            };
             *keeper = None;
-            self.settle(member, false);
+            self.settle(member, !failed);
+            if !failed {
+                break;
+            }
         }
         etcd_fail("keep alive", last)
     }

@@ -236,22 +236,35 @@ impl Member {
         };
         let ttl = self.config.lease_ttl;
         let granted_at = Instant::now();
-        let lease = self.etcd.grant(ttl)?;
-        let key = view_key(&self.config.cluster_id);
-        let Some(view) = self.etcd.create(&key, &self.config.advertise, lease)? else {
+        let lease = match self.etcd.grant(ttl) {
+            Ok(lease) => lease,
+            Err(code) => {
+                service.shutdown();
+                return Err(code);
+            }
+        };
+        // Until it leads, any way out gives the lease back (a create whose answer was lost
+        // may have taken the key under it: nobody would lead until it ran out).
+        let give_up = |outcome: Result<()>| {
             let _ = self.etcd.revoke(lease);
             service.shutdown();
-            return Ok(());
+            outcome
+        };
+        let key = view_key(&self.config.cluster_id);
+        let view = match self.etcd.create(&key, &self.config.advertise, lease) {
+            Ok(Some(view)) => view,
+            Ok(None) => return give_up(Ok(())),
+            Err(code) => return give_up(Err(code)),
         };
         service.set_view_version(view);
         let mut in_sync = InSync {
             view,
             members: vec![self.member.to_string()],
         };
-        if !self.publish(view, &in_sync)? {
-            let _ = self.etcd.revoke(lease);
-            service.shutdown();
-            return Ok(());
+        match self.publish(view, &in_sync) {
+            Ok(true) => {}
+            Ok(false) => return give_up(Ok(())),
+            Err(code) => return give_up(Err(code)),
         }
         tracing::info!(view, address = %self.config.advertise, "leading");
         self.role

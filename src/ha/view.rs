@@ -131,23 +131,20 @@ impl LeaderView {
     }
 
     fn look_up(&self) -> Result<Option<Leader>> {
+        // Kept across failures: it moves on to the next member itself, and starts where the
+        // last call was answered.
         let mut etcd = self.etcd.lock();
         if etcd.is_none() {
-            *etcd = Some(Etcd::connect(&self.endpoints, ETCD_TIMEOUT)?);
+            *etcd = Some(Etcd::new(&self.endpoints, ETCD_TIMEOUT)?);
         }
         let Some(client) = etcd.as_ref() else {
             return fail(ErrorCode::EtcdOperationError, "no etcd client");
         };
-        match client.get(&self.key) {
-            Ok(found) => Ok(found.map(|v| Leader {
-                address: v.value,
-                view: v.create_revision,
-            })),
-            Err(code) => {
-                *etcd = None;
-                Err(code)
-            }
-        }
+        let found = client.get(&self.key)?;
+        Ok(found.map(|v| Leader {
+            address: v.value,
+            view: v.create_revision,
+        }))
     }
 }
 
