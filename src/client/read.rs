@@ -256,7 +256,11 @@ impl ClientCore {
 
     /// Reads `keys` with `read` (given answers, and which keys they are, by index), answered
     /// from the location cache where it may serve; reads that failed with a cached answer are
-    /// made once more with fresh answers from the master ([`Self::stale_keys`]).
+    /// made once more with fresh answers from the master ([`Self::stale_keys`]). When the
+    /// second read fails too, a first failure that was the owner's verdict on the record
+    /// itself (corrupt, missing: [`found_damaged`]) is the answer: the second read can only
+    /// have found that record dropped (`OBJECT_NOT_FOUND` while the master has not yet
+    /// processed the owner's report).
     pub(super) fn read_answered<K: AsRef<str>, T>(
         &self,
         keys: &[K],
@@ -275,7 +279,10 @@ impl ClientCore {
         let again: Vec<&str> = stale.iter().map(|&i| keys[i].as_ref()).collect();
         let fresh = self.query_with(&again, Lookup::Master);
         for (&i, result) in stale.iter().zip(read(&fresh, &stale)) {
-            results[i] = result;
+            let first_damaged = results[i].as_ref().err().is_some_and(|&e| found_damaged(e));
+            if result.is_ok() || !first_damaged {
+                results[i] = result;
+            }
         }
         results
     }
@@ -391,4 +398,10 @@ impl ClientCore {
         }
         results
     }
+}
+
+/// Whether a read failed because the owner found its record damaged (a checksum mismatch) or
+/// gone (its file missing); the owner then drops the record and reports it lost.
+fn found_damaged(code: ErrorCode) -> bool {
+    matches!(code, ErrorCode::ChecksumMismatch | ErrorCode::FileNotFound)
 }
