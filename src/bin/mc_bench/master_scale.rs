@@ -398,7 +398,7 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
     let mut filled = 0;
     // op/s at the first size: the limit of the same line at the larger sizes.
     let mut first_rates: Vec<f64> = Vec::new();
-    let rpc = RpcServers::start(&service)?;
+    let mut rpc = Some(RpcServers::start(&service)?);
     for &size in sizes {
         fill(&*service, owner, filled..size, 1)?;
         filled = size;
@@ -426,12 +426,13 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
                 report.line(&name, two, "op/s", "2 x 1 thread", 2.0 * one);
                 line += 1;
             }
-            if size == sizes[0] {
+            if let Some(rpc) = &rpc {
                 rpc.report(report, owner, (batch, quick), &rates[0])?;
             }
         }
+        // Measured at the first size only: its servers and connections go.
+        rpc = None;
     }
-    drop(rpc);
     gets_under_remove_all(report, &service, owner, filled)?;
     drop(service);
     // SAFETY: malloc_trim has no preconditions; it returns the freed table to the system so
