@@ -35,24 +35,23 @@ fn master(config: MasterConfig) -> (std::sync::Arc<MasterService>, Uuid) {
     (service, owner)
 }
 
-/// Puts `objects` objects of 64 B, 1 000 per call; the owner pings between calls.
+/// Puts `keys` (64 B each) in one call; the owner pings after it.
+fn put_keys(service: &MasterService, owner: Uuid, keys: Vec<String>) {
+    let sizes = vec![64; keys.len()];
+    let grants = service
+        .batch_put_start(owner, keys.clone(), sizes, ReplicateConfig::default())
+        .unwrap();
+    let tokens = grants.into_iter().map(|g| g.unwrap().token).collect();
+    let ends = service.batch_put_end(owner, keys, tokens).unwrap();
+    assert!(ends.iter().all(Result::is_ok));
+    service.ping(owner).unwrap();
+}
+
+/// Puts `objects` objects of 64 B, 1 000 per call.
 fn fill(service: &MasterService, owner: Uuid, objects: usize) {
     for first in (0..objects).step_by(1000) {
-        let keys: Vec<String> = (first..first + 1000)
-            .map(|i| format!("scan-{i:08}"))
-            .collect();
-        let grants = service
-            .batch_put_start(
-                owner,
-                keys.clone(),
-                vec![64; 1000],
-                ReplicateConfig::default(),
-            )
-            .unwrap();
-        let tokens = grants.into_iter().map(|g| g.unwrap().token).collect();
-        let ends = service.batch_put_end(owner, keys, tokens).unwrap();
-        assert!(ends.iter().all(Result::is_ok));
-        service.ping(owner).unwrap();
+        let keys = (first..first + 1000).map(|i| format!("scan-{i:08}"));
+        put_keys(service, owner, keys.collect());
     }
 }
 
@@ -166,20 +165,7 @@ fn objects_put_between_the_calls_of_a_stopped_removal_are_removed_by_its_last_ca
     assert_eq!(service.remove_all(true), Err(ErrorCode::TryAgain));
     // New objects take the slots the first call emptied, behind where it stopped.
     let late: Vec<String> = (0..1000).map(|i| format!("late-{i:04}")).collect();
-    let grants = service
-        .batch_put_start(
-            owner,
-            late.clone(),
-            vec![64; 1000],
-            ReplicateConfig::default(),
-        )
-        .unwrap();
-    let tokens = grants.into_iter().map(|g| g.unwrap().token).collect();
-    assert!(service
-        .batch_put_end(owner, late.clone(), tokens)
-        .unwrap()
-        .iter()
-        .all(Result::is_ok));
+    put_keys(&service, owner, late.clone());
     until_done(|| service.remove_all(true));
     // A call that answers a count went once around the whole table.
     assert_eq!(service.metrics().objects, 0);
