@@ -108,14 +108,22 @@ fn a_remove_all_of_a_million_keys_never_delays_a_ping_past_its_timeout() {
     server.shutdown();
 }
 
-#[test]
-fn a_scan_past_its_budget_answers_try_again_and_a_new_call_removes_the_rest() {
+/// Keys of the tests whose scans run past a 1 ms budget: more than a scan gets through in it.
+const KEYS: usize = 200_000;
+
+/// A master whose scans answer within 1 ms, holding [`KEYS`] objects, and their owner.
+fn filled_with_a_1_ms_budget() -> (std::sync::Arc<MasterService>, Uuid) {
     let (service, owner) = master(MasterConfig {
         scan_budget_ms: 1,
         ..MasterConfig::default()
     });
-    const KEYS: usize = 200_000;
     fill(&service, owner, KEYS);
+    (service, owner)
+}
+
+#[test]
+fn a_scan_past_its_budget_answers_try_again_and_a_new_call_removes_the_rest() {
+    let (service, _) = filled_with_a_1_ms_budget();
     let (mut calls, mut try_again) = (0, 0);
     // Each call removes at least one slice: bounded by the table's slots.
     let last = loop {
@@ -156,12 +164,7 @@ fn until_done(mut remove: impl FnMut() -> Result<u64, ErrorCode>) -> u64 {
 
 #[test]
 fn objects_put_between_the_calls_of_a_stopped_removal_are_removed_by_its_last_call() {
-    let (service, owner) = master(MasterConfig {
-        scan_budget_ms: 1,
-        ..MasterConfig::default()
-    });
-    const KEYS: usize = 200_000;
-    fill(&service, owner, KEYS);
+    let (service, owner) = filled_with_a_1_ms_budget();
     assert_eq!(service.remove_all(true), Err(ErrorCode::TryAgain));
     // New objects take the slots the first call emptied, behind where it stopped.
     let late: Vec<String> = (0..1000).map(|i| format!("late-{i:04}")).collect();
@@ -175,12 +178,7 @@ fn objects_put_between_the_calls_of_a_stopped_removal_are_removed_by_its_last_ca
 
 #[test]
 fn two_removals_taking_turns_both_end() {
-    let (service, owner) = master(MasterConfig {
-        scan_budget_ms: 1,
-        ..MasterConfig::default()
-    });
-    const KEYS: usize = 200_000;
-    fill(&service, owner, KEYS);
+    let (service, _) = filled_with_a_1_ms_budget();
     // Keys scan-00000000..scan-00199999: the even ones and the odd ones.
     let (mut even, mut odd) = (None, None);
     for _ in 0..100_000 {
