@@ -66,27 +66,80 @@ fn closed_without_an_answer(port: u16, bytes: &[u8]) -> bool {
     matches!(stream.read(&mut answer), Ok(0) | Err(_))
 }
 
-/// A keyed pool: a master and a peer with a `segment` (over TCP: `MC_SAME_HOST=0`), both
-/// with [`our_key`], and an in-process client with the key; with the peer's data port.
-fn keyed_pool(segment: &str) -> (Master, PeerClient, u16, Client) {
+/// A keyed pool: a master and a peer with a segment (over TCP: `MC_SAME_HOST=0`), both with
+/// [`our_key`], and an in-process client with the key.
+struct KeyedPool {
+    master: Master,
+    _peer: PeerClient,
+    /// The peer's data port.
+    data_port: u16,
+    /// The peer's client HTTP server (`/metrics`).
+    peer_http_port: u16,
+    client: Client,
+}
+
+fn keyed_pool(segment: &str) -> KeyedPool {
     let key = our_key();
     let master = Master::start(&[&flag(key)]);
+    let peer_http_port = common::free_port();
     let peer = PeerClient::spawn(
         &master.addr(),
         segment,
         "P2PHANDSHAKE",
-        &[flag(key)],
+        &[
+            flag(key),
+            "--enable_http_server".into(),
+            format!("--http_port={peer_http_port}"),
+        ],
         &[("MC_SAME_HOST", "0")],
     );
     let data_port: u16 = peer.name.rsplit(':').next().unwrap().parse().unwrap();
     let client = common::keyed_client(&master.addr(), "P2PHANDSHAKE", Some(key), 32 << 20);
-    (master, peer, data_port, client)
+    KeyedPool {
+        master,
+        _peer: peer,
+        data_port,
+        peer_http_port,
+        client,
+    }
+}
+
+/// The value of the sample `name` (its labels included) in a Prometheus text `page`.
+fn sample(page: &str, name: &str) -> u64 {
+    let prefix = format!("{name} ");
+    let found = page.lines().find_map(|l| l.strip_prefix(prefix.as_str()));
+    found
+        .unwrap_or_else(|| panic!("no {name} in {page}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Asserts that the `role` server on 127.0.0.1:`port` closes a connection that sends no
+/// handshake without an answer, and refuses one that proves another key (`AUTH_FAILED`).
+fn refuses_strangers(port: u16, role: &'static str) {
+    use mooncake_rs::auth::{client_blocking, KeyRing, Keys};
+    assert!(closed_without_an_answer(
+        port,
+        &[8, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4]
+    ));
+    let other = KeyRing::fixed(Keys::parse(&"c3".repeat(32)).unwrap());
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(
+        client_blocking(&mut stream, &other, role),
+        Err(mooncake_rs::ErrorCode::AuthFailed),
+        "{role} on port {port}"
+    );
 }
 
 #[test]
 fn a_keyed_cluster_serves_clients_with_the_key_and_refuses_the_others_on_every_port() {
     // This process proves the same key: every operation family works.
-    let (master, _peer, data_port, client) = keyed_pool("64 MB");
+    let pool = keyed_pool("64 MB");
+    let (master, data_port, client) = (&pool.master, pool.data_port, &pool.client);
     let value: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
     client
         .put("k1", &value, &ReplicateConfig::default())
@@ -110,6 +163,30 @@ fn a_keyed_cluster_serves_clients_with_the_key_and_refuses_the_others_on_every_p
     assert_eq!(client.is_exist("b1"), Ok(true));
     client.remove("b1", true).unwrap(); // forced: the batch read holds a lease
     assert_eq!(client.is_exist("b1"), Ok(false));
+    // Upsert, ranges, an owned buffer, removal by pattern.
+    let newer = vec![7u8; 5000];
+    client
+        .upsert("b2", &newer, &ReplicateConfig::default())
+        .unwrap();
+    let keys = vec![vec!["k1".to_string(), "b2".to_string()]];
+    let (dst, src, sizes) = (
+        vec![vec![vec![0], vec![100]]],
+        vec![vec![vec![1000], vec![10]]],
+        vec![vec![vec![100], vec![50]]],
+    );
+    let request = mooncake_rs::client::RangeRequest {
+        keys: &keys,
+        dst_offsets: &dst,
+        src_offsets: &src,
+        sizes: &sizes,
+    };
+    let mut ranges = vec![0u8; 150];
+    let got = client.get_into_ranges(&mut [&mut ranges[..]], &request);
+    assert_eq!(got, vec![vec![vec![Ok(100)], vec![Ok(50)]]]);
+    assert_eq!(&ranges[..100], &value[1000..1100]);
+    assert_eq!(&ranges[100..], &newer[10..60]);
+    assert_eq!(client.get_buffer("b2").unwrap().as_slice(), &newer[..]);
+    assert_eq!(client.remove_by_regex("^b", true), Ok(1));
     // Another key, or none: setup fails at the master, AUTH_FAILED / RPC_FAIL.
     let other = key_file("other", &"c3".repeat(32));
     let (code, stderr) = refused_client(&master.addr(), Some(&other));
@@ -123,6 +200,10 @@ fn a_keyed_cluster_serves_clients_with_the_key_and_refuses_the_others_on_every_p
         &[8, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4]
     ));
     assert!(closed_without_an_answer(data_port, &[0x80; 64]));
+    // The peer counts the refusals of its data port in its own `/metrics`.
+    let peer_metrics = common::http_get(pool.peer_http_port, "/metrics");
+    let no_handshake = "mooncake_auth_handshakes_total{result=\"no_handshake\"}";
+    assert!(sample(&peer_metrics, no_handshake) >= 1, "{peer_metrics}");
     // Nothing changed for the key's holders; the master counted the refusals.
     assert_eq!(
         client.get_into("k1", &mut back).unwrap(),
@@ -131,17 +212,15 @@ fn a_keyed_cluster_serves_clients_with_the_key_and_refuses_the_others_on_every_p
     assert_eq!(back, value);
     let metrics = master.http_get("/metrics");
     let count = |label: &str| -> u64 {
-        let line = format!("mooncake_auth_handshakes_total{{result=\"{label}\"}} ");
-        let found = metrics.lines().find_map(|l| l.strip_prefix(line.as_str()));
-        found
-            .unwrap_or_else(|| panic!("no {label} in /metrics"))
-            .trim()
-            .parse()
-            .unwrap()
+        sample(
+            &metrics,
+            &format!("mooncake_auth_handshakes_total{{result=\"{label}\"}}"),
+        )
     };
     assert!(count("accepted") >= 2, "{metrics}");
     assert!(count("unknown_key") >= 1, "{metrics}");
     assert!(count("no_handshake") >= 2, "{metrics}");
+    assert_eq!(client.remove_all(true), Ok(1));
     client.teardown();
 }
 
@@ -217,7 +296,8 @@ fn fuzzed_and_replayed_connections_get_nothing_past_the_handshake() {
     use mooncake_rs::auth::protocol::{ClientHandshake, CHALLENGE_LEN, PROOF_LEN};
     use mooncake_rs::auth::{KeyRing, Keys};
     let key = our_key();
-    let (master, _peer, data_port, client) = keyed_pool("16 MB");
+    let pool = keyed_pool("16 MB");
+    let (master, data_port, client) = (&pool.master, pool.data_port, &pool.client);
     let kept: Vec<u8> = (0..300_000).map(|i| (i % 241) as u8).collect();
     client
         .put("kept", &kept, &ReplicateConfig::default())
@@ -310,4 +390,92 @@ fn fuzzed_and_replayed_connections_get_nothing_past_the_handshake() {
         .put("fresh", &kept[..1000], &ReplicateConfig::default())
         .unwrap();
     client.teardown();
+}
+
+/// A keyed P2P (V3) deployment: an owner with the key serves this process's accessors in
+/// both directions, and its RPC and data ports refuse connections without the key or with
+/// another before any request.
+#[test]
+fn a_keyed_p2p_owner_serves_holders_of_the_key_and_refuses_the_others() {
+    use mooncake_rs::p2p::{PeerInterface, RequestOptions, TransferDirection};
+    let key = our_key();
+    mooncake_rs::auth::use_key_file(key).unwrap();
+    let master = Master::start(&["--deployment_mode=P2P", &flag(key)]);
+    let owner = common::P2pOwnerProcess::start(&master.addr(), &[&flag(key)], &[]);
+    for direction in [TransferDirection::Forward, TransferDirection::Reverse] {
+        let accessor = common::p2p_accessor(&master.addr(), direction);
+        let name = format!("p2p-{direction:?}");
+        let value = common::pattern(300_000, direction as u8);
+        let to_owner = RequestOptions {
+            direction: Some(direction),
+            preferred_owner: Some(owner.name.clone()),
+        };
+        accessor.put(&name, &value, &to_owner).unwrap();
+        let read = RequestOptions::direction(direction);
+        assert_eq!(accessor.get(&name, &read).unwrap(), value, "{direction:?}");
+        accessor.remove(&name).unwrap();
+    }
+    let port = |addr: &str| -> u16 { addr.rsplit(':').next().unwrap().parse().unwrap() };
+    let role = <PeerInterface as mooncake_rs::rpc::Interface>::NAME;
+    refuses_strangers(port(&owner.rpc_addr), role);
+    refuses_strangers(port(&owner.name), mooncake_rs::auth::ROLE_DATA);
+}
+
+/// A keyed owner's SSD tier serves disk reads to holders of the key (objects demoted from
+/// its 4 MB segment read back exactly over its disk-read port) and refuses the others there.
+#[test]
+fn a_keyed_ssd_owner_serves_disk_reads_only_to_holders_of_the_key() {
+    let key = our_key();
+    let master = Master::start(&[&flag(key)]);
+    let dir = std::env::temp_dir().join(format!("mc-keyed-ssd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let owner = PeerClient::spawn(
+        &master.addr(),
+        "4 MB",
+        "P2PHANDSHAKE",
+        &[
+            flag(key),
+            "--enable_offload".into(),
+            format!("--ssd_offload_path={}", dir.display()),
+        ],
+        &[("MC_SAME_HOST", "0")],
+    );
+    let client = common::keyed_client(&master.addr(), "P2PHANDSHAKE", Some(key), 16 << 20);
+    let config = ReplicateConfig {
+        preferred_segments: vec![owner.name.clone()],
+        ..ReplicateConfig::default()
+    };
+    // 16 × 1 MiB into a 4 MB segment: the earliest are demoted to the owner's disk.
+    let values: Vec<Vec<u8>> = (0..16).map(|i| common::pattern(1 << 20, i)).collect();
+    for (i, value) in values.iter().enumerate() {
+        let name = format!("ssd-{i}");
+        assert!(
+            common::wait_until(Duration::from_secs(20), || client
+                .put(&name, value, &config)
+                .is_ok()),
+            "put {name}"
+        );
+    }
+    let disk_endpoint = |name: &str| -> Option<String> {
+        let answer = client.batch_get_replica_desc(&[name]).remove(0).ok()?;
+        let on_disk = answer.replicas.iter().find(|r| r.disk.is_some())?;
+        Some(on_disk.buffer.transport_endpoint.clone())
+    };
+    let mut endpoint = None;
+    assert!(
+        common::wait_until(Duration::from_secs(20), || {
+            endpoint = disk_endpoint("ssd-0");
+            endpoint.is_some()
+        }),
+        "ssd-0 reached the disk"
+    );
+    let mut back = vec![0u8; 1 << 20];
+    assert_eq!(client.get_into("ssd-0", &mut back), Ok(1 << 20));
+    assert_eq!(back, values[0]);
+    let endpoint = endpoint.unwrap();
+    let port: u16 = endpoint.rsplit(':').next().unwrap().parse().unwrap();
+    refuses_strangers(port, "mc-disk-read");
+    client.teardown();
+    drop(owner);
+    let _ = std::fs::remove_dir_all(&dir);
 }

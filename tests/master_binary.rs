@@ -204,6 +204,7 @@ fn mooncake_client_serves_upstreams_http_routes() {
     let body = metrics.split("\r\n\r\n").nth(1).unwrap_or_default();
     let samples: Vec<(&str, f64)> = body
         .lines()
+        .filter(|l| !l.starts_with('#'))
         .map(|l| {
             let (name, value) = l.split_once(' ').unwrap_or_else(|| panic!("{l:?}"));
             (name, value.parse().unwrap_or_else(|_| panic!("{l:?}")))
@@ -226,7 +227,12 @@ fn mooncake_client_serves_upstreams_http_routes() {
     );
     assert!(samples
         .iter()
-        .all(|(n, _)| n.starts_with("mooncake_client_")));
+        .all(|(n, _)| n.starts_with("mooncake_client_") || n.starts_with("mooncake_auth_")));
+    assert_eq!(
+        sample("mooncake_auth_handshakes_total{result=\"no_handshake\"}"),
+        Some(0.0),
+        "{body}"
+    );
     let summary = http_get(http_port, "/metrics/summary");
     assert!(summary.contains("objects written: 0"), "{summary}");
     assert!(http_get(http_port, "/nope").starts_with("HTTP/1.1 404"));

@@ -62,10 +62,12 @@ pub fn use_key_file(path: &Path) -> Result<Arc<KeyRing>> {
     }
 }
 
-/// Logs a warning when a `service` listening on `addr` takes connections from other hosts
-/// without a cluster key (anything that reaches the port may use it).
+/// Logs a warning (and counts it in `open_listeners`) when a `service` listening on `addr`
+/// takes connections from other hosts without a cluster key (anything that reaches the port
+/// may use it).
 pub fn warn_if_open(addr: std::net::SocketAddr, service: &str, key: Option<&Arc<KeyRing>>) {
     if key.is_none() && !addr.ip().is_loopback() {
+        super::refusals::open_listener();
         tracing::warn!(%addr, service, "listening beyond this host without a cluster key: any host that reaches this port can use it (set --cluster_key_file or MC_CLUSTER_KEY_FILE; README, \"Cluster key\")");
     }
 }

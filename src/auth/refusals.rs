@@ -1,5 +1,5 @@
 //! Counting handshakes and logging refusals without letting a scanner flood the log: a
-//! refused peer (by IP address) is logged at most once a minute.
+//! refused peer (by IP address; all Unix-socket peers as one) is logged at most once a minute.
 //!
 //! Thread-safety: the counters are process-wide atomics (every server of the process adds to
 //! them; `/metrics` and the client metrics show them); the log limiter is a small mutexed map,
@@ -20,7 +20,10 @@ const LOG_PEERS: usize = 4096;
 static ACCEPTED: AtomicU64 = AtomicU64::new(0);
 static REFUSED: [AtomicU64; Refusal::ALL.len()] = [const { AtomicU64::new(0) }; Refusal::ALL.len()];
 static CLIENT_FAILED: AtomicU64 = AtomicU64::new(0);
-static LOGGED: Mutex<Option<HashMap<IpAddr, Instant>>> = Mutex::new(None);
+static OPEN_LISTENERS: AtomicU64 = AtomicU64::new(0);
+/// When each peer was last logged; `None` stands for every peer without an address (the
+/// same-host and standalone Unix sockets, whose peers are this host's processes).
+static LOGGED: Mutex<Option<HashMap<Option<IpAddr>, Instant>>> = Mutex::new(None);
 
 /// A snapshot of this process's handshake counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,6 +34,8 @@ pub struct AuthCounters {
     pub refused: [u64; Refusal::ALL.len()],
     /// Handshakes this process failed as a client (the server refused, or proved nothing).
     pub client_failed: u64,
+    /// Listeners this process opened beyond loopback without a cluster key (each warned).
+    pub open_listeners: u64,
 }
 
 impl AuthCounters {
@@ -64,9 +69,14 @@ pub fn prometheus_text() -> String {
         );
     }
     text += "# HELP mooncake_auth_client_failures_total Cluster-key handshakes this process failed as a client.\n# TYPE mooncake_auth_client_failures_total counter\n";
-    text + &format!(
+    text += &format!(
         "mooncake_auth_client_failures_total {}\n",
         now.client_failed
+    );
+    text += "# HELP mooncake_auth_open_listeners_total Listeners this process opened beyond loopback without a cluster key.\n# TYPE mooncake_auth_open_listeners_total counter\n";
+    text + &format!(
+        "mooncake_auth_open_listeners_total {}\n",
+        now.open_listeners
     )
 }
 
@@ -84,6 +94,7 @@ pub fn counters() -> AuthCounters {
         accepted: ACCEPTED.load(Ordering::Relaxed),
         refused,
         client_failed: CLIENT_FAILED.load(Ordering::Relaxed),
+        open_listeners: OPEN_LISTENERS.load(Ordering::Relaxed),
     }
 }
 
@@ -95,6 +106,10 @@ pub fn accepted() {
 
 pub(super) fn client_failed() {
     CLIENT_FAILED.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(super) fn open_listener() {
+    OPEN_LISTENERS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Counts a refusal by a `role` server of a connection from `peer`, and logs it unless that
@@ -109,9 +124,6 @@ pub fn refused(reason: Refusal, role: &str, peer: Option<IpAddr>) {
 
 /// Whether a refusal of `peer` at `now` is to be logged (records it when so).
 fn should_log(peer: Option<IpAddr>, now: Instant) -> bool {
-    let Some(peer) = peer else {
-        return true;
-    };
     let mut logged = LOGGED.lock();
     let logged = logged.get_or_insert_with(HashMap::new);
     if logged
@@ -144,7 +156,9 @@ mod tests {
             Some(peer),
             now + LOG_EVERY + Duration::from_secs(1)
         ));
+        // Unix-socket peers (no address) share one entry: logged once a minute too.
         assert!(should_log(None, now));
+        assert!(!should_log(None, now + Duration::from_secs(30)));
         let before = counters();
         refused(Refusal::BadProof, "test", Some(peer));
         let after = counters();

@@ -7,7 +7,8 @@
 //! - `GET /metrics`: the client's counters (`Client::metrics`, the JSON of
 //!   `mc_store_metrics_json`) as Prometheus text: every number and boolean, named
 //!   `mooncake_client_` and its path (`location_cache.hits` →
-//!   `mooncake_client_location_cache_hits`);
+//!   `mooncake_client_location_cache_hits`), then the process's cluster-key counters
+//!   (`mooncake_auth_*`, as the master's);
 //! - `GET /metrics/summary`: a few lines for people.
 //!
 //! Anything else is 404. Served on its own threads ([`HttpServer`]); the handlers only read
@@ -74,14 +75,15 @@ fn health_response(code: i32) -> HttpResponse {
     HttpResponse::new(http, "application/json", body)
 }
 
-/// `metrics` in Prometheus' text format (untyped samples).
+/// `metrics` in Prometheus' text format (untyped samples), then the process's cluster-key
+/// handshake counters (its data port's, same-host and standalone sockets' refusals).
 fn prometheus_text(metrics: &ClientMetrics) -> String {
     let mut text = String::new();
     match serde_json::to_value(metrics) {
         Ok(value) => flatten("mooncake_client", &value, &mut text),
         Err(e) => tracing::warn!("client metrics: {e}"),
     }
-    text
+    text + &crate::auth::prometheus_text()
 }
 
 /// Appends a sample for each number and boolean under `value`, named `prefix` and its path.

@@ -371,6 +371,23 @@ fn connection_failures_invalidate_the_segment_address_refusals_do_not() {
     assert_eq!(resolver.invalidated.load(Ordering::SeqCst), 1);
 }
 
+/// A data port bound beyond loopback without a cluster key is warned about and counted
+/// (`open_listeners`, in `/metrics`); one with a key is not.
+#[test]
+fn a_data_port_open_to_other_hosts_without_a_key_is_counted() {
+    let config = |listener| EngineConfig {
+        local_name: "embedded:open".into(),
+        listener: Some(listener),
+        resolver: Arc::new(DirectResolver),
+        memcpy_enabled: true,
+        rdma: None,
+    };
+    let before = crate::auth::counters().open_listeners;
+    let open = TransferEngine::new(config(TcpListener::bind("0.0.0.0:0").unwrap())).unwrap();
+    assert!(crate::auth::counters().open_listeners > before);
+    open.shutdown();
+}
+
 /// With a cluster key, the data port serves an engine that proves it and refuses one with
 /// another key (`AUTH_FAILED`) or none, without serving a byte of their requests.
 #[test]

@@ -183,6 +183,7 @@ impl Server {
     ) -> Result<Server> {
         let setup = || -> io::Result<(Runtime, SocketAddr)> {
             let addr = listener.local_addr()?;
+            crate::auth::warn_if_open(addr, "transfer data port", cluster_key.as_ref());
             listener.set_nonblocking(true)?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(SERVER_THREADS)
