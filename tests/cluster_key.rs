@@ -180,7 +180,7 @@ fn a_keyed_cluster_serves_clients_with_the_key_and_refuses_the_others_on_every_p
         src_offsets: &src,
         sizes: &sizes,
     };
-    let mut ranges = vec![0u8; 150];
+    let mut ranges = [0u8; 150];
     let got = client.get_into_ranges(&mut [&mut ranges[..]], &request);
     assert_eq!(got, vec![vec![vec![Ok(100)], vec![Ok(50)]]]);
     assert_eq!(&ranges[..100], &value[1000..1100]);

@@ -1,8 +1,9 @@
 //! Rotating the cluster key while the pool serves: a master, a peer and this process read the
 //! same key file (its own test binary: one key per process), a writer and a reader run all
 //! along, and the file goes from key A to A+B, B+A, then B alone, each step held longer than
-//! the second in which processes re-read their file. No call may fail; afterwards a process
-//! with B joins and one with A alone is refused.
+//! the second in which processes re-read their file. No call may fail, the processes move
+//! their connections to B while A is still accepted, and afterwards a process with B joins
+//! and one with A alone is refused.
 
 mod common;
 
@@ -81,16 +82,29 @@ fn a_key_rotated_under_load_fails_no_call() {
             }
         })
     };
+    // The master's accepted handshakes at the end of each step (A, A+B, B+A, B).
+    let accepted = || -> u64 {
+        let metrics = master.http_get("/metrics");
+        let line = "mooncake_auth_handshakes_total{result=\"accepted\"} ";
+        let found = metrics.lines().find_map(|l| l.strip_prefix(line));
+        found.expect("the accepted count").trim().parse().unwrap()
+    };
+    let mut handshakes = Vec::new();
     for keys in [&[A, B][..], &[B, A], &[B]] {
         std::thread::sleep(STEP);
+        handshakes.push(accepted());
         write_keys(&key, keys);
     }
     std::thread::sleep(STEP);
+    handshakes.push(accepted());
     stop.store(true, Ordering::Relaxed);
     load.join().unwrap();
     let calls = calls.load(Ordering::Relaxed);
     assert!(calls > 30, "the load ran: {calls} calls");
     assert_eq!(failures.load(Ordering::Relaxed), 0, "of {calls} calls");
+    // Once B connects, the processes stop reusing connections proven with A: the master
+    // accepted new handshakes (with B) during the B+A step.
+    assert!(handshakes[2] > handshakes[1], "{handshakes:?}");
     // A process with B alone joins; one with A alone is refused.
     let new_key = dir().join("b.key");
     write_keys(&new_key, &[B]);

@@ -5,6 +5,7 @@
 //! Timeouts: the async server gives a peer [`HANDSHAKE_TIMEOUT`]; blocking callers set their
 //! socket's timeouts first (the handshake does not change them).
 
+use super::admission::KeyId;
 use super::keys::KeyRing;
 use super::protocol::{starts_hello, ClientHandshake, Refusal, ServerHandshake, MAGIC_LEN};
 use super::protocol::{CHALLENGE_LEN, HELLO_LEN, PROOF_LEN, VERDICT_LEN};
@@ -43,7 +44,7 @@ pub fn client_blocking<S: Read + Write>(
     stream: &mut S,
     ring: &KeyRing,
     role: &'static str,
-) -> Result<()> {
+) -> Result<KeyId> {
     let (handshake, hello) = ClientHandshake::start(&ring.keys(), role)?;
     stream.write_all(&hello).map_err(|e| lost(role, e))?;
     stream.flush().map_err(|e| lost(role, e))?;
@@ -56,7 +57,7 @@ pub fn client_blocking<S: Read + Write>(
     stream.flush().map_err(|e| lost(role, e))?;
     let mut verdict = [0u8; VERDICT_LEN];
     stream.read_exact(&mut verdict).map_err(|e| lost(role, e))?;
-    counted(ClientHandshake::verdict(&verdict))
+    counted(ClientHandshake::verdict(&verdict)).map(|()| handshake.key_id())
 }
 
 /// The async form of [`client_blocking`] (same errors; a stall past [`HANDSHAKE_TIMEOUT`] is
@@ -65,7 +66,7 @@ pub async fn client_async<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     ring: &KeyRing,
     role: &'static str,
-) -> Result<()> {
+) -> Result<KeyId> {
     let run = async {
         let (handshake, hello) = ClientHandshake::start(&ring.keys(), role)?;
         stream.write_all(&hello).await.map_err(|e| lost(role, e))?;
@@ -83,7 +84,7 @@ pub async fn client_async<S: AsyncRead + AsyncWrite + Unpin>(
             .read_exact(&mut verdict)
             .await
             .map_err(|e| lost(role, e))?;
-        counted(ClientHandshake::verdict(&verdict))
+        counted(ClientHandshake::verdict(&verdict)).map(|()| handshake.key_id())
     };
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, run).await {
         Ok(result) => result,
@@ -93,11 +94,11 @@ pub async fn client_async<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// What a server side's step found.
 enum Step {
-    Accepted,
+    Accepted(KeyId),
     Refused(Refusal),
 }
 
-fn refuse(role: &str, peer: Option<IpAddr>, reason: Refusal) -> Result<()> {
+fn refuse<T>(role: &str, peer: Option<IpAddr>, reason: Refusal) -> Result<T> {
     refusals::refused(reason, role, peer);
     fail(
         ErrorCode::AuthFailed,
@@ -105,11 +106,11 @@ fn refuse(role: &str, peer: Option<IpAddr>, reason: Refusal) -> Result<()> {
     )
 }
 
-fn finish(step: std::io::Result<Step>, role: &str, peer: Option<IpAddr>) -> Result<()> {
+fn finish(step: std::io::Result<Step>, role: &str, peer: Option<IpAddr>) -> Result<KeyId> {
     match step {
-        Ok(Step::Accepted) => {
+        Ok(Step::Accepted(id)) => {
             refusals::accepted();
-            Ok(())
+            Ok(id)
         }
         Ok(Step::Refused(reason)) => refuse(role, peer, reason),
         Err(_) => refuse(role, peer, Refusal::Incomplete),
@@ -126,7 +127,7 @@ pub fn server_blocking<S: Read + Write>(
     ring: &KeyRing,
     role: &'static str,
     peer: Option<IpAddr>,
-) -> Result<()> {
+) -> Result<KeyId> {
     let mut run = || -> std::io::Result<Step> {
         let mut hello = [0u8; HELLO_LEN];
         let (magic, rest) = hello.split_at_mut(MAGIC_LEN);
@@ -153,7 +154,7 @@ pub fn server_blocking<S: Read + Write>(
         stream.write_all(&verdict)?;
         stream.flush()?;
         Ok(if accepted {
-            Step::Accepted
+            Step::Accepted(handshake.key_id())
         } else {
             Step::Refused(Refusal::BadProof)
         })
@@ -168,7 +169,7 @@ pub async fn server_async<S: AsyncRead + AsyncWrite + Unpin>(
     ring: &KeyRing,
     role: &'static str,
     peer: Option<IpAddr>,
-) -> Result<()> {
+) -> Result<KeyId> {
     let run = async {
         let mut hello = [0u8; HELLO_LEN];
         let (magic, rest) = hello.split_at_mut(MAGIC_LEN);
@@ -196,7 +197,7 @@ pub async fn server_async<S: AsyncRead + AsyncWrite + Unpin>(
         stream.write_all(&verdict).await?;
         stream.flush().await?;
         Ok(if accepted {
-            Step::Accepted
+            Step::Accepted(handshake.key_id())
         } else {
             Step::Refused(Refusal::BadProof)
         })
@@ -229,7 +230,7 @@ mod tests {
             stream
                 .set_read_timeout(Some(Duration::from_secs(2)))
                 .unwrap();
-            server_blocking(&mut stream, &server_ring, "master", Some(peer.ip()))
+            server_blocking(&mut stream, &server_ring, "master", Some(peer.ip())).map(drop)
         });
         let mut stream = TcpStream::connect(addr).unwrap();
         stream
@@ -243,9 +244,13 @@ mod tests {
     #[test]
     fn sockets_carry_the_handshake_and_refusals_are_counted() {
         let before = refusals::counters();
-        let ok = pair(ring(1), |s| client_blocking(s, &ring(1), "master"));
+        let ok = pair(ring(1), |s| {
+            client_blocking(s, &ring(1), "master").map(drop)
+        });
         assert_eq!(ok, (Ok(()), Ok(())));
-        let wrong = pair(ring(1), |s| client_blocking(s, &ring(2), "master"));
+        let wrong = pair(ring(1), |s| {
+            client_blocking(s, &ring(2), "master").map(drop)
+        });
         assert_eq!(
             wrong,
             (Err(ErrorCode::AuthFailed), Err(ErrorCode::AuthFailed))
@@ -289,11 +294,13 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let server = std::thread::spawn(move || {
             let (mut stream, _) = listener.accept().unwrap();
-            server_blocking(&mut stream, &ring(4), "master", None)
+            server_blocking(&mut stream, &ring(4), "master", None).map(drop)
         });
         let client = runtime.block_on(async {
             let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-            client_async(&mut stream, &ring(4), "master").await
+            client_async(&mut stream, &ring(4), "master")
+                .await
+                .map(drop)
         });
         assert_eq!((client, server.join().unwrap()), (Ok(()), Ok(())));
         let result = runtime.block_on(async {
@@ -301,10 +308,12 @@ mod tests {
             let addr = listener.local_addr().unwrap();
             let client = std::thread::spawn(move || {
                 let mut stream = TcpStream::connect(addr).unwrap();
-                client_blocking(&mut stream, &ring(5), "master")
+                client_blocking(&mut stream, &ring(5), "master").map(drop)
             });
             let (mut stream, _) = listener.accept().await.unwrap();
-            let served = server_async(&mut stream, &ring(5), "master", None).await;
+            let served = server_async(&mut stream, &ring(5), "master", None)
+                .await
+                .map(drop);
             drop(stream);
             (client.join().unwrap(), served)
         });

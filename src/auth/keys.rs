@@ -215,6 +215,20 @@ impl KeyRing {
     }
 }
 
+impl KeyRing {
+    /// Whether `id` is the key this process connects with now (a pooled connection proven
+    /// with another is not reused: see [`super::admission`]).
+    pub fn connects_with(&self, id: &[u8; 8]) -> bool {
+        self.keys().primary().id == *id
+    }
+
+    /// Makes the next [`KeyRing::keys`] look at the file at once (tests).
+    #[cfg(test)]
+    pub(crate) fn expire_reload_check(&self) {
+        self.loaded.lock().checked -= RELOAD_CHECK;
+    }
+}
+
 impl std::fmt::Debug for KeyRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "KeyRing({:?})", self.path)

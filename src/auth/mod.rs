@@ -8,6 +8,7 @@
 //!   [`KeyRing`], which follows the file.
 //! - [`protocol`]: the messages and proofs, pure (fuzzed).
 //! - [`io`]: the handshake over blocking and async streams, both sides.
+//! - [`admission`]: the key a connection proved, so a retired key's connections close.
 //! - [`refusals`]: process-wide counters, and a log of refused peers limited to once a minute.
 //! - [`tls`]: optional TLS for the master RPC and the metadata HTTP service.
 //! - `process`: the process's key ([`use_key_file`] from a setup or flag, else
@@ -27,6 +28,7 @@ pub const ROLE_STANDALONE: &str = "standalone";
 /// The role of the HTTP metadata service (segment descriptors and endpoints).
 pub const ROLE_METADATA: &str = "http-metadata";
 
+pub mod admission;
 pub mod io;
 pub mod keys;
 mod process;
@@ -34,6 +36,7 @@ pub mod protocol;
 pub mod refusals;
 pub mod tls;
 
+pub use admission::{wait_admitted, Admission, KeyId, Waited};
 pub use io::{client_async, client_blocking, server_async, server_blocking, HANDSHAKE_TIMEOUT};
 pub use keys::{Key, KeyRing, Keys};
 pub use process::{process_key, use_key_file, warn_if_open};

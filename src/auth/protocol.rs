@@ -152,6 +152,11 @@ impl ClientHandshake {
         Ok((ClientHandshake { key, role, nonce }, hello))
     }
 
+    /// The identifier of the key this handshake proves.
+    pub fn key_id(&self) -> [u8; 8] {
+        self.key.id
+    }
+
     /// Checks the server's challenge and returns the proof to send.
     ///
     /// Errors: `AUTH_FAILED` naming why: not a challenge (the server has no key, or is not
@@ -248,6 +253,11 @@ impl ServerHandshake {
             server_nonce,
         };
         Ok((handshake, challenge))
+    }
+
+    /// The identifier of the key the client named (and, once accepted, proved).
+    pub fn key_id(&self) -> [u8; 8] {
+        self.key.id
     }
 
     /// Checks the client's proof; returns the verdict to send and whether it accepts.

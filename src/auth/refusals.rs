@@ -21,6 +21,7 @@ static ACCEPTED: AtomicU64 = AtomicU64::new(0);
 static REFUSED: [AtomicU64; Refusal::ALL.len()] = [const { AtomicU64::new(0) }; Refusal::ALL.len()];
 static CLIENT_FAILED: AtomicU64 = AtomicU64::new(0);
 static OPEN_LISTENERS: AtomicU64 = AtomicU64::new(0);
+static RETIRED_CLOSED: AtomicU64 = AtomicU64::new(0);
 /// When each peer was last logged; `None` stands for every peer without an address (the
 /// same-host and standalone Unix sockets, whose peers are this host's processes).
 static LOGGED: Mutex<Option<HashMap<Option<IpAddr>, Instant>>> = Mutex::new(None);
@@ -36,6 +37,8 @@ pub struct AuthCounters {
     pub client_failed: u64,
     /// Listeners this process opened beyond loopback without a cluster key (each warned).
     pub open_listeners: u64,
+    /// Connections its servers closed because the key they were admitted with was retired.
+    pub retired_closed: u64,
 }
 
 impl AuthCounters {
@@ -74,9 +77,14 @@ pub fn prometheus_text() -> String {
         now.client_failed
     );
     text += "# HELP mooncake_auth_open_listeners_total Listeners this process opened beyond loopback without a cluster key.\n# TYPE mooncake_auth_open_listeners_total counter\n";
-    text + &format!(
+    text += &format!(
         "mooncake_auth_open_listeners_total {}\n",
         now.open_listeners
+    );
+    text += "# HELP mooncake_auth_retired_connections_closed_total Connections closed because the cluster key they were admitted with was retired.\n# TYPE mooncake_auth_retired_connections_closed_total counter\n";
+    text + &format!(
+        "mooncake_auth_retired_connections_closed_total {}\n",
+        now.retired_closed
     )
 }
 
@@ -95,6 +103,7 @@ pub fn counters() -> AuthCounters {
         refused,
         client_failed: CLIENT_FAILED.load(Ordering::Relaxed),
         open_listeners: OPEN_LISTENERS.load(Ordering::Relaxed),
+        retired_closed: RETIRED_CLOSED.load(Ordering::Relaxed),
     }
 }
 
@@ -106,6 +115,10 @@ pub fn accepted() {
 
 pub(super) fn client_failed() {
     CLIENT_FAILED.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(super) fn retired_closed() {
+    RETIRED_CLOSED.fetch_add(1, Ordering::Relaxed);
 }
 
 pub(super) fn open_listener() {

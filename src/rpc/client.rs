@@ -40,8 +40,8 @@ pub struct RpcClient<I> {
     addr: String,
     resolver: Option<Arc<dyn Resolve>>,
     timeouts: Timeouts,
-    /// Idle connections and the address each was made to.
-    idle: Mutex<Vec<(Conn, String)>>,
+    /// Idle connections.
+    idle: Mutex<Vec<Pooled>>,
     /// The key each new connection proves (`I::NAME` is the role), or the error loading the
     /// process's key gave (every connection then fails with it).
     cluster_key: Result<Option<Arc<KeyRing>>>,
@@ -115,34 +115,41 @@ impl<I: Interface> RpcClient<I> {
         &self.addr
     }
 
-    /// An idle connection to the current address still open on the server's side, or a
-    /// new one; with the address.
-    fn checkout(&self) -> Result<(Conn, String)> {
+    /// An idle connection to the current address, still open on the server's side and
+    /// proven with the key this process connects with now, or a new one.
+    fn checkout(&self) -> Result<Pooled> {
         let addr = match &self.resolver {
             Some(resolver) => resolver.resolve()?,
             None => self.addr.clone(),
         };
+        let key = self.cluster_key()?;
         loop {
-            let Some((mut stream, to)) = self.idle.lock().pop() else {
-                let key = self.cluster_key()?;
+            let Some(mut pooled) = self.idle.lock().pop() else {
                 let tls = self.tls()?;
-                let mut stream = Conn::open(&addr, self.timeouts, tls.as_ref())
+                let mut conn = Conn::open(&addr, self.timeouts, tls.as_ref())
                     .inspect_err(|_| self.failed(&addr))?;
-                if let Some(key) = key {
-                    auth::client_blocking(&mut stream, &key, I::NAME)?;
-                }
-                return Ok((stream, addr));
+                let proven = match &key {
+                    Some(key) => Some(auth::client_blocking(&mut conn, key, I::NAME)?),
+                    None => None,
+                };
+                return Ok(Pooled { conn, addr, proven });
             };
-            if to == addr && is_idle_and_open(&mut stream) {
-                return Ok((stream, to));
+            // A connection proven with a key this process no longer connects with (a
+            // rotation) is dropped: its server closes it once that key is retired.
+            let current = match (&key, &pooled.proven) {
+                (Some(key), Some(id)) => key.connects_with(id),
+                _ => true,
+            };
+            if pooled.addr == addr && current && is_idle_and_open(&mut pooled.conn) {
+                return Ok(pooled);
             }
         }
     }
 
-    fn checkin(&self, stream: Conn, addr: String) {
+    fn checkin(&self, pooled: Pooled) {
         let mut idle = self.idle.lock();
         if idle.len() < MAX_IDLE_CONNECTIONS {
-            idle.push((stream, addr));
+            idle.push(pooled);
         }
     }
 
@@ -156,18 +163,27 @@ impl<I: Interface> RpcClient<I> {
 impl<I: Interface> Call<I> for RpcClient<I> {
     fn call(&self, request: I::Request) -> Result<I::Response> {
         let frame = codec::encode_frame(&request)?;
-        let (mut stream, addr) = self.checkout()?;
+        let mut pooled = self.checkout()?;
+        let stream = &mut pooled.conn;
         if let Err(err) = stream.write_all(&frame).and_then(|()| stream.flush()) {
-            self.failed(&addr);
-            return codec::io_fail(&format!("send {} to {addr}", I::method(&request)), err);
+            self.failed(&pooled.addr);
+            let what = format!("send {} to {}", I::method(&request), pooled.addr);
+            return codec::io_fail(&what, err);
         }
         crate::spin::before_read(stream.socket());
-        let answer = codec::read_answer(&mut stream);
-        let payload = answer.inspect_err(|_| self.failed(&addr))?;
+        let answer = codec::read_answer(stream);
+        let payload = answer.inspect_err(|_| self.failed(&pooled.addr))?;
         let response = codec::decode_payload(&payload)?;
-        self.checkin(stream, addr);
+        self.checkin(pooled);
         Ok(response)
     }
+}
+
+/// A connection kept between calls: the address it was made to and the key it proved.
+struct Pooled {
+    conn: Conn,
+    addr: String,
+    proven: Option<auth::KeyId>,
 }
 
 /// Whether an idle connection can carry a new request: the peer has neither closed it nor

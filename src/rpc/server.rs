@@ -42,7 +42,7 @@ use super::interface::Interface;
 use super::serve::Acceptor;
 use super::server_stream::{MovableTcp, ServerStream};
 use super::stats::RpcStats;
-use crate::auth::{self, KeyRing};
+use crate::auth::{self, Admission, KeyRing, Waited};
 use crate::error::{ErrorCode, Result};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -353,16 +353,19 @@ async fn serve_connection<I: Interface>(tcp: TcpStream, peer: SocketAddr, shared
             }
         }
     };
+    let mut admission = None;
     if let Some(key) = &shared.cluster_key {
-        if auth::server_async(&mut stream, key, I::NAME, Some(peer.ip()))
-            .await
-            .is_err()
-        {
-            return;
+        match auth::server_async(&mut stream, key, I::NAME, Some(peer.ip())).await {
+            Ok(id) => admission = Some(Admission::new(Arc::clone(key), id, I::NAME)),
+            Err(_) => return,
         }
     }
+    let served = Served {
+        peer,
+        placement: Placement::Shard,
+    };
     if let Next::MoveToSide(read) =
-        serve_requests::<I>(&mut stream, Vec::new(), peer, &shared, Placement::Shard).await
+        serve_requests::<I>(&mut stream, Vec::new(), served, &shared, admission.as_mut()).await
     {
         match (shared.side.get(), stream.detach()) {
             (Some(side), Ok(stream)) => {
@@ -371,8 +374,12 @@ async fn serve_connection<I: Interface>(tcp: TcpStream, peer: SocketAddr, shared
                     match stream.attach() {
                         Ok(mut stream) => {
                             let shared = &slot.0;
-                            serve_requests::<I>(&mut stream, read, peer, shared, Placement::Side)
-                                .await;
+                            let served = Served {
+                                peer,
+                                placement: Placement::Side,
+                            };
+                            let admission = admission.as_mut();
+                            serve_requests::<I>(&mut stream, read, served, shared, admission).await;
                         }
                         Err(err) => tracing::debug!(%peer, "adopt a moved connection: {err}"),
                     }
@@ -395,30 +402,44 @@ impl<I: Interface> Drop for Slot<I> {
     }
 }
 
+/// Which connection a [`serve_requests`] serves, and where.
+#[derive(Clone, Copy)]
+struct Served {
+    peer: SocketAddr,
+    placement: Placement,
+}
+
 /// Serves the requests of `stream` (after the bytes `read` already read from it) until it
-/// closes or, on a shard, until it made a wait call.
+/// closes, its cluster key (`admission`) is retired (checked between requests, with nothing
+/// of the next one read) or, on a shard, until it made a wait call.
 async fn serve_requests<I: Interface>(
     stream: &mut ServerStream,
     read: Vec<u8>,
-    peer: SocketAddr,
+    Served { peer, placement }: Served,
     shared: &Shared<I>,
-    placement: Placement,
+    mut admission: Option<&mut Admission>,
 ) -> Next {
     let limits = shared.limits;
     // One buffered reader over the stream; answers are written to the stream under it.
     let mut reader = BufReader::new(read.as_slice().chain(stream));
     loop {
-        match tokio::time::timeout(limits.idle_timeout, reader.fill_buf()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => {
+        let nothing_read = reader.buffer().is_empty() && reader.get_ref().get_ref().0.is_empty();
+        if nothing_read && admission.as_deref_mut().is_some_and(Admission::retired) {
+            return Next::Close;
+        }
+        let next = reader.fill_buf();
+        match auth::wait_admitted(next, limits.idle_timeout, admission.as_deref_mut()).await {
+            Waited::Ready(Ok(_)) => {}
+            Waited::Ready(Err(err)) => {
                 tracing::debug!(%peer, "closing RPC connection: {err}");
                 return Next::Close;
             }
-            Err(_) => {
+            Waited::Idle => {
                 shared.stats.record_timed_out_connection();
                 tracing::debug!(%peer, "closing an idle RPC connection");
                 return Next::Close;
             }
+            Waited::Retired => return Next::Close,
         }
         let frame = codec::read_frame_limited(&mut reader, limits.max_request_bytes);
         let payload = match tokio::time::timeout(limits.read_timeout, frame).await {

@@ -37,6 +37,7 @@ mod tests {
     use crate::error::ErrorCode;
     use crate::rpc::server::ServerOptions;
     use crate::rpc::{RpcClient, RpcServer, Timeouts};
+    use crate::test_util::KeyFile;
     use std::net::SocketAddr;
     use std::sync::Arc;
 
@@ -299,6 +300,50 @@ mod tests {
             2,
             "only the keyed calls were served"
         );
+    }
+
+    /// A key rotation on a keyed server: a client that moved to the new key keeps being
+    /// served (on a connection proven with it), a connection proven with the old key is
+    /// closed by the server within seconds of the key leaving its file (while idle, nothing
+    /// of a request read), and a client still on the old key is refused.
+    #[test]
+    fn a_retired_keys_connections_are_closed_and_its_holders_refused() {
+        use crate::auth::{client_blocking, test_ring as ring};
+        use std::io::Read;
+        let (server_file, client_file) = (KeyFile::new(&[1, 2]), KeyFile::new(&[1]));
+        let server_ring = server_file.ring();
+        let options = ServerOptions {
+            cluster_key: Some(Arc::clone(&server_ring)),
+            ..one_shard(&[], &[])
+        };
+        let (_server, addr) = serve(Arc::new(Echo), options);
+        let client_ring = client_file.ring();
+        let client = RpcClient::<TestInterface>::new(&addr, Timeouts::default());
+        let rotating = RemoteTest(client.with_cluster_key(Arc::clone(&client_ring)));
+        assert_eq!(rotating.service_ready().unwrap(), "test-1");
+        // A connection proven with key 1 that then stays idle.
+        let mut idle = std::net::TcpStream::connect(&addr).unwrap();
+        let role = <TestInterface as crate::rpc::Interface>::NAME;
+        client_blocking(&mut idle, &ring(1), role).unwrap();
+        // The client moves to key 2 first, then the server drops key 1.
+        client_file.list(&[2, 1]);
+        client_ring.expire_reload_check();
+        assert_eq!(rotating.service_ready().unwrap(), "test-1");
+        let retired_before = crate::auth::counters().retired_closed;
+        server_file.list(&[2]);
+        server_ring.expire_reload_check();
+        idle.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let started = std::time::Instant::now();
+        assert_eq!(idle.read(&mut [0u8; 1]).unwrap(), 0, "closed by the server");
+        assert!(started.elapsed() < std::time::Duration::from_secs(4));
+        assert!(crate::auth::counters().retired_closed > retired_before);
+        for _ in 0..3 {
+            assert_eq!(rotating.service_ready().unwrap(), "test-1");
+        }
+        let stale = RpcClient::<TestInterface>::new(&addr, Timeouts::default());
+        let stale = RemoteTest(stale.with_cluster_key(ring(1)));
+        assert_eq!(stale.service_ready(), Err(ErrorCode::AuthFailed));
     }
 
     /// Long polls held open by more clients than there are wait threads never delay a wait

@@ -388,6 +388,55 @@ fn a_data_port_open_to_other_hosts_without_a_key_is_counted() {
     open.shutdown();
 }
 
+/// A key rotation on a keyed data port: once key 1 leaves the server's file, a connection
+/// proven with it is closed while idle within seconds, an engine still on key 1 is refused
+/// (`AUTH_FAILED`), and one on key 2 reads as before.
+#[test]
+fn a_data_port_closes_the_connections_of_a_retired_key() {
+    use crate::auth::{client_blocking, test_ring as ring};
+    use std::io::Read;
+    let config = |local: &str, listener| EngineConfig {
+        local_name: local.into(),
+        listener,
+        resolver: Arc::new(DirectResolver),
+        memcpy_enabled: true,
+        rdma: None,
+    };
+    let file = crate::test_util::KeyFile::new(&[1, 2]);
+    let server_ring = file.ring();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let name = listener.local_addr().unwrap().to_string();
+    let server =
+        TransferEngine::with_cluster_key(config(&name, Some(listener)), Arc::clone(&server_ring))
+            .unwrap();
+    let mut segment = pattern(4096, 5);
+    register(&server, &mut segment, true);
+    let base = addr_of(&segment);
+    let old = TransferEngine::with_cluster_key(config("embedded:old", None), ring(1)).unwrap();
+    let mut back = vec![0u8; 4096];
+    one(&old, read_req(&mut back, &name, base)).unwrap();
+    let mut idle = std::net::TcpStream::connect(&name).unwrap();
+    client_blocking(&mut idle, &ring(1), crate::auth::ROLE_DATA).unwrap();
+    file.list(&[2]);
+    server_ring.expire_reload_check();
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(idle.read(&mut [0u8; 1]).unwrap(), 0, "closed by the server");
+    assert!(started.elapsed() < Duration::from_secs(4));
+    // The old engine's pooled connection was closed too: a new one proves key 1, refused.
+    assert_eq!(
+        one(&old, read_req(&mut back, &name, base)),
+        Err(ErrorCode::AuthFailed)
+    );
+    let new = TransferEngine::with_cluster_key(config("embedded:new", None), ring(2)).unwrap();
+    back.fill(0);
+    one(&new, read_req(&mut back, &name, base)).unwrap();
+    assert_eq!(back, pattern(4096, 5));
+    for engine in [server, old, new] {
+        engine.shutdown();
+    }
+}
+
 /// With a cluster key, the data port serves an engine that proves it and refuses one with
 /// another key (`AUTH_FAILED`) or none, without serving a byte of their requests.
 #[test]

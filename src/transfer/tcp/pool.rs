@@ -39,7 +39,7 @@
 
 use super::socket::{idle_connection_dead, set_abortive_close};
 use super::wire::{SessionHeader, Status, HEADER_LEN, STATUS_LEN};
-use crate::auth::{self, KeyRing};
+use crate::auth::{self, KeyId, KeyRing};
 use crate::error::ErrorCode;
 use crate::transfer::gather::Cursor;
 use crate::transfer::metrics::{bump, Metrics};
@@ -180,9 +180,13 @@ struct Run {
     stop: Option<Failure>,
 }
 
+/// A connection and the cluster key it proved (none without a key).
+type Proven = (TcpStream, Option<KeyId>);
+
 /// Idle connections per peer. Thread-safe; share by `Arc`.
 pub(crate) struct ConnectionPool {
-    idle: Mutex<HashMap<SocketAddr, Vec<TcpStream>>>,
+    /// Idle connections and the key each proved.
+    idle: Mutex<HashMap<SocketAddr, Vec<Proven>>>,
     closed: AtomicBool,
     settings: Settings,
     metrics: Arc<Metrics>,
@@ -227,7 +231,7 @@ impl ConnectionPool {
             } else {
                 self.checkout(peer)
             };
-            let (mut stream, reused) = match connection {
+            let ((mut stream, proven), reused) = match connection {
                 Ok(pair) => pair,
                 Err(failure) => {
                     fail_all(&mut results, rest, &failure, peer);
@@ -244,7 +248,7 @@ impl ConnectionPool {
             results.extend((0..completed).map(|_| Ok(())));
             fresh_only = false;
             let Some(stop) = stop else {
-                self.give_back(peer, stream);
+                self.give_back(peer, (stream, proven));
                 continue;
             };
             close_abortively(stream);
@@ -278,7 +282,7 @@ impl ConnectionPool {
     }
 
     /// Pools a connection whose requests all completed.
-    fn give_back(&self, peer: SocketAddr, stream: TcpStream) {
+    fn give_back(&self, peer: SocketAddr, stream: Proven) {
         let mut idle = self.idle.lock();
         // Checked under the lock, so nothing is pooled after `close` cleared the map.
         if !self.closed.load(Ordering::SeqCst) {
@@ -290,12 +294,18 @@ impl ConnectionPool {
     }
 
     /// An idle connection to `peer` that still looks usable (reused = true), or a new one.
-    /// Idle connections the peer closed are dropped on the way.
-    fn checkout(&self, peer: SocketAddr) -> Result<(TcpStream, bool), Failure> {
+    /// Idle connections the peer closed are dropped on the way, and those proven with a key
+    /// this process no longer connects with (a rotation: the peer closes them once that key
+    /// is retired).
+    fn checkout(&self, peer: SocketAddr) -> Result<(Proven, bool), Failure> {
         self.ensure_open()?;
-        while let Some(stream) = self.take_idle(peer) {
-            if !idle_connection_dead(stream.as_raw_fd()) {
-                return Ok((stream, true));
+        while let Some((stream, proven)) = self.take_idle(peer) {
+            let current = match (&self.cluster_key, &proven) {
+                (Some(key), Some(id)) => key.connects_with(id),
+                _ => true,
+            };
+            if current && !idle_connection_dead(stream.as_raw_fd()) {
+                return Ok(((stream, proven), true));
             }
             tracing::debug!("pooled connection to {peer} was closed by the peer; dropped");
         }
@@ -303,7 +313,7 @@ impl ConnectionPool {
     }
 
     /// The most recently pooled idle connection to `peer`, taken out of the pool.
-    fn take_idle(&self, peer: SocketAddr) -> Option<TcpStream> {
+    fn take_idle(&self, peer: SocketAddr) -> Option<Proven> {
         self.idle.lock().get_mut(&peer).and_then(Vec::pop)
     }
 
@@ -316,18 +326,22 @@ impl ConnectionPool {
         Ok(())
     }
 
-    fn connect(&self, peer: SocketAddr) -> Result<TcpStream, Failure> {
+    fn connect(&self, peer: SocketAddr) -> Result<Proven, Failure> {
         self.ensure_open()?;
         let timeout = self.settings.io_timeout;
         let mut stream = TcpStream::connect_timeout(&peer, timeout)?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
-        if let Some(key) = &self.cluster_key {
-            auth::client_blocking(&mut stream, key, auth::ROLE_DATA).map_err(|_| Failure::Auth)?;
-        }
+        let proven = match &self.cluster_key {
+            Some(key) => Some(
+                auth::client_blocking(&mut stream, key, auth::ROLE_DATA)
+                    .map_err(|_| Failure::Auth)?,
+            ),
+            None => None,
+        };
         bump(&self.metrics.connections_opened);
-        Ok(stream)
+        Ok((stream, proven))
     }
 }
 

@@ -49,7 +49,7 @@
 use super::control::{self, is_notify, is_segment_query, Inbox};
 use super::socket::{recv_into, send_parts, set_abortive_close, RawPart};
 use super::wire::{is_rdma_connect, Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
-use crate::auth::{self, KeyRing};
+use crate::auth::{self, Admission, KeyRing, Waited};
 use crate::error::{fail, ErrorCode, Result};
 use crate::transfer::gather::Cursor;
 use crate::transfer::metrics::{add, bump, Metrics};
@@ -278,20 +278,21 @@ fn refuse_connection(stream: TcpStream, peer: SocketAddr, metrics: &Metrics) {
 /// its deadline (closed abortively).
 async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, slot: Slot) {
     let context = &*slot.context;
+    let mut admission = None;
     if let Some(key) = &context.cluster_key {
-        if auth::server_async(&mut stream, key, auth::ROLE_DATA, Some(peer.ip()))
-            .await
-            .is_err()
-        {
-            if let Err(e) = set_abortive_close(stream.as_raw_fd()) {
-                tracing::debug!(%peer, "cannot make the close abortive: {e}");
+        match auth::server_async(&mut stream, key, auth::ROLE_DATA, Some(peer.ip())).await {
+            Ok(id) => admission = Some(Admission::new(Arc::clone(key), id, auth::ROLE_DATA)),
+            Err(_) => {
+                if let Err(e) = set_abortive_close(stream.as_raw_fd()) {
+                    tracing::debug!(%peer, "cannot make the close abortive: {e}");
+                }
+                return;
             }
-            return;
         }
     }
     let mut conn = BufReader::with_capacity(READ_AHEAD, stream);
-    match serve_requests(&mut conn, context).await {
-        Stop::Closed => return,
+    match serve_requests(&mut conn, context, admission.as_mut()).await {
+        Stop::Closed | Stop::Retired => return,
         Stop::Idle => {
             bump(&context.metrics.idle_closed);
             tracing::debug!(%peer, "idle transfer connection closed");
@@ -317,6 +318,9 @@ async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, slot: Slot) {
 enum Stop {
     /// The peer closed it between requests.
     Closed,
+    /// The cluster key it was admitted with was retired (closed between requests, with
+    /// nothing of a next one read, as an idle close).
+    Retired,
     /// No request arrived within the idle timeout.
     Idle,
     /// A request was refused (and the peer told under v2).
@@ -336,11 +340,16 @@ impl From<io::Error> for Stop {
     }
 }
 
-/// Serves requests in order until one ends the connection.
-async fn serve_requests(conn: &mut BufReader<TcpStream>, context: &ServeContext) -> Stop {
+/// Serves requests in order until one ends the connection (or its key is retired).
+async fn serve_requests(
+    conn: &mut BufReader<TcpStream>,
+    context: &ServeContext,
+    mut admission: Option<&mut Admission>,
+) -> Stop {
     loop {
+        let admission = admission.as_deref_mut();
         let served = async {
-            let (raw, deadline) = next_header(conn, context).await?;
+            let (raw, deadline) = next_header(conn, context, admission).await?;
             if is_rdma_connect(&raw) {
                 return Err(serve_rdma_handshake(conn, context, deadline).await);
             }
@@ -474,15 +483,22 @@ async fn before<T>(
     }
 }
 
-/// Waits up to the idle timeout for the next request's first byte ([`Stop::Idle`]), then
-/// reads its 24-byte header by the deadline it starts (first byte + I/O timeout), which is
+/// Waits up to the idle timeout for the next request's first byte ([`Stop::Idle`]; with a
+/// cluster key, [`Stop::Retired`] once the connection's key is retired and nothing of a
+/// next request was read), then reads its 24-byte header by the deadline it starts (first byte + I/O timeout), which is
 /// returned with it.
 async fn next_header(
     conn: &mut BufReader<TcpStream>,
     context: &ServeContext,
+    mut admission: Option<&mut Admission>,
 ) -> std::result::Result<([u8; HEADER_LEN], Instant), Stop> {
-    let Ok(filled) = tokio::time::timeout(context.idle_timeout, conn.fill_buf()).await else {
-        return Err(Stop::Idle);
+    if conn.buffer().is_empty() && admission.as_deref_mut().is_some_and(Admission::retired) {
+        return Err(Stop::Retired);
+    }
+    let filled = match auth::wait_admitted(conn.fill_buf(), context.idle_timeout, admission).await {
+        Waited::Ready(filled) => filled,
+        Waited::Idle => return Err(Stop::Idle),
+        Waited::Retired => return Err(Stop::Retired),
     };
     if filled?.is_empty() {
         return Err(Stop::Closed);
