@@ -22,7 +22,7 @@ CLIENT = textwrap.dedent(
     if form == "dict":
         config = {"local_hostname": "localhost", "metadata_server": "P2PHANDSHAKE",
                   "global_segment_size": 16 << 20, "local_buffer_size": 16 << 20,
-                  "protocol": "tcp", "master_server_address": master}
+                  "protocol": "tcp", "master_server_addr": master}
         if key:
             config["cluster_key_file"] = key
         rc = store.setup(config)
@@ -93,5 +93,5 @@ def keyed_master():
 def test_a_keyed_master_serves_only_stores_with_its_key(keyed_master, form):
     address, ours, other = keyed_master
     assert run_client(address, ours, form) == "OK"
-    assert run_client(address, other, form).startswith("SETUP")
+    assert run_client(address, other, form) == "SETUP -9007"  # AUTH_FAILED
     assert run_client(address, None, form).startswith("SETUP")
