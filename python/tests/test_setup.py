@@ -270,9 +270,11 @@ def test_client_http_server_answers_upstreams_routes(fresh, master):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
         assert r.read() == b'{"status":"healthy","code":0}'
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        samples = dict(line.split(" ") for line in r.read().decode().splitlines())
+        lines = r.read().decode().splitlines()
+    samples = dict(line.rsplit(" ", 1) for line in lines if not line.startswith("#"))
     assert samples["mooncake_client_objects_written"] == "0"
     assert samples["mooncake_client_location_cache_enabled"] == "1"
+    assert 'mooncake_auth_handshakes_total{result="no_handshake"}' in samples
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics/summary", timeout=5) as r:
         assert b"objects written: 0" in r.read()
     fresh.close()

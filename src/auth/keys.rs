@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -153,6 +154,11 @@ struct Loaded {
 pub struct KeyRing {
     path: Option<PathBuf>,
     loaded: Mutex<Loaded>,
+    /// The primary key's id (as a `u64`), for [`KeyRing::connects_with`] without the lock.
+    primary: AtomicU64,
+    /// When the file is next looked at, in nanoseconds after `born` (lock-free check).
+    next_look_ns: AtomicU64,
+    born: Instant,
 }
 
 impl KeyRing {
@@ -164,25 +170,32 @@ impl KeyRing {
         let before = stamp(path);
         let keys = read_keys(path)?;
         warn_if_exposed(path);
-        Ok(Arc::new(KeyRing {
-            path: Some(path.to_path_buf()),
-            loaded: Mutex::new(Loaded {
-                keys: Arc::new(keys),
-                stamp: before,
-                checked: Instant::now(),
-            }),
-        }))
+        Ok(KeyRing::new(Some(path.to_path_buf()), keys, before))
     }
 
     /// A ring of fixed keys, with no file behind it (tests and tools).
     pub fn fixed(keys: Keys) -> Arc<KeyRing> {
+        KeyRing::new(None, keys, None)
+    }
+
+    fn new(path: Option<PathBuf>, keys: Keys, stamp: Option<FileStamp>) -> Arc<KeyRing> {
+        let born = Instant::now();
+        let primary = AtomicU64::new(u64::from_ne_bytes(keys.primary().id));
+        let next_look = if path.is_some() {
+            RELOAD_CHECK
+        } else {
+            Duration::MAX
+        };
         Arc::new(KeyRing {
-            path: None,
+            path,
             loaded: Mutex::new(Loaded {
                 keys: Arc::new(keys),
-                stamp: None,
-                checked: Instant::now(),
+                stamp,
+                checked: born,
             }),
+            primary,
+            next_look_ns: AtomicU64::new(saturating_ns(next_look)),
+            born,
         })
     }
 
@@ -197,11 +210,16 @@ impl KeyRing {
             return loaded.keys.clone();
         }
         loaded.checked = Instant::now();
+        let next_look = loaded.checked.duration_since(self.born) + RELOAD_CHECK;
+        self.next_look_ns
+            .store(saturating_ns(next_look), Ordering::Relaxed);
         let now = stamp(path);
         if now.is_some() && now != loaded.stamp {
             match read_keys(path) {
                 Ok(keys) => {
                     tracing::info!(path = %path.display(), "cluster key file changed: {} key(s) in force", keys.0.len());
+                    self.primary
+                        .store(u64::from_ne_bytes(keys.primary().id), Ordering::Relaxed);
                     loaded.keys = Arc::new(keys);
                     loaded.stamp = now;
                 }
@@ -217,15 +235,21 @@ impl KeyRing {
 
 impl KeyRing {
     /// Whether `id` is the key this process connects with now (a pooled connection proven
-    /// with another is not reused: see [`super::admission`]).
+    /// with another is not reused: see [`super::admission`]). Lock-free but once a second,
+    /// when the file is due for a look.
     pub fn connects_with(&self, id: &[u8; 8]) -> bool {
-        self.keys().primary().id == *id
+        let now = saturating_ns(self.born.elapsed());
+        if now >= self.next_look_ns.load(Ordering::Relaxed) {
+            self.keys();
+        }
+        self.primary.load(Ordering::Relaxed) == u64::from_ne_bytes(*id)
     }
 
     /// Makes the next [`KeyRing::keys`] look at the file at once (tests).
     #[cfg(test)]
     pub(crate) fn expire_reload_check(&self) {
         self.loaded.lock().checked -= RELOAD_CHECK;
+        self.next_look_ns.store(0, Ordering::Relaxed);
     }
 }
 
@@ -233,6 +257,11 @@ impl std::fmt::Debug for KeyRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "KeyRing({:?})", self.path)
     }
+}
+
+/// `d` in nanoseconds, `u64::MAX` past it.
+fn saturating_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn read_keys(path: &Path) -> Result<Keys> {

@@ -138,7 +138,15 @@ pub fn refused(reason: Refusal, role: &str, peer: Option<IpAddr>) {
 /// Whether a refusal of `peer` at `now` is to be logged (records it when so).
 fn should_log(peer: Option<IpAddr>, now: Instant) -> bool {
     let mut logged = LOGGED.lock();
-    let logged = logged.get_or_insert_with(HashMap::new);
+    should_log_in(logged.get_or_insert_with(HashMap::new), peer, now)
+}
+
+/// [`should_log`] with the map of when each peer was last logged.
+fn should_log_in(
+    logged: &mut HashMap<Option<IpAddr>, Instant>,
+    peer: Option<IpAddr>,
+    now: Instant,
+) -> bool {
     if logged
         .get(&peer)
         .is_some_and(|at| now.duration_since(*at) < LOG_EVERY)
@@ -163,15 +171,14 @@ mod tests {
     fn a_peer_is_logged_once_a_minute() {
         let peer: IpAddr = "192.0.2.77".parse().unwrap();
         let now = Instant::now();
-        assert!(should_log(Some(peer), now));
-        assert!(!should_log(Some(peer), now + Duration::from_secs(30)));
-        assert!(should_log(
-            Some(peer),
-            now + LOG_EVERY + Duration::from_secs(1)
-        ));
+        let mut logged = HashMap::new();
+        let mut log = |peer, at| should_log_in(&mut logged, peer, at);
+        assert!(log(Some(peer), now));
+        assert!(!log(Some(peer), now + Duration::from_secs(30)));
+        assert!(log(Some(peer), now + LOG_EVERY + Duration::from_secs(1)));
         // Unix-socket peers (no address) share one entry: logged once a minute too.
-        assert!(should_log(None, now));
-        assert!(!should_log(None, now + Duration::from_secs(30)));
+        assert!(log(None, now));
+        assert!(!log(None, now + Duration::from_secs(30)));
         let before = counters();
         refused(Refusal::BadProof, "test", Some(peer));
         let after = counters();

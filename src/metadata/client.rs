@@ -475,6 +475,21 @@ mod tests {
         let mut answer = Vec::new();
         let _ = raw.read_to_end(&mut answer);
         assert!(answer.is_empty(), "{:?}", String::from_utf8_lossy(&answer));
+        // Behind the key a connection carries one request (keep-alive or not), so a key
+        // retired later opens nothing more on it.
+        let mut keyed = std::net::TcpStream::connect(server.local_addr()).unwrap();
+        keyed
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        auth::client_blocking(&mut keyed, &test_ring(7), role).unwrap();
+        let get =
+            b"GET /metadata?key=mooncake%2Fram%2Fseg HTTP/1.1\r\nConnection: keep-alive\r\n\r\n";
+        keyed.write_all(get).unwrap();
+        let mut answer = Vec::new();
+        keyed.read_to_end(&mut answer).unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("Connection: close"), "{answer}");
 
         assert!(store.get("mooncake/ram/seg").is_some());
         assert!(store.get("mooncake/ram/evil").is_none());

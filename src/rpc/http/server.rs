@@ -111,20 +111,25 @@ async fn admit<S: AsyncRead + AsyncWrite + Unpin>(
             return;
         }
     }
-    serve_connection(stream, peer, handler).await
+    // Behind the key a connection carries one request, so a key retired later opens nothing
+    // more (our clients send `Connection: close` anyway).
+    serve_connection(stream, peer, handler, door.is_some()).await
 }
 
 async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
     peer: SocketAddr,
     handler: HttpHandler,
+    one_request: bool,
 ) {
     let (reader, mut writer) = tokio::io::split(stream);
     let mut reader = BufReader::new(reader);
     loop {
         let (response, keep_alive) =
             match tokio::time::timeout(IDLE_TIMEOUT, read_request(&mut reader)).await {
-                Ok(Ok(Incoming::Request(request, keep_alive))) => (handler(&request), keep_alive),
+                Ok(Ok(Incoming::Request(request, keep_alive))) => {
+                    (handler(&request), keep_alive && !one_request)
+                }
                 Ok(Ok(Incoming::Reject(response))) => (response, false),
                 Ok(Ok(Incoming::Closed)) | Err(_) => break,
                 Ok(Err(err)) => {

@@ -304,10 +304,15 @@ impl ConnectionPool {
                 (Some(key), Some(id)) => key.connects_with(id),
                 _ => true,
             };
-            if current && !idle_connection_dead(stream.as_raw_fd()) {
+            if !current {
+                tracing::debug!(
+                    "pooled connection to {peer} proved a key no longer in use; dropped"
+                );
+            } else if idle_connection_dead(stream.as_raw_fd()) {
+                tracing::debug!("pooled connection to {peer} was closed by the peer; dropped");
+            } else {
                 return Ok(((stream, proven), true));
             }
-            tracing::debug!("pooled connection to {peer} was closed by the peer; dropped");
         }
         Ok((self.connect(peer)?, false))
     }
