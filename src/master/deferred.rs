@@ -2,16 +2,21 @@
 //! lease still running, or an abandoned writer that may still be writing) and are dropped
 //! when their time comes.
 //!
-//! Thread-safety: one `parking_lot::Mutex`, a leaf lock; due allocations are dropped after it
-//! is released.
+//! Thread-safety: the queue is split in [`STRIPES`] stripes, each behind its own
+//! `parking_lot::Mutex` (a leaf lock) on a cache line of its own; a thread always queues into
+//! the same stripe, so removals on different threads neither wait for one lock nor share its
+//! line. Due allocations are dropped after the stripe's lock is released.
 
 use super::disk_tiers::DiskHold;
 use super::replicas::Range;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// Stripes of the queue (threads are spread over them round robin).
+const STRIPES: usize = 16;
 
 /// What one group holds (never read: dropping it releases the ranges, or the disk record).
 enum Held {
@@ -22,11 +27,31 @@ enum Held {
 /// Groups of held things keyed by (deadline, sequence number).
 type Queue = BTreeMap<(Instant, u64), Held>;
 
+/// One stripe: its queue and the sequence numbers that keep equal deadlines apart.
+#[derive(Default)]
+struct Stripe {
+    seq: u64,
+    queue: Queue,
+}
+
+/// A stripe alone on its cache lines.
+#[derive(Default)]
+#[repr(align(128))]
+struct Padded(Mutex<Stripe>);
+
 /// Allocations held until a deadline.
 #[derive(Default)]
 pub(crate) struct DeferredFrees {
-    seq: AtomicU64,
-    queue: Mutex<Queue>,
+    stripes: [Padded; STRIPES],
+}
+
+/// The stripe this thread queues into.
+fn this_threads_stripe() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+    }
+    STRIPE.try_with(|stripe| *stripe).unwrap_or(0)
 }
 
 impl DeferredFrees {
@@ -52,22 +77,70 @@ impl DeferredFrees {
     }
 
     fn queue(&self, due: Instant, held: Held) {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        self.queue.lock().insert((due, seq), held);
+        let mut stripe = self.stripes[this_threads_stripe()].0.lock();
+        stripe.seq += 1;
+        let seq = stripe.seq;
+        stripe.queue.insert((due, seq), held);
     }
 
     /// Drops every group whose deadline is at or before `now`; returns how many groups.
     pub(crate) fn release_due(&self, now: Instant) -> usize {
-        let due = {
-            let mut queue = self.queue.lock();
-            let later = queue.split_off(&(now, u64::MAX));
-            std::mem::replace(&mut *queue, later)
-        };
-        due.len()
+        let mut released = 0;
+        for stripe in &self.stripes {
+            let due = {
+                let mut stripe = stripe.0.lock();
+                let later = stripe.queue.split_off(&(now, u64::MAX));
+                std::mem::replace(&mut stripe.queue, later)
+            };
+            released += due.len();
+        }
+        released
     }
 
     /// Groups waiting.
     pub(crate) fn len(&self) -> usize {
-        self.queue.lock().len()
+        self.stripes.iter().map(|s| s.0.lock().queue.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::OffsetAllocator;
+    use std::time::Duration;
+
+    /// Ranges held from several threads (several stripes) come back to their allocator
+    /// exactly when their deadline passes, each once, and are counted while they wait.
+    #[test]
+    fn ranges_held_from_many_threads_are_freed_when_due_and_not_before() {
+        let allocator = OffsetAllocator::new(64 * 1024);
+        let deferred = DeferredFrees::default();
+        let now = Instant::now();
+        let (soon, later) = (now + Duration::from_secs(1), now + Duration::from_secs(2));
+        std::thread::scope(|scope| {
+            for t in 0..2 * STRIPES {
+                let (allocator, deferred) = (&allocator, &deferred);
+                scope.spawn(move || {
+                    let due = if t % 2 == 0 { soon } else { later };
+                    let range = Range::Owned(allocator.allocate(64).unwrap());
+                    deferred.hold_until(due, now, vec![range]);
+                });
+            }
+        });
+        assert_eq!(deferred.len(), 2 * STRIPES);
+        assert_eq!(allocator.used(), 64 * 2 * STRIPES as u64);
+        assert_eq!(deferred.release_due(now), 0);
+        assert_eq!(deferred.release_due(soon), STRIPES);
+        assert_eq!(allocator.used(), 64 * STRIPES as u64);
+        assert_eq!(deferred.len(), STRIPES);
+        assert_eq!(deferred.release_due(later), STRIPES);
+        assert_eq!((allocator.used(), deferred.len()), (0, 0));
+        // A deadline already passed frees at once.
+        deferred.hold_until(
+            now,
+            now,
+            vec![Range::Owned(allocator.allocate(64).unwrap())],
+        );
+        assert_eq!((allocator.used(), deferred.len()), (0, 0));
     }
 }
