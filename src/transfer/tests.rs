@@ -371,19 +371,25 @@ fn connection_failures_invalidate_the_segment_address_refusals_do_not() {
     assert_eq!(resolver.invalidated.load(Ordering::SeqCst), 1);
 }
 
+/// An engine named `local` (serving on `listener`, if any) whose peers are named by their
+/// address (`DirectResolver`), without RDMA.
+fn direct_config(local: &str, listener: Option<TcpListener>) -> EngineConfig {
+    EngineConfig {
+        local_name: local.into(),
+        listener,
+        resolver: Arc::new(DirectResolver),
+        memcpy_enabled: true,
+        rdma: None,
+    }
+}
+
 /// A data port bound beyond loopback without a cluster key is warned about and counted
 /// (`open_listeners`, in `/metrics`); one with a key is not.
 #[test]
 fn a_data_port_open_to_other_hosts_without_a_key_is_counted() {
-    let config = |listener| EngineConfig {
-        local_name: "embedded:open".into(),
-        listener: Some(listener),
-        resolver: Arc::new(DirectResolver),
-        memcpy_enabled: true,
-        rdma: None,
-    };
     let before = crate::auth::counters().open_listeners;
-    let open = TransferEngine::new(config(TcpListener::bind("0.0.0.0:0").unwrap())).unwrap();
+    let listener = TcpListener::bind("0.0.0.0:0").unwrap();
+    let open = TransferEngine::new(direct_config("embedded:open", Some(listener))).unwrap();
     assert!(crate::auth::counters().open_listeners > before);
     open.shutdown();
 }
@@ -395,13 +401,7 @@ fn a_data_port_open_to_other_hosts_without_a_key_is_counted() {
 fn a_data_port_closes_the_connections_of_a_retired_key() {
     use crate::auth::{client_blocking, test_ring as ring};
     use std::io::Read;
-    let config = |local: &str, listener| EngineConfig {
-        local_name: local.into(),
-        listener,
-        resolver: Arc::new(DirectResolver),
-        memcpy_enabled: true,
-        rdma: None,
-    };
+    let config = direct_config;
     let file = crate::test_util::KeyFile::new(&[1, 2]);
     let server_ring = file.ring();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -444,13 +444,7 @@ fn a_data_port_closes_the_connections_of_a_retired_key() {
 #[test]
 fn a_keyed_data_port_serves_only_engines_that_prove_its_key() {
     use crate::auth::test_ring as ring;
-    let config = |local: &str, listener| EngineConfig {
-        local_name: local.into(),
-        listener,
-        resolver: Arc::new(DirectResolver),
-        memcpy_enabled: true,
-        rdma: None,
-    };
+    let config = direct_config;
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let name = listener.local_addr().unwrap().to_string();
     let server = TransferEngine::with_cluster_key(config(&name, Some(listener)), ring(1)).unwrap();
