@@ -146,32 +146,3 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
-
-/// A cluster key file in a directory of its own, rewritten by tests that rotate keys. Its
-/// keys are 32 bytes each, every byte equal (key `1` is `[1; 32]`, as `auth::test_ring(1)`).
-pub(crate) struct KeyFile {
-    _dir: TempDir,
-    path: std::path::PathBuf,
-}
-
-impl KeyFile {
-    /// A file listing `keys` (the first is the one its process connects with).
-    pub(crate) fn new(keys: &[u8]) -> KeyFile {
-        let dir = TempDir::new("key-file");
-        let path = dir.path().join("cluster.key");
-        let file = KeyFile { _dir: dir, path };
-        file.list(keys);
-        file
-    }
-
-    /// Rewrites the file to list `keys`.
-    pub(crate) fn list(&self, keys: &[u8]) {
-        let lines: Vec<String> = keys.iter().map(|b| format!("{b:02x}").repeat(32)).collect();
-        std::fs::write(&self.path, lines.join("\n") + "\n").expect("a key file");
-    }
-
-    /// A ring following the file.
-    pub(crate) fn ring(&self) -> std::sync::Arc<crate::auth::KeyRing> {
-        crate::auth::KeyRing::load(&self.path).expect("a key file")
-    }
-}

@@ -122,7 +122,7 @@ mod tests {
             .build()
             .unwrap();
         runtime.block_on(async {
-            let file = crate::test_util::KeyFile::new(&[1, 2]);
+            let file = crate::auth::KeyFile::new(&[1, 2]);
             let ring = file.ring();
             let old = keys(&[1]).primary().id;
             let mut admission = Admission::new(Arc::clone(&ring), old, "test");

@@ -47,3 +47,34 @@ pub use refusals::{counters, prometheus_text, AuthCounters};
 pub(crate) fn test_ring(byte: u8) -> std::sync::Arc<KeyRing> {
     KeyRing::fixed(Keys::from_keys(vec![Key::new(vec![byte; 32]).unwrap()]).unwrap())
 }
+
+/// A cluster key file in a directory of its own, rewritten by tests that rotate keys. Its
+/// keys are 32 bytes each, every byte equal (key `1` is `[1; 32]`, as `auth::test_ring(1)`).
+#[cfg(test)]
+pub(crate) struct KeyFile {
+    _dir: crate::test_util::TempDir,
+    path: std::path::PathBuf,
+}
+
+#[cfg(test)]
+impl KeyFile {
+    /// A file listing `keys` (the first is the one its process connects with).
+    pub(crate) fn new(keys: &[u8]) -> KeyFile {
+        let dir = crate::test_util::TempDir::new("key-file");
+        let path = dir.path().join("cluster.key");
+        let file = KeyFile { _dir: dir, path };
+        file.list(keys);
+        file
+    }
+
+    /// Rewrites the file to list `keys`.
+    pub(crate) fn list(&self, keys: &[u8]) {
+        let lines: Vec<String> = keys.iter().map(|b| format!("{b:02x}").repeat(32)).collect();
+        std::fs::write(&self.path, lines.join("\n") + "\n").expect("a key file");
+    }
+
+    /// A ring following the file.
+    pub(crate) fn ring(&self) -> std::sync::Arc<KeyRing> {
+        KeyRing::load(&self.path).expect("a key file")
+    }
+}

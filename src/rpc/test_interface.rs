@@ -34,10 +34,10 @@ rpc_interface! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::KeyFile;
     use crate::error::ErrorCode;
     use crate::rpc::server::ServerOptions;
     use crate::rpc::{RpcClient, RpcServer, Timeouts};
-    use crate::test_util::KeyFile;
     use std::net::SocketAddr;
     use std::sync::Arc;
 

@@ -402,7 +402,7 @@ fn a_data_port_closes_the_connections_of_a_retired_key() {
     use crate::auth::{client_blocking, test_ring as ring};
     use std::io::Read;
     let config = direct_config;
-    let file = crate::test_util::KeyFile::new(&[1, 2]);
+    let file = crate::auth::KeyFile::new(&[1, 2]);
     let server_ring = file.ring();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let name = listener.local_addr().unwrap().to_string();
