@@ -245,13 +245,20 @@ def serialize_tensor(tensor):
 
 
 def object_of_tensor(tensor):
-    """(``TensorObject`` of a full CPU tensor, owner): the object's data is a view of the
-    owner's memory (the tensor, or its contiguous copy), which must outlive it. ``ValueError``
-    for anything that is not a CPU tensor of a dtype upstream serialises with at most 8 dims."""
-    if not _is_tensor(tensor) or tensor.device.type != "cpu":
+    """(``TensorObject`` of a full tensor, owner): the object's data is a view of the owner's
+    memory (the tensor, its contiguous copy, or for a tensor on a device its copy in host
+    memory, as upstream's dummy client makes one), which must outlive it. ``ValueError`` for
+    anything that is not a tensor of a dtype upstream serialises with at most 8 dims, or one
+    whose bytes torch cannot bring to the host (a ``meta`` tensor has none)."""
+    if not _is_tensor(tensor):
         raise ValueError("unsupported tensor for Mooncake tensor serialization")
     torch = torch_module()
     owner = tensor.contiguous()
+    if owner.device.type != "cpu":
+        try:
+            owner = owner.detach().to("cpu")
+        except (RuntimeError, NotImplementedError) as e:
+            raise ValueError("unsupported tensor for Mooncake tensor serialization") from e
     code = _dtype_code(torch, owner.dtype)
     if code is None or owner.dim() > MAX_DIMS:
         raise ValueError("unsupported tensor for Mooncake tensor serialization")
@@ -309,21 +316,50 @@ def write_object(store, key, obj, config, upsert):
     return write_parts(store, key, header_bytes(obj.header), obj.data, config, upsert)
 
 
+def _address(data, held):
+    """The address of bytes-like ``data`` (read in place when writable, else copied into a
+    ctypes buffer), kept valid by what is appended to ``held``."""
+    try:
+        array = (ctypes.c_char * len(data)).from_buffer(data)
+    except TypeError:
+        array = ctypes.create_string_buffer(bytes(data), len(data))
+    held.append(array)
+    return ctypes.addressof(array)
+
+
+def write_batch(store, keys, objects, config, upsert):
+    """Stores each ``(header bytes, data)`` of ``objects`` under its key of ``keys`` with one
+    batch call (``batch_put_from_multi_buffers``, or its upsert form): one master round trip
+    for the batch, the data read in place. Per key 0 or a negative code (every key
+    INVALID_PARAMS when the store gives no per-key answer: not set up)."""
+    held, pointers, sizes = [], [], []
+    for header, data in objects:
+        parts = (header, data) if len(data) else (header,)
+        pointers.append([_address(part, held) for part in parts])
+        sizes.append([len(part) for part in parts])
+    write = store._batch_upsert_from_multi_buffers if upsert else store.batch_put_from_multi_buffers
+    codes = write(keys, pointers, sizes, config=config)
+    del held
+    return codes if len(codes) == len(keys) else [INVALID_PARAMS] * len(keys)
+
+
 def write_all_shards(store, obj, count, split_dim, name, config, upsert):
     """Splits the full tensor ``obj`` into ``count`` uniform shards along ``split_dim`` and
-    stores each: ``name(rank, local_shape)`` gives its (key, layout axes). INVALID_PARAMS, with
-    nothing stored, when the split is not possible; else the first failing write's code (the
-    shards before it stay, as upstream's)."""
+    stores them with one batch write: ``name(rank, local_shape)`` gives each its (key, layout
+    axes). INVALID_PARAMS, with nothing stored, when the split is not possible; else 0 or the
+    code of the first shard that failed (the others are stored, as upstream's batch)."""
     if slice_shard(obj, split_dim, 0, count) is None:
         return INVALID_PARAMS
+    if config is not None and config.group_ids is not None and len(config.group_ids) == 1:
+        config = with_groups(config, config.group_ids * count)  # every shard in the key's group
+    keys, objects = [], []
     for rank in range(count):
         local, data = slice_shard(obj, split_dim, rank, count)
         key, axes = name(rank, local)
-        header = pack_header(obj.header.dtype, obj.header.global_shape, local, LAYOUT_SHARD, axes)
-        rc = write_parts(store, key, header, data, config, upsert)
-        if rc != 0:
-            return rc
-    return 0
+        keys.append(key)
+        objects.append((pack_header(obj.header.dtype, obj.header.global_shape, local,
+                                    LAYOUT_SHARD, axes), data))
+    return next((rc for rc in write_batch(store, keys, objects, config, upsert) if rc != 0), 0)
 
 
 def _write(store, key, tensor, config, upsert):
@@ -370,14 +406,51 @@ def per_key_configs(config, n):
         return [config] * n
     if len(groups) != n:
         return None
-    configs = []
-    for group in groups:
-        single = store_module().ReplicateConfig()
-        for name in _CONFIG_FIELDS:
-            setattr(single, name, getattr(config, name))
-        single.group_ids = [group]
-        configs.append(single)
-    return configs
+    return [with_groups(config, [group]) for group in groups]
+
+
+def with_groups(config, groups):
+    """A copy of ``config`` whose group ids are ``groups``."""
+    copy = store_module().ReplicateConfig()
+    for name in _CONFIG_FIELDS:
+        setattr(copy, name, getattr(config, name))
+    copy.group_ids = groups
+    return copy
+
+
+def write_tensors(store, keys, tensors, config, upsert):
+    """Stores each tensor of ``tensors`` under its key with one batch write: per key 0 or a
+    negative code, INVALID_PARAMS for a tensor that cannot be serialised (the others are
+    written), every key INVALID_PARAMS when the lists differ in length or the config's group
+    ids are not one per key."""
+    n = len(keys)
+    if len(tensors) != n or per_key_configs(config, n) is None:
+        return [INVALID_PARAMS] * n
+    chosen, objects, owners = [], [], []
+    for i, tensor in enumerate(tensors):
+        try:
+            obj, owner = object_of_tensor(tensor)
+        except ValueError:
+            continue
+        chosen.append(i)
+        objects.append((header_bytes(obj.header), obj.data))
+        owners.append(owner)
+    if not chosen:
+        return [INVALID_PARAMS] * n
+    if config is not None and config.group_ids is not None and len(chosen) < n:
+        config = with_groups(config, [config.group_ids[i] for i in chosen])
+    written = write_batch(store, [keys[i] for i in chosen], objects, config, upsert)
+    del owners
+    return scattered(n, chosen, written)
+
+
+def scattered(n, chosen, written):
+    """``n`` codes: ``written[j]`` for key ``chosen[j]``, INVALID_PARAMS for the keys not
+    chosen."""
+    codes = [INVALID_PARAMS] * n
+    for i, rc in zip(chosen, written):
+        codes[i] = rc
+    return codes
 
 
 def batch_with_config(keys, values, config, one):
@@ -398,11 +471,11 @@ def upsert_tensor(store, key, tensor):
 
 
 def batch_put_tensor(store, keys, tensors_list):
-    return batch(keys, tensors_list, lambda k, t: put_tensor(store, k, t))
+    return write_tensors(store, keys, tensors_list, None, False)
 
 
 def batch_upsert_tensor(store, keys, tensors_list):
-    return batch(keys, tensors_list, lambda k, t: upsert_tensor(store, k, t))
+    return write_tensors(store, keys, tensors_list, None, True)
 
 
 def pub_tensor(store, key, tensor, config=None):
@@ -415,14 +488,19 @@ def upsert_pub_tensor(store, key, tensor, config=None):
     return _write(store, key, tensor, config, True) if check_publish(config) else INVALID_PARAMS
 
 
+def _batch_pub(store, keys, tensors_list, config, upsert):
+    config = config or store_module().ReplicateConfig()
+    if not check_publish(config):
+        return [INVALID_PARAMS] * len(keys)
+    return write_tensors(store, keys, tensors_list, config, upsert)
+
+
 def batch_pub_tensor(store, keys, tensors_list, config=None):
-    return batch_with_config(keys, tensors_list, config,
-                             lambda k, t, c: pub_tensor(store, k, t, c))
+    return _batch_pub(store, keys, tensors_list, config, False)
 
 
 def batch_upsert_pub_tensor(store, keys, tensors_list, config=None):
-    return batch_with_config(keys, tensors_list, config,
-                             lambda k, t, c: upsert_pub_tensor(store, k, t, c))
+    return _batch_pub(store, keys, tensors_list, config, True)
 
 
 def get_tensor(store, key):
@@ -460,16 +538,27 @@ def upsert_tensor_from(store, key, buffer_ptr, size):
     return store.upsert_from(key, buffer_ptr, size)
 
 
-def batch_put_tensor_from(store, keys, buffer_ptrs, sizes):
+def _batch_from(store, keys, buffer_ptrs, sizes, upsert):
+    """The buffers holding valid tensor objects stored with one batch write (zero-copy),
+    INVALID_PARAMS for the others; every key INVALID_PARAMS when the lists differ in length."""
     if not same_lengths(keys, buffer_ptrs, sizes):
         return [INVALID_PARAMS] * len(keys)
-    return [put_tensor_from(store, k, p, s) for k, p, s in zip(keys, buffer_ptrs, sizes)]
+    chosen = [i for i, (p, s) in enumerate(zip(buffer_ptrs, sizes))
+              if object_of_buffer(p, s) is not None]
+    if not chosen:
+        return [INVALID_PARAMS] * len(keys)
+    write = store.batch_upsert_from if upsert else store.batch_put_from
+    written = write([keys[i] for i in chosen], [buffer_ptrs[i] for i in chosen],
+                    [sizes[i] for i in chosen])
+    return scattered(len(keys), chosen, written)
+
+
+def batch_put_tensor_from(store, keys, buffer_ptrs, sizes):
+    return _batch_from(store, keys, buffer_ptrs, sizes, False)
 
 
 def batch_upsert_tensor_from(store, keys, buffer_ptrs, sizes):
-    if not same_lengths(keys, buffer_ptrs, sizes):
-        return [INVALID_PARAMS] * len(keys)
-    return [upsert_tensor_from(store, k, p, s) for k, p, s in zip(keys, buffer_ptrs, sizes)]
+    return _batch_from(store, keys, buffer_ptrs, sizes, True)
 
 
 def batch_get_tensor_into_cuda(store, keys, tensors_list):

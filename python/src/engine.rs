@@ -218,8 +218,9 @@ impl PyTransferEngine {
         }
     }
 
-    /// Starts the engine: `metadata_server` is `P2PHANDSHAKE` or `http://host:port/metadata`
-    /// (a bare `host:port` means etcd, not served here); `protocol` `"tcp"` or `"rdma"`.
+    /// Starts the engine: `metadata_server` is `P2PHANDSHAKE`, `http://host:port/metadata`,
+    /// or etcd (`etcd://host:port[,host:port]`, or a bare `host:port` as upstream's default);
+    /// `protocol` `"tcp"` or `"rdma"`.
     /// 0 or -1.
     fn initialize(
         &self,

@@ -92,6 +92,21 @@ impl Store {
         })
     }
 
+    /// A multi-buffer batch write (key `i`'s object is the concatenation of its buffers):
+    /// per key 0 or a negative code; `[]` when not set up (upstream's quirk).
+    fn write_multi(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        all_buffer_ptrs: &[Vec<U64>],
+        all_sizes: &[Vec<U64>],
+        config: Option<PyReplicateConfig>,
+        mode: WriteMode,
+    ) -> Vec<i64> {
+        let bufs = multi(all_buffer_ptrs, all_sizes, keys.len());
+        self.write_from(py, keys, bufs, config.as_ref(), mode, Vec::new())
+    }
+
     /// One zero-copy write; size 0 stores nothing and returns 0.
     fn write_one(
         &self,
@@ -266,8 +281,36 @@ impl Store {
         all_sizes: Vec<Vec<U64>>,
         config: Option<PyReplicateConfig>,
     ) -> Vec<i64> {
-        let bufs = multi(&all_buffer_ptrs, &all_sizes, keys.len());
-        self.write_from(py, keys, bufs, config.as_ref(), WriteMode::Put, Vec::new())
+        self.write_multi(
+            py,
+            keys,
+            &all_buffer_ptrs,
+            &all_sizes,
+            config,
+            WriteMode::Put,
+        )
+    }
+
+    /// `batch_put_from_multi_buffers` that overwrites (upstream's C++ client has it, its
+    /// Python module does not bind it: private, for the batch tensor writers of
+    /// `mooncake._tensor`). Per key 0 / negative; `[]` when not set up.
+    #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, config = None))]
+    fn _batch_upsert_from_multi_buffers(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        all_buffer_ptrs: Vec<Vec<U64>>,
+        all_sizes: Vec<Vec<U64>>,
+        config: Option<PyReplicateConfig>,
+    ) -> Vec<i64> {
+        self.write_multi(
+            py,
+            keys,
+            &all_buffer_ptrs,
+            &all_sizes,
+            config,
+            WriteMode::Upsert,
+        )
     }
 
     /// Reads `key` into `[buffer_ptr, +size)`: the object size, or -600 (buffer smaller than
