@@ -107,6 +107,48 @@ fn upstream_launch_line_with_the_http_metadata_server_serves_and_exits_0() {
     clean_exit(master);
 }
 
+/// Upstream's flags of features this master lacks: at their off values (as upstream's scripts
+/// often spell them out) the master starts and serves, knobs are named in a warning; a feature
+/// turned on stops it with exit code 2 and a message naming what is missing.
+#[test]
+fn upstream_flags_of_missing_features_are_accepted_off_and_refused_on() {
+    let (master, rpc) = master_on_free_ports(&[
+        "--enable_snapshot=false",
+        "--enable_kv_events=false",
+        "--kv_events_queue_capacity=65536",
+        "--dynamic_replication_mode=off",
+        "--enable_metadata_cleanup_on_timeout=false",
+        "--max_total_pending_tasks=10000",
+        "--enable_disk_eviction=true",
+    ]);
+    assert_serves(rpc);
+    let stderr = clean_exit(master);
+    for knob in [
+        "--kv_events_queue_capacity=65536",
+        "--max_total_pending_tasks=10000",
+    ] {
+        assert!(
+            stderr.contains(&format!(
+                "{knob} (an upstream Mooncake flag) has no effect here"
+            )),
+            "no warning for {knob}:\n{stderr}"
+        );
+    }
+    for (flag, says) in [
+        ("--enable_snapshot=true", "snapshots are not built"),
+        (
+            "--config_path=/etc/mooncake/master.yaml",
+            "config file is not read",
+        ),
+        ("--enable_kv_events", "KV-event publisher is not built"),
+    ] {
+        let out = Command::new(MASTER).arg(flag).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(stderr.contains(says), "{flag}: {stderr}");
+    }
+}
+
 #[test]
 fn v_1_writes_debug_lines_to_stderr() {
     let (master, _) = master_on_free_ports(&["--v=1", "--logtostderr"]);

@@ -555,6 +555,8 @@ fn start_member(
 
 impl Program for Flags {
     const NAME: &'static str = "mooncake_master";
+    const UPSTREAM_ONLY: &'static [super::upstream_only::UpstreamFlag] =
+        super::upstream_only::MASTER_FLAGS;
 
     fn glog(&self) -> &GlogFlags {
         &self.glog

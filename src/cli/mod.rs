@@ -7,6 +7,7 @@ mod client;
 mod glog;
 mod master;
 mod metadata_server;
+mod upstream_only;
 
 use crate::metadata::{metadata_handler, MetadataStore};
 use crate::rpc::HttpServer;
@@ -64,6 +65,10 @@ where
 trait Program: Parser + std::fmt::Debug {
     const NAME: &'static str;
 
+    /// Upstream flags of features this program does not have, taken out before clap parses
+    /// the rest ([`upstream_only`]).
+    const UPSTREAM_ONLY: &'static [upstream_only::UpstreamFlag] = &[];
+
     /// The glog logging flags among the program's flags.
     fn glog(&self) -> &glog::GlogFlags;
 
@@ -82,6 +87,13 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    let (args, ignored) = match upstream_only::take(args, P::UPSTREAM_ONLY) {
+        Ok(taken) => taken,
+        Err(message) => {
+            eprintln!("{}: {message}", P::NAME);
+            return 2;
+        }
+    };
     let flags = match P::try_parse_from(args) {
         Ok(flags) => flags,
         Err(e) => {
@@ -96,6 +108,7 @@ where
     // Before any thread starts, so every thread inherits the mask.
     crate::process::hold_termination_signals();
     flags.glog().init_logging(P::NAME);
+    upstream_only::warn_ignored(P::NAME, &ignored);
     tracing::debug!(?flags, "{} flags", P::NAME);
     match flags.run() {
         Ok(()) => 0,
