@@ -20,7 +20,8 @@ use mooncake_rs::ffi::store_c::*;
 use mooncake_rs::ffi::store_get::*;
 use mooncake_rs::ffi::store_put::*;
 use mooncake_rs::ffi::store_session::*;
-use mooncake_rs::transfer::PathStats;
+use mooncake_rs::transfer::{PathStats, TransferOp};
+use mooncake_rs::transfer_api::{EndpointConfig, TransferEndpoint, TransferPart};
 use mooncake_rs::types::ReplicateConfig;
 use std::ffi::{c_void, CString};
 use std::path::Path;
@@ -36,6 +37,11 @@ fn cuda_every_api_path_accepts_device_pointers() {
 fn cuda_remote_paths_stage_device_memory_only() {
     // Two clients of one process: keep them on the TCP paths this test counts.
     child("cuda_remote_paths", &cuda(), &[("MC_SAME_HOST", "0")]);
+}
+
+#[test]
+fn cuda_transfer_endpoints_move_device_memory_through_the_driver() {
+    child("cuda_transfer_endpoint", &cuda(), &[]);
 }
 
 #[test]
@@ -577,6 +583,76 @@ fn child_cuda_remote_paths() {
     client
         .unregister_buffer(registered.as_mut_ptr() as usize)
         .unwrap();
+}
+
+/// `mooncake.engine`'s path, as SGLang and vLLM use it with their GPU KV caches: a target that
+/// registered device memory, an initiator moving bytes into and out of it from host memory and
+/// from its own device memory, over TCP (P2P handshake names). The data server and the
+/// initiator reach device memory only through the driver: a host access to the stand-in's
+/// device memory would kill this child.
+#[test]
+#[ignore = "a child: run by its parent test in a fresh process (common::standin::child)"]
+fn child_cuda_transfer_endpoint() {
+    let start = || {
+        TransferEndpoint::start(&EndpointConfig {
+            local_hostname: "127.0.0.1".into(),
+            metadata_server: "P2PHANDSHAKE".into(),
+            metadata_type: None,
+            protocol: "tcp".into(),
+            device_name: String::new(),
+        })
+        .unwrap()
+    };
+    let (target, initiator) = (start(), start());
+    let size = 3 * MIB as usize + 17;
+    let remote = DeviceAlloc::new(size).unwrap();
+    let host_value = pattern(size, 9);
+    let device_value = pattern(size, 4);
+    let device_src = device_with(&device_value);
+    let device_dst = DeviceAlloc::new(size).unwrap();
+    let mut host_dst = vec![0u8; size];
+    // SAFETY: every range is memory of its length that outlives both endpoints' use of it
+    // (the endpoints are dropped before the allocations).
+    unsafe {
+        target.register(remote.addr(), size).unwrap();
+        for addr in [
+            host_value.as_ptr() as usize,
+            host_dst.as_mut_ptr() as usize,
+            device_src.addr(),
+            device_dst.addr(),
+        ] {
+            initiator.register(addr, size).unwrap();
+        }
+    }
+    let moved = |op, local: usize| {
+        let part = TransferPart {
+            local,
+            remote: remote.addr() as u64,
+            len: size as u64,
+        };
+        // SAFETY: the local range is registered and alive for the call.
+        unsafe { initiator.transfer(target.segment_name(), op, &[part]) }
+    };
+    moved(TransferOp::Write, host_value.as_ptr() as usize).unwrap();
+    assert_eq!(read_device(&remote), host_value, "host -> remote device");
+    moved(TransferOp::Read, host_dst.as_mut_ptr() as usize).unwrap();
+    assert_eq!(host_dst, host_value, "remote device -> host");
+    moved(TransferOp::Write, device_src.addr()).unwrap();
+    moved(TransferOp::Read, device_dst.addr()).unwrap();
+    assert_eq!(
+        read_device(&device_dst),
+        device_value,
+        "device -> remote device -> device"
+    );
+    // Upstream's write_bytes_to_buffer / read_bytes_from_buffer on device memory.
+    initiator
+        .write_local(device_dst.addr() + 5, b"kv ready")
+        .unwrap();
+    assert_eq!(
+        initiator.read_local(device_dst.addr() + 5, 8).unwrap(),
+        b"kv ready"
+    );
+    drop((target, initiator));
 }
 
 /// Device memory over RDMA, inside the soft-RoCE VM (`scripts/rdma-tests.sh` runs it there;

@@ -26,6 +26,10 @@ pub struct MemoryRegion {
     /// The segment epoch of the current mount (`0`: none; set by
     /// [`TransferEngine::set_region_epoch`](super::TransferEngine::set_region_epoch)).
     pub epoch: u64,
+    /// Whether the range is device memory (a GPU buffer a transfer endpoint registered), as
+    /// the device runtime classified its first byte at registration: the data server then
+    /// reaches it through the driver only, never with a host access.
+    pub on_device: bool,
 }
 
 impl MemoryRegion {
@@ -114,6 +118,8 @@ impl Registry {
                 format_args!("range {addr:#x}+{len} overflows the address space"),
             );
         };
+        // Before the lock: classifying asks the device driver.
+        let on_device = crate::device::runtime().is_device(addr);
         let mut regions = self.regions.write();
         let before = regions.range(..end).next_back().map(|(_, r)| *r);
         if let Some(prev) = before.filter(|r| r.base + r.len > addr) {
@@ -132,6 +138,7 @@ impl Registry {
                 len,
                 remote_accessible,
                 epoch: 0,
+                on_device,
             },
         );
         Ok(())

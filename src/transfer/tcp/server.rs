@@ -46,6 +46,8 @@
 //! reference to it is ever formed here, since other connections and local copies access it
 //! concurrently.
 
+mod device;
+
 use super::control::{self, is_notify, is_segment_query, Inbox};
 use super::socket::{recv_into, send_parts, set_abortive_close, RawPart};
 use super::wire::{is_rdma_connect, Opcode, SessionHeader, Status, HEADER_LEN, STATUS_LEN};
@@ -361,7 +363,8 @@ async fn serve_requests(
                 return serve_notify(conn, context, &raw, deadline).await;
             }
             let header = match admit(&context.registry, &raw) {
-                Ok(header) => header,
+                Ok((header, false)) => header,
+                Ok((header, true)) => return device::serve(conn, header, deadline, context).await,
                 Err(refusal) => {
                     reject(conn.get_mut(), context, refusal).await;
                     return Err(Stop::Refused);
@@ -519,11 +522,12 @@ struct Refusal {
 /// Decodes a header and checks that it is a READ or WRITE of a non-empty range inside one
 /// remotely accessible registered buffer and, when it names a segment epoch, that this is
 /// the buffer's current epoch (a flagged epoch must match exactly, even when the buffer has
-/// none: such a request was meant for another mount).
+/// none: such a request was meant for another mount). Returns the header and whether the
+/// buffer is device memory.
 fn admit(
     registry: &Registry,
     raw: &[u8; HEADER_LEN],
-) -> std::result::Result<SessionHeader, Refusal> {
+) -> std::result::Result<(SessionHeader, bool), Refusal> {
     let header = SessionHeader::decode(raw).map_err(|(bad, v2)| Refusal {
         v2,
         status: Status::AddrRejected,
@@ -557,7 +561,7 @@ fn admit(
                 region.epoch
             ),
         }),
-        _ => Ok(header),
+        _ => Ok((header, region.on_device)),
     }
 }
 
@@ -580,7 +584,9 @@ fn take_buffered_reads(
             return;
         };
         match admit(registry, raw) {
-            Ok(next) if next.opcode == Opcode::Read && bytes + next.size <= GATHER_MAX_BYTES => {
+            Ok((next, false))
+                if next.opcode == Opcode::Read && bytes + next.size <= GATHER_MAX_BYTES =>
+            {
                 bytes += next.size;
                 reads.push(next);
                 conn.consume(HEADER_LEN);
