@@ -1407,25 +1407,34 @@ fn transfer_engine_endpoints_move_their_bytes_by_rdma() {
         source[at..at + len]
             .iter_mut()
             .for_each(|b| *b = b.wrapping_add(round as u8 + 1));
-        let part = |local: &[u8]| TransferPart {
-            local: local.as_ptr() as usize + at,
-            remote: remote + at as u64,
-            len: len as u64,
+        // Every third round a batch: the range in four parts of one call.
+        let pieces = if round % 3 == 2 { 4 } else { 1 };
+        let parts = |local: &[u8]| -> Vec<TransferPart> {
+            (0..pieces)
+                .map(|i| {
+                    let (from, to) = (at + len * i / pieces, at + len * (i + 1) / pieces);
+                    TransferPart {
+                        local: local.as_ptr() as usize + from,
+                        remote: remote + from as u64,
+                        len: (to - from) as u64,
+                    }
+                })
+                .collect()
         };
         // SAFETY: registered buffers alive for the test.
         unsafe {
             if round % 2 == 0 {
                 initiator
-                    .transfer(&name, TransferOp::Write, &[part(&source)])
+                    .transfer(&name, TransferOp::Write, &parts(&source))
                     .unwrap();
             } else {
                 let id = initiator
-                    .submit(&name, TransferOp::Write, vec![part(&source)])
+                    .submit(&name, TransferOp::Write, parts(&source))
                     .unwrap();
                 initiator.wait_batches(&[id]).unwrap();
             }
             initiator
-                .transfer(&name, TransferOp::Read, &[part(&sink)])
+                .transfer(&name, TransferOp::Read, &parts(&sink))
                 .unwrap();
         }
         written += len as u64;
