@@ -644,6 +644,50 @@ fn child_cuda_transfer_endpoint() {
         device_value,
         "device -> remote device -> device"
     );
+    // One call mixing the target's device and host memory, part by part: host and device
+    // requests follow each other on a connection (host reads are gathered, device ones not).
+    let remote_host = vec![0u8; size];
+    // SAFETY: as above.
+    unsafe { target.register(remote_host.as_ptr() as usize, size) }.unwrap();
+    let piece = 64 * 1024;
+    let mixed = |local: usize| -> Vec<TransferPart> {
+        (0..16)
+            .map(|i| TransferPart {
+                local: local + i * piece,
+                remote: if i % 2 == 0 {
+                    remote.addr()
+                } else {
+                    remote_host.as_ptr() as usize
+                } as u64
+                    + (i * piece) as u64,
+                len: piece as u64,
+            })
+            .collect()
+    };
+    let name = target.segment_name();
+    // SAFETY: registered local ranges, alive for the calls.
+    unsafe {
+        initiator
+            .transfer(
+                name,
+                TransferOp::Write,
+                &mixed(host_value.as_ptr() as usize),
+            )
+            .unwrap();
+        host_dst.fill(0);
+        initiator
+            .transfer(
+                name,
+                TransferOp::Read,
+                &mixed(host_dst.as_mut_ptr() as usize),
+            )
+            .unwrap();
+    }
+    assert_eq!(
+        host_dst[..16 * piece],
+        host_value[..16 * piece],
+        "mixed parts"
+    );
     // Upstream's write_bytes_to_buffer / read_bytes_from_buffer on device memory.
     initiator
         .write_local(device_dst.addr() + 5, b"kv ready")

@@ -424,7 +424,8 @@ def write_tensors(store, keys, tensors, config, upsert):
     written), every key INVALID_PARAMS when the lists differ in length or the config's group
     ids are not one per key."""
     n = len(keys)
-    if len(tensors) != n or per_key_configs(config, n) is None:
+    groups = None if config is None else config.group_ids
+    if len(tensors) != n or (groups is not None and len(groups) != n):
         return [INVALID_PARAMS] * n
     chosen, objects, owners = [], [], []
     for i, tensor in enumerate(tensors):
@@ -437,8 +438,8 @@ def write_tensors(store, keys, tensors, config, upsert):
         owners.append(owner)
     if not chosen:
         return [INVALID_PARAMS] * n
-    if config is not None and config.group_ids is not None and len(chosen) < n:
-        config = with_groups(config, [config.group_ids[i] for i in chosen])
+    if groups is not None and len(chosen) < n:
+        config = with_groups(config, [groups[i] for i in chosen])
     written = write_batch(store, [keys[i] for i in chosen], objects, config, upsert)
     del owners
     return scattered(n, chosen, written)

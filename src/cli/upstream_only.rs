@@ -7,7 +7,8 @@
 //! and refused (exit 2) otherwise. A *knob* only tunes a missing feature (or upstream's own
 //! implementation of one we build differently): any value is accepted, has no effect, and is
 //! named in a warning at start. The flags are taken out of the argument list before clap
-//! parses the rest; `--help` does not list them (`docs/configuration.md` does).
+//! parses the rest; `--help` does not list them (README.md, "Configuration", does). No name
+//! here is also one of the program's own flags or aliases (a unit test checks).
 
 use std::ffi::OsString;
 
@@ -114,11 +115,6 @@ pub(super) const MASTER_FLAGS: &[UpstreamFlag] = &[
     knob("snapshot_catalog_backend_type", SNAPSHOTS),
     knob("snapshot_catalog_store_connstring", SNAPSHOTS),
     knob("snapshot_catalog_backend_connstring", SNAPSHOTS),
-    switch(
-        "ha_backend_connstring",
-        EMPTY,
-        "name the etcd members with --etcd_endpoints",
-    ),
     bool_switch("enable_oplog", OPLOG),
     knob("oplog_poll_interval_ms", OPLOG),
     knob("oplog_batch_max_entries", OPLOG),
@@ -222,7 +218,7 @@ where
         };
         let value = match value {
             Some(value) => value,
-            None => match args.next() {
+            None => match args.next().filter(|next| next != "--") {
                 Some(next) => next.to_string_lossy().into_owned(),
                 None => return Err(format!("--{} needs a value", flag.name)),
             },
@@ -266,7 +262,7 @@ fn find(arg: &str, table: &[UpstreamFlag]) -> Option<(UpstreamFlag, Option<Strin
     value.is_none().then(|| (*flag, Some("false".to_owned())))
 }
 
-/// Logs one warning naming the knobs that were given and have no effect here.
+/// Logs a warning for each knob that was given: it has no effect here.
 pub(super) fn warn_ignored(program: &str, ignored: &[Ignored]) {
     for knob in ignored {
         tracing::warn!(
@@ -325,7 +321,6 @@ mod tests {
             ("--dynamic_replication_mode=enforce", "dynamic replication"),
             ("--enable_disk_eviction=false", "cannot be turned off"),
             ("--quota_bytes=1024", "quota"),
-            ("--ha_backend_connstring=etcd://h:2379", "--etcd_endpoints"),
         ] {
             let message = taken(&[arg]).unwrap_err();
             assert!(
@@ -336,6 +331,32 @@ mod tests {
         assert!(taken(&["--cxl_size"])
             .unwrap_err()
             .contains("needs a value"));
+        let before_the_end = taken(&["--cxl_size", "--", "--v=1"]).unwrap_err();
+        assert!(before_the_end.contains("needs a value"), "{before_the_end}");
+    }
+
+    /// A name in the table would shadow the master's own flag of that name
+    /// (`--ha_backend_connstring` is an alias of `--etcd_endpoints`, for instance): none may be
+    /// one.
+    #[test]
+    fn no_upstream_only_flag_is_one_of_the_masters_own() {
+        use clap::CommandFactory;
+        let command = super::super::master::Flags::command();
+        let own: Vec<&str> = command
+            .get_arguments()
+            .flat_map(|arg| {
+                let aliases = arg.get_all_aliases().unwrap_or_default();
+                arg.get_long().into_iter().chain(aliases)
+            })
+            .collect();
+        assert!(own.contains(&"ha_backend_connstring") && own.contains(&"max_threads"));
+        for flag in MASTER_FLAGS {
+            assert!(
+                !own.contains(&flag.name),
+                "--{} is the master's own",
+                flag.name
+            );
+        }
     }
 
     #[test]
