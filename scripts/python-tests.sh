@@ -4,7 +4,9 @@
 # mooncake_master that the fixtures start on free loopback ports. Then the tests that use torch
 # once more with torch present: Debian's python3-torch (a CPU build; installed here when missing,
 # PyTorch's own wheel index being out of CI's reach) seen by a second virtual environment,
-# target/python-torch-venv, made from the system interpreter with its site packages.
+# target/python-torch-venv, made from the system interpreter with its site packages. Between
+# the two, mooncake.engine's two-process test over RDMA, in the soft-RoCE VM
+# (../shared/tools/rdma-vm, or RDMA_VM_TOOL).
 #
 # Needs Python >= 3.11 with pip and the venv module (Debian: python3-venv, installed here when
 # missing), PyPI access for maturin, pytest, numpy and safetensors, and apt for python3-torch.
@@ -89,6 +91,16 @@ ORIGINAL_PATH="$PATH"
 fresh_venv "$VENV" "$PYTHON"
 echo "== pytest python/tests"
 run_pytest target/python-junit.xml "needs torch" python/tests
+
+# mooncake.engine between two processes over soft-RoCE: the test exists only inside the VM
+# (RDMA_VM=1); MC_FORCE_HCA=1 makes a device that does not open a failure, not TCP.
+echo "== mooncake.engine over RDMA in the soft-RoCE VM"
+rdma_log=$(mktemp)
+"${RDMA_VM_TOOL:-../shared/tools/rdma-vm/run-in-rdma-vm.sh}" -t 300 --env MC_FORCE_HCA=1 \
+  --env PYTHONDONTWRITEBYTECODE=1 -- "$VENV/bin/python" -m pytest -v -p no:cacheprovider \
+  python/tests/test_transfer_engine.py -k over_rdma 2>&1 | tee "$rdma_log" || PY_TESTS_STATUS=1
+grep -q "1 passed" "$rdma_log" || { echo "python-tests: the RDMA test did not run and pass"; PY_TESTS_STATUS=1; }
+rm -f "$rdma_log"
 
 TORCH_PYTHON=/usr/bin/python3
 if ! "$TORCH_PYTHON" -c 'import torch' >/dev/null 2>&1; then

@@ -1,6 +1,8 @@
 """mooncake.engine.TransferEngine: a target process that registers memory and serves, an
 initiator that writes and reads it back; SGLang's and vLLM's call sequences; bad arguments.
-Everything runs over TCP on 127.0.0.1 (protocol "rdma" falls back to TCP without a device)."""
+Everything runs over TCP on 127.0.0.1 (protocol "rdma" falls back to TCP without a device),
+except the two-process test over RDMA, which exists only inside the soft-RoCE VM
+(``RDMA_VM=1``; ``scripts/python-tests.sh`` runs it there)."""
 
 import hashlib
 import json
@@ -24,8 +26,9 @@ TARGET = r"""
 import ctypes, hashlib, json, sys
 from mooncake.engine import TransferEngine
 hostname, metadata, size, managed = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+protocol, device = sys.argv[5], sys.argv[6]
 engine = TransferEngine()
-assert engine.initialize(hostname, metadata, "tcp", "") == 0
+assert engine.initialize(hostname, metadata, protocol, device) == 0
 if managed:
     addr = engine.allocate_managed_buffer(size)
     assert addr != 0
@@ -45,10 +48,10 @@ for line in sys.stdin:
 
 
 class Target:
-    def __init__(self, hostname, metadata, managed=False):
+    def __init__(self, hostname, metadata, managed=False, protocol="tcp", device=""):
         self.process = subprocess.Popen(
             [sys.executable, "-c", TARGET, hostname, metadata, str(TARGET_BYTES),
-             "1" if managed else "0"],
+             "1" if managed else "0", protocol, device],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = self.process.stdout.readline()
         assert line, "the target did not start"
@@ -84,9 +87,9 @@ def target_factory():
         target.stop()
 
 
-def engine(hostname="127.0.0.1", metadata="P2PHANDSHAKE", protocol="tcp"):
+def engine(hostname="127.0.0.1", metadata="P2PHANDSHAKE", protocol="tcp", device=""):
     e = TransferEngine()
-    assert e.initialize(hostname, metadata, protocol, "") == 0
+    assert e.initialize(hostname, metadata, protocol, device) == 0
     return e
 
 
@@ -165,6 +168,20 @@ def test_two_processes_p2p_handshake(target_factory, managed):
     assert initiator.get_first_buffer_address(segment) == target.info["addr"]
     model = thousand_rounds(initiator, segment, target.info["addr"], seed=managed)
     assert target.checksum() == hashlib.sha256(model.tobytes()).hexdigest()
+
+
+if os.environ.get("RDMA_VM") == "1":
+    # Defined only in the VM: elsewhere it would be a skip, which the test script refuses.
+    def test_two_processes_over_rdma(target_factory):
+        """The P2P-handshake test over soft-RoCE: both engines open the VM's RDMA device (with
+        MC_FORCE_HCA=1 a missing device is a failure, not a TCP fallback)."""
+        host, device = os.environ["RDMA_VM_ADDR"], os.environ["RDMA_VM_DEV"]
+        target = target_factory(host, "P2PHANDSHAKE", protocol="rdma", device=device)
+        segment = target.info["segment"]
+        assert segment == f"{host}:{target.info['port']}"
+        initiator = engine(host, protocol="rdma", device=device)
+        model = thousand_rounds(initiator, segment, target.info["addr"], seed=11)
+        assert target.checksum() == hashlib.sha256(model.tobytes()).hexdigest()
 
 
 def test_two_processes_through_the_http_metadata_service(target_factory, master):
