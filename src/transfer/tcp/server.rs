@@ -645,6 +645,16 @@ async fn serve_write(
         conn.consume(chunk);
         done += chunk;
     }
+    acknowledge_write(conn, &header, metrics).await
+}
+
+/// Counts a WRITE whose payload was applied as served, then (under v2) sends its OK status:
+/// an initiator that saw its transfer complete also sees the counters updated.
+async fn acknowledge_write(
+    conn: &mut BufReader<TcpStream>,
+    header: &SessionHeader,
+    metrics: &Metrics,
+) -> std::result::Result<(), Stop> {
     add(
         &metrics.served_writes,
         &metrics.served_write_bytes,

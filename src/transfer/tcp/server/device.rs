@@ -5,8 +5,9 @@
 //! is one driver copy ([`memcpy_safe`]). A driver copy may wait behind the device's queued
 //! work, so it runs on the runtime's blocking pool, never on a thread serving connections.
 
-use super::{add, before, may_apply, Opcode, ServeContext, SessionHeader, Status, Stop};
+use super::{acknowledge_write, add, before, may_apply, Opcode, ServeContext, SessionHeader};
 use super::{Registry, STATUS_LEN};
+use super::{Status, Stop};
 use crate::device::memcpy_safe;
 use std::io;
 use std::sync::Arc;
@@ -73,14 +74,7 @@ pub(super) async fn serve(
         done += len;
     }
     if header.opcode == Opcode::Write {
-        add(
-            &metrics.served_writes,
-            &metrics.served_write_bytes,
-            header.size,
-        );
-        if header.v2 {
-            conn.get_mut().write_all(&Status::Ok.encode()).await?;
-        }
+        acknowledge_write(conn, &header, metrics).await?;
     }
     Ok(())
 }
