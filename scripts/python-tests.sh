@@ -9,14 +9,16 @@
 # (../shared/tools/rdma-vm, or RDMA_VM_TOOL).
 #
 # Needs Python >= 3.11 with pip and the venv module (Debian: python3-venv, installed here when
-# missing), PyPI access for maturin, pytest, numpy and safetensors, and apt for python3-torch.
-# Exits with pytest's status, or 1 when a test skipped for any reason but torch being absent
-# (first pass) or present (second pass).
+# missing), PyPI access for maturin, pytest, numpy and safetensors, apt for python3-torch, and
+# root (or sudo) for the VM. Exits with pytest's status, or 1 when a test skipped for any
+# reason but torch being absent (first pass) or present (second pass), or when the RDMA test
+# failed or did not run.
 #
 # Environment:
 #   PYTHON              interpreter to build the venv from (default: python3)
 #   MC_TEST_MASTER_BIN  master binary the fixtures start (default: the venv's mooncake_master)
 #   PYTEST_ARGS         extra pytest arguments, e.g. "-k zero_copy -x"
+#   RDMA_VM_TOOL        the VM runner (default: ../shared/tools/rdma-vm/run-in-rdma-vm.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -96,10 +98,10 @@ run_pytest target/python-junit.xml "needs torch" python/tests
 # (RDMA_VM=1); MC_FORCE_HCA=1 makes a device that does not open a failure, not TCP.
 echo "== mooncake.engine over RDMA in the soft-RoCE VM"
 rdma_log=$(mktemp)
-"${RDMA_VM_TOOL:-../shared/tools/rdma-vm/run-in-rdma-vm.sh}" -t 300 --env MC_FORCE_HCA=1 \
+$SUDO "${RDMA_VM_TOOL:-../shared/tools/rdma-vm/run-in-rdma-vm.sh}" -t 300 --env MC_FORCE_HCA=1 \
   --env PYTHONDONTWRITEBYTECODE=1 -- "$VENV/bin/python" -m pytest -v -p no:cacheprovider \
   python/tests/test_transfer_engine.py -k over_rdma 2>&1 | tee "$rdma_log" || PY_TESTS_STATUS=1
-grep -q "1 passed" "$rdma_log" || { echo "python-tests: the RDMA test did not run and pass"; PY_TESTS_STATUS=1; }
+grep -Eq '(^|[^0-9])1 passed' "$rdma_log" || { echo "python-tests: the RDMA test did not run and pass"; PY_TESTS_STATUS=1; }
 rm -f "$rdma_log"
 
 TORCH_PYTHON=/usr/bin/python3

@@ -607,7 +607,6 @@ async fn serve_write(
     deadline: Instant,
     context: &ServeContext,
 ) -> std::result::Result<(), Stop> {
-    let metrics = &context.metrics;
     // `admit` succeeded, so the range is inside registered memory and fits in usize.
     let (target, size) = (header.addr as usize, header.size as usize);
     let mut done = 0;
@@ -645,23 +644,27 @@ async fn serve_write(
         conn.consume(chunk);
         done += chunk;
     }
-    acknowledge_write(conn, &header, metrics).await
+    acknowledge_write(conn, &header, context).await
 }
 
-/// Counts a WRITE whose payload was applied as served, then (under v2) sends its OK status:
-/// an initiator that saw its transfer complete also sees the counters updated.
+/// Counts a WRITE whose payload was applied as served, then (under v2) sends its OK status
+/// within the I/O timeout: an initiator that saw its transfer complete also sees the counters
+/// updated.
 async fn acknowledge_write(
     conn: &mut BufReader<TcpStream>,
     header: &SessionHeader,
-    metrics: &Metrics,
+    context: &ServeContext,
 ) -> std::result::Result<(), Stop> {
+    let metrics = &context.metrics;
     add(
         &metrics.served_writes,
         &metrics.served_write_bytes,
         header.size,
     );
     if header.v2 {
-        conn.get_mut().write_all(&Status::Ok.encode()).await?;
+        let status = Status::Ok.encode();
+        let sent = conn.get_mut().write_all(&status);
+        before(Instant::now() + context.io_timeout, sent).await?;
     }
     Ok(())
 }

@@ -74,7 +74,7 @@ pub(super) async fn serve(
         done += len;
     }
     if header.opcode == Opcode::Write {
-        acknowledge_write(conn, &header, metrics).await?;
+        acknowledge_write(conn, &header, context).await?;
     }
     Ok(())
 }
