@@ -34,15 +34,16 @@ pub(super) async fn serve(
 ) -> std::result::Result<(), Stop> {
     let size = header.size as usize;
     let metrics = &context.metrics;
-    // The bounce keeps room for a status frame in front of the bytes.
-    let mut bounce = vec![0u8; STATUS_LEN + size.min(BOUNCE_BYTES)];
+    // The bounce starts with an OK status frame (sent in front of a v2 READ's first chunk),
+    // then room for one chunk.
+    let mut bounce = Status::Ok.encode().to_vec();
+    bounce.resize(STATUS_LEN + size.min(BOUNCE_BYTES), 0);
     if header.opcode == Opcode::Read {
         add(
             &metrics.served_reads,
             &metrics.served_read_bytes,
             header.size,
         );
-        bounce[..STATUS_LEN].copy_from_slice(&Status::Ok.encode());
     }
     let mut done = 0;
     while done < size {
