@@ -35,7 +35,7 @@ pub(super) struct UpstreamFlag {
 }
 
 /// A flag given on the command line that was accepted without effect.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(super) struct Ignored {
     pub(super) name: &'static str,
     pub(super) value: String,

@@ -28,7 +28,8 @@ pub struct MemoryRegion {
     pub epoch: u64,
     /// Whether the range is device memory (a GPU buffer a transfer endpoint registered), as
     /// the device runtime classified its first byte at registration: the data server then
-    /// reaches it through the driver only, never with a host access.
+    /// reaches it through the driver only, never with a host access. Looked at only for
+    /// remotely accessible ranges (the only ones the data server serves); `false` otherwise.
     pub on_device: bool,
 }
 
@@ -119,7 +120,7 @@ impl Registry {
             );
         };
         // Before the lock: classifying asks the device driver.
-        let on_device = crate::device::runtime().is_device(addr);
+        let on_device = remote_accessible && crate::device::runtime().is_device(addr);
         let mut regions = self.regions.write();
         let before = regions.range(..end).next_back().map(|(_, r)| *r);
         if let Some(prev) = before.filter(|r| r.base + r.len > addr) {
