@@ -2,21 +2,18 @@
 //! lease still running, or an abandoned writer that may still be writing) and are dropped
 //! when their time comes.
 //!
-//! Thread-safety: the queue is split in [`STRIPES`] stripes, each behind its own
+//! Thread-safety: the queue is split in [`STRIPES`] stripes (`super::stripes`), each behind its own
 //! `parking_lot::Mutex` (a leaf lock) on a cache line of its own; a thread always queues into
 //! the same stripe, so removals on different threads neither wait for one lock nor share its
 //! line. Due allocations are dropped after the stripe's lock is released.
 
 use super::disk_tiers::DiskHold;
 use super::replicas::Range;
+use super::stripes::{this_threads_stripe, STRIPES};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Stripes of the queue (threads are spread over them round robin).
-const STRIPES: usize = 16;
 
 /// What one group holds (never read: dropping it releases the ranges, or the disk record).
 enum Held {
@@ -43,15 +40,6 @@ struct Padded(Mutex<Stripe>);
 #[derive(Default)]
 pub(crate) struct DeferredFrees {
     stripes: [Padded; STRIPES],
-}
-
-/// The stripe this thread queues into.
-fn this_threads_stripe() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
-    }
-    STRIPE.try_with(|stripe| *stripe).unwrap_or(0)
 }
 
 impl DeferredFrees {

@@ -34,6 +34,7 @@ mod segments;
 mod service;
 mod stamp;
 pub mod standby;
+mod stripes;
 #[cfg(test)]
 mod standby_tests;
 mod table;

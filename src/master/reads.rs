@@ -26,7 +26,7 @@ impl MasterService {
         let Some(query) = meta.read(key, now, self.config.lease_ttl(), mounted) else {
             return fail(ErrorCode::ReplicaIsNotReady, key);
         };
-        Counters::add(&self.counters.leases_granted, 1);
+        self.counters.leases_granted.add(1);
         self.count_disk_hit(key, meta);
         Ok(then(meta, query))
     }

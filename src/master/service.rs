@@ -243,7 +243,7 @@ impl MasterService {
             segments,
             evicted_objects: load(&self.counters.evicted_objects),
             evicted_bytes: load(&self.counters.evicted_bytes),
-            leases_granted: load(&self.counters.leases_granted),
+            leases_granted: self.counters.leases_granted.get(),
             active_pins: self.pins.len() as u64,
             pins_released: load(&self.counters.pins_released),
             clients_alive: self.clients.len() as u64,

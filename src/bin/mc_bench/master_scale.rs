@@ -4,14 +4,17 @@
 //! - **Memory**: the master's resident memory per object (RSS growth over the objects put,
 //!   64-byte values, 23-byte keys, one replica) at each size, and per additional replica.
 //! - **Throughput**: single-key and batched (1 000 keys) put, get (replica list), exist and
-//!   remove op/s at each size, one thread and two; at the first size also over loopback RPC
-//!   (the request path: decode, shard lock, encode), a server of one thread against one of
-//!   two, the same connections to each.
+//!   remove op/s at each size, for each thread count of [`thread_counts`] (1, 2, 4, … up to
+//!   this machine's cores: the same command measures 8 and 16 threads on a machine that has
+//!   them); at the first size also over loopback RPC (the request path: decode, shard lock,
+//!   encode), servers of as many threads, the same connections to each. Every phase is
+//!   measured [`REPEATS`] times, the thread counts taking turns each time; a line reports the
+//!   median.
 //! - **Scans**: the latency of single-key gets while `remove_all` of the whole table runs.
 //!
 //! Sizes: 1 M and 10 M (and 30 M without `--quick`: about 6 GB of this process).
 
-use crate::limits::percentile;
+use crate::limits::{median, percentile};
 use crate::report::Report;
 use mooncake_rs::master::{MasterApi, MasterConfig, MasterService, RemoteMasterApi};
 use mooncake_rs::types::{ClientId, ReplicateConfig, Uuid};
@@ -148,9 +151,23 @@ struct Target<'a> {
     prefix: String,
 }
 
-/// op/s of each operation (in [`OPS`] order) for each of `targets`, in phases of fresh keys
-/// (put all, get all, exist all, remove all), `batch` keys per call; the targets take turns
-/// within each operation, so that a slow minute of the machine falls on all of them.
+/// Times every phase is measured; a line reports the median of its phases.
+const REPEATS: usize = 3;
+
+/// The thread counts measured: powers of two from 1 up to this machine's cores (at least 2).
+fn thread_counts() -> Vec<usize> {
+    let cores = std::thread::available_parallelism()
+        .map_or(2, usize::from)
+        .max(2);
+    std::iter::successors(Some(1usize), |n| n.checked_mul(2))
+        .take_while(|&n| n <= cores)
+        .collect()
+}
+
+/// The median op/s of each operation (in [`OPS`] order) for each of `targets`, over
+/// [`REPEATS`] rounds of phases of fresh keys (put all, get all, exist all, remove all),
+/// `batch` keys per call; the targets take turns within each operation of each round, so
+/// that a slow minute of the machine falls on all of them.
 fn op_rates(
     targets: &[Target],
     owner: ClientId,
@@ -170,8 +187,9 @@ fn op_rates(
                 .collect()
         })
         .collect();
-    let mut rates = vec![Vec::new(); targets.len()];
-    for op in OPS {
+    let mut phases = vec![vec![Vec::new(); OPS.len()]; targets.len()];
+    let turns = (0..REPEATS).flat_map(|_| OPS.into_iter().enumerate());
+    for (line, op) in turns {
         for (index, target) in targets.iter().enumerate() {
             let started = Instant::now();
             std::thread::scope(|scope| {
@@ -192,39 +210,98 @@ fn op_rates(
                     .try_for_each(|w| w.join().map_err(|_| "worker panicked".to_string())?)
             })?;
             let ops = (target.masters.len() * calls * batch) as f64;
-            rates[index].push(ops / started.elapsed().as_secs_f64());
+            phases[index][line].push(ops / started.elapsed().as_secs_f64());
             target.masters[0]
                 .ping(owner)
                 .map_err(|e| format!("ping: {e}"))?;
         }
     }
-    Ok(rates)
+    Ok(phases
+        .into_iter()
+        .map(|target| target.into_iter().map(|mut op| median(&mut op)).collect())
+        .collect())
 }
 
-/// Connections of each RPC measurement: enough calls in flight for two server threads.
-const RPC_CONNECTIONS: usize = 4;
+/// Keys of each thread's private table in [`machine_scaling`].
+const PRIVATE_KEYS: usize = 1_000_000;
 
-/// The same service behind an RPC server of one thread and one of two (loopback), with
-/// [`RPC_CONNECTIONS`] connections to each. The servers stop on drop.
+/// What this machine gives several threads for work like a table's that shares nothing: each
+/// thread looks up its own keys in its own hash map of [`PRIVATE_KEYS`] 23-byte keys. The
+/// median rate of [`REPEATS`] rounds per thread count (taking turns), reported against that
+/// many times one thread's: the limit the table's own scaling lines are read against.
+fn machine_scaling(report: &mut Report, quick: bool) {
+    let lookups = rounds(1, quick) * 10;
+    let counts = thread_counts();
+    let tables: Vec<std::collections::HashMap<String, usize>> =
+        (0..counts.iter().max().copied().unwrap_or(1))
+            .map(|t| {
+                (0..PRIVATE_KEYS)
+                    .map(|i| (format!("private-{t}-{i:010}"), i))
+                    .collect()
+            })
+            .collect();
+    let probes: Vec<Vec<String>> = (0..tables.len())
+        .map(|t| {
+            (0..lookups)
+                .map(|i| format!("private-{t}-{:010}", i * 7919 % PRIVATE_KEYS))
+                .collect()
+        })
+        .collect();
+    let mut phases = vec![Vec::new(); counts.len()];
+    for _ in 0..REPEATS {
+        for (index, &threads) in counts.iter().enumerate() {
+            let started = Instant::now();
+            let found: usize = std::thread::scope(|scope| {
+                let workers: Vec<_> = tables[..threads]
+                    .iter()
+                    .zip(&probes)
+                    .map(|(table, keys)| {
+                        scope.spawn(move || keys.iter().filter_map(|k| table.get(k)).count())
+                    })
+                    .collect();
+                workers.into_iter().map(|w| w.join().unwrap_or(0)).sum()
+            });
+            let elapsed = started.elapsed().as_secs_f64();
+            phases[index].push(std::hint::black_box(found) as f64 / elapsed);
+        }
+    }
+    let rates: Vec<f64> = phases.iter_mut().map(|phase| median(phase)).collect();
+    for (&threads, rate) in counts.iter().zip(&rates).skip(1) {
+        let name = format!("machine: private hash-map lookups, {threads} threads");
+        let limit = format!("{threads} x 1 thread");
+        report.line(&name, *rate, "op/s", &limit, threads as f64 * rates[0]);
+    }
+}
+
+/// Connections of each RPC measurement per server thread of the largest server: enough
+/// calls in flight for all its threads.
+const RPC_CONNECTIONS_PER_THREAD: usize = 2;
+
+/// The same service behind RPC servers of each of [`thread_counts`] threads (loopback), the
+/// same number of connections to each. The servers stop on drop.
 struct RpcServers {
     _servers: Vec<mooncake_rs::rpc::RpcServer>,
-    connections: [Vec<RemoteMasterApi>; 2],
+    /// Per server: its thread count and the connections to it.
+    connections: Vec<(usize, Vec<RemoteMasterApi>)>,
 }
 
 impl RpcServers {
     fn start(service: &Arc<MasterService>) -> Result<RpcServers, String> {
         let api: Arc<dyn MasterApi> = service.clone();
+        let counts = thread_counts();
+        let per_server = RPC_CONNECTIONS_PER_THREAD * counts.iter().max().copied().unwrap_or(1);
         let mut servers = Vec::new();
-        let mut connections = [Vec::new(), Vec::new()];
-        for (threads, list) in [1, 2].into_iter().zip(&mut connections) {
+        let mut connections = Vec::new();
+        for threads in counts {
             let addr = "127.0.0.1:0".parse().map_err(|_| "addr")?;
             let server =
                 mooncake_rs::master::remote::serve_with_threads(addr, api.clone(), threads)
                     .map_err(|e| format!("rpc server: {e}"))?;
             let target = server.local_addr().to_string();
-            for _ in 0..RPC_CONNECTIONS {
-                list.push(crate::load::connect(&target, Duration::from_secs(30))?);
-            }
+            let list = (0..per_server)
+                .map(|_| crate::load::connect(&target, Duration::from_secs(30)))
+                .collect::<Result<Vec<_>, _>>()?;
+            connections.push((threads, list));
             servers.push(server);
         }
         Ok(RpcServers {
@@ -233,8 +310,8 @@ impl RpcServers {
         })
     }
 
-    /// The request path's op/s (1 server thread, 2 server threads) of `batch`-key calls,
-    /// taking turns; `in_process` holds the one-thread in-process op/s of the same calls.
+    /// The request path's op/s of `batch`-key calls per server, taking turns; `in_process`
+    /// holds the one-thread in-process op/s of the same calls.
     fn report(
         &self,
         report: &mut Report,
@@ -245,28 +322,49 @@ impl RpcServers {
         let targets: Vec<Target> = self
             .connections
             .iter()
-            .enumerate()
-            .map(|(index, list)| Target {
+            .map(|(threads, list)| Target {
                 masters: list.iter().map(|c| c as &dyn MasterApi).collect(),
-                prefix: format!("scale-rpc-{index}-{batch}"),
+                prefix: format!("scale-rpc-{threads}-{batch}"),
             })
             .collect();
         let rates = op_rates(&targets, owner, batch, quick)?;
         let mode = mode_name(batch);
         for (line, op) in OPS.into_iter().enumerate() {
-            let (one, two) = (rates[0][line], rates[1][line]);
-            let name = format!(
-                "{} op/s over RPC, {mode}, {RPC_CONNECTIONS} connections, 1 server thread",
-                op.name()
-            );
-            report.line(&name, one, "op/s", "in process, 1 thread", in_process[line]);
-            let name = format!(
-                "{} op/s over RPC, {mode}, {RPC_CONNECTIONS} connections, 2 server threads",
-                op.name()
-            );
-            report.line(&name, two, "op/s", "2 x 1 server thread", 2.0 * one);
+            let one = rates[0][line];
+            for ((threads, list), rate) in self.connections.iter().zip(&rates) {
+                let name = format!(
+                    "{} op/s over RPC, {mode}, {} connections, {}",
+                    op.name(),
+                    list.len(),
+                    threads_name(*threads, "server thread")
+                );
+                match threads {
+                    1 => report.line(
+                        &name,
+                        rate[line],
+                        "op/s",
+                        "in process, 1 thread",
+                        in_process[line],
+                    ),
+                    n => report.line(
+                        &name,
+                        rate[line],
+                        "op/s",
+                        &format!("{n} x 1 server thread"),
+                        *n as f64 * one,
+                    ),
+                }
+            }
         }
         Ok(())
+    }
+}
+
+/// "1 thread", "2 threads", … (`what` the singular).
+fn threads_name(threads: usize, what: &str) -> String {
+    match threads {
+        1 => format!("1 {what}"),
+        n => format!("{n} {what}s"),
     }
 }
 
@@ -393,6 +491,7 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
     } else {
         &[1_000_000, 10_000_000, 30_000_000]
     };
+    machine_scaling(report, quick);
     let (service, owner) = master(1)?;
     let base = rss_bytes()?;
     let mut filled = 0;
@@ -416,14 +515,34 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
             let rates = op_rates(&targets, owner, batch, quick)?;
             let mode = mode_name(batch);
             for (index, op) in OPS.into_iter().enumerate() {
-                let (one, two) = (rates[0][index], rates[1][index]);
+                let one = rates[0][index];
                 if first_rates.len() <= line {
                     first_rates.push(one);
                 }
-                let name = format!("{} op/s at {size} objects, {mode}, 1 thread", op.name());
-                report.line(&name, one, "op/s", "same at 1 M objects", first_rates[line]);
-                let name = format!("{} op/s at {size} objects, {mode}, 2 threads", op.name());
-                report.line(&name, two, "op/s", "2 x 1 thread", 2.0 * one);
+                for (target, rate) in targets.iter().zip(&rates) {
+                    let threads = target.masters.len();
+                    let name = format!(
+                        "{} op/s at {size} objects, {mode}, {}",
+                        op.name(),
+                        threads_name(threads, "thread")
+                    );
+                    match threads {
+                        1 => report.line(
+                            &name,
+                            one,
+                            "op/s",
+                            "same at 1 M objects",
+                            first_rates[line],
+                        ),
+                        n => report.line(
+                            &name,
+                            rate[index],
+                            "op/s",
+                            &format!("{n} x 1 thread"),
+                            n as f64 * one,
+                        ),
+                    }
+                }
                 line += 1;
             }
             if let Some(rpc) = &rpc {
@@ -454,32 +573,43 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
     spread_rates(report, quick)
 }
 
-/// One thread and two threads calling `service` in process, `batch` keys per call.
-fn in_process(service: &Arc<MasterService>, batch: usize) -> [Target<'_>; 2] {
-    [1, 2].map(|threads| Target {
-        masters: vec![&**service as &dyn MasterApi; threads],
-        prefix: format!("scale-op-{threads}-{batch}"),
-    })
+/// Each of [`thread_counts`] threads calling `service` in process, `batch` keys per call.
+fn in_process(service: &Arc<MasterService>, batch: usize) -> Vec<Target<'_>> {
+    thread_counts()
+        .into_iter()
+        .map(|threads| Target {
+            masters: vec![&**service as &dyn MasterApi; threads],
+            prefix: format!("scale-op-{threads}-{batch}"),
+        })
+        .collect()
 }
 
-/// Segments of [`spread_rates`]' pool.
-const SPREAD_SEGMENTS: usize = 8;
+/// Segments of [`spread_rates`]' pool per thread of its largest thread count.
+const SPREAD_SEGMENTS_PER_THREAD: usize = 4;
 
-/// op/s of one thread and two on an empty pool of [`SPREAD_SEGMENTS`] segments: placement
-/// starts at a random segment, so two threads' allocations seldom meet at one segment's
-/// allocator lock (the single-segment lines above always do).
+/// op/s of each thread count on an empty pool of [`SPREAD_SEGMENTS_PER_THREAD`] segments per
+/// thread of the largest count: placement starts at a random segment, so threads'
+/// allocations seldom meet at one segment's allocator lock (the single-segment lines above
+/// always do).
 fn spread_rates(report: &mut Report, quick: bool) -> Result<(), String> {
-    let (service, owner) = master(SPREAD_SEGMENTS)?;
+    let most = thread_counts().into_iter().max().unwrap_or(1);
+    let segments = SPREAD_SEGMENTS_PER_THREAD * most;
+    let (service, owner) = master(segments)?;
     for batch in [1, BATCH] {
-        let rates = op_rates(&in_process(&service, batch), owner, batch, quick)?;
+        let targets = in_process(&service, batch);
+        let rates = op_rates(&targets, owner, batch, quick)?;
         let mode = mode_name(batch);
         for (index, op) in OPS.into_iter().enumerate() {
-            let (one, two) = (rates[0][index], rates[1][index]);
-            let name = format!(
-                "{} op/s, {mode}, {SPREAD_SEGMENTS} segments, 2 threads",
-                op.name()
-            );
-            report.line(&name, two, "op/s", "2 x 1 thread, same pool", 2.0 * one);
+            let one = rates[0][index];
+            for (target, rate) in targets.iter().zip(&rates).skip(1) {
+                let threads = target.masters.len();
+                let name = format!(
+                    "{} op/s, {mode}, {segments} segments, {threads} threads",
+                    op.name()
+                );
+                let limit = format!("{threads} x 1 thread, same pool");
+                report.line(&name, rate[index], "op/s", &limit, threads as f64 * one);
+            }
         }
     }
     Ok(())
