@@ -1,7 +1,7 @@
 //! Master counters and their snapshot ([`MasterMetrics`]), with a Prometheus text rendering.
 
-use serde::Serialize;
 use super::stripes::StripedCounter;
+use serde::Serialize;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -34,9 +34,9 @@ mod segments;
 mod service;
 mod stamp;
 pub mod standby;
-mod stripes;
 #[cfg(test)]
 mod standby_tests;
+mod stripes;
 mod table;
 mod workers;
 pub(crate) use workers::Workers;
