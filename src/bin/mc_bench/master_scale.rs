@@ -12,7 +12,7 @@
 //!   median.
 //! - **Scans**: the latency of single-key gets while `remove_all` of the whole table runs.
 //!
-//! Sizes: 1 M and 10 M (and 30 M without `--quick`: about 6 GB of this process).
+//! Sizes: 1 M (`--quick`), or 1 M, 10 M and 30 M (about 6 GB of this process).
 
 use crate::limits::{median, percentile};
 use crate::report::Report;
@@ -134,13 +134,13 @@ impl Op {
     }
 }
 
-/// Keys per thread of a single-key phase, and batches per thread of a batched one.
-fn rounds(batch: usize, quick: bool) -> usize {
-    match (batch, quick) {
-        (1, true) => 10_000,
-        (1, false) => 40_000,
-        (_, true) => 10,
-        (_, false) => 40,
+/// Keys per thread of a single-key phase, and batches per thread of a batched one: also with
+/// `--quick`, phases of a few ms (10 000 keys) gave two threads the rate of one on this VM
+/// (the second CPU's wake-up is part of a phase that short).
+fn rounds(batch: usize) -> usize {
+    match batch {
+        1 => 40_000,
+        _ => 40,
     }
 }
 
@@ -168,13 +168,8 @@ fn thread_counts() -> Vec<usize> {
 /// [`REPEATS`] rounds of phases of fresh keys (put all, get all, exist all, remove all),
 /// `batch` keys per call; the targets take turns within each operation of each round, so
 /// that a slow minute of the machine falls on all of them.
-fn op_rates(
-    targets: &[Target],
-    owner: ClientId,
-    batch: usize,
-    quick: bool,
-) -> Result<Vec<Vec<f64>>, String> {
-    let calls = rounds(batch, quick);
+fn op_rates(targets: &[Target], owner: ClientId, batch: usize) -> Result<Vec<Vec<f64>>, String> {
+    let calls = rounds(batch);
     let thread_keys: Vec<Vec<Vec<String>>> = targets
         .iter()
         .map(|target| {
@@ -229,8 +224,8 @@ const PRIVATE_KEYS: usize = 1_000_000;
 /// thread looks up its own keys in its own hash map of [`PRIVATE_KEYS`] 23-byte keys. The
 /// median rate of [`REPEATS`] rounds per thread count (taking turns), reported against that
 /// many times one thread's: the limit the table's own scaling lines are read against.
-fn machine_scaling(report: &mut Report, quick: bool) {
-    let lookups = rounds(1, quick) * 10;
+fn machine_scaling(report: &mut Report) {
+    let lookups = rounds(1) * 10;
     let counts = thread_counts();
     let tables: Vec<std::collections::HashMap<String, usize>> =
         (0..counts.iter().max().copied().unwrap_or(1))
@@ -316,7 +311,7 @@ impl RpcServers {
         &self,
         report: &mut Report,
         owner: ClientId,
-        (batch, quick): (usize, bool),
+        batch: usize,
         in_process: &[f64],
     ) -> Result<(), String> {
         let targets: Vec<Target> = self
@@ -327,7 +322,7 @@ impl RpcServers {
                 prefix: format!("scale-rpc-{threads}-{batch}"),
             })
             .collect();
-        let rates = op_rates(&targets, owner, batch, quick)?;
+        let rates = op_rates(&targets, owner, batch)?;
         let mode = mode_name(batch);
         for (line, op) in OPS.into_iter().enumerate() {
             let one = rates[0][line];
@@ -491,7 +486,6 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
     } else {
         &[1_000_000, 10_000_000, 30_000_000]
     };
-    machine_scaling(report, quick);
     let (service, owner) = master(1)?;
     let base = rss_bytes()?;
     let mut filled = 0;
@@ -512,7 +506,7 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
         let mut line = 0;
         for batch in [1, BATCH] {
             let targets = in_process(&service, batch);
-            let rates = op_rates(&targets, owner, batch, quick)?;
+            let rates = op_rates(&targets, owner, batch)?;
             let mode = mode_name(batch);
             for (index, op) in OPS.into_iter().enumerate() {
                 let one = rates[0][index];
@@ -546,7 +540,7 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
                 line += 1;
             }
             if let Some(rpc) = &rpc {
-                rpc.report(report, owner, (batch, quick), &rates[0])?;
+                rpc.report(report, owner, batch, &rates[0])?;
             }
         }
         // Measured at the first size only: its servers and connections go.
@@ -570,7 +564,10 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
         200.0,
     );
     drop(service);
-    spread_rates(report, quick)
+    spread_rates(report)?;
+    // Last: its tables would otherwise be reused by the master and hide its memory growth.
+    machine_scaling(report);
+    Ok(())
 }
 
 /// Each of [`thread_counts`] threads calling `service` in process, `batch` keys per call.
@@ -591,13 +588,13 @@ const SPREAD_SEGMENTS_PER_THREAD: usize = 4;
 /// thread of the largest count: placement starts at a random segment, so threads'
 /// allocations seldom meet at one segment's allocator lock (the single-segment lines above
 /// always do).
-fn spread_rates(report: &mut Report, quick: bool) -> Result<(), String> {
+fn spread_rates(report: &mut Report) -> Result<(), String> {
     let most = thread_counts().into_iter().max().unwrap_or(1);
     let segments = SPREAD_SEGMENTS_PER_THREAD * most;
     let (service, owner) = master(segments)?;
     for batch in [1, BATCH] {
         let targets = in_process(&service, batch);
-        let rates = op_rates(&targets, owner, batch, quick)?;
+        let rates = op_rates(&targets, owner, batch)?;
         let mode = mode_name(batch);
         for (index, op) in OPS.into_iter().enumerate() {
             let one = rates[0][index];
