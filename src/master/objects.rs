@@ -578,7 +578,11 @@ impl ObjectTable {
     /// lock for that slice alone (`visit(shard, slots)`), so that a scan of a large table
     /// never holds a shard long: other calls on it wait for one slice at most. Objects
     /// inserted or removed during the scan may or may not be visited; the others are, once.
-    pub(crate) fn scan_in_slices(&self, visit: impl FnMut(&mut Shard, std::ops::Range<u32>)) {
+    /// What `visit` returns is dropped after the slice's lock is released.
+    pub(crate) fn scan_in_slices<R>(
+        &self,
+        visit: impl FnMut(&mut Shard, std::ops::Range<u32>) -> R,
+    ) {
         self.scan_in_slices_around(ScanPosition::default(), || false, visit);
     }
 
@@ -587,11 +591,11 @@ impl ObjectTable {
     /// the table grows and shrinks), stopping after the first slice at whose end there is
     /// more to visit and `stop()` says so. `None` when it went all the way around; else
     /// where it stopped.
-    pub(crate) fn scan_in_slices_around(
+    pub(crate) fn scan_in_slices_around<R>(
         &self,
         from: ScanPosition,
         stop: impl Fn() -> bool,
-        mut visit: impl FnMut(&mut Shard, std::ops::Range<u32>),
+        mut visit: impl FnMut(&mut Shard, std::ops::Range<u32>) -> R,
     ) -> Option<ScanPosition> {
         let count = self.shards.len();
         let from = match from.shard < count {
@@ -615,8 +619,9 @@ impl ObjectTable {
                     break;
                 }
                 let end = at.saturating_add(SCAN_SLICE).min(limit);
-                visit(&mut guard, at..end);
+                let after_unlock = visit(&mut guard, at..end);
                 drop(guard);
+                drop(after_unlock);
                 at = end;
                 let more = at < limit || step + 1 < steps;
                 if more && stop() {

@@ -2,6 +2,7 @@
 //! under a read lease are freed when it ends, pinned bytes when the last pin goes.
 
 use super::metrics::Counters;
+use super::replicas::Released;
 use super::service::{check_key, MasterService};
 use crate::error::{fail, ErrorCode, Result};
 use std::cell::Cell;
@@ -29,10 +30,12 @@ impl MasterService {
         if !force && meta.has_lease(now) {
             return fail(ErrorCode::ObjectHasLease, key);
         }
+        let mut released = Released::default();
         if let Some(mut meta) = self.take_object(&mut shard, key) {
-            self.retire(&mut meta, now);
+            self.retire_into(&mut meta, now, &mut released);
         }
         drop(shard);
+        drop(released);
         // Acknowledged only once the removal survives a failover.
         self.wait_removals_safe(key)
     }
@@ -68,13 +71,16 @@ impl MasterService {
                     })
                     .map(|(key, _)| key.to_string())
                     .collect();
+                // Freed after the slice's lock is released.
+                let mut released = Released::default();
                 for key in doomed {
                     if let Some(mut meta) = self.take_object(shard, &key) {
-                        self.retire(&mut meta, now);
+                        self.retire_into(&mut meta, now, &mut released);
                         removed.set(removed.get() + 1);
                         Counters::add(&self.counters.scan_removed, 1);
                     }
                 }
+                released
             });
         if let Some(journal) = &self.journal {
             // Acknowledged only once the removals survive a failover (best effort: the count

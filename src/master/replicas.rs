@@ -105,6 +105,37 @@ impl Range {
     }
 }
 
+/// Ranges let go of together: dropping the batch returns those no one else holds to their
+/// allocators in one pass ([`crate::alloc::release_all`]). A scan collects what it removes
+/// under a shard's lock and drops the batch after the lock is released, so the shard is not
+/// held while its objects' ranges are freed. Not `Sync` (owned by one caller).
+#[derive(Default)]
+pub(crate) struct Released(Vec<Range>);
+
+impl Released {
+    /// Adds `ranges` to the batch (taking the vector itself when the batch is empty).
+    pub(crate) fn extend(&mut self, mut ranges: Vec<Range>) {
+        match self.0.is_empty() {
+            true => std::mem::swap(&mut self.0, &mut ranges),
+            false => self.0.append(&mut ranges),
+        }
+    }
+}
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        let owned = std::mem::take(&mut self.0)
+            .into_iter()
+            .filter_map(|range| match range {
+                Range::Owned(allocation) => Some(allocation),
+                // Freed here if this was the last handle, else when the last one goes.
+                Range::Shared(shared) => Arc::try_unwrap(shared).ok(),
+            })
+            .collect();
+        crate::alloc::release_all(owned);
+    }
+}
+
 /// One memory replica of an object.
 pub(crate) struct Replica {
     pub id: u64,

@@ -25,6 +25,7 @@ use super::liveness::ClientTable;
 use super::metrics::{Counters, MasterMetrics};
 use super::objects::{ObjectMeta, ObjectTable, Phase, ScanPosition};
 use super::pins::PinTable;
+use super::replicas::Released;
 use super::routes::RouteTable;
 use super::segments::SegmentRegistry;
 use super::workers::Workers;
@@ -298,11 +299,20 @@ impl MasterService {
     /// kept until its writer cannot reach them any more ([`Self::writer_quiet_after`]); a
     /// complete object's until its read lease ends.
     pub(super) fn retire(&self, meta: &mut ObjectMeta, now: Instant) {
+        self.retire_into(meta, now, &mut Released::default());
+    }
+
+    /// As [`Self::retire`], but ranges free at once go into `released` (freed when the
+    /// caller drops it, after releasing the shard).
+    pub(super) fn retire_into(&self, meta: &mut ObjectMeta, now: Instant, released: &mut Released) {
         let due = match meta.phase() {
             Phase::Writing { started } => self.writer_quiet_after(started),
             Phase::Complete => meta.lease_deadline().unwrap_or(now),
         };
-        self.deferred.hold_until(due, now, meta.take_allocations());
+        match due > now {
+            true => self.deferred.hold_until(due, now, meta.take_allocations()),
+            false => released.extend(meta.take_allocations()),
+        }
         if let Some(copy) = meta.take_disk() {
             self.deferred.hold_disk_until(due, now, copy.hold);
         }
