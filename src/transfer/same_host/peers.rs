@@ -220,7 +220,8 @@ impl PeerMaps {
             return None;
         }
         let mut entries = self.cache.entries.lock();
-        let waited_until = Instant::now() + self.timeout;
+        // Read the clock only when there is a handshake to wait for (not on a hit).
+        let mut waited_until = None;
         loop {
             match entries.get(endpoint) {
                 Some(Entry::Mapped(peer)) if peer.epoch == epoch && peer.usable() => {
@@ -240,10 +241,11 @@ impl PeerMaps {
                     return None;
                 }
                 Some(Entry::Handshaking) => {
+                    let until = *waited_until.get_or_insert_with(|| Instant::now() + self.timeout);
                     if self
                         .cache
                         .settled
-                        .wait_until(&mut entries, waited_until)
+                        .wait_until(&mut entries, until)
                         .timed_out()
                     {
                         return None;
