@@ -18,7 +18,6 @@ use crate::types::{
     ClientId, DeploymentMode, DiskMount, DiskMountAnswer, DiskMountPage, DiskObject, DiskReport,
     DiskTask, Uuid,
 };
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -327,7 +326,7 @@ impl MasterService {
             return false;
         };
         meta.replicas.push(super::objects::Replica {
-            id: self.next_replica_id.fetch_add(1, Ordering::Relaxed),
+            id: self.next_replica_id.next(),
             place,
             range: super::objects::Range::from_shared(promotion.range),
         });

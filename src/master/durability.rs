@@ -150,7 +150,7 @@ impl MasterService {
     /// A fresh write token (write generation), covered by a journaled ceiling when there is
     /// a journal.
     pub(super) fn next_write_token(&self) -> WriteToken {
-        let token = self.next_write.fetch_add(1, Ordering::Relaxed);
+        let token = self.next_write.next();
         if self.journal.is_some() {
             self.cover_token(token);
         }
@@ -292,11 +292,11 @@ impl MasterService {
     /// handed out.
     fn start_tokens(&self, recovered_ceiling: u64) {
         let start = match recovered_ceiling {
-            0 => self.next_write.load(Ordering::Relaxed),
+            0 => self.next_write.ceiling(),
             ceiling => ceiling,
         };
-        self.next_write.store(start, Ordering::Relaxed);
-        self.next_replica_id.store(start, Ordering::Relaxed);
+        self.next_write.restart_at(start);
+        self.next_replica_id.restart_at(start);
         self.cover_token(start);
     }
 

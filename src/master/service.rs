@@ -28,6 +28,7 @@ use super::pins::PinTable;
 use super::replicas::Released;
 use super::routes::RouteTable;
 use super::segments::SegmentRegistry;
+use super::stripes::IdBlocks;
 use super::workers::Workers;
 use super::MasterApi;
 use crate::error::{fail, ErrorCode, Result};
@@ -70,8 +71,8 @@ pub struct MasterService {
     pub(super) eviction_backoff: Mutex<super::eviction::Backoff>,
     /// Write generations (also object ids); starts at a random value (see [`WriteToken`]),
     /// or above the journal's ceiling.
-    pub(super) next_write: AtomicU64,
-    pub(super) next_replica_id: AtomicU64,
+    pub(super) next_write: IdBlocks,
+    pub(super) next_replica_id: IdBlocks,
     /// The journal (`--journal_dir`), if any.
     pub(super) journal: Option<Arc<Journal>>,
     /// Write tokens covered by the journal.
@@ -163,8 +164,8 @@ impl MasterService {
             need_eviction: AtomicBool::new(false),
             next_reclaim: Mutex::new(Instant::now()),
             eviction_backoff: Mutex::new(super::eviction::Backoff::new(Instant::now())),
-            next_write: AtomicU64::new(fastrand::u64(1..1 << 62)),
-            next_replica_id: AtomicU64::new(1),
+            next_write: IdBlocks::starting_at(fastrand::u64(1..1 << 62)),
+            next_replica_id: IdBlocks::starting_at(1),
             started_at: Instant::now(),
             cache_leases,
             scan_cursor: Mutex::new(ScanPosition::default()),

@@ -6,6 +6,8 @@
 //! being dealt out round robin; with more threads than [`STRIPES`] some share a stripe, which
 //! is still correct (the stripes are atomics or locks), only less spread.
 
+use parking_lot::Mutex;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Number of stripes.
@@ -50,6 +52,60 @@ impl StripedCounter {
     }
 }
 
+/// Ids a stripe takes from the shared counter at a time.
+const ID_BLOCK: u64 = 256;
+
+/// A block of ids alone on its cache lines.
+#[derive(Default)]
+#[repr(align(128))]
+struct Block(Mutex<Range<u64>>);
+
+/// A source of unique ids for the request path: each stripe takes [`ID_BLOCK`] ids at a time
+/// from one shared counter, so the counter's line is written once per block, not once per id.
+/// Every id is handed out once; ids are not handed out in increasing order across threads
+/// (each is larger than every id of blocks taken before its own block).
+pub(crate) struct IdBlocks {
+    next: AtomicU64,
+    stripes: [Block; STRIPES],
+}
+
+impl IdBlocks {
+    /// Ids from `first` on.
+    pub(crate) fn starting_at(first: u64) -> IdBlocks {
+        IdBlocks {
+            next: AtomicU64::new(first),
+            stripes: Default::default(),
+        }
+    }
+
+    /// A fresh id.
+    pub(crate) fn next(&self) -> u64 {
+        let mut block = self.stripes[this_threads_stripe()].0.lock();
+        if block.is_empty() {
+            let start = self.next.fetch_add(ID_BLOCK, Ordering::Relaxed);
+            *block = start..start.wrapping_add(ID_BLOCK);
+        }
+        let id = block.start;
+        block.start += 1;
+        id
+    }
+
+    /// The first id no block has taken yet: every id handed out so far is below it.
+    pub(crate) fn ceiling(&self) -> u64 {
+        self.next.load(Ordering::Relaxed)
+    }
+
+    /// Hands out ids from `first` on, dropping the stripes' blocks (their unused ids are never
+    /// handed out).
+    pub(crate) fn restart_at(&self, first: u64) {
+        let blocks: Vec<_> = self.stripes.iter().map(|block| block.0.lock()).collect();
+        self.next.store(first, Ordering::Relaxed);
+        for mut block in blocks {
+            *block = first..first;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,6 +125,31 @@ mod tests {
         });
         let threads = (STRIPES + 3) as u64;
         assert_eq!(counter.get(), 1000 * threads * (threads + 1) / 2);
+    }
+
+    #[test]
+    fn ids_are_unique_over_threads_and_start_where_told() {
+        let ids = IdBlocks::starting_at(1000);
+        let taken: Vec<Vec<u64>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..STRIPES + 3)
+                .map(|_| scope.spawn(|| (0..700).map(|_| ids.next()).collect()))
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let mut all: Vec<u64> = taken.concat();
+        let count = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), count, "an id was handed out twice");
+        assert!(all[0] >= 1000);
+        assert!(*all.last().unwrap() < ids.ceiling());
+        ids.restart_at(50_000);
+        assert_eq!(
+            ids.next(),
+            50_000,
+            "a restart drops the blocks taken before it"
+        );
+        assert!(ids.ceiling() > 50_000);
     }
 
     #[test]

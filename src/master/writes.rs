@@ -49,7 +49,7 @@ impl MasterService {
             );
         }
         let replicas = placed.into_iter().map(|p| Replica {
-            id: self.next_replica_id.fetch_add(1, Ordering::Relaxed),
+            id: self.next_replica_id.next(),
             place: p.place,
             range: Range::Owned(p.allocation),
         });
