@@ -151,9 +151,32 @@ impl MasterService {
         total > 0 && used as f64 / total as f64 > self.config.eviction_high_watermark_ratio
     }
 
-    /// Runs an eviction round if usage is above the high watermark or an allocation failed.
+    /// Asks for an eviction round that ends after every round run so far; `true` when this
+    /// is a new request (the eviction thread should be woken), `false` when one is pending.
+    pub(super) fn request_eviction(&self) -> bool {
+        let wanted = self.evictions_done.load(Ordering::Acquire) + 1;
+        self.eviction_wanted.fetch_max(wanted, Ordering::AcqRel) < wanted
+    }
+
+    /// Runs an eviction round if usage is above the high watermark or an allocation asked
+    /// for one since the last requested round. One round at a time: a call while another
+    /// round runs does nothing (what that round frees serves the requests made before it
+    /// ends; an allocation that still finds no room asks again).
     fn evict_if_needed(&self, now: Instant) {
-        let requested = self.need_eviction.swap(false, Ordering::Relaxed);
+        let Some(_round) = self.eviction_round.try_lock() else {
+            return;
+        };
+        let wanted = self.eviction_wanted.load(Ordering::Acquire);
+        let requested = wanted > self.evictions_done.load(Ordering::Acquire);
+        self.evict_round(now, requested);
+        if requested {
+            self.evictions_done.fetch_max(wanted, Ordering::AcqRel);
+        }
+    }
+
+    /// One eviction round (see [`Self::evict_if_needed`]); `requested` when an allocation
+    /// asked for it.
+    fn evict_round(&self, now: Instant, requested: bool) {
         let (used, total) = self.segment_usage();
         if total == 0 {
             return;

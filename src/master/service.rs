@@ -39,7 +39,7 @@ use crate::types::{
     RevocationBatch, Segment, SegmentId, WriteGrant, WriteToken, STORE_VERSION,
 };
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -63,8 +63,14 @@ pub struct MasterService {
     /// The clients' disk tiers and the work queued for them.
     pub(super) disks: Arc<DiskTiers>,
     pub(super) counters: Counters,
-    /// Set by a failed allocation; the eviction thread runs a round and clears it.
-    pub(super) need_eviction: AtomicBool,
+    /// The eviction round a failed allocation asked for (the highest asked): a request made
+    /// while `evictions_done` was `n` asks for round `n + 1`, so a round that ends after it
+    /// serves it ([`MasterService::request_eviction`]).
+    pub(super) eviction_wanted: AtomicU64,
+    /// Requested eviction rounds run so far (the last request each served).
+    pub(super) evictions_done: AtomicU64,
+    /// Held while an eviction round runs: rounds never overlap.
+    pub(super) eviction_round: Mutex<()>,
     /// When the next scan for abandoned writes is due.
     pub(super) next_reclaim: Mutex<Instant>,
     /// When the next eviction scan is due.
@@ -161,7 +167,9 @@ impl MasterService {
             deferred: DeferredFrees::default(),
             disks: Arc::new(DiskTiers::default()),
             counters: Counters::default(),
-            need_eviction: AtomicBool::new(false),
+            eviction_wanted: AtomicU64::new(0),
+            evictions_done: AtomicU64::new(0),
+            eviction_round: Mutex::new(()),
             next_reclaim: Mutex::new(Instant::now()),
             eviction_backoff: Mutex::new(super::eviction::Backoff::new(Instant::now())),
             next_write: IdBlocks::starting_at(fastrand::u64(1..1 << 62)),

@@ -5,7 +5,6 @@ use super::service::{check_key, MasterService};
 use crate::error::{fail, ErrorCode, Result};
 use crate::spin::deadline;
 use crate::types::{ClientId, ReplicateConfig, SoftPinAction, WriteGrant, WriteToken};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 impl MasterService {
@@ -38,7 +37,7 @@ impl MasterService {
     fn place(&self, size: u64, config: &ReplicateConfig) -> Result<Replicas> {
         let placed = self.segments.place(size, config);
         if placed.is_empty() {
-            if !self.segments.is_empty() && !self.need_eviction.swap(true, Ordering::Relaxed) {
+            if !self.segments.is_empty() && self.request_eviction() {
                 // The eviction round starts now, not at the end of its period: a full pool
                 // with an SSD tier is a stream of demotions, paced by this.
                 self.workers.nudge();

@@ -166,8 +166,9 @@ fn thread_counts() -> Vec<usize> {
 
 /// The median op/s of each operation (in [`OPS`] order) for each of `targets`, over
 /// [`REPEATS`] rounds of phases of fresh keys (put all, get all, exist all, remove all),
-/// `batch` keys per call; the targets take turns within each operation of each round, so
-/// that a slow minute of the machine falls on all of them.
+/// `batch` keys per call; the targets take turns in each round (one target's keys at a time
+/// in the table), so that a slow minute of the machine falls on all of them. The owner is
+/// kept alive throughout (a phase of many connections can outlast its TTL).
 fn op_rates(targets: &[Target], owner: ClientId, batch: usize) -> Result<Vec<Vec<f64>>, String> {
     let calls = rounds(batch);
     let thread_keys: Vec<Vec<Vec<String>>> = targets
@@ -183,9 +184,37 @@ fn op_rates(targets: &[Target], owner: ClientId, batch: usize) -> Result<Vec<Vec
         })
         .collect();
     let mut phases = vec![vec![Vec::new(); OPS.len()]; targets.len()];
-    let turns = (0..REPEATS).flat_map(|_| OPS.into_iter().enumerate());
-    for (line, op) in turns {
-        for (index, target) in targets.iter().enumerate() {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| -> Result<(), String> {
+        let heartbeat = scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = targets[0].masters[0].ping(owner);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        let measured = measure_phases(targets, owner, batch, &thread_keys, &mut phases);
+        stop.store(true, Ordering::Relaxed);
+        let _ = heartbeat.join();
+        measured
+    })?;
+    Ok(phases
+        .into_iter()
+        .map(|target| target.into_iter().map(|mut op| median(&mut op)).collect())
+        .collect())
+}
+
+/// The phases of [`op_rates`]: op/s pushed to `phases[target][op]`.
+fn measure_phases(
+    targets: &[Target],
+    owner: ClientId,
+    batch: usize,
+    thread_keys: &[Vec<Vec<String>>],
+    phases: &mut [Vec<Vec<f64>>],
+) -> Result<(), String> {
+    let calls = rounds(batch);
+    let turns = (0..REPEATS).flat_map(|_| targets.iter().enumerate());
+    for (index, target) in turns {
+        for (line, op) in OPS.into_iter().enumerate() {
             let started = Instant::now();
             std::thread::scope(|scope| {
                 let workers: Vec<_> = thread_keys[index]
@@ -206,18 +235,13 @@ fn op_rates(targets: &[Target], owner: ClientId, batch: usize) -> Result<Vec<Vec
             })?;
             let ops = (target.masters.len() * calls * batch) as f64;
             phases[index][line].push(ops / started.elapsed().as_secs_f64());
-            target.masters[0]
-                .ping(owner)
-                .map_err(|e| format!("ping: {e}"))?;
         }
     }
-    Ok(phases
-        .into_iter()
-        .map(|target| target.into_iter().map(|mut op| median(&mut op)).collect())
-        .collect())
+    Ok(())
 }
 
-/// Keys of each thread's private table in [`machine_scaling`].
+/// Keys of each thread's private table in [`machine_scaling`] (fewer with more than 8 threads:
+/// 8 M keys in all at most).
 const PRIVATE_KEYS: usize = 1_000_000;
 
 /// What this machine gives several threads for work like a table's that shares nothing: each
@@ -227,18 +251,19 @@ const PRIVATE_KEYS: usize = 1_000_000;
 fn machine_scaling(report: &mut Report) {
     let lookups = rounds(1) * 10;
     let counts = thread_counts();
-    let tables: Vec<std::collections::HashMap<String, usize>> =
-        (0..counts.iter().max().copied().unwrap_or(1))
-            .map(|t| {
-                (0..PRIVATE_KEYS)
-                    .map(|i| (format!("private-{t}-{i:010}"), i))
-                    .collect()
-            })
-            .collect();
+    let most = counts.iter().max().copied().unwrap_or(1);
+    let per_table = PRIVATE_KEYS.min(8 * PRIVATE_KEYS / most);
+    let tables: Vec<std::collections::HashMap<String, usize>> = (0..most)
+        .map(|t| {
+            (0..per_table)
+                .map(|i| (format!("private-{t}-{i:010}"), i))
+                .collect()
+        })
+        .collect();
     let probes: Vec<Vec<String>> = (0..tables.len())
         .map(|t| {
             (0..lookups)
-                .map(|i| format!("private-{t}-{:010}", i * 7919 % PRIVATE_KEYS))
+                .map(|i| format!("private-{t}-{:010}", i * 7919 % per_table))
                 .collect()
         })
         .collect();
@@ -487,11 +512,12 @@ pub fn run(report: &mut Report, quick: bool) -> Result<(), String> {
         &[1_000_000, 10_000_000, 30_000_000]
     };
     let (service, owner) = master(1)?;
+    // Started before the base is taken: their threads and buffers are not the table's.
+    let mut rpc = Some(RpcServers::start(&service)?);
     let base = rss_bytes()?;
     let mut filled = 0;
     // op/s at the first size: the limit of the same line at the larger sizes.
     let mut first_rates: Vec<f64> = Vec::new();
-    let mut rpc = Some(RpcServers::start(&service)?);
     for &size in sizes {
         fill(&*service, owner, filled..size, 1)?;
         filled = size;
