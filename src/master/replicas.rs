@@ -108,7 +108,8 @@ impl Range {
 /// Ranges let go of together: dropping the batch returns those no one else holds to their
 /// allocators in one pass ([`crate::alloc::release_all`]). A scan collects what it removes
 /// under a shard's lock and drops the batch after the lock is released, so the shard is not
-/// held while its objects' ranges are freed. Not `Sync` (owned by one caller).
+/// held while its objects' ranges are freed. Owned by one caller; dropping it takes each
+/// allocator's lock once.
 #[derive(Default)]
 pub(crate) struct Released(Vec<Range>);
 
